@@ -1,0 +1,93 @@
+//! The command line (DESIGN.md §9): argument types and dispatch. Each
+//! command is a small function in its own module returning an exit code.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+mod schema;
+mod validate;
+
+/// Exit codes shared by the commands.
+pub mod exit {
+    /// Nothing to do / no problems.
+    pub const OK: u8 = 0;
+    /// An error (invalid declarations, a failed cycle).
+    pub const ERROR: u8 = 1;
+    /// With `--detailed-exitcode`: changes or drift pending.
+    pub const PENDING: u8 = 2;
+    /// A configuration error (sysexits `EX_CONFIG`).
+    pub const CONFIG: u8 = 78;
+}
+
+/// tend: keeps databases in the state declared in Git, honours emergency
+/// overrides, and reports what it saw.
+#[derive(Debug, Parser)]
+#[command(name = "tend", version, about, long_about = None)]
+pub struct Cli {
+    /// Configuration file.
+    #[arg(
+        long,
+        global = true,
+        env = "TEND_CONFIG",
+        default_value = "/etc/tend/tend.toml"
+    )]
+    pub config: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check declaration files and report every problem with file:line:column.
+    Validate(validate::ValidateArgs),
+    /// Print the JSON Schema (draft-07) of a declaration, for editors.
+    Schema,
+}
+
+/// Output format of report-like commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Parses the arguments and runs the command. A usage error exits `1`, not
+/// clap's `2`: `2` means "changes pending" to scripts using
+/// `--detailed-exitcode`, and a typo must never look like that.
+pub fn main<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    match Cli::try_parse_from(args) {
+        Ok(cli) => run(cli),
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() {
+                exit::ERROR
+            } else {
+                exit::OK
+            }
+        }
+    }
+}
+
+/// Runs a parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> u8 {
+    let result = match cli.command {
+        Command::Validate(args) => validate::run(&args),
+        Command::Schema => schema::run(),
+    };
+    match result {
+        Ok(code) => code,
+        // The reader went away (`tend validate … | head`): not our error.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "tend: cannot write output: {e}");
+            exit::ERROR
+        }
+    }
+}

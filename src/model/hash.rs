@@ -1,0 +1,70 @@
+//! The canonical spec hash.
+//!
+//! Input: the normalised spec (defaults applied, extension list sorted)
+//! serialised as JSON with map keys sorted (`serde_json`'s map is ordered) and
+//! absent optional fields omitted, so adding an optional field in a later
+//! version does not change the hash of specs that do not use it. Key order,
+//! quoting, comments and formatting of the YAML cannot reach the hash.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::declaration::ManagedDatabase;
+
+/// Hex sha256 of the canonical JSON of a normalised spec.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SpecHash(pub String);
+
+impl fmt::Display for SpecHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Lower-case hex of a byte string (sha2 0.11 digests have no `LowerHex`).
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0x0f)] as char);
+    }
+    out
+}
+
+/// Hex sha256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// The canonical JSON text of a declaration's normalised spec.
+pub fn canonical_spec_json(decl: &ManagedDatabase) -> String {
+    let value = serde_json::to_value(decl.normalized_spec()).expect(
+        "a Spec always serialises: it has only strings, numbers, bools and string-keyed maps",
+    );
+    value.to_string()
+}
+
+impl ManagedDatabase {
+    /// See the module docs.
+    pub fn spec_hash(&self) -> SpecHash {
+        SpecHash(sha256_hex(canonical_spec_json(self).as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_encodes_every_nibble() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

@@ -1,0 +1,411 @@
+//! Loading declarations from files: every problem is a [`Diagnostic`] with a
+//! file, line and column; one bad file or document never hides the others.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::declaration::ManagedDatabase;
+use super::hash::SpecHash;
+use super::overrides::TendAnnotations;
+use super::validate::{Problem, check_type, validate};
+use super::yaml::{Document, GUARD_MESSAGES, Shape, guarded_shape, locate, split_documents};
+
+/// Files larger than this are refused unread.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// One problem in one file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Diagnostic {
+    pub file: PathBuf,
+    /// 1-based.
+    pub line: usize,
+    /// 1-based, in characters as libyaml counts them.
+    pub column: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file.display(),
+            self.line,
+            self.column,
+            self.message
+        )
+    }
+}
+
+/// A valid declaration and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declaration {
+    pub manifest: ManagedDatabase,
+    pub file: PathBuf,
+    /// Position of `metadata.name`.
+    pub line: usize,
+    pub column: usize,
+    pub annotations: TendAnnotations,
+    pub spec_hash: SpecHash,
+}
+
+impl Declaration {
+    pub fn name(&self) -> &str {
+        &self.manifest.metadata.name
+    }
+}
+
+/// What one file holds.
+#[derive(Debug, Clone, Default)]
+pub struct FileContents {
+    pub declarations: Vec<Declaration>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Parses one file's bytes (from disk or a Git blob).
+pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
+    let mut out = FileContents::default();
+    let diagnostic = |line: usize, column: usize, message: String| Diagnostic {
+        file: file.to_path_buf(),
+        line,
+        column,
+        message,
+    };
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        out.diagnostics.push(diagnostic(
+            1,
+            1,
+            format!(
+                "file is {} bytes, over the 1 MiB limit for a declaration file: split it into smaller files",
+                bytes.len()
+            ),
+        ));
+        return out;
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let valid = &bytes[..e.valid_up_to()];
+            let line = 1 + valid.iter().filter(|b| **b == b'\n').count();
+            let line_start = valid.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            let column = 1 + String::from_utf8_lossy(&valid[line_start..])
+                .chars()
+                .count();
+            out.diagnostics.push(diagnostic(
+                line,
+                column,
+                "file is not valid UTF-8: save it as UTF-8".to_string(),
+            ));
+            return out;
+        }
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let documents = split_documents(text);
+    let mut seen_document = false;
+    for document in documents {
+        match parse_document(document) {
+            DocumentOutcome::Empty => {}
+            DocumentOutcome::Declaration(decl, (line, column)) => {
+                seen_document = true;
+                let spec_hash = decl.0.spec_hash();
+                out.declarations.push(Declaration {
+                    manifest: decl.0,
+                    file: file.to_path_buf(),
+                    line,
+                    column,
+                    annotations: decl.1,
+                    spec_hash,
+                });
+            }
+            DocumentOutcome::Problems(problems) => {
+                seen_document = true;
+                for (line, column, message) in problems {
+                    out.diagnostics.push(diagnostic(line, column, message));
+                }
+            }
+        }
+    }
+    if !seen_document {
+        out.diagnostics.push(diagnostic(
+            1,
+            1,
+            "file has no YAML documents (it is empty or only comments): add a ManagedDatabase or remove the file".to_string(),
+        ));
+    }
+    out
+}
+
+enum DocumentOutcome {
+    Empty,
+    Declaration(Box<(ManagedDatabase, TendAnnotations)>, (usize, usize)),
+    Problems(Vec<(usize, usize, String)>),
+}
+
+fn parse_document(document: Document<'_>) -> DocumentOutcome {
+    let offset = document.line_offset;
+    let text = document.text;
+    let root = || {
+        locate(text, &[], false)
+            .map(|(l, c)| (l + offset, c))
+            .unwrap_or((offset + 1, 1))
+    };
+    let place = |problem: Problem| {
+        let (line, column) = locate(text, &problem.path, problem.at_key)
+            .map(|(l, c)| (l + offset, c))
+            .unwrap_or_else(root);
+        (line, column, problem.message)
+    };
+    let from_yaml = |e: serde_norway::Error| {
+        // The error's own " at line N column M" counts from the start of this
+        // document, not of the file; the diagnostic carries the position.
+        let message = strip_positions(&e.to_string());
+        match e.location() {
+            Some(l) => (l.line() + offset, l.column(), message),
+            None => {
+                let (line, column) = root();
+                (line, column, message)
+            }
+        }
+    };
+
+    let shape = match guarded_shape(text) {
+        Ok(shape) => shape,
+        Err(e) => {
+            let (line, column, message) = from_yaml(e);
+            // The path of a node 64 levels down is noise; the position says where.
+            let message = match GUARD_MESSAGES.iter().find_map(|m| message.find(m)) {
+                Some(start) => message[start..].to_string(),
+                None => message,
+            };
+            return DocumentOutcome::Problems(vec![(line, column, message)]);
+        }
+    };
+    let (api_version, kind) = match shape {
+        Shape::Null => return DocumentOutcome::Empty,
+        Shape::Mapping { api_version, kind } => (api_version, kind),
+        Shape::Scalar(_) | Shape::List => {
+            let what = if shape == Shape::List {
+                "a list"
+            } else {
+                "a scalar"
+            };
+            let (line, column) = root();
+            return DocumentOutcome::Problems(vec![(
+                line,
+                column,
+                format!(
+                    "document is {what}, but a declaration is a mapping with apiVersion, kind, metadata and spec"
+                ),
+            )]);
+        }
+    };
+    let type_problems = check_type(api_version.as_deref(), kind.as_deref());
+    if !type_problems.is_empty() {
+        return DocumentOutcome::Problems(type_problems.into_iter().map(place).collect());
+    }
+    let manifest: ManagedDatabase =
+        match ManagedDatabase::deserialize(serde_norway::Deserializer::from_str(text)) {
+            Ok(m) => m,
+            Err(e) => return DocumentOutcome::Problems(vec![from_yaml(e)]),
+        };
+    let (annotations, problems) = validate(&manifest);
+    match annotations {
+        Some(annotations) if problems.is_empty() => {
+            let name_at = locate(text, &["metadata".into(), "name".into()], false)
+                .map(|(l, c)| (l + offset, c))
+                .unwrap_or_else(root);
+            DocumentOutcome::Declaration(Box::new((manifest, annotations)), name_at)
+        }
+        _ => DocumentOutcome::Problems(problems.into_iter().map(place).collect()),
+    }
+}
+
+/// Removes every " at line N column M" that libyaml and serde_norway put in
+/// their messages.
+fn strip_positions(message: &str) -> String {
+    const AT_LINE: &str = " at line ";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find(AT_LINE) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + AT_LINE.len()..];
+        let digits = |s: &str| s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let line_digits = digits(after);
+        let tail = &after[line_digits..];
+        match tail.strip_prefix(" column ") {
+            Some(col) if line_digits > 0 && digits(col) > 0 => rest = &col[digits(col)..],
+            _ => {
+                out.push_str(AT_LINE);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Declarations and diagnostics of a whole set of files.
+#[derive(Debug, Clone, Default)]
+pub struct DeclarationSet {
+    /// Sorted by name; names are unique.
+    pub declarations: Vec<Declaration>,
+    /// Sorted by file, line, column.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Files read.
+    pub files: usize,
+}
+
+impl DeclarationSet {
+    /// Builds a set from parsed files: duplicate names become an error on
+    /// every place they occur, and none of them is kept (DESIGN.md §3).
+    pub fn from_files(files: Vec<FileContents>) -> Self {
+        let count = files.len();
+        let mut by_name: BTreeMap<String, Vec<Declaration>> = BTreeMap::new();
+        let mut diagnostics = Vec::new();
+        for file in files {
+            diagnostics.extend(file.diagnostics);
+            for decl in file.declarations {
+                by_name
+                    .entry(decl.name().to_owned())
+                    .or_default()
+                    .push(decl);
+            }
+        }
+        let mut declarations = Vec::with_capacity(by_name.len());
+        for (name, mut group) in by_name {
+            if group.len() == 1 {
+                declarations.extend(group.pop());
+                continue;
+            }
+            for (i, decl) in group.iter().enumerate() {
+                let others: Vec<String> = group
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, d)| format!("{}:{}", d.file.display(), d.line))
+                    .collect();
+                diagnostics.push(Diagnostic {
+                    file: decl.file.clone(),
+                    line: decl.line,
+                    column: decl.column,
+                    message: format!(
+                        "duplicate metadata.name `{name}` (also at {}): names must be unique in the repository, so neither declaration is applied",
+                        others.join(", ")
+                    ),
+                });
+            }
+        }
+        diagnostics.sort();
+        DeclarationSet {
+            declarations,
+            diagnostics,
+            files: count,
+        }
+    }
+}
+
+/// Loads files and directory trees (`*.yaml` and `*.yml`, hidden entries and
+/// symlinked directories skipped). A path named explicitly is read whatever
+/// its extension.
+pub fn load_paths(paths: &[PathBuf]) -> DeclarationSet {
+    let mut files = Vec::new();
+    for path in paths {
+        let mut found = Vec::new();
+        match fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => {
+                if let Err(d) = walk(path, &mut found) {
+                    files.push(FileContents {
+                        declarations: Vec::new(),
+                        diagnostics: vec![d],
+                    });
+                }
+            }
+            Ok(_) => found.push(path.clone()),
+            Err(e) => files.push(io_failure(path, "cannot read", &e)),
+        }
+        found.sort();
+        for file in found {
+            files.push(read_file(&file));
+        }
+    }
+    DeclarationSet::from_files(files)
+}
+
+fn io_failure(path: &Path, what: &str, e: &std::io::Error) -> FileContents {
+    FileContents {
+        declarations: Vec::new(),
+        diagnostics: vec![Diagnostic {
+            file: path.to_path_buf(),
+            line: 1,
+            column: 1,
+            message: format!("{what}: {e}"),
+        }],
+    }
+}
+
+fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), Diagnostic> {
+    let entries = fs::read_dir(dir).map_err(|e| Diagnostic {
+        file: dir.to_path_buf(),
+        line: 1,
+        column: 1,
+        message: format!("cannot list directory: {e}"),
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            walk(&path, found)?;
+        } else if is_yaml(&path) && (kind.is_file() || path.is_file()) {
+            found.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Whether a path has a YAML extension.
+pub fn is_yaml(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    )
+}
+
+fn read_file(path: &Path) -> FileContents {
+    let file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => return io_failure(path, "cannot open", &e),
+    };
+    // Read one byte past the limit so an oversized file is refused without
+    // reading it all.
+    let mut bytes = Vec::new();
+    if let Err(e) = file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
+        return io_failure(path, "cannot read", &e);
+    }
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        let size = fs::metadata(path)
+            .map(|m| m.len())
+            .unwrap_or(bytes.len() as u64);
+        return FileContents {
+            declarations: Vec::new(),
+            diagnostics: vec![Diagnostic {
+                file: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                message: format!(
+                    "file is {size} bytes, over the 1 MiB limit for a declaration file: split it into smaller files"
+                ),
+            }],
+        };
+    }
+    parse_file(path, &bytes)
+}

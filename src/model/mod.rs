@@ -1,0 +1,17 @@
+//! The `ManagedDatabase` declaration: types, the field table, override
+//! annotations, validation, the spec hash and loading from files.
+
+pub mod declaration;
+pub mod fields;
+pub mod hash;
+pub mod load;
+pub mod overrides;
+pub mod schema;
+pub mod validate;
+pub mod yaml;
+
+pub use declaration::{DeletionPolicy, DriftPolicy, ManagedDatabase, Spec};
+pub use fields::{FIELDS, FieldInfo, Mutability};
+pub use hash::SpecHash;
+pub use load::{Declaration, DeclarationSet, Diagnostic, load_paths, parse_file};
+pub use overrides::{OnExpiry, OverrideExpiry, OverrideSpec, TendAnnotations};

@@ -1,0 +1,340 @@
+//! Override annotations (DESIGN.md §4): parsing and validation.
+//!
+//! A typo in an override must never silently do nothing, so every
+//! `tend.dev/*` key is checked against [`KNOWN_ANNOTATIONS`] and every value
+//! is parsed strictly. The same [`OverrideSpec`] is produced from local
+//! overrides and provider labels, so the decision core sees one shape.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::declaration::ScalarString;
+use super::fields::check_ignorable;
+
+pub const PAUSED: &str = "tend.dev/paused";
+pub const IGNORE_FIELDS: &str = "tend.dev/ignore-fields";
+pub const OVERRIDE_REASON: &str = "tend.dev/override-reason";
+pub const OVERRIDE_EXPIRES: &str = "tend.dev/override-expires";
+pub const OVERRIDE_ON_EXPIRY: &str = "tend.dev/override-on-expiry";
+pub const ADOPT: &str = "tend.dev/adopt";
+
+/// Every annotation under `tend.dev/` this build understands.
+pub const KNOWN_ANNOTATIONS: &[&str] = &[
+    PAUSED,
+    IGNORE_FIELDS,
+    OVERRIDE_REASON,
+    OVERRIDE_EXPIRES,
+    OVERRIDE_ON_EXPIRY,
+    ADOPT,
+];
+
+/// When an override stops being honoured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OverrideExpiry {
+    /// An absolute time (RFC 3339 in the annotation).
+    At(SystemTime),
+    /// A duration counted from when tend first saw the override (kept in the
+    /// state dir, so a restart does not extend it).
+    After(Duration),
+}
+
+/// What happens when an override expires.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnExpiry {
+    /// Keep honouring the override, report it `expired` and alert.
+    #[default]
+    Hold,
+    /// Resume managing the resource.
+    Resume,
+}
+
+/// One override, whatever its source (annotation, local, provider label).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverrideSpec {
+    pub paused: bool,
+    /// Dotted field paths (`connectionLimit`, `parameters.work_mem`).
+    pub ignore_fields: Vec<String>,
+    pub reason: String,
+    pub expires: Option<OverrideExpiry>,
+    /// The annotation text of `expires`, for reports.
+    pub expires_text: Option<String>,
+    pub on_expiry: OnExpiry,
+}
+
+/// One problem with an annotation: the annotation key and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationProblem {
+    pub key: String,
+    /// The key itself is wrong (unknown), not its value.
+    pub unknown_key: bool,
+    pub message: String,
+}
+
+/// The parsed `tend.dev/*` annotations of one declaration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TendAnnotations {
+    pub overrides: Option<OverrideSpec>,
+    pub adopt: bool,
+}
+
+/// Parses and validates the `tend.dev/*` annotations; other annotations are
+/// left alone. Returns every problem, not just the first.
+pub fn parse_annotations(
+    annotations: &BTreeMap<String, ScalarString>,
+) -> Result<TendAnnotations, Vec<AnnotationProblem>> {
+    let mut problems = Vec::new();
+    for key in annotations.keys() {
+        if key.starts_with("tend.dev/") && !KNOWN_ANNOTATIONS.contains(&key.as_str()) {
+            let hint = closest(key, KNOWN_ANNOTATIONS)
+                .map(|k| format!("did you mean `{k}`? "))
+                .unwrap_or_default();
+            problems.push(AnnotationProblem {
+                key: key.to_owned(),
+                unknown_key: true,
+                message: format!(
+                    "unknown annotation `{key}`: {hint}known tend.dev annotations are {}",
+                    KNOWN_ANNOTATIONS.join(", ")
+                ),
+            });
+        }
+    }
+    let mut problem = |key: &str, message: String| {
+        let problem = AnnotationProblem {
+            key: key.to_owned(),
+            unknown_key: false,
+            message,
+        };
+        if !problems.contains(&problem) {
+            problems.push(problem);
+        }
+    };
+    let get = |key: &str| annotations.get(key).map(|v| v.as_str().trim());
+
+    let mut flag = |key: &str| match get(key) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            problem(
+                key,
+                format!("`{key}` must be \"true\" or \"false\", found \"{other}\""),
+            );
+            false
+        }
+    };
+    let paused = flag(PAUSED);
+    let adopt = flag(ADOPT);
+
+    let mut ignore_fields = Vec::new();
+    if let Some(list) = get(IGNORE_FIELDS) {
+        for item in list.split(',').map(str::trim) {
+            if item.is_empty() {
+                problem(
+                    IGNORE_FIELDS,
+                    format!(
+                        "`{IGNORE_FIELDS}` has an empty entry: list field paths separated by commas, e.g. \"connectionLimit,parameters.work_mem\""
+                    ),
+                );
+            } else if let Err(message) = check_ignorable(item) {
+                problem(IGNORE_FIELDS, message);
+            } else if !ignore_fields.iter().any(|f| f == item) {
+                ignore_fields.push(item.to_owned());
+            }
+        }
+    }
+
+    let reason = get(OVERRIDE_REASON).unwrap_or("").to_owned();
+    let expires_text = get(OVERRIDE_EXPIRES).map(str::to_owned);
+    let expires = match expires_text.as_deref() {
+        None => None,
+        Some(text) => match parse_expiry(text) {
+            Ok(expiry) => Some(expiry),
+            Err(message) => {
+                problem(OVERRIDE_EXPIRES, message);
+                None
+            }
+        },
+    };
+    let on_expiry = match get(OVERRIDE_ON_EXPIRY) {
+        None | Some("hold") => OnExpiry::Hold,
+        Some("resume") => OnExpiry::Resume,
+        Some(other) => {
+            problem(
+                OVERRIDE_ON_EXPIRY,
+                format!("`{OVERRIDE_ON_EXPIRY}` must be \"hold\" or \"resume\", found \"{other}\""),
+            );
+            OnExpiry::Hold
+        }
+    };
+
+    let has_override = paused || !ignore_fields.is_empty();
+    if has_override && reason.is_empty() {
+        let key = if paused { PAUSED } else { IGNORE_FIELDS };
+        problem(
+            key,
+            format!(
+                "an override needs `{OVERRIDE_REASON}`: say why (a ticket or an incident) so the next operator knows when it may go"
+            ),
+        );
+    }
+    if !has_override {
+        for key in [OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY] {
+            if annotations.contains_key(key) {
+                problem(
+                    key,
+                    format!(
+                        "`{key}` has no override to apply to: set `{PAUSED}: \"true\"` or `{IGNORE_FIELDS}`, or remove it"
+                    ),
+                );
+            }
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(TendAnnotations {
+        overrides: has_override.then_some(OverrideSpec {
+            paused,
+            ignore_fields,
+            reason,
+            expires,
+            expires_text,
+            on_expiry,
+        }),
+        adopt,
+    })
+}
+
+/// Parses `tend.dev/override-expires`: RFC 3339 (with `Z` or a numeric
+/// offset) or a duration such as `4h` or `2d 12h`.
+pub fn parse_expiry(text: &str) -> Result<OverrideExpiry, String> {
+    if let Ok(duration) = humantime::parse_duration(text) {
+        if duration.is_zero() {
+            return Err(format!(
+                "`{OVERRIDE_EXPIRES}` duration \"{text}\" is zero: give a positive duration such as \"4h\""
+            ));
+        }
+        return Ok(OverrideExpiry::After(duration));
+    }
+    parse_rfc3339(text).map(OverrideExpiry::At).ok_or_else(|| {
+        format!(
+            "`{OVERRIDE_EXPIRES}` must be an RFC 3339 time (\"2026-12-01T18:00:00Z\") or a duration (\"4h\"), found \"{text}\""
+        )
+    })
+}
+
+/// RFC 3339 with any offset. `humantime` accepts only `Z`, so a numeric
+/// offset is split off and applied here.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    if text.ends_with('Z') || text.ends_with('z') {
+        return humantime::parse_rfc3339_weak(text).ok();
+    }
+    let split = text.len().checked_sub(6)?;
+    let (local, offset) = (text.get(..split)?, text.get(split..)?);
+    let bytes = offset.as_bytes();
+    let sign = match bytes[0] {
+        b'+' => 1i64,
+        b'-' => -1i64,
+        _ => return None,
+    };
+    if bytes[3] != b':' {
+        return None;
+    }
+    let hours: u64 = offset.get(1..3)?.parse().ok()?;
+    let minutes: u64 = offset.get(4..6)?.parse().ok()?;
+    if hours > 23 || minutes > 59 || !local.contains('T') {
+        return None;
+    }
+    let as_utc = humantime::parse_rfc3339_weak(&format!("{local}Z")).ok()?;
+    let shift = Duration::from_secs(hours * 3600 + minutes * 60);
+    // A positive offset means the local time is ahead of UTC.
+    if sign > 0 {
+        as_utc.checked_sub(shift)
+    } else {
+        as_utc.checked_add(shift)
+    }
+}
+
+/// The known name within edit distance 3 of `key`, for "did you mean".
+fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, _)| *d <= 3)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, ScalarString> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), ScalarString::from(*v)))
+            .collect()
+    }
+
+    #[test]
+    fn rfc3339_offsets_are_applied() {
+        let utc = parse_rfc3339("2026-12-01T18:00:00Z").unwrap();
+        assert_eq!(parse_rfc3339("2026-12-01T20:00:00+02:00"), Some(utc));
+        assert_eq!(parse_rfc3339("2026-12-01T13:30:00-04:30"), Some(utc));
+        assert_eq!(parse_rfc3339("2026-12-01 18:00:00"), None);
+        assert_eq!(parse_rfc3339("tomorrow"), None);
+    }
+
+    #[test]
+    fn a_full_override_parses() {
+        let parsed = parse_annotations(&annotations(&[
+            (PAUSED, "true"),
+            (OVERRIDE_REASON, "INC-1234"),
+            (OVERRIDE_EXPIRES, "4h"),
+            (OVERRIDE_ON_EXPIRY, "resume"),
+        ]))
+        .unwrap();
+        let o = parsed.overrides.unwrap();
+        assert!(o.paused);
+        assert_eq!(
+            o.expires,
+            Some(OverrideExpiry::After(Duration::from_secs(4 * 3600)))
+        );
+        assert_eq!(o.on_expiry, OnExpiry::Resume);
+    }
+
+    #[test]
+    fn typo_suggests_the_known_key() {
+        let problems = parse_annotations(&annotations(&[("tend.dev/pasued", "true")])).unwrap_err();
+        assert!(
+            problems[0]
+                .message
+                .contains("did you mean `tend.dev/paused`")
+        );
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+    }
+}

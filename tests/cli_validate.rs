@@ -1,0 +1,175 @@
+//! `tend validate` and `tend schema` through the real binary.
+
+mod support;
+
+use std::fs;
+
+use serde_json::Value;
+use support::{TendCommand, repo_root};
+
+const GOOD: &str = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: good\nspec:\n  owner: app\n";
+const BAD: &str = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: bad\nspec:\n  conectionLimit: 5\n";
+
+#[test]
+fn validate_accepts_the_examples() {
+    let run = TendCommand::new(&["validate", "examples/databases"]).expect_code(0);
+    assert_eq!(run.stdout.trim(), "6 declarations, 0 errors");
+    assert_eq!(run.stderr, "");
+}
+
+#[test]
+fn validate_reports_file_line_column_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("team")).unwrap();
+    fs::write(dir.path().join("good.yaml"), GOOD).unwrap();
+    fs::write(dir.path().join("team/bad.yml"), BAD).unwrap();
+    fs::write(dir.path().join("notes.txt"), "not yaml: [").unwrap();
+    let run = TendCommand::new(&["validate", "."])
+        .current_dir(dir.path())
+        .expect_code(1);
+    assert_eq!(
+        run.stderr.lines().collect::<Vec<_>>(),
+        vec![
+            "./team/bad.yml:6:3: spec: unknown field `conectionLimit`, expected one of `provider`, `databaseName`, `owner`, `encoding`, `locale`, `template`, `connectionLimit`, `allowConnections`, `extensions`, `parameters`, `comment`, `engine`, `version`, `size`, `storageGb`, `highAvailability`, `backupRetentionDays`, `region`, `deletionPolicy`, `driftPolicy`"
+        ]
+    );
+    assert_eq!(run.stdout.trim(), "1 declaration, 1 error");
+}
+
+#[test]
+fn validate_json_lists_every_error() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("good.yaml"), GOOD).unwrap();
+    fs::write(dir.path().join("bad.yaml"), BAD).unwrap();
+    fs::write(dir.path().join("empty.yaml"), "").unwrap();
+    let run = TendCommand::new(&[
+        "validate",
+        "--format",
+        "json",
+        "good.yaml",
+        "bad.yaml",
+        "empty.yaml",
+    ])
+    .current_dir(dir.path())
+    .expect_code(1);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["declarations"], 1);
+    let errors = report["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2);
+    assert_eq!(errors[0]["file"], "bad.yaml");
+    assert_eq!(errors[0]["line"], 6);
+    assert_eq!(errors[0]["column"], 3);
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `conectionLimit`")
+    );
+    assert_eq!(errors[1]["file"], "empty.yaml");
+    assert_eq!(
+        errors[1].as_object().unwrap().len(),
+        4,
+        "exactly file, line, column, message"
+    );
+
+    let ok = TendCommand::new(&["validate", "--format", "json", "good.yaml"])
+        .current_dir(dir.path())
+        .expect_code(0);
+    let report: Value = serde_json::from_str(&ok.stdout).unwrap();
+    assert_eq!(report, serde_json::json!({"declarations": 1, "errors": []}));
+}
+
+#[test]
+fn validate_of_a_missing_path_is_an_error() {
+    let run = TendCommand::new(&["validate", "does/not/exist"]).expect_code(1);
+    assert!(
+        run.stderr.contains("does/not/exist:1:1: cannot read"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn usage_errors_exit_1_never_2() {
+    let run = TendCommand::new(&["validate"]).expect_code(1);
+    assert!(run.stderr.contains("required"), "{}", run.stderr);
+    TendCommand::new(&["--help"]).expect_code(0);
+}
+
+fn yaml_documents_as_json(text: &str) -> Vec<Value> {
+    text.split("\n---\n")
+        .map(|doc| {
+            serde_json::to_value(serde_norway::from_str::<serde_norway::Value>(doc).unwrap())
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn schema_is_draft07_and_validates_the_examples() {
+    let run = TendCommand::new(&["schema"]).expect_code(0);
+    let schema: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    let validator = jsonschema::draft7::new(&schema).expect("a valid draft-07 schema");
+
+    let mut checked = 0;
+    for entry in fs::read_dir(repo_root().join("examples/databases")).unwrap() {
+        let text = fs::read_to_string(entry.unwrap().path()).unwrap();
+        for doc in yaml_documents_as_json(&text) {
+            let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{errors:?}\n{doc}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6);
+
+    // The schema has teeth: what the parser rejects, editors flag too.
+    for bad in [
+        BAD,
+        "apiVersion: tend.dev/v1\nkind: ManagedDatabase\nmetadata:\n  name: x\n",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: x\n  annotations:\n    tend.dev/pasued: \"true\"\n",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: x\nspec:\n  backupRetentionDays: 99\n",
+    ] {
+        let doc = &yaml_documents_as_json(bad)[0];
+        assert!(!validator.is_valid(doc), "schema accepted:\n{bad}");
+    }
+    let spec = &schema["definitions"]["Spec"]["properties"];
+    assert_eq!(spec["encoding"]["x-tend-mutability"], "immutable");
+    assert_eq!(spec["connectionLimit"]["x-tend-mutability"], "mutable");
+}
+
+#[test]
+fn committed_schema_matches_the_binary() {
+    let run = TendCommand::new(&["schema"]).expect_code(0);
+    let committed =
+        fs::read_to_string(repo_root().join("docs/schema/managed-database.schema.json")).unwrap();
+    assert!(
+        committed == run.stdout,
+        "docs/schema/managed-database.schema.json is stale: run `cargo run -- schema > docs/schema/managed-database.schema.json`"
+    );
+}
+
+#[test]
+fn declaration_docs_list_every_field_with_its_mutability() {
+    let docs = fs::read_to_string(repo_root().join("docs/declarations.md")).unwrap();
+    for field in tend::model::FIELDS {
+        let row = docs
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", field.name)))
+            .unwrap_or_else(|| {
+                panic!("docs/declarations.md has no table row for `{}`", field.name)
+            });
+        assert!(
+            row.contains(&format!("| {} |", field.mutability.as_str())),
+            "docs/declarations.md: `{}` should be {}: {row}",
+            field.name,
+            field.mutability.as_str()
+        );
+    }
+    for annotation in tend::model::overrides::KNOWN_ANNOTATIONS {
+        assert!(
+            docs.contains(&format!("`{annotation}`")),
+            "docs/declarations.md does not describe {annotation}"
+        );
+    }
+}

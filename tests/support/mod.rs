@@ -1,0 +1,72 @@
+//! Shared test support: running the real `tend` binary with a clean
+//! environment, and paths into the repository.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A `tend` invocation whose environment cannot leak the developer's config.
+pub struct TendCommand {
+    command: Command,
+    display: String,
+}
+
+impl TendCommand {
+    pub fn new(args: &[&str]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tend"));
+        command
+            .args(args)
+            .env_remove("TEND_CONFIG")
+            .env("NO_COLOR", "1")
+            .current_dir(repo_root());
+        TendCommand {
+            command,
+            display: format!("tend {}", args.join(" ")),
+        }
+    }
+
+    pub fn current_dir(mut self, dir: &Path) -> Self {
+        self.command.current_dir(dir);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.command.env(key, value);
+        self
+    }
+
+    /// Runs the command; on an unexpected exit code, panics with everything
+    /// needed to reproduce it.
+    pub fn expect_code(mut self, code: i32) -> RunOutput {
+        let output = self
+            .command
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.display));
+        let run = RunOutput {
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            output,
+        };
+        assert_eq!(
+            run.output.status.code(),
+            Some(code),
+            "`{}` exited with {:?}, expected {code}\n--- stdout\n{}\n--- stderr\n{}",
+            self.display,
+            run.output.status,
+            run.stdout,
+            run.stderr
+        );
+        run
+    }
+}
+
+pub struct RunOutput {
+    pub output: Output,
+    pub stdout: String,
+    pub stderr: String,
+}

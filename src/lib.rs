@@ -1,7 +1,10 @@
 //! tend: a GitOps pull agent for `ManagedDatabase` declarations.
 //!
-//! See `DESIGN.md` (shared design record) and `docs/` for the design; the
-//! modules follow its §2: [`model`] (declarations), [`cli`] (commands).
+//! The modules follow DESIGN.md §2: [`model`] (declarations), [`provider`]
+//! (where databases live), [`engine`] (the pure decision core), [`cli`]
+//! (commands).
 
 pub mod cli;
+pub mod engine;
 pub mod model;
+pub mod provider;

@@ -1,0 +1,839 @@
+//! `decide`: one resource, one decision.
+//!
+//! The rules are DESIGN.md §3–§5. Each returns a [`Rule`] so `tend explain`
+//! can name the rule that produced a decision, and a `reason` sentence for
+//! operators.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::desired::{desired_fields, manages_parameters};
+use super::overrides::{EffectiveOverride, OverrideInput, effective};
+use crate::model::{
+    Declaration, DeletionPolicy, DriftPolicy, ManagedDatabase, Mutability, SpecHash,
+};
+use crate::provider::{Capabilities, Observation, Observed, OwnershipMarker, ResourceStatus};
+
+/// What tend reports about a resource (DESIGN.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum State {
+    InSync,
+    Drifted,
+    Missing,
+    Overridden,
+    Blocked,
+    Unconvergeable,
+    Deleting,
+    Stalled,
+    Released,
+    Error,
+}
+
+/// What tend will do about it (DESIGN.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Action {
+    None,
+    Create,
+    Update,
+    Delete,
+    Release,
+    Adopt,
+    Hold,
+}
+
+/// The rule that produced a decision, for `tend explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    ObservationFailed,
+    InvalidProviderOverride,
+    PausedMissing,
+    Create,
+    MissingOutOfBand,
+    Provisioning,
+    NameTaken,
+    OwnedByOtherAgent,
+    OwnedByOtherDeclaration,
+    Adopt,
+    RequiresReplacement,
+    Paused,
+    Unconvergeable,
+    InSync,
+    IgnoredDrift,
+    DeclaredChange,
+    DriftReportOnly,
+    DriftGrace,
+    DriftCorrect,
+    Release,
+    Released,
+    DeletionPaused,
+    DeletionNotOurs,
+    DeletionDelay,
+    DeletionGuard,
+    Delete,
+    DeletionStalled,
+    Deleted,
+}
+
+/// Whether a difference was made in Git or behind tend's back (DESIGN.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriftOrigin {
+    Declared,
+    OutOfBand,
+}
+
+/// One field that differs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Drift {
+    pub field: String,
+    /// `null` when the declaration removes the field (a parameter to reset).
+    pub desired: Value,
+    /// `null` when the provider does not have it.
+    pub observed: Value,
+    pub origin: DriftOrigin,
+    /// Left alone by an override.
+    pub ignored: bool,
+}
+
+/// What tend remembers of a resource (the state dir; empty on first sight).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Memory {
+    /// Hash of the last spec applied and confirmed.
+    pub applied_spec_hash: Option<SpecHash>,
+    /// Field values of the last applied spec.
+    pub applied_fields: BTreeMap<String, Value>,
+    /// The commit of the last applied spec.
+    pub applied_commit: Option<String>,
+    /// tend created or adopted this resource and saw it exist.
+    pub existed: bool,
+    /// When each out-of-band drift (or the resource going missing, as field
+    /// `""`) was first seen.
+    pub drift_first_seen: BTreeMap<String, SystemTime>,
+    /// Confirmed updates of a field that still left it different.
+    pub failed_attempts: BTreeMap<String, u32>,
+}
+
+/// A declaration removed from Git, kept until the provider confirms the
+/// outcome (DESIGN.md §5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tombstone {
+    pub last: ManagedDatabase,
+    /// When tend first saw the removal (in a commit on the tracked branch).
+    pub removed_at: SystemTime,
+    pub removal_commit: String,
+    /// When the delete was first requested, if it was.
+    pub delete_requested_at: Option<SystemTime>,
+    pub last_error: Option<String>,
+}
+
+/// What a decision is about.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    Declared(&'a Declaration),
+    Removed(&'a Tombstone),
+}
+
+/// Agent-wide policy (from `[reconcile]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub agent_id: String,
+    /// `report` here overrides every declaration's `driftPolicy`.
+    pub drift_policy: DriftPolicy,
+    pub drift_grace: Duration,
+    pub deletion_delay: Duration,
+    pub deletion_stall: Duration,
+    /// Confirmed attempts before a field is `Unconvergeable`.
+    pub max_update_attempts: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            agent_id: String::new(),
+            drift_policy: DriftPolicy::Correct,
+            drift_grace: Duration::from_secs(600),
+            deletion_delay: Duration::from_secs(3600),
+            deletion_stall: Duration::from_secs(3600),
+            max_update_attempts: 3,
+        }
+    }
+}
+
+/// Everything `decide` needs.
+#[derive(Debug, Clone)]
+pub struct DecideInput<'a> {
+    pub subject: Subject<'a>,
+    pub observed: &'a Observed,
+    pub memory: &'a Memory,
+    /// Annotation and local overrides (provider-label overrides are read
+    /// from the observation).
+    pub overrides: &'a [OverrideInput],
+    pub policy: &'a Policy,
+    pub capabilities: &'a Capabilities,
+    /// The cycle's mass-deletion guard allows this resource's deletion.
+    pub deletion_allowed: bool,
+    pub now: SystemTime,
+}
+
+/// The outcome for one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub state: State,
+    pub action: Action,
+    pub rule: Rule,
+    /// A sentence for operators naming the rule.
+    pub reason: String,
+    pub drift: Vec<Drift>,
+    pub overrides: EffectiveOverride,
+    /// Field values to set when `action` is `Create`, `Update` or `Adopt`.
+    pub changes: BTreeMap<String, Value>,
+    /// When a held action becomes due.
+    pub act_at: Option<SystemTime>,
+}
+
+impl Decision {
+    fn new(state: State, action: Action, rule: Rule, reason: String) -> Self {
+        Decision {
+            state,
+            action,
+            rule,
+            reason,
+            drift: Vec::new(),
+            overrides: EffectiveOverride::default(),
+            changes: BTreeMap::new(),
+            act_at: None,
+        }
+    }
+
+    /// Whether this decision leaves work pending (for exit code 2).
+    pub fn is_pending(&self) -> bool {
+        self.action != Action::None || !matches!(self.state, State::InSync | State::Released)
+    }
+}
+
+fn time(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn duration(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "unset".into(),
+        Value::String(s) => format!("\"{s}\""),
+        other => other.to_string(),
+    }
+}
+
+/// Decides what may happen to one resource. Pure: same input, same output.
+pub fn decide(input: &DecideInput<'_>) -> Decision {
+    // Overrides at the provider travel with the observation.
+    let mut override_inputs = input.overrides.to_vec();
+    if let Observed::Found(obs) = input.observed
+        && input.capabilities.labels
+    {
+        match provider_override(obs, input.memory, input.now) {
+            Ok(Some(o)) => override_inputs.push(o),
+            Ok(None) => {}
+            Err(message) => {
+                return Decision::new(
+                    State::Error,
+                    Action::None,
+                    Rule::InvalidProviderOverride,
+                    format!(
+                        "the override labels at the provider are invalid ({message}); tend changes nothing until they are fixed, because a broken override must never be ignored"
+                    ),
+                );
+            }
+        }
+    }
+    let overrides = effective(&override_inputs, input.now);
+    let mut decision = match input.subject {
+        Subject::Declared(decl) => decide_declared(input, decl, &overrides),
+        Subject::Removed(tomb) => decide_removed(input, tomb, &overrides),
+    };
+    decision.overrides = overrides;
+    decision
+}
+
+fn provider_override(
+    obs: &Observation,
+    memory: &Memory,
+    now: SystemTime,
+) -> Result<Option<OverrideInput>, String> {
+    let labels = obs
+        .labels
+        .iter()
+        .filter(|(k, _)| k.starts_with("tend.dev/") && !k.starts_with("tend.dev/owner-"))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                crate::model::declaration::ScalarString(v.clone()),
+            )
+        })
+        .collect();
+    let parsed = crate::model::overrides::parse_annotations(&labels).map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|p| p.message)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    Ok(parsed.overrides.map(|spec| OverrideInput {
+        source: super::OverrideSource::Provider,
+        spec,
+        first_seen: memory
+            .drift_first_seen
+            .get("override:provider")
+            .copied()
+            .unwrap_or(now),
+    }))
+}
+
+fn decide_declared(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    ov: &EffectiveOverride,
+) -> Decision {
+    let name = decl.name();
+    let policy = input.policy;
+    let obs = match input.observed {
+        Observed::Failed(message) => {
+            // Never act without evidence.
+            return Decision::new(
+                State::Error,
+                Action::None,
+                Rule::ObservationFailed,
+                format!(
+                    "could not observe `{name}` at the provider ({message}); no action is taken without an observation"
+                ),
+            );
+        }
+        Observed::NotFound => return decide_missing(input, decl, ov),
+        Observed::Found(obs) => obs,
+    };
+
+    // Ownership (DESIGN.md §3).
+    let adopting = match obs.marker() {
+        Some(OwnershipMarker {
+            agent_id,
+            declaration,
+        }) if agent_id == policy.agent_id => {
+            if declaration != name {
+                return Decision::new(
+                    State::Blocked,
+                    Action::None,
+                    Rule::OwnedByOtherDeclaration,
+                    format!(
+                        "database `{}` belongs to declaration `{declaration}` of this agent, not to `{name}`: give `{name}` another databaseName",
+                        obs.database_name
+                    ),
+                );
+            }
+            false
+        }
+        Some(OwnershipMarker { agent_id, .. }) => {
+            return Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::OwnedByOtherAgent,
+                format!(
+                    "database `{}` is owned by another tend agent (`{agent_id}`); release it there before this agent can manage it",
+                    obs.database_name
+                ),
+            );
+        }
+        None if decl.annotations.adopt => true,
+        None => {
+            return Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::NameTaken,
+                format!(
+                    "name taken: database `{}` exists without tend's ownership marker; tend will not touch it unless the declaration says `tend.dev/adopt: \"true\"`",
+                    obs.database_name
+                ),
+            );
+        }
+    };
+
+    if obs.status == ResourceStatus::Provisioning {
+        return Decision::new(
+            State::Missing,
+            Action::Hold,
+            Rule::Provisioning,
+            format!(
+                "`{}` is still being provisioned at the provider; waiting for it to become ready",
+                obs.database_name
+            ),
+        );
+    }
+
+    let drift = compute_drift(input, decl, obs, ov);
+    let mut decision = decide_drift(input, decl, ov, drift);
+    if adopting && !ov.paused && decision.state != State::Blocked {
+        decision.action = Action::Adopt;
+        decision.rule = Rule::Adopt;
+        decision.reason = format!(
+            "`tend.dev/adopt` is set: tend takes ownership of the existing database `{}` by adding its marker{}",
+            obs.database_name,
+            if decision.drift.iter().any(|d| !d.ignored) {
+                "; drift is then corrected under the normal rules"
+            } else {
+                ""
+            }
+        );
+        decision.changes.clear();
+    }
+    decision
+}
+
+fn decide_missing(input: &DecideInput<'_>, decl: &Declaration, ov: &EffectiveOverride) -> Decision {
+    let name = decl.name();
+    let db = decl.manifest.database_name();
+    if ov.paused {
+        return Decision::new(
+            State::Overridden,
+            Action::None,
+            Rule::PausedMissing,
+            format!(
+                "`{db}` does not exist, but `{name}` is paused: nothing is created until the override is removed or expires"
+            ),
+        );
+    }
+    let create = |rule, reason| {
+        let mut d = Decision::new(State::Missing, Action::Create, rule, reason);
+        // Ignored fields are left to the provider's default even at creation:
+        // an override means hands off, whatever the action.
+        d.changes = desired_fields(&decl.manifest, input.capabilities)
+            .into_iter()
+            .filter(|(field, _)| !ov.ignores(field))
+            .collect();
+        d
+    };
+    if !input.memory.existed {
+        return create(
+            Rule::Create,
+            format!("`{db}` does not exist at the provider: create it"),
+        );
+    }
+    // It existed and was dropped behind tend's back: out-of-band drift.
+    let first_seen = input
+        .memory
+        .drift_first_seen
+        .get("")
+        .copied()
+        .unwrap_or(input.now);
+    if report_only(input.policy, &decl.manifest) {
+        return Decision::new(
+            State::Missing,
+            Action::None,
+            Rule::DriftReportOnly,
+            format!(
+                "`{db}` was deleted outside tend (out-of-band); driftPolicy Report: tend only reports it"
+            ),
+        );
+    }
+    let due = first_seen + input.policy.drift_grace;
+    if input.now < due {
+        let mut d = Decision::new(
+            State::Missing,
+            Action::Hold,
+            Rule::MissingOutOfBand,
+            format!(
+                "`{db}` was deleted outside tend (out-of-band); it is recreated after drift_grace ({}) at {} unless an override is added",
+                duration(input.policy.drift_grace),
+                time(due)
+            ),
+        );
+        d.act_at = Some(due);
+        return d;
+    }
+    create(
+        Rule::MissingOutOfBand,
+        format!("`{db}` was deleted outside tend and drift_grace has passed: recreate it"),
+    )
+}
+
+fn report_only(policy: &Policy, decl: &ManagedDatabase) -> bool {
+    policy.drift_policy == DriftPolicy::Report || decl.spec.drift_policy == DriftPolicy::Report
+}
+
+fn compute_drift(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    obs: &Observation,
+    ov: &EffectiveOverride,
+) -> Vec<Drift> {
+    let desired = desired_fields(&decl.manifest, input.capabilities);
+    let mut drift = Vec::new();
+    let mut push = |field: &str, want: &Value, have: &Value| {
+        if want == have {
+            return;
+        }
+        let declared = input
+            .memory
+            .applied_fields
+            .get(field)
+            .is_some_and(|applied| applied != want)
+            || (input.memory.applied_spec_hash.is_some()
+                && !input.memory.applied_fields.contains_key(field)
+                && want != &Value::Null);
+        drift.push(Drift {
+            field: field.to_string(),
+            desired: want.clone(),
+            observed: have.clone(),
+            origin: if declared {
+                DriftOrigin::Declared
+            } else {
+                DriftOrigin::OutOfBand
+            },
+            ignored: ov.ignores(field),
+        });
+    };
+    for (field, want) in &desired {
+        push(field, want, obs.fields.get(field).unwrap_or(&Value::Null));
+    }
+    if manages_parameters(&decl.manifest, input.capabilities) {
+        for (field, have) in obs.fields.range("parameters.".to_string()..) {
+            if !field.starts_with("parameters.") {
+                break;
+            }
+            if !desired.contains_key(field) {
+                push(field, &Value::Null, have);
+            }
+        }
+    }
+    drift
+}
+
+fn decide_drift(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    ov: &EffectiveOverride,
+    drift: Vec<Drift>,
+) -> Decision {
+    let name = decl.name();
+    let policy = input.policy;
+    let with = |mut d: Decision, drift: Vec<Drift>| {
+        d.drift = drift;
+        d
+    };
+    let active: Vec<&Drift> = drift.iter().filter(|d| !d.ignored).collect();
+
+    let immutable: Vec<&&Drift> = active
+        .iter()
+        .filter(|d| input.capabilities.mutability(&d.field) == Some(Mutability::Immutable))
+        .collect();
+    if !immutable.is_empty() {
+        let list = immutable
+            .iter()
+            .map(|d| format!("{} {} → {}", d.field, show(&d.observed), show(&d.desired)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return with(
+            Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::RequiresReplacement,
+                format!(
+                    "requires replacement: {list} cannot be changed in place, and tend never drops and recreates a database on its own"
+                ),
+            ),
+            drift,
+        );
+    }
+    if ov.paused {
+        let what = if active.is_empty() {
+            "no drift"
+        } else {
+            "drift is reported only"
+        };
+        return with(
+            Decision::new(
+                State::Overridden,
+                Action::None,
+                Rule::Paused,
+                format!(
+                    "`{name}` is paused by an override ({}): {what}; nothing is changed",
+                    ov.reasons.join("; ")
+                ),
+            ),
+            drift,
+        );
+    }
+    let stuck: Vec<&&Drift> = active
+        .iter()
+        .filter(|d| {
+            input
+                .memory
+                .failed_attempts
+                .get(&d.field)
+                .copied()
+                .unwrap_or(0)
+                >= policy.max_update_attempts
+        })
+        .collect();
+    if !stuck.is_empty() {
+        let fields = stuck
+            .iter()
+            .map(|d| d.field.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return with(
+            Decision::new(
+                State::Unconvergeable,
+                Action::None,
+                Rule::Unconvergeable,
+                format!(
+                    "{fields} still differ after {} confirmed updates; tend stops retrying until the declaration or the observed value changes",
+                    policy.max_update_attempts
+                ),
+            ),
+            drift,
+        );
+    }
+    if active.is_empty() {
+        if drift.is_empty() {
+            return Decision::new(
+                State::InSync,
+                Action::None,
+                Rule::InSync,
+                "in sync with the declaration".into(),
+            );
+        }
+        let fields = drift
+            .iter()
+            .map(|d| d.field.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return with(
+            Decision::new(
+                State::Overridden,
+                Action::None,
+                Rule::IgnoredDrift,
+                format!(
+                    "{fields} differ but are left alone by an override ({})",
+                    ov.reasons.join("; ")
+                ),
+            ),
+            drift,
+        );
+    }
+
+    // Declared changes apply now; out-of-band drift waits for drift_grace.
+    let mut changes = BTreeMap::new();
+    let mut held: Vec<(&str, SystemTime)> = Vec::new();
+    let report = report_only(policy, &decl.manifest);
+    for d in &active {
+        match d.origin {
+            DriftOrigin::Declared => {
+                changes.insert(d.field.clone(), d.desired.clone());
+            }
+            DriftOrigin::OutOfBand if report => {}
+            DriftOrigin::OutOfBand => {
+                let first = input
+                    .memory
+                    .drift_first_seen
+                    .get(&d.field)
+                    .copied()
+                    .unwrap_or(input.now);
+                let due = first + policy.drift_grace;
+                if input.now >= due {
+                    changes.insert(d.field.clone(), d.desired.clone());
+                } else {
+                    held.push((&d.field, due));
+                }
+            }
+        }
+    }
+    let out_of_band: Vec<&str> = active
+        .iter()
+        .filter(|d| d.origin == DriftOrigin::OutOfBand)
+        .map(|d| d.field.as_str())
+        .collect();
+    let act_at = held.iter().map(|(_, t)| *t).min();
+    let mut decision = if !changes.is_empty() {
+        let declared = active
+            .iter()
+            .any(|d| d.origin == DriftOrigin::Declared && changes.contains_key(&d.field));
+        let fields = changes.keys().cloned().collect::<Vec<_>>().join(", ");
+        let (rule, why) = if declared {
+            (Rule::DeclaredChange, "the declaration changed in Git")
+        } else {
+            (Rule::DriftCorrect, "out-of-band drift outlived drift_grace")
+        };
+        let mut reason = format!("update {fields}: {why}");
+        if let Some(t) = act_at {
+            let fields = held.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ");
+            reason.push_str(&format!(
+                "; out-of-band drift on {fields} is held until {}",
+                time(t)
+            ));
+        }
+        Decision::new(State::Drifted, Action::Update, rule, reason)
+    } else if report {
+        Decision::new(
+            State::Drifted,
+            Action::None,
+            Rule::DriftReportOnly,
+            format!(
+                "out-of-band drift on {}; driftPolicy Report: tend only reports it",
+                out_of_band.join(", ")
+            ),
+        )
+    } else {
+        let fields = held.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ");
+        Decision::new(
+            State::Drifted,
+            Action::Hold,
+            Rule::DriftGrace,
+            format!(
+                "out-of-band drift on {fields} is held for drift_grace ({}) so an operator can add an override; tend corrects it at {}",
+                duration(policy.drift_grace),
+                act_at.map(time).unwrap_or_default()
+            ),
+        )
+    };
+    decision.changes = changes;
+    decision.act_at = act_at;
+    with(decision, drift)
+}
+
+fn decide_removed(input: &DecideInput<'_>, tomb: &Tombstone, ov: &EffectiveOverride) -> Decision {
+    let name = &tomb.last.metadata.name;
+    let policy = input.policy;
+    let obs = match input.observed {
+        Observed::Failed(message) => {
+            return Decision::new(
+                State::Error,
+                Action::None,
+                Rule::ObservationFailed,
+                format!(
+                    "could not observe removed `{name}` at the provider ({message}); no action is taken without an observation"
+                ),
+            );
+        }
+        Observed::NotFound => {
+            let (state, rule, reason) = match tomb.last.spec.deletion_policy {
+                DeletionPolicy::Delete => (
+                    State::Released,
+                    Rule::Deleted,
+                    "deleted at the provider; the tombstone can go",
+                ),
+                DeletionPolicy::Retain => (
+                    State::Released,
+                    Rule::Released,
+                    "removed from Git and no longer at the provider",
+                ),
+            };
+            return Decision::new(state, Action::None, rule, format!("`{name}` was {reason}"));
+        }
+        Observed::Found(obs) => obs,
+    };
+    let ours = obs
+        .marker()
+        .is_some_and(|m| m.agent_id == policy.agent_id && &m.declaration == name);
+    match tomb.last.spec.deletion_policy {
+        DeletionPolicy::Retain => {
+            if ours {
+                Decision::new(
+                    State::Released,
+                    Action::Release,
+                    Rule::Release,
+                    format!(
+                        "`{name}` was removed from Git with deletionPolicy Retain: release ownership and leave the database"
+                    ),
+                )
+            } else {
+                Decision::new(
+                    State::Released,
+                    Action::None,
+                    Rule::Released,
+                    format!("`{name}` was removed from Git and released; the database stays"),
+                )
+            }
+        }
+        DeletionPolicy::Delete => {
+            if !ours {
+                return Decision::new(
+                    State::Blocked,
+                    Action::None,
+                    Rule::DeletionNotOurs,
+                    format!(
+                        "`{name}` was removed with deletionPolicy Delete, but `{}` does not carry this agent's marker: tend never deletes what it cannot prove it owns",
+                        obs.database_name
+                    ),
+                );
+            }
+            if !ov.is_empty() && (ov.paused || !ov.ignore_fields.is_empty()) {
+                return Decision::new(
+                    State::Deleting,
+                    Action::None,
+                    Rule::DeletionPaused,
+                    format!(
+                        "`{name}` would be deleted, but an override is set ({}): nothing is deleted while it holds",
+                        ov.reasons.join("; ")
+                    ),
+                );
+            }
+            if let Some(since) = tomb.delete_requested_at
+                && input.now >= since + policy.deletion_stall
+            {
+                let error = tomb.last_error.as_deref().unwrap_or("no error reported");
+                return Decision::new(
+                    State::Stalled,
+                    Action::Delete,
+                    Rule::DeletionStalled,
+                    format!(
+                        "the deletion of `{name}` has not been confirmed for {} (last error: {error})",
+                        duration(input.now.duration_since(since).unwrap_or_default())
+                    ),
+                );
+            }
+            let due = tomb.removed_at + policy.deletion_delay;
+            if input.now < due {
+                let mut d = Decision::new(
+                    State::Deleting,
+                    Action::Hold,
+                    Rule::DeletionDelay,
+                    format!(
+                        "`{name}` was removed in {} with deletionPolicy Delete; it is deleted after deletion_delay ({}) at {}",
+                        short(&tomb.removal_commit),
+                        duration(policy.deletion_delay),
+                        time(due)
+                    ),
+                );
+                d.act_at = Some(due);
+                return d;
+            }
+            if !input.deletion_allowed {
+                return Decision::new(
+                    State::Deleting,
+                    Action::Hold,
+                    Rule::DeletionGuard,
+                    "the mass-deletion guard stops further deletions in this cycle (max_deletions / max_deletion_percent)".into(),
+                );
+            }
+            Decision::new(
+                State::Deleting,
+                Action::Delete,
+                Rule::Delete,
+                format!(
+                    "`{name}` was removed in {} with deletionPolicy Delete and deletion_delay has passed: delete it",
+                    short(&tomb.removal_commit)
+                ),
+            )
+        }
+    }
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}

@@ -1,0 +1,40 @@
+//! Field values to compare: a declaration's spec flattened to field paths
+//! (`parameters.<key>` per setting) over the fields a provider observes.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::model::ManagedDatabase;
+use crate::provider::Capabilities;
+
+/// The declared value of every field the provider observes and the
+/// declaration sets. Absent fields are not managed and are not listed.
+pub fn desired_fields(decl: &ManagedDatabase, caps: &Capabilities) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let Ok(Value::Object(spec)) = serde_json::to_value(decl.normalized_spec()) else {
+        return out;
+    };
+    for (name, value) in spec {
+        if !caps.fields.contains_key(name.as_str()) {
+            continue;
+        }
+        match (name.as_str(), value) {
+            ("parameters", Value::Object(map)) => {
+                for (key, v) in map {
+                    out.insert(format!("parameters.{key}"), v);
+                }
+            }
+            (_, value) => {
+                out.insert(name, value);
+            }
+        }
+    }
+    out
+}
+
+/// Whether the declaration manages the whole `parameters` map (then an
+/// observed key it does not list is drift, and applying resets it).
+pub fn manages_parameters(decl: &ManagedDatabase, caps: &Capabilities) -> bool {
+    decl.spec.parameters.is_some() && caps.fields.contains_key("parameters")
+}

@@ -1,0 +1,133 @@
+//! Combining overrides from their three sources into one effective override.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::model::{OnExpiry, OverrideExpiry, OverrideSpec};
+
+/// Where an override was set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverrideSource {
+    /// An annotation on the declaration in Git.
+    Annotation,
+    /// `tend override set` on the agent's host.
+    Local,
+    /// A label at the provider.
+    Provider,
+}
+
+impl OverrideSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverrideSource::Annotation => "annotation",
+            OverrideSource::Local => "local",
+            OverrideSource::Provider => "provider",
+        }
+    }
+}
+
+/// One override as the decision core receives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverrideInput {
+    pub source: OverrideSource,
+    pub spec: OverrideSpec,
+    /// When tend first saw this override (a duration expiry counts from here).
+    pub first_seen: SystemTime,
+}
+
+impl OverrideInput {
+    /// The absolute expiry time, if any.
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        match self.spec.expires {
+            Some(OverrideExpiry::At(t)) => Some(t),
+            Some(OverrideExpiry::After(d)) => self.first_seen.checked_add(d),
+            None => None,
+        }
+    }
+}
+
+/// All overrides of a resource folded into one: what is honoured now, and
+/// everything a report must show.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EffectiveOverride {
+    /// Sources, in order (annotation, local, provider).
+    pub sources: Vec<OverrideSource>,
+    /// Honoured now: no create, update or delete.
+    pub paused: bool,
+    /// Honoured now: fields left as they are.
+    pub ignore_fields: Vec<String>,
+    pub reasons: Vec<String>,
+    /// The earliest expiry among the overrides.
+    pub expires: Option<SystemTime>,
+    /// Some override has expired (held, or resumed).
+    pub expired: bool,
+    /// Expired overrides with `on-expiry: resume` that are no longer honoured.
+    pub resumed: bool,
+    /// Age of the oldest override.
+    pub age: Duration,
+}
+
+impl EffectiveOverride {
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// Whether a field path is left alone: named directly, or as part of a
+    /// named map (`parameters` covers `parameters.work_mem`).
+    pub fn ignores(&self, path: &str) -> bool {
+        self.ignore_fields.iter().any(|f| {
+            f == path
+                || path
+                    .strip_prefix(f.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
+    }
+
+    /// `paused`, `ignore-fields`, or both.
+    pub fn kind(&self) -> &'static str {
+        match (self.paused, self.ignore_fields.is_empty()) {
+            (true, true) => "paused",
+            (true, false) => "paused,ignore-fields",
+            (false, _) => "ignore-fields",
+        }
+    }
+}
+
+/// Folds overrides into one. An expired override with `hold` stays
+/// honoured (and is reported expired); with `resume` it stops being honoured.
+pub fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveOverride {
+    let mut out = EffectiveOverride::default();
+    let mut sorted: Vec<&OverrideInput> = inputs.iter().collect();
+    sorted.sort_by_key(|o| o.source);
+    for o in sorted {
+        let expires = o.expires_at();
+        let expired = expires.is_some_and(|t| now >= t);
+        let honoured = !expired || o.spec.on_expiry == OnExpiry::Hold;
+        if !out.sources.contains(&o.source) {
+            out.sources.push(o.source);
+        }
+        if !o.spec.reason.is_empty() && !out.reasons.contains(&o.spec.reason) {
+            out.reasons.push(o.spec.reason.clone());
+        }
+        out.expires = match (out.expires, expires) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        out.expired |= expired;
+        out.resumed |= !honoured;
+        out.age = out
+            .age
+            .max(now.duration_since(o.first_seen).unwrap_or_default());
+        if honoured {
+            out.paused |= o.spec.paused;
+            for f in &o.spec.ignore_fields {
+                if !out.ignore_fields.contains(f) {
+                    out.ignore_fields.push(f.clone());
+                }
+            }
+        }
+    }
+    out
+}

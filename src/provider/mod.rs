@@ -1,0 +1,250 @@
+//! Providers: where databases really live (DESIGN.md §3).
+//!
+//! A provider observes databases and performs create/update/delete calls
+//! that carry an [`OperationId`] as idempotency key. Observations are plain
+//! data so the decision core can stay pure.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::hash::sha256_hex;
+use crate::model::{FIELDS, Mutability, SpecHash};
+
+pub mod sandbox;
+
+/// Label keys of the ownership marker at the provider.
+pub const OWNER_AGENT_LABEL: &str = "tend.dev/owner-agent";
+pub const OWNER_DECLARATION_LABEL: &str = "tend.dev/owner-declaration";
+
+/// Which agent and declaration own a resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnershipMarker {
+    pub agent_id: String,
+    pub declaration: String,
+}
+
+impl OwnershipMarker {
+    /// Reads the marker from provider labels.
+    pub fn from_labels(labels: &BTreeMap<String, String>) -> Option<Self> {
+        Some(OwnershipMarker {
+            agent_id: labels.get(OWNER_AGENT_LABEL)?.clone(),
+            declaration: labels.get(OWNER_DECLARATION_LABEL)?.clone(),
+        })
+    }
+}
+
+/// Lifecycle of a database at the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceStatus {
+    /// Created but not ready yet.
+    Provisioning,
+    Ready,
+    /// A delete was accepted and is in progress.
+    Deleting,
+}
+
+/// What a provider showed about one database, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// The database name at the provider.
+    pub database_name: String,
+    /// The provider's id for it.
+    pub external_id: String,
+    pub status: ResourceStatus,
+    /// Observed values by field path (`connectionLimit`, `parameters.work_mem`).
+    pub fields: BTreeMap<String, Value>,
+    /// Provider-side labels (ownership marker and provider-side overrides).
+    pub labels: BTreeMap<String, String>,
+    /// When the provider's answer was produced (a stale cache answers with an
+    /// old time).
+    pub observed_at: SystemTime,
+}
+
+impl Observation {
+    pub fn marker(&self) -> Option<OwnershipMarker> {
+        OwnershipMarker::from_labels(&self.labels)
+    }
+}
+
+/// The result of observing one declared database.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observed {
+    Found(Observation),
+    NotFound,
+    /// The provider could not be asked; never act on this.
+    Failed(String),
+}
+
+/// What a provider can observe and change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Top-level spec fields the provider observes, with their mutability
+    /// there (from the field table unless the provider knows better).
+    pub fields: BTreeMap<&'static str, Mutability>,
+    /// Whether the provider stores labels (and so provider-side overrides).
+    pub labels: bool,
+}
+
+impl Capabilities {
+    /// Capabilities for a set of top-level field names, mutability from the
+    /// field table.
+    pub fn for_fields(names: &[&str], labels: bool) -> Self {
+        let fields = FIELDS
+            .iter()
+            .filter(|f| names.contains(&f.name))
+            .map(|f| (f.name, f.mutability))
+            .collect();
+        Capabilities { fields, labels }
+    }
+
+    /// The mutability of a field path (`parameters.x` → `parameters`), if
+    /// the provider observes it.
+    pub fn mutability(&self, path: &str) -> Option<Mutability> {
+        let top = path.split('.').next().unwrap_or(path);
+        self.fields.get(top).copied()
+    }
+}
+
+/// Kind of a mutating call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperationKind {
+    Create,
+    Update,
+    Delete,
+    Adopt,
+    Release,
+}
+
+impl OperationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationKind::Create => "create",
+            OperationKind::Update => "update",
+            OperationKind::Delete => "delete",
+            OperationKind::Adopt => "adopt",
+            OperationKind::Release => "release",
+        }
+    }
+}
+
+/// Identity of one mutating operation: sha256 of (agent id, declaration name,
+/// kind, spec hash), hex. The same work always gets the same id, so a retry
+/// after a lost response or a crash is recognised by the provider.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OperationId(pub String);
+
+impl OperationId {
+    pub fn derive(agent_id: &str, name: &str, kind: OperationKind, spec_hash: &SpecHash) -> Self {
+        // Length-prefixed parts: no two different tuples share an input.
+        let mut input = String::new();
+        for part in [agent_id, name, kind.as_str(), &spec_hash.0] {
+            input.push_str(&part.len().to_string());
+            input.push(':');
+            input.push_str(part);
+        }
+        OperationId(sha256_hex(input.as_bytes()))
+    }
+}
+
+impl std::fmt::Display for OperationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A provider error, classified for the executor.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("{resource}: temporary provider failure: {message}")]
+    Retryable { resource: String, message: String },
+    #[error("{resource}: rate limited by the provider, retry after {retry_after:?}")]
+    RateLimited {
+        resource: String,
+        retry_after: std::time::Duration,
+    },
+    #[error("{resource}: write conflict (the resource changed since it was observed): {message}")]
+    Conflict { resource: String, message: String },
+    #[error("{resource}: not found at the provider")]
+    NotFound { resource: String },
+    #[error("{resource}: {message}")]
+    Permanent { resource: String, message: String },
+}
+
+impl ProviderError {
+    /// Whether the same call may succeed if retried later.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::Retryable { .. } | ProviderError::RateLimited { .. }
+        )
+    }
+}
+
+/// The request of a create or update: database name, field values to set,
+/// labels to set (ownership marker included on create).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeRequest {
+    pub database_name: String,
+    pub fields: BTreeMap<String, Value>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A place databases live.
+///
+/// # Guarantees expected of implementations
+/// * `create`, `update` and `delete` are idempotent per [`OperationId`]: the
+///   same id with the same request returns the original result; the same id
+///   with a different request is a `Permanent` error.
+/// * `observe_all` returns every database carrying this agent's marker plus
+///   the ones named.
+#[allow(async_fn_in_trait)]
+pub trait Provider {
+    fn capabilities(&self) -> Capabilities;
+    async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError>;
+    async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError>;
+    async fn create(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError>;
+    async fn update(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError>;
+    async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_ids_differ_per_part_and_repeat_per_input() {
+        let h = SpecHash("abc".into());
+        let a = OperationId::derive("agent", "orders", OperationKind::Create, &h);
+        assert_eq!(
+            a,
+            OperationId::derive("agent", "orders", OperationKind::Create, &h)
+        );
+        assert_ne!(
+            a,
+            OperationId::derive("agent", "orders", OperationKind::Update, &h)
+        );
+        assert_ne!(
+            a,
+            OperationId::derive("agent2", "orders", OperationKind::Create, &h)
+        );
+        assert_ne!(
+            OperationId::derive("ab", "c", OperationKind::Create, &h),
+            OperationId::derive("a", "bc", OperationKind::Create, &h)
+        );
+        assert_eq!(a.0.len(), 64);
+    }
+}

@@ -1,0 +1,679 @@
+//! One table case per rule of `decide`, and properties that must hold for
+//! every input.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tend::engine::{
+    Action, DecideInput, Decision, DriftOrigin, Memory, OverrideInput, OverrideSource, Policy,
+    Rule, State, Subject, Tombstone, decide,
+};
+use tend::model::{
+    Declaration, DeclarationSet, OnExpiry, OverrideExpiry, OverrideSpec, parse_file,
+};
+use tend::provider::{
+    Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
+};
+
+const AGENT: &str = "agent-1";
+
+fn t(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+}
+
+fn declaration(extra_annotations: &str, spec: &str) -> Declaration {
+    let text = format!(
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\n  annotations:\n    x: y\n{extra_annotations}spec:\n  encoding: UTF8\n  connectionLimit: 100\n  owner: app\n{spec}"
+    );
+    let set =
+        DeclarationSet::from_files(vec![parse_file(Path::new("orders.yaml"), text.as_bytes())]);
+    assert!(set.diagnostics.is_empty(), "{:?}", set.diagnostics);
+    set.declarations.into_iter().next().unwrap()
+}
+
+fn caps() -> Capabilities {
+    Capabilities::for_fields(
+        &[
+            "databaseName",
+            "owner",
+            "encoding",
+            "connectionLimit",
+            "parameters",
+            "comment",
+        ],
+        true,
+    )
+}
+
+fn observation(fields: &[(&str, Value)], marker: Option<(&str, &str)>) -> Observed {
+    let mut base: BTreeMap<String, Value> = [
+        ("databaseName", json!("orders")),
+        ("owner", json!("app")),
+        ("encoding", json!("UTF8")),
+        ("connectionLimit", json!(100)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    for (k, v) in fields {
+        base.insert(k.to_string(), v.clone());
+    }
+    let mut labels = BTreeMap::new();
+    if let Some((agent, decl)) = marker {
+        labels.insert(OWNER_AGENT_LABEL.to_string(), agent.to_string());
+        labels.insert(OWNER_DECLARATION_LABEL.to_string(), decl.to_string());
+    }
+    Observed::Found(Observation {
+        database_name: "orders".into(),
+        external_id: "db-1".into(),
+        status: ResourceStatus::Ready,
+        fields: base,
+        labels,
+        observed_at: t(0),
+    })
+}
+
+fn ours(fields: &[(&str, Value)]) -> Observed {
+    observation(fields, Some((AGENT, "orders")))
+}
+
+fn policy() -> Policy {
+    Policy {
+        agent_id: AGENT.into(),
+        ..Policy::default()
+    }
+}
+
+fn applied(decl: &Declaration) -> Memory {
+    Memory {
+        applied_spec_hash: Some(decl.spec_hash.clone()),
+        applied_fields: tend::engine::desired::desired_fields(&decl.manifest, &caps()),
+        existed: true,
+        ..Memory::default()
+    }
+}
+
+struct Case<'a> {
+    subject: Subject<'a>,
+    observed: Observed,
+    memory: Memory,
+    overrides: Vec<OverrideInput>,
+    policy: Policy,
+    deletion_allowed: bool,
+    now: SystemTime,
+}
+
+impl<'a> Case<'a> {
+    fn new(decl: &'a Declaration, observed: Observed) -> Self {
+        Case {
+            subject: Subject::Declared(decl),
+            observed,
+            memory: applied(decl),
+            overrides: Vec::new(),
+            policy: policy(),
+            deletion_allowed: true,
+            now: t(100),
+        }
+    }
+
+    fn run(&self) -> Decision {
+        let caps = caps();
+        decide(&DecideInput {
+            subject: self.subject,
+            observed: &self.observed,
+            memory: &self.memory,
+            overrides: &self.overrides,
+            policy: &self.policy,
+            capabilities: &caps,
+            deletion_allowed: self.deletion_allowed,
+            now: self.now,
+        })
+    }
+}
+
+fn expect(d: &Decision, state: State, action: Action, rule: Rule) {
+    assert_eq!(
+        (d.state, d.action, d.rule),
+        (state, action, rule),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
+fn in_sync() {
+    let decl = declaration("", "");
+    let d = Case::new(&decl, ours(&[])).run();
+    expect(&d, State::InSync, Action::None, Rule::InSync);
+    assert!(d.drift.is_empty());
+}
+
+#[test]
+fn missing_is_created() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory = Memory::default();
+    let d = case.run();
+    expect(&d, State::Missing, Action::Create, Rule::Create);
+    assert_eq!(d.changes["connectionLimit"], json!(100));
+    assert_eq!(d.changes["databaseName"], json!("orders"));
+}
+
+#[test]
+fn declared_change_is_applied_now() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
+    case.memory
+        .applied_fields
+        .insert("connectionLimit".into(), json!(50));
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Update, Rule::DeclaredChange);
+    assert_eq!(d.drift[0].origin, DriftOrigin::Declared);
+    assert_eq!(
+        d.changes,
+        BTreeMap::from([("connectionLimit".to_string(), json!(100))])
+    );
+}
+
+#[test]
+fn out_of_band_drift_inside_grace_is_held_with_the_time_it_will_act() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.memory
+        .drift_first_seen
+        .insert("connectionLimit".into(), t(0));
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Hold, Rule::DriftGrace);
+    assert_eq!(d.drift[0].origin, DriftOrigin::OutOfBand);
+    assert_eq!(d.act_at, Some(t(600)));
+    assert!(d.reason.contains("2027-01-15T08:10:00Z"), "{}", d.reason);
+    assert!(d.changes.is_empty());
+}
+
+#[test]
+fn out_of_band_drift_after_grace_is_corrected() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.memory
+        .drift_first_seen
+        .insert("connectionLimit".into(), t(0));
+    case.now = t(600);
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Update, Rule::DriftCorrect);
+    assert_eq!(d.changes["connectionLimit"], json!(100));
+}
+
+#[test]
+fn first_sight_without_memory_counts_as_out_of_band() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.memory = Memory::default();
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Hold, Rule::DriftGrace);
+    assert_eq!(d.drift[0].origin, DriftOrigin::OutOfBand);
+}
+
+#[test]
+fn drift_policy_report_never_corrects() {
+    let decl = declaration("", "  driftPolicy: Report\n");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.memory
+        .drift_first_seen
+        .insert("connectionLimit".into(), t(0));
+    case.now = t(100_000);
+    expect(
+        &case.run(),
+        State::Drifted,
+        Action::None,
+        Rule::DriftReportOnly,
+    );
+    // The agent-wide policy does the same.
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.policy.drift_policy = tend::model::DriftPolicy::Report;
+    case.now = t(100_000);
+    expect(
+        &case.run(),
+        State::Drifted,
+        Action::None,
+        Rule::DriftReportOnly,
+    );
+}
+
+const PAUSED: &str = "    tend.dev/paused: \"true\"\n    tend.dev/override-reason: INC-1\n";
+
+fn annotation_overrides(decl: &Declaration, first_seen: SystemTime) -> Vec<OverrideInput> {
+    decl.annotations
+        .overrides
+        .iter()
+        .map(|spec| OverrideInput {
+            source: OverrideSource::Annotation,
+            spec: spec.clone(),
+            first_seen,
+        })
+        .collect()
+}
+
+#[test]
+fn paused_changes_nothing() {
+    let decl = declaration(PAUSED, "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.overrides = annotation_overrides(&decl, t(0));
+    case.now = t(100_000);
+    let d = case.run();
+    expect(&d, State::Overridden, Action::None, Rule::Paused);
+    assert!(d.overrides.paused);
+    assert_eq!(d.drift.len(), 1, "drift is still reported");
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.overrides = annotation_overrides(&decl, t(0));
+    expect(
+        &case.run(),
+        State::Overridden,
+        Action::None,
+        Rule::PausedMissing,
+    );
+}
+
+#[test]
+fn ignored_fields_are_left_but_others_corrected() {
+    let decl = declaration(
+        "    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: INC-2\n",
+        "",
+    );
+    let mut case = Case::new(
+        &decl,
+        ours(&[
+            ("connectionLimit", json!(500)),
+            ("owner", json!("intruder")),
+        ]),
+    );
+    case.overrides = annotation_overrides(&decl, t(0));
+    case.memory.drift_first_seen.insert("owner".into(), t(0));
+    case.now = t(1000);
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Update, Rule::DriftCorrect);
+    assert_eq!(
+        d.changes,
+        BTreeMap::from([("owner".to_string(), json!("app"))])
+    );
+    assert!(
+        d.drift
+            .iter()
+            .find(|x| x.field == "connectionLimit")
+            .unwrap()
+            .ignored
+    );
+
+    let mut only_ignored = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    only_ignored.overrides = annotation_overrides(&decl, t(0));
+    expect(
+        &only_ignored.run(),
+        State::Overridden,
+        Action::None,
+        Rule::IgnoredDrift,
+    );
+}
+
+fn expiring(on_expiry: OnExpiry) -> OverrideInput {
+    OverrideInput {
+        source: OverrideSource::Annotation,
+        spec: OverrideSpec {
+            paused: true,
+            ignore_fields: vec![],
+            reason: "INC-3".into(),
+            expires: Some(OverrideExpiry::After(Duration::from_secs(3600))),
+            expires_text: Some("1h".into()),
+            on_expiry,
+        },
+        first_seen: t(0),
+    }
+}
+
+#[test]
+fn expired_override_with_hold_is_still_honoured_and_reported_expired() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.overrides = vec![expiring(OnExpiry::Hold)];
+    case.now = t(7200);
+    let d = case.run();
+    expect(&d, State::Overridden, Action::None, Rule::Paused);
+    assert!(d.overrides.expired);
+    assert_eq!(d.overrides.expires, Some(t(3600)));
+}
+
+#[test]
+fn expired_override_with_resume_resumes_management() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.overrides = vec![expiring(OnExpiry::Resume)];
+    case.memory
+        .drift_first_seen
+        .insert("connectionLimit".into(), t(0));
+    case.now = t(7200);
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Update, Rule::DriftCorrect);
+    assert!(d.overrides.expired && d.overrides.resumed && !d.overrides.paused);
+}
+
+#[test]
+fn override_from_a_provider_label_is_honoured() {
+    let decl = declaration("", "");
+    let mut observed = ours(&[("connectionLimit", json!(500))]);
+    if let Observed::Found(obs) = &mut observed {
+        obs.labels
+            .insert("tend.dev/ignore-fields".into(), "connectionLimit".into());
+        obs.labels
+            .insert("tend.dev/override-reason".into(), "dba on call".into());
+    }
+    let mut case = Case::new(&decl, observed);
+    case.now = t(100_000);
+    let d = case.run();
+    expect(&d, State::Overridden, Action::None, Rule::IgnoredDrift);
+    assert_eq!(d.overrides.sources, vec![OverrideSource::Provider]);
+}
+
+#[test]
+fn an_invalid_provider_label_override_stops_all_action() {
+    let decl = declaration("", "");
+    let mut observed = ours(&[("connectionLimit", json!(500))]);
+    if let Observed::Found(obs) = &mut observed {
+        obs.labels.insert("tend.dev/pasued".into(), "true".into());
+    }
+    let d = Case::new(&decl, observed).run();
+    expect(
+        &d,
+        State::Error,
+        Action::None,
+        Rule::InvalidProviderOverride,
+    );
+}
+
+#[test]
+fn override_from_a_local_override_is_honoured() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory = Memory::default();
+    let mut local = expiring(OnExpiry::Hold);
+    local.source = OverrideSource::Local;
+    local.spec.expires = None;
+    case.overrides = vec![local];
+    let d = case.run();
+    expect(&d, State::Overridden, Action::None, Rule::PausedMissing);
+    assert_eq!(d.overrides.sources, vec![OverrideSource::Local]);
+}
+
+#[test]
+fn immutable_change_is_blocked() {
+    let decl = declaration("", "");
+    let d = Case::new(&decl, ours(&[("encoding", json!("LATIN1"))])).run();
+    expect(&d, State::Blocked, Action::None, Rule::RequiresReplacement);
+    assert!(d.reason.contains("requires replacement"), "{}", d.reason);
+}
+
+#[test]
+fn a_name_taken_by_someone_else_is_blocked() {
+    let decl = declaration("", "");
+    let d = Case::new(&decl, observation(&[], None)).run();
+    expect(&d, State::Blocked, Action::None, Rule::NameTaken);
+    let d = Case::new(&decl, observation(&[], Some(("agent-2", "orders")))).run();
+    expect(&d, State::Blocked, Action::None, Rule::OwnedByOtherAgent);
+    let d = Case::new(&decl, observation(&[], Some((AGENT, "billing")))).run();
+    expect(
+        &d,
+        State::Blocked,
+        Action::None,
+        Rule::OwnedByOtherDeclaration,
+    );
+}
+
+#[test]
+fn adopt_takes_an_unmarked_database() {
+    let decl = declaration("    tend.dev/adopt: \"true\"\n", "");
+    let mut case = Case::new(&decl, observation(&[], None));
+    case.memory = Memory::default();
+    expect(&case.run(), State::InSync, Action::Adopt, Rule::Adopt);
+}
+
+#[test]
+fn an_observation_error_is_never_acted_on() {
+    let decl = declaration("", "");
+    let d = Case::new(&decl, Observed::Failed("connection refused".into())).run();
+    expect(&d, State::Error, Action::None, Rule::ObservationFailed);
+    assert!(d.reason.contains("connection refused"));
+}
+
+#[test]
+fn a_database_dropped_behind_tends_back_waits_for_grace() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory.drift_first_seen.insert(String::new(), t(0));
+    expect(
+        &case.run(),
+        State::Missing,
+        Action::Hold,
+        Rule::MissingOutOfBand,
+    );
+    case.now = t(700);
+    expect(
+        &case.run(),
+        State::Missing,
+        Action::Create,
+        Rule::MissingOutOfBand,
+    );
+}
+
+#[test]
+fn three_failed_updates_make_a_field_unconvergeable() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.memory
+        .failed_attempts
+        .insert("connectionLimit".into(), 3);
+    expect(
+        &case.run(),
+        State::Unconvergeable,
+        Action::None,
+        Rule::Unconvergeable,
+    );
+}
+
+#[test]
+fn removed_parameters_are_reset() {
+    let decl = declaration("", "  parameters:\n    work_mem: 64MB\n");
+    let mut case = Case::new(
+        &decl,
+        ours(&[
+            ("parameters.work_mem", json!("64MB")),
+            ("parameters.old", json!("1")),
+        ]),
+    );
+    case.memory
+        .drift_first_seen
+        .insert("parameters.old".into(), t(0));
+    case.now = t(1000);
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Update, Rule::DriftCorrect);
+    assert_eq!(
+        d.changes,
+        BTreeMap::from([("parameters.old".to_string(), Value::Null)])
+    );
+}
+
+fn tombstone(decl: &Declaration, policy: &str) -> Tombstone {
+    let mut last = decl.manifest.clone();
+    last.spec.deletion_policy = if policy == "Delete" {
+        tend::model::DeletionPolicy::Delete
+    } else {
+        tend::model::DeletionPolicy::Retain
+    };
+    Tombstone {
+        last,
+        removed_at: t(0),
+        removal_commit: "0123456789abcdef".into(),
+        delete_requested_at: None,
+        last_error: None,
+    }
+}
+
+#[test]
+fn removal_with_retain_releases() {
+    let decl = declaration("", "");
+    let tomb = tombstone(&decl, "Retain");
+    let mut case = Case::new(&decl, ours(&[]));
+    case.subject = Subject::Removed(&tomb);
+    expect(&case.run(), State::Released, Action::Release, Rule::Release);
+}
+
+#[test]
+fn removal_with_delete_waits_for_delay_guard_and_ownership() {
+    let decl = declaration("", "");
+    let tomb = tombstone(&decl, "Delete");
+    let mut case = Case::new(&decl, ours(&[]));
+    case.subject = Subject::Removed(&tomb);
+    expect(
+        &case.run(),
+        State::Deleting,
+        Action::Hold,
+        Rule::DeletionDelay,
+    );
+    case.now = t(3600);
+    expect(&case.run(), State::Deleting, Action::Delete, Rule::Delete);
+    case.deletion_allowed = false;
+    expect(
+        &case.run(),
+        State::Deleting,
+        Action::Hold,
+        Rule::DeletionGuard,
+    );
+    case.deletion_allowed = true;
+    case.observed = observation(&[], None);
+    expect(
+        &case.run(),
+        State::Blocked,
+        Action::None,
+        Rule::DeletionNotOurs,
+    );
+    case.observed = ours(&[]);
+    case.overrides = vec![expiring(OnExpiry::Hold)];
+    expect(
+        &case.run(),
+        State::Deleting,
+        Action::None,
+        Rule::DeletionPaused,
+    );
+}
+
+#[test]
+fn a_deletion_unconfirmed_past_the_stall_time_is_stalled() {
+    let decl = declaration("", "");
+    let mut tomb = tombstone(&decl, "Delete");
+    tomb.delete_requested_at = Some(t(3600));
+    tomb.last_error = Some("database is being accessed by other users".into());
+    let mut case = Case::new(&decl, ours(&[]));
+    case.subject = Subject::Removed(&tomb);
+    case.now = t(3600 + 3600);
+    let d = case.run();
+    expect(&d, State::Stalled, Action::Delete, Rule::DeletionStalled);
+    assert!(d.reason.contains("other users"));
+}
+
+// ---- properties -------------------------------------------------------------
+
+fn any_observed() -> impl Strategy<Value = Observed> {
+    let fields = proptest::collection::vec(
+        (
+            prop_oneof![
+                Just("owner"),
+                Just("encoding"),
+                Just("connectionLimit"),
+                Just("comment"),
+                Just("parameters.work_mem"),
+                Just("parameters.other")
+            ],
+            prop_oneof![
+                Just(json!(100)),
+                Just(json!(7)),
+                Just(json!("app")),
+                Just(json!("LATIN1")),
+                Just(Value::Null)
+            ],
+        ),
+        0..4,
+    );
+    let marker = prop_oneof![
+        Just(None),
+        Just(Some((AGENT, "orders"))),
+        Just(Some(("agent-2", "orders"))),
+        Just(Some((AGENT, "other")))
+    ];
+    prop_oneof![
+        Just(Observed::NotFound),
+        Just(Observed::Failed("boom".into())),
+        (fields, marker).prop_map(|(fields, marker)| observation(&fields, marker)),
+    ]
+}
+
+fn any_declaration() -> impl Strategy<Value = Declaration> {
+    let annotations = prop_oneof![
+        Just(String::new()),
+        Just(PAUSED.to_string()),
+        Just("    tend.dev/ignore-fields: connectionLimit,parameters\n    tend.dev/override-reason: r\n".to_string()),
+        Just("    tend.dev/ignore-fields: owner\n    tend.dev/override-reason: r\n".to_string()),
+        Just("    tend.dev/adopt: \"true\"\n".to_string()),
+    ];
+    let spec = prop_oneof![
+        Just(String::new()),
+        Just("  parameters:\n    work_mem: 64MB\n".to_string()),
+        Just("  driftPolicy: Report\n".to_string()),
+    ];
+    (annotations, spec).prop_map(|(a, s)| declaration(&a, &s))
+}
+
+fn any_memory() -> impl Strategy<Value = (bool, u64, u32)> {
+    (any::<bool>(), 0u64..2000, 0u32..4)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decide_is_deterministic_and_respects_overrides(
+        decl in any_declaration(),
+        observed in any_observed(),
+        (remember, now, attempts) in any_memory(),
+    ) {
+        let mut case = Case::new(&decl, observed.clone());
+        if !remember {
+            case.memory = Memory::default();
+        }
+        case.memory.drift_first_seen.insert("connectionLimit".into(), t(0));
+        case.memory.failed_attempts.insert("owner".into(), attempts);
+        case.overrides = annotation_overrides(&decl, t(0));
+        case.now = t(now);
+        let first = case.run();
+        prop_assert_eq!(&first, &case.run());
+
+        if decl.annotations.overrides.as_ref().is_some_and(|o| o.paused) {
+            prop_assert!(!matches!(first.action, Action::Create | Action::Update | Action::Delete), "{:?}", first);
+        }
+        if let Some(o) = &decl.annotations.overrides {
+            for field in first.changes.keys() {
+                prop_assert!(
+                    !o.ignore_fields.iter().any(|i| field == i || field.starts_with(&format!("{i}."))),
+                    "changed ignored field {} : {:?}", field, first
+                );
+            }
+        }
+        if let Observed::Found(obs) = &observed
+            && obs.marker().is_some_and(|m| m.agent_id == AGENT)
+        {
+            prop_assert_ne!(first.action, Action::Create);
+        }
+        if matches!(observed, Observed::Failed(_)) {
+            prop_assert_eq!(first.action, Action::None);
+        }
+    }
+}

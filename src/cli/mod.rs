@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod plan;
+mod sandbox;
 mod schema;
 mod validate;
 
@@ -45,6 +47,13 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Print the JSON Schema (draft-07) of a declaration, for editors.
     Schema,
+    /// One read-only cycle: observe, decide, print what tend would do.
+    Plan(plan::PlanArgs),
+    /// Everything tend knows about one declaration, and why it decides as it does.
+    Explain(plan::ExplainArgs),
+    /// The sandbox provider's dashboard: change external state as an operator would.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
 }
 
 /// Output format of report-like commands.
@@ -80,6 +89,9 @@ pub fn run(cli: Cli) -> u8 {
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Schema => schema::run(),
+        Command::Plan(args) => plan::run_plan(&cli.config, &args),
+        Command::Explain(args) => plan::run_explain(&cli.config, &args),
+        Command::Sandbox(command) => sandbox::run(&cli.config, &command),
     };
     match result {
         Ok(code) => code,

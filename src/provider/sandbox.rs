@@ -1,1 +1,466 @@
-pub struct SandboxProvider;
+//! The sandbox provider: the embedded default a new user runs first, and
+//! the provider deterministic tests use.
+//!
+//! Databases live in a JSON file in the state dir (so they survive
+//! restarts and `tend sandbox edit` can change them as an operator would at
+//! a dashboard). It honours idempotency keys like a real API: the same key
+//! with the same request returns the original result; the same key with a
+//! different request is refused. Faults from `[providers.NAME.faults]` are
+//! injected at the exact points a real API fails.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{
+    Capabilities, ChangeRequest, OWNER_AGENT_LABEL, Observation, OperationId, Provider,
+    ProviderError, ResourceStatus,
+};
+use crate::config::FaultConfig;
+use crate::model::hash::sha256_hex;
+
+/// Fields the sandbox observes: every provider field of both scopes.
+pub const SANDBOX_FIELDS: &[&str] = &[
+    "databaseName",
+    "owner",
+    "encoding",
+    "locale",
+    "connectionLimit",
+    "allowConnections",
+    "extensions",
+    "parameters",
+    "comment",
+    "engine",
+    "version",
+    "size",
+    "storageGb",
+    "highAvailability",
+    "backupRetentionDays",
+    "region",
+];
+
+/// One database in the sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxDatabase {
+    pub id: String,
+    /// Field values by path (`parameters.work_mem` for settings).
+    pub fields: BTreeMap<String, Value>,
+    pub labels: BTreeMap<String, String>,
+    /// Seconds since the epoch.
+    pub created_at: u64,
+    pub ready_at: u64,
+}
+
+/// A mutating call the sandbox has seen, by idempotency key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct RecordedOperation {
+    request_digest: String,
+    database_name: String,
+    /// How often the key was used.
+    uses: u32,
+}
+
+/// The sandbox file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxState {
+    pub databases: BTreeMap<String, SandboxDatabase>,
+    #[serde(default)]
+    operations: BTreeMap<String, RecordedOperation>,
+    #[serde(default)]
+    next_id: u64,
+}
+
+impl SandboxState {
+    /// How often an idempotency key was used (for tests of retries).
+    pub fn key_uses(&self, op: &str) -> u32 {
+        self.operations.get(op).map_or(0, |o| o.uses)
+    }
+}
+
+/// Sandbox errors outside the provider contract (file access).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot read sandbox state {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("sandbox state {path} is corrupt: {message}; move it away to start an empty sandbox")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("cannot write sandbox state {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A sandbox provider over its state file.
+#[derive(Debug)]
+pub struct SandboxProvider {
+    name: String,
+    file: PathBuf,
+    provisioning_delay: Duration,
+    faults: Mutex<FaultConfig>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl SandboxProvider {
+    pub fn new(
+        name: &str,
+        state_dir: &Path,
+        provisioning_delay: Duration,
+        faults: FaultConfig,
+    ) -> Self {
+        SandboxProvider {
+            name: name.to_string(),
+            file: state_dir.join("sandbox").join(format!("{name}.json")),
+            provisioning_delay,
+            faults: Mutex::new(faults),
+        }
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Reads the state file (an absent file is an empty sandbox).
+    pub fn load(&self) -> Result<SandboxState, SandboxError> {
+        match fs::read(&self.file) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| SandboxError::Corrupt {
+                path: self.file.clone(),
+                message: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SandboxState::default()),
+            Err(source) => Err(SandboxError::Read {
+                path: self.file.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Writes the state atomically (temp file, fsync, rename): a crash never
+    /// leaves a half-written sandbox.
+    pub fn save(&self, state: &SandboxState) -> Result<(), SandboxError> {
+        let write_err = |source| SandboxError::Write {
+            path: self.file.clone(),
+            source,
+        };
+        if let Some(dir) = self.file.parent() {
+            fs::create_dir_all(dir).map_err(write_err)?;
+        }
+        let tmp = self.file.with_extension("json.tmp");
+        let bytes =
+            serde_json::to_vec_pretty(state).map_err(|e| write_err(std::io::Error::other(e)))?;
+        let mut f = fs::File::create(&tmp).map_err(write_err)?;
+        f.write_all(&bytes).map_err(write_err)?;
+        f.sync_all().map_err(write_err)?;
+        fs::rename(&tmp, &self.file).map_err(write_err)
+    }
+
+    fn observation(name: &str, db: &SandboxDatabase, now: u64) -> Observation {
+        Observation {
+            database_name: name.to_string(),
+            external_id: db.id.clone(),
+            status: if now < db.ready_at {
+                ResourceStatus::Provisioning
+            } else {
+                ResourceStatus::Ready
+            },
+            fields: db.fields.clone(),
+            labels: db.labels.clone(),
+            observed_at: SystemTime::UNIX_EPOCH + Duration::from_secs(now),
+        }
+    }
+
+    fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {
+        ProviderError::Retryable {
+            resource: resource.to_string(),
+            message: format!("sandbox `{}`: {e}", self.name),
+        }
+    }
+
+    /// Injected failures before a call reaches the "server".
+    fn fail_before(&self, resource: &str) -> Result<(), ProviderError> {
+        let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        if faults.rate_limit_calls > 0 {
+            faults.rate_limit_calls -= 1;
+            return Err(ProviderError::RateLimited {
+                resource: resource.to_string(),
+                retry_after: faults.retry_after,
+            });
+        }
+        if faults.fail_calls > 0 {
+            faults.fail_calls -= 1;
+            return Err(ProviderError::Retryable {
+                resource: resource.to_string(),
+                message: "sandbox: 503 service unavailable (injected)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Injected loss of a response after the change was committed.
+    fn lose_after(&self, resource: &str) -> Result<(), ProviderError> {
+        let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        if faults.lose_responses > 0 {
+            faults.lose_responses -= 1;
+            return Err(ProviderError::Retryable {
+                resource: resource.to_string(),
+                message: "sandbox: connection reset after the change was committed (injected lost response)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records an idempotency key; `Ok(true)` when the same request was seen
+    /// before (return the original result, change nothing).
+    fn check_key(
+        state: &mut SandboxState,
+        op: &OperationId,
+        digest: &str,
+        database_name: &str,
+    ) -> Result<bool, ProviderError> {
+        match state.operations.get_mut(&op.0) {
+            Some(recorded) if recorded.request_digest == digest => {
+                recorded.uses += 1;
+                Ok(true)
+            }
+            Some(_) => Err(ProviderError::Permanent {
+                resource: database_name.to_string(),
+                message: format!("idempotency key {op} was already used for a different request"),
+            }),
+            None => {
+                state.operations.insert(
+                    op.0.clone(),
+                    RecordedOperation {
+                        request_digest: digest.to_string(),
+                        database_name: database_name.to_string(),
+                        uses: 1,
+                    },
+                );
+                Ok(false)
+            }
+        }
+    }
+
+    fn digest(kind: &str, request: &impl Serialize) -> String {
+        let json = serde_json::to_string(request).unwrap_or_default();
+        sha256_hex(format!("{kind}:{json}").as_bytes())
+    }
+
+    fn apply_fields(db: &mut SandboxDatabase, request: &ChangeRequest) {
+        for (field, value) in &request.fields {
+            if value.is_null() {
+                db.fields.remove(field);
+            } else {
+                db.fields.insert(field.clone(), value.clone());
+            }
+        }
+        for (k, v) in &request.labels {
+            db.labels.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+impl Provider for SandboxProvider {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::for_fields(SANDBOX_FIELDS, true)
+    }
+
+    async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
+        self.fail_before("*")?;
+        let state = self.load().map_err(|e| self.to_provider_error("*", e))?;
+        let now = now_secs();
+        Ok(state
+            .databases
+            .iter()
+            .filter(|(name, db)| names.contains(name) || db.labels.contains_key(OWNER_AGENT_LABEL))
+            .map(|(name, db)| Self::observation(name, db, now))
+            .collect())
+    }
+
+    async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
+        self.fail_before(database_name)?;
+        let state = self
+            .load()
+            .map_err(|e| self.to_provider_error(database_name, e))?;
+        Ok(state
+            .databases
+            .get(database_name)
+            .map(|db| Self::observation(database_name, db, now_secs())))
+    }
+
+    async fn create(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError> {
+        let name = &request.database_name;
+        self.fail_before(name)?;
+        let mut state = self.load().map_err(|e| self.to_provider_error(name, e))?;
+        let now = now_secs();
+        if !Self::check_key(&mut state, op, &Self::digest("create", request), name)? {
+            if state.databases.contains_key(name) {
+                return Err(ProviderError::Conflict {
+                    resource: name.clone(),
+                    message: "a database of that name already exists".into(),
+                });
+            }
+            state.next_id += 1;
+            let mut db = SandboxDatabase {
+                id: format!("sbx-{}", state.next_id),
+                fields: BTreeMap::new(),
+                labels: BTreeMap::new(),
+                created_at: now,
+                ready_at: now + self.provisioning_delay.as_secs(),
+            };
+            Self::apply_fields(&mut db, request);
+            state.databases.insert(name.clone(), db);
+        }
+        self.save(&state)
+            .map_err(|e| self.to_provider_error(name, e))?;
+        self.lose_after(name)?;
+        let db = state
+            .databases
+            .get(name)
+            .ok_or_else(|| ProviderError::NotFound {
+                resource: name.clone(),
+            })?;
+        Ok(Self::observation(name, db, now))
+    }
+
+    async fn update(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError> {
+        let name = &request.database_name;
+        self.fail_before(name)?;
+        let mut state = self.load().map_err(|e| self.to_provider_error(name, e))?;
+        if !state.databases.contains_key(name) {
+            return Err(ProviderError::NotFound {
+                resource: name.clone(),
+            });
+        }
+        if !Self::check_key(&mut state, op, &Self::digest("update", request), name)?
+            && let Some(db) = state.databases.get_mut(name)
+        {
+            Self::apply_fields(db, request);
+        }
+        self.save(&state)
+            .map_err(|e| self.to_provider_error(name, e))?;
+        self.lose_after(name)?;
+        let db = state
+            .databases
+            .get(name)
+            .ok_or_else(|| ProviderError::NotFound {
+                resource: name.clone(),
+            })?;
+        Ok(Self::observation(name, db, now_secs()))
+    }
+
+    async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
+        self.fail_before(database_name)?;
+        let mut state = self
+            .load()
+            .map_err(|e| self.to_provider_error(database_name, e))?;
+        if !Self::check_key(
+            &mut state,
+            op,
+            &Self::digest("delete", &database_name),
+            database_name,
+        )? {
+            state.databases.remove(database_name);
+        }
+        self.save(&state)
+            .map_err(|e| self.to_provider_error(database_name, e))?;
+        self.lose_after(database_name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SpecHash;
+    use crate::provider::OperationKind;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn request(limit: i64) -> ChangeRequest {
+        ChangeRequest {
+            database_name: "orders".into(),
+            fields: BTreeMap::from([("connectionLimit".to_string(), Value::from(limit))]),
+            labels: BTreeMap::from([(OWNER_AGENT_LABEL.to_string(), "a".to_string())]),
+        }
+    }
+
+    #[test]
+    fn a_lost_create_response_retried_with_the_same_key_creates_one_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = FaultConfig {
+            lose_responses: 1,
+            ..FaultConfig::default()
+        };
+        let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
+        let op = OperationId::derive("a", "orders", OperationKind::Create, &SpecHash("h".into()));
+        rt().block_on(async {
+            assert!(
+                sandbox
+                    .create(&op, &request(5))
+                    .await
+                    .unwrap_err()
+                    .is_transient()
+            );
+            let obs = sandbox.create(&op, &request(5)).await.unwrap();
+            assert_eq!(obs.fields["connectionLimit"], Value::from(5));
+            let other = OperationId("other".into());
+            assert!(matches!(
+                sandbox.create(&other, &request(5)).await,
+                Err(ProviderError::Conflict { .. })
+            ));
+            assert!(matches!(
+                sandbox.create(&op, &request(6)).await,
+                Err(ProviderError::Permanent { .. })
+            ));
+        });
+        let state = sandbox.load().unwrap();
+        assert_eq!(state.databases.len(), 1);
+        assert_eq!(state.key_uses(&op.0), 2);
+    }
+
+    #[test]
+    fn rate_limits_and_failures_are_injected_before_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = FaultConfig {
+            rate_limit_calls: 1,
+            fail_calls: 1,
+            retry_after: Duration::from_secs(2),
+            ..FaultConfig::default()
+        };
+        let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
+        rt().block_on(async {
+            assert!(matches!(
+                sandbox.observe("x").await,
+                Err(ProviderError::RateLimited { retry_after, .. }) if retry_after == Duration::from_secs(2)
+            ));
+            assert!(matches!(sandbox.observe("x").await, Err(ProviderError::Retryable { .. })));
+            assert_eq!(sandbox.observe("x").await.unwrap(), None);
+        });
+    }
+}

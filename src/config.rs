@@ -1,0 +1,287 @@
+//! The agent's configuration file (TOML, DESIGN.md §9).
+//!
+//! Config types only describe the file; runtime components are built from
+//! them (`Policy`, providers). Relative paths are resolved against the
+//! directory of the configuration file, so `examples/tend.toml` works from
+//! any working directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::engine::Policy;
+use crate::model::DriftPolicy;
+
+/// A configuration problem. Exit code 78 (`EX_CONFIG`).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration {path}: {source} (pass --config or set TEND_CONFIG)")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    humantime::parse_duration(&text).map_err(|e| {
+        serde::de::Error::custom(format!("`{text}` is not a duration like \"10m\" ({e})"))
+    })
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Identity of this installation in ownership markers.
+    pub agent_id: Option<String>,
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    pub source: SourceConfig,
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    #[serde(default)]
+    pub reconcile: ReconcileConfig,
+    #[serde(default)]
+    pub status: StatusConfig,
+    /// Read by later components; accepted so configs can carry them.
+    #[serde(default)]
+    pub notify: Vec<toml::Table>,
+    #[serde(default)]
+    pub server: Option<toml::Table>,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/tend")
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Repository URL or local path.
+    pub url: String,
+    #[serde(default = "default_branch")]
+    pub branch: String,
+    /// Directory of declarations inside the repository.
+    #[serde(default = "default_path")]
+    pub path: String,
+    #[serde(default = "default_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    pub depth: Option<u32>,
+    pub token_file: Option<PathBuf>,
+    pub ssh_key_file: Option<PathBuf>,
+    pub known_hosts_file: Option<PathBuf>,
+    #[serde(default)]
+    pub allow_rewind: bool,
+}
+
+fn default_branch() -> String {
+    "main".into()
+}
+fn default_path() -> String {
+    ".".into()
+}
+fn default_interval() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// Kind of provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    Sandbox,
+    Postgres,
+    Http,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// Sandbox: how long a new database stays `provisioning`.
+    #[serde(default, deserialize_with = "duration")]
+    pub provisioning_delay: Duration,
+    /// Sandbox: deterministic fault injection, for tests.
+    #[serde(default)]
+    pub faults: FaultConfig,
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+}
+
+fn default_concurrency() -> usize {
+    4
+}
+
+/// Faults the sandbox provider injects (counts are per process).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultConfig {
+    /// Commit the next N creates/updates/deletes, then lose the response.
+    #[serde(default)]
+    pub lose_responses: u32,
+    /// Fail the next N calls with a 5xx-like retryable error.
+    #[serde(default)]
+    pub fail_calls: u32,
+    /// Answer the next N calls with 429 and this retry-after.
+    #[serde(default)]
+    pub rate_limit_calls: u32,
+    #[serde(default, deserialize_with = "duration")]
+    pub retry_after: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileConfig {
+    #[serde(default)]
+    pub drift_policy: DriftPolicyConfig,
+    #[serde(default = "ten_minutes", deserialize_with = "duration")]
+    pub drift_grace: Duration,
+    #[serde(default = "ten_minutes", deserialize_with = "duration")]
+    pub resync: Duration,
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+    #[serde(default = "one_hour", deserialize_with = "duration")]
+    pub deletion_delay: Duration,
+    #[serde(default = "default_max_deletions")]
+    pub max_deletions: usize,
+    #[serde(default = "default_max_deletion_percent")]
+    pub max_deletion_percent: u8,
+    #[serde(default = "one_hour", deserialize_with = "duration")]
+    pub deletion_stall: Duration,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        ReconcileConfig {
+            drift_policy: DriftPolicyConfig::Correct,
+            drift_grace: ten_minutes(),
+            resync: ten_minutes(),
+            max_concurrency: default_concurrency(),
+            deletion_delay: one_hour(),
+            max_deletions: default_max_deletions(),
+            max_deletion_percent: default_max_deletion_percent(),
+            deletion_stall: one_hour(),
+        }
+    }
+}
+
+fn ten_minutes() -> Duration {
+    Duration::from_secs(600)
+}
+fn one_hour() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_max_deletions() -> usize {
+    5
+}
+fn default_max_deletion_percent() -> u8 {
+    10
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriftPolicyConfig {
+    #[default]
+    Correct,
+    Report,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusConfig {
+    #[serde(default = "default_status_branch")]
+    pub branch: String,
+    pub reports_dir: Option<PathBuf>,
+    #[serde(default = "default_keep_reports")]
+    pub keep_reports: usize,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        StatusConfig {
+            branch: default_status_branch(),
+            reports_dir: None,
+            keep_reports: default_keep_reports(),
+        }
+    }
+}
+
+fn default_status_branch() -> String {
+    "tend-status".into()
+}
+fn default_keep_reports() -> usize {
+    50
+}
+
+impl Config {
+    /// Reads and checks a configuration file; relative paths become
+    /// relative to the file's directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let mut config: Config = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        config.state_dir = resolve(&config.state_dir);
+        if let Some(dir) = &config.status.reports_dir {
+            config.status.reports_dir = Some(resolve(dir));
+        }
+        if !config.source.url.contains("://") && !config.source.url.contains('@') {
+            config.source.url = resolve(Path::new(&config.source.url)).display().to_string();
+        }
+        if config.providers.is_empty() {
+            return Err(invalid(
+                "no [providers.NAME] section: configure at least one provider (kind = \"sandbox\" to try tend)".into(),
+            ));
+        }
+        if let Some(id) = &config.agent_id
+            && (id.is_empty() || id.len() > 63)
+        {
+            return Err(invalid("agent_id must be 1 to 63 characters".into()));
+        }
+        Ok(config)
+    }
+
+    /// The agent id: configured, or `host-default` until the state store
+    /// generates and keeps one.
+    pub fn agent_id(&self) -> String {
+        self.agent_id
+            .clone()
+            .unwrap_or_else(|| "tend-default".into())
+    }
+
+    /// The decision policy.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            agent_id: self.agent_id(),
+            drift_policy: match self.reconcile.drift_policy {
+                DriftPolicyConfig::Correct => DriftPolicy::Correct,
+                DriftPolicyConfig::Report => DriftPolicy::Report,
+            },
+            drift_grace: self.reconcile.drift_grace,
+            deletion_delay: self.reconcile.deletion_delay,
+            deletion_stall: self.reconcile.deletion_stall,
+            max_update_attempts: 3,
+        }
+    }
+
+    /// The directory of declarations in a local checkout.
+    pub fn local_declarations_dir(&self) -> PathBuf {
+        Path::new(&self.source.url).join(&self.source.path)
+    }
+}

@@ -1,0 +1,198 @@
+//! One read-only cycle: load the declarations, observe them at their
+//! providers, decide. `tend plan` prints it; `tend apply` (later) acts on it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::config::{Config, ProviderKind};
+use crate::engine::{
+    DecideInput, Decision, Memory, OverrideInput, OverrideSource, Subject, decide,
+};
+use crate::model::{Declaration, DeclarationSet, Diagnostic, load_paths};
+use crate::provider::sandbox::SandboxProvider;
+use crate::provider::{Observation, Observed, Provider};
+
+/// A problem that stops a cycle before any decision.
+#[derive(Debug, thiserror::Error)]
+pub enum CycleError {
+    #[error(
+        "provider `{provider}` (kind {kind}) is not available in this build yet; use kind = \"sandbox\""
+    )]
+    UnsupportedProvider { provider: String, kind: String },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// The decision for one declaration with everything a report shows.
+#[derive(Debug, Clone)]
+pub struct PlannedResource {
+    pub declaration: Declaration,
+    /// Path of the file relative to the source root.
+    pub file: String,
+    pub provider: String,
+    pub observed: Observed,
+    pub memory: Memory,
+    pub decision: Decision,
+}
+
+/// The outcome of a read-only cycle.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub resources: Vec<PlannedResource>,
+    /// Declaration files that failed to parse, or were not assigned a provider.
+    pub errors: Vec<Diagnostic>,
+    pub now: SystemTime,
+}
+
+/// The sandbox provider a config names (the only kind this build runs).
+pub fn sandbox_provider(config: &Config, name: &str) -> Result<SandboxProvider, CycleError> {
+    let p = &config.providers[name];
+    match p.kind {
+        ProviderKind::Sandbox => Ok(SandboxProvider::new(
+            name,
+            &config.state_dir,
+            p.provisioning_delay,
+            p.faults.clone(),
+        )),
+        kind => Err(CycleError::UnsupportedProvider {
+            provider: name.to_string(),
+            kind: format!("{kind:?}").to_lowercase(),
+        }),
+    }
+}
+
+fn relative(root: &Path, file: &Path) -> String {
+    file.strip_prefix(root)
+        .unwrap_or(file)
+        .display()
+        .to_string()
+}
+
+/// Which provider a declaration uses: `spec.provider`, or the only one.
+fn provider_of<'a>(config: &'a Config, decl: &Declaration) -> Result<&'a str, String> {
+    match &decl.manifest.spec.provider {
+        Some(name) => config
+            .providers
+            .get_key_value(name)
+            .map(|(k, _)| k.as_str())
+            .ok_or_else(|| {
+                format!(
+                    "spec.provider `{name}` is not configured: configured providers are {}",
+                    config
+                        .providers
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }),
+        None if config.providers.len() == 1 => Ok(config
+            .providers
+            .keys()
+            .next()
+            .map(String::as_str)
+            .unwrap_or("")),
+        None => Err(format!(
+            "spec.provider is required when several providers are configured ({})",
+            config
+                .providers
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// Runs one read-only cycle against the local checkout named by
+/// `source.url` (the Git source replaces this).
+pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
+    let root = Path::new(&config.source.url).to_path_buf();
+    let set: DeclarationSet = load_paths(&[config.local_declarations_dir()]);
+    let mut errors: Vec<Diagnostic> = set
+        .diagnostics
+        .into_iter()
+        .map(|mut d| {
+            d.file = relative(&root, &d.file).into();
+            d
+        })
+        .collect();
+
+    let mut by_provider: BTreeMap<&str, Vec<Declaration>> = BTreeMap::new();
+    for decl in set.declarations {
+        match provider_of(config, &decl) {
+            Ok(p) => by_provider.entry(p).or_default().push(decl),
+            Err(message) => errors.push(Diagnostic {
+                file: relative(&root, &decl.file).into(),
+                line: decl.line,
+                column: decl.column,
+                message,
+            }),
+        }
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CycleError::Runtime)?;
+    let policy = config.policy();
+    let mut resources = Vec::new();
+    for (provider_name, decls) in by_provider {
+        let provider = sandbox_provider(config, provider_name)?;
+        let caps = provider.capabilities();
+        let names: Vec<String> = decls.iter().map(|d| d.manifest.database_name()).collect();
+        let observed_all = runtime.block_on(provider.observe_all(&names));
+        let by_name: BTreeMap<String, Observation> = match &observed_all {
+            Ok(list) => list
+                .iter()
+                .map(|o| (o.database_name.clone(), o.clone()))
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        for decl in decls {
+            let observed = match &observed_all {
+                Err(e) => Observed::Failed(e.to_string()),
+                Ok(_) => match by_name.get(&decl.manifest.database_name()) {
+                    Some(o) => Observed::Found(o.clone()),
+                    None => Observed::NotFound,
+                },
+            };
+            let memory = Memory::default();
+            let overrides: Vec<OverrideInput> = decl
+                .annotations
+                .overrides
+                .iter()
+                .map(|spec| OverrideInput {
+                    source: OverrideSource::Annotation,
+                    spec: spec.clone(),
+                    first_seen: now,
+                })
+                .collect();
+            let decision = decide(&DecideInput {
+                subject: Subject::Declared(&decl),
+                observed: &observed,
+                memory: &memory,
+                overrides: &overrides,
+                policy: &policy,
+                capabilities: &caps,
+                deletion_allowed: false,
+                now,
+            });
+            resources.push(PlannedResource {
+                file: relative(&root, &decl.file),
+                provider: provider_name.to_string(),
+                declaration: decl,
+                observed,
+                memory,
+                decision,
+            });
+        }
+    }
+    resources.sort_by(|a, b| a.declaration.name().cmp(b.declaration.name()));
+    Ok(Plan {
+        resources,
+        errors,
+        now,
+    })
+}

@@ -1,0 +1,7 @@
+//! What tend tells operators: the report (DESIGN.md §7, §9) and its
+//! renderings.
+
+pub mod render;
+pub mod report;
+
+pub use report::{Report, build_report};

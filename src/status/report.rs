@@ -1,0 +1,218 @@
+//! The report contract (`formatVersion: 1`, camelCase, DESIGN.md §9).
+//! Changing a field here is a breaking change for every consumer.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::cycle::Plan;
+use crate::engine::{Action, DriftOrigin, State};
+use crate::model::Diagnostic;
+use crate::provider::{OperationId, OperationKind};
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub format_version: u32,
+    pub agent: AgentInfo,
+    pub source: SourceInfo,
+    pub summary: Summary,
+    pub resources: Vec<ResourceReport>,
+    pub errors: Vec<ErrorReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentInfo {
+    pub id: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceInfo {
+    pub url: String,
+    pub branch: String,
+    /// `null` while declarations are read from a working tree.
+    pub commit: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub total: usize,
+    pub in_sync: usize,
+    pub drifted: usize,
+    pub missing: usize,
+    pub blocked: usize,
+    pub overridden: usize,
+    pub deleting: usize,
+    pub errors: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResourceReport {
+    pub name: String,
+    pub file: String,
+    pub state: State,
+    pub action: Action,
+    pub reason: String,
+    pub drift: Vec<DriftReport>,
+    #[serde(rename = "override")]
+    pub override_: Option<OverrideReport>,
+    pub operation: Option<OperationReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DriftReport {
+    pub field: String,
+    pub desired: Value,
+    pub observed: Value,
+    pub origin: DriftOrigin,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OverrideReport {
+    /// Comma-separated sources: `annotation`, `local`, `provider`.
+    pub source: String,
+    /// `paused`, `ignore-fields` or both.
+    pub kind: String,
+    pub fields: Vec<String>,
+    pub reason: String,
+    /// RFC 3339, or `null` for an override without expiry.
+    pub expires: Option<String>,
+    pub expired: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OperationReport {
+    pub id: OperationId,
+    pub kind: OperationKind,
+    /// `planned` in a plan; `pending`, `done` in the journal.
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorReport {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl From<&Diagnostic> for ErrorReport {
+    fn from(d: &Diagnostic) -> Self {
+        ErrorReport {
+            file: d.file.display().to_string(),
+            line: d.line,
+            column: d.column,
+            message: d.message.clone(),
+        }
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+impl Report {
+    /// Whether anything is pending (exit code 2 with `--detailed-exitcode`).
+    pub fn has_pending(&self) -> bool {
+        self.resources.iter().any(|r| {
+            r.action != Action::None || !matches!(r.state, State::InSync | State::Released)
+        })
+    }
+
+    /// Whether anything is an error (exit code 1).
+    pub fn has_errors(&self) -> bool {
+        self.summary.errors > 0
+    }
+}
+
+/// Builds the report of a plan.
+pub fn build_report(config: &Config, plan: &Plan) -> Report {
+    let agent_id = config.agent_id();
+    let mut summary = Summary {
+        total: plan.resources.len(),
+        errors: plan.errors.len(),
+        ..Summary::default()
+    };
+    let mut resources = Vec::new();
+    for r in &plan.resources {
+        let d = &r.decision;
+        match d.state {
+            State::InSync => summary.in_sync += 1,
+            State::Drifted | State::Unconvergeable => summary.drifted += 1,
+            State::Missing => summary.missing += 1,
+            State::Blocked => summary.blocked += 1,
+            State::Overridden => summary.overridden += 1,
+            State::Deleting | State::Stalled => summary.deleting += 1,
+            State::Error => summary.errors += 1,
+            State::Released => {}
+        }
+        let kind = match d.action {
+            Action::Create => Some(OperationKind::Create),
+            Action::Update => Some(OperationKind::Update),
+            Action::Delete => Some(OperationKind::Delete),
+            Action::Adopt => Some(OperationKind::Adopt),
+            Action::Release => Some(OperationKind::Release),
+            Action::None | Action::Hold => None,
+        };
+        let ov = &d.overrides;
+        resources.push(ResourceReport {
+            name: r.declaration.name().to_string(),
+            file: r.file.clone(),
+            state: d.state,
+            action: d.action,
+            reason: d.reason.clone(),
+            drift: d
+                .drift
+                .iter()
+                .map(|x| DriftReport {
+                    field: x.field.clone(),
+                    desired: x.desired.clone(),
+                    observed: x.observed.clone(),
+                    origin: x.origin,
+                })
+                .collect(),
+            override_: (!ov.is_empty()).then(|| OverrideReport {
+                source: ov
+                    .sources
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                kind: ov.kind().to_string(),
+                fields: ov.ignore_fields.clone(),
+                reason: ov.reasons.join("; "),
+                expires: ov.expires.map(rfc3339),
+                expired: ov.expired,
+            }),
+            operation: kind.map(|kind| OperationReport {
+                id: OperationId::derive(
+                    &agent_id,
+                    r.declaration.name(),
+                    kind,
+                    &r.declaration.spec_hash,
+                ),
+                kind,
+                state: "planned".into(),
+            }),
+        });
+    }
+    Report {
+        format_version: 1,
+        agent: AgentInfo {
+            id: agent_id,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        },
+        source: SourceInfo {
+            url: config.source.url.clone(),
+            branch: config.source.branch.clone(),
+            commit: None,
+        },
+        summary,
+        resources,
+        errors: plan.errors.iter().map(ErrorReport::from).collect(),
+    }
+}

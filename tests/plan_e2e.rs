@@ -1,0 +1,217 @@
+//! `tend plan` end to end through the binary, on the sandbox provider:
+//! out-of-band drift made with `tend sandbox edit` shows up with origin
+//! `out-of-band` and exit code 2; an override annotation turns the state to
+//! `Overridden`.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+use support::TendCommand;
+
+const ORDERS: &str = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+metadata:
+  name: orders
+spec:
+  owner: orders_app
+  connectionLimit: 200
+";
+
+fn setup(dir: &Path) -> String {
+    fs::create_dir_all(dir.join("repo/databases")).unwrap();
+    fs::write(dir.join("repo/databases/orders.yaml"), ORDERS).unwrap();
+    let config = dir.join("tend.toml");
+    fs::write(
+        &config,
+        "agent_id = \"e2e-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"repo\"\npath = \"databases\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
+    )
+    .unwrap();
+    config.display().to_string()
+}
+
+fn plan_json(config: &str, code: i32) -> Value {
+    let run = TendCommand::new(&[
+        "--config",
+        config,
+        "plan",
+        "--format",
+        "json",
+        "--detailed-exitcode",
+    ])
+    .expect_code(code);
+    serde_json::from_str(&run.stdout).unwrap()
+}
+
+#[test]
+fn out_of_band_drift_is_reported_then_an_override_turns_it_overridden() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path());
+
+    // Nothing exists yet: a create is pending.
+    let report = plan_json(&config, 2);
+    assert_eq!(report["resources"][0]["state"], "Missing");
+    assert_eq!(report["resources"][0]["action"], "Create");
+    assert_eq!(report["resources"][0]["operation"]["kind"], "create");
+
+    // The database exists, owned by this agent, exactly as declared: in sync.
+    TendCommand::new(&[
+        "--config",
+        &config,
+        "sandbox",
+        "edit",
+        "orders",
+        "--create",
+        "--set",
+        "owner=orders_app",
+        "--set",
+        "connectionLimit=200",
+        "--label",
+        "tend.dev/owner-agent=e2e-agent",
+        "--label",
+        "tend.dev/owner-declaration=orders",
+    ])
+    .expect_code(0);
+    let report = plan_json(&config, 0);
+    assert_eq!(report["resources"][0]["state"], "InSync");
+    assert_eq!(report["summary"]["inSync"], 1);
+
+    // An operator raises the limit at the dashboard.
+    TendCommand::new(&[
+        "--config",
+        &config,
+        "sandbox",
+        "edit",
+        "orders",
+        "--set",
+        "connectionLimit=500",
+    ])
+    .expect_code(0);
+    let report = plan_json(&config, 2);
+    let r = &report["resources"][0];
+    assert_eq!(r["state"], "Drifted");
+    assert_eq!(r["action"], "Hold");
+    assert_eq!(r["drift"][0]["field"], "connectionLimit");
+    assert_eq!(r["drift"][0]["desired"], 200);
+    assert_eq!(r["drift"][0]["observed"], 500);
+    assert_eq!(r["drift"][0]["origin"], "out-of-band");
+    assert!(r["reason"].as_str().unwrap().contains("drift_grace"));
+
+    // They commit an override: the drift is now Overridden, still listed.
+    let with_override = ORDERS.replace(
+        "  name: orders\n",
+        "  name: orders\n  annotations:\n    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: INC-7 traffic spike\n    tend.dev/override-expires: 2099-01-01T00:00:00Z\n",
+    );
+    fs::write(dir.path().join("repo/databases/orders.yaml"), with_override).unwrap();
+    let report = plan_json(&config, 2);
+    let r = &report["resources"][0];
+    assert_eq!(r["state"], "Overridden");
+    assert_eq!(r["action"], "None");
+    assert_eq!(r["override"]["source"], "annotation");
+    assert_eq!(r["override"]["kind"], "ignore-fields");
+    assert_eq!(r["override"]["fields"][0], "connectionLimit");
+    assert_eq!(r["override"]["reason"], "INC-7 traffic spike");
+    assert_eq!(r["override"]["expires"], "2099-01-01T00:00:00Z");
+    assert_eq!(r["override"]["expired"], false);
+    assert_eq!(report["summary"]["overridden"], 1);
+
+    // explain names the rule and the override.
+    let run = TendCommand::new(&["--config", &config, "explain", "orders"]).expect_code(0);
+    assert!(
+        run.stdout.contains("rule:        ignored-drift"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("INC-7 traffic spike"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("owner:       agent `e2e-agent`"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn the_json_report_follows_the_contract_field_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path());
+    fs::write(
+        dir.path().join("repo/databases/broken.yaml"),
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: Broken\n",
+    )
+    .unwrap();
+    let report = plan_json(&config, 1);
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(report["formatVersion"], 1);
+    assert_eq!(
+        keys(&report),
+        [
+            "agent",
+            "errors",
+            "formatVersion",
+            "resources",
+            "source",
+            "summary"
+        ]
+    );
+    assert_eq!(keys(&report["agent"]), ["id", "version"]);
+    assert_eq!(report["agent"]["id"], "e2e-agent");
+    assert_eq!(keys(&report["source"]), ["branch", "commit", "url"]);
+    assert_eq!(
+        keys(&report["summary"]),
+        [
+            "blocked",
+            "deleting",
+            "drifted",
+            "errors",
+            "inSync",
+            "missing",
+            "overridden",
+            "total"
+        ]
+    );
+    let r = &report["resources"][0];
+    assert_eq!(
+        keys(r),
+        [
+            "action",
+            "drift",
+            "file",
+            "name",
+            "operation",
+            "override",
+            "reason",
+            "state"
+        ]
+    );
+    assert_eq!(r["file"], "databases/orders.yaml");
+    assert_eq!(keys(&r["operation"]), ["id", "kind", "state"]);
+    assert_eq!(r["operation"]["id"].as_str().unwrap().len(), 64);
+    assert!(r["override"].is_null());
+    // The unparsable declaration is an error for that file only.
+    assert_eq!(report["summary"]["total"], 1);
+    assert_eq!(report["summary"]["errors"], 1);
+    let e = &report["errors"][0];
+    assert_eq!(keys(e), ["column", "file", "line", "message"]);
+    assert_eq!(e["file"], "databases/broken.yaml");
+    assert_eq!(
+        (e["line"].as_u64(), e["column"].as_u64()),
+        (Some(4), Some(9))
+    );
+}
+
+#[test]
+fn a_missing_config_is_a_configuration_error() {
+    let run = TendCommand::new(&["--config", "/nonexistent/tend.toml", "plan"]).expect_code(78);
+    assert!(
+        run.stderr
+            .contains("cannot read configuration /nonexistent/tend.toml"),
+        "{}",
+        run.stderr
+    );
+}

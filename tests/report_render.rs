@@ -1,0 +1,130 @@
+//! Snapshots of the text and markdown reports for a fixed situation.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use tend::config::Config;
+use tend::cycle::{Plan, PlannedResource};
+use tend::engine::{DecideInput, Memory, OverrideInput, OverrideSource, Policy, Subject, decide};
+use tend::model::{Diagnostic, load_paths};
+use tend::provider::sandbox::SANDBOX_FIELDS;
+use tend::provider::{
+    Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
+};
+use tend::status::{build_report, render};
+
+fn fixed_plan() -> (Config, Plan) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tend.toml");
+    std::fs::write(
+        &path,
+        "agent_id = \"snap\"\n[source]\nurl = \"https://git.example/platform/databases.git\"\npath = \"examples/databases\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
+    )
+    .unwrap();
+    let config = Config::load(&path).unwrap();
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let set = load_paths(&[root.join("examples/databases")]);
+    let caps = Capabilities::for_fields(SANDBOX_FIELDS, true);
+    let policy = Policy {
+        agent_id: "snap".into(),
+        ..Policy::default()
+    };
+    let mut resources = Vec::new();
+    for decl in set.declarations {
+        let name = decl.name().to_string();
+        let mut fields = tend::engine::desired::desired_fields(&decl.manifest, &caps);
+        let mut labels = std::collections::BTreeMap::from([
+            (OWNER_AGENT_LABEL.to_string(), "snap".to_string()),
+            (OWNER_DECLARATION_LABEL.to_string(), name.clone()),
+        ]);
+        let observed = match name.as_str() {
+            "identity" => Observed::NotFound,
+            "sessions" => {
+                labels.clear();
+                Observed::Found(Observation {
+                    database_name: name.clone(),
+                    external_id: "db-s".into(),
+                    status: ResourceStatus::Ready,
+                    fields,
+                    labels,
+                    observed_at: now,
+                })
+            }
+            _ => {
+                if name == "orders" || name == "billing" {
+                    fields.insert("connectionLimit".into(), json!(500));
+                }
+                if name == "analytics" {
+                    fields.insert("storageGb".into(), json!(400));
+                }
+                Observed::Found(Observation {
+                    database_name: name.clone(),
+                    external_id: format!("db-{name}"),
+                    status: ResourceStatus::Ready,
+                    fields,
+                    labels,
+                    observed_at: now,
+                })
+            }
+        };
+        let memory = Memory::default();
+        let overrides: Vec<OverrideInput> = decl
+            .annotations
+            .overrides
+            .iter()
+            .map(|spec| OverrideInput {
+                source: OverrideSource::Annotation,
+                spec: spec.clone(),
+                first_seen: now,
+            })
+            .collect();
+        let decision = decide(&DecideInput {
+            subject: Subject::Declared(&decl),
+            observed: &observed,
+            memory: &memory,
+            overrides: &overrides,
+            policy: &policy,
+            capabilities: &caps,
+            deletion_allowed: false,
+            now,
+        });
+        resources.push(PlannedResource {
+            file: decl.file.strip_prefix(root).unwrap().display().to_string(),
+            provider: "sandbox".into(),
+            declaration: decl,
+            observed,
+            memory,
+            decision,
+        });
+    }
+    let errors = vec![Diagnostic {
+        file: "examples/databases/broken.yaml".into(),
+        line: 4,
+        column: 9,
+        message: "metadata.name `Broken` is not a lowercase DNS label".into(),
+    }];
+    (
+        config,
+        Plan {
+            resources,
+            errors,
+            now,
+        },
+    )
+}
+
+#[test]
+fn text_report_snapshot() {
+    let (config, plan) = fixed_plan();
+    let report = build_report(&config, &plan);
+    insta::assert_snapshot!(render::text(&report, false));
+}
+
+#[test]
+fn markdown_report_snapshot() {
+    let (config, plan) = fixed_plan();
+    let report = build_report(&config, &plan);
+    insta::assert_snapshot!(render::markdown(&report));
+}

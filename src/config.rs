@@ -130,6 +130,10 @@ pub struct FaultConfig {
     pub rate_limit_calls: u32,
     #[serde(default, deserialize_with = "duration")]
     pub retry_after: Duration,
+    /// Serve reads that lag writes by this long (a stale cache): within this
+    /// time after a write, observations show the state before it.
+    #[serde(default, deserialize_with = "duration")]
+    pub stale_reads: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -142,6 +142,8 @@ fn edit(config_path: &Path, args: &EditArgs) -> Result<String, String> {
                 labels: Default::default(),
                 created_at: 0,
                 ready_at: 0,
+                written_at_ms: 0,
+                previous: None,
             },
         );
     }

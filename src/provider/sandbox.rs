@@ -55,6 +55,13 @@ pub struct SandboxDatabase {
     /// Seconds since the epoch.
     pub created_at: u64,
     pub ready_at: u64,
+    /// Milliseconds since the epoch of the last write through the API.
+    #[serde(default)]
+    pub written_at_ms: u64,
+    /// The state before that write, served by stale reads (`None` after a
+    /// create: the database is not visible yet).
+    #[serde(default)]
+    pub previous: Option<Box<SandboxDatabase>>,
 }
 
 /// A mutating call the sandbox has seen, by idempotency key.
@@ -110,9 +117,13 @@ pub struct SandboxProvider {
 }
 
 fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl SandboxProvider {
@@ -181,6 +192,37 @@ impl SandboxProvider {
             labels: db.labels.clone(),
             observed_at: SystemTime::UNIX_EPOCH + Duration::from_secs(now),
         }
+    }
+
+    /// What a read shows of `db`: with `stale_reads`, the state before a
+    /// write younger than the lag, stamped with the time it reflects.
+    fn read(&self, name: &str, db: &SandboxDatabase) -> Option<Observation> {
+        let lag = self.stale_lag();
+        let now = now_ms();
+        let lag_ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
+        if lag_ms > 0 && now.saturating_sub(db.written_at_ms) < lag_ms {
+            let old = db.previous.as_deref()?;
+            let mut obs = Self::observation(name, old, now / 1000);
+            obs.observed_at =
+                SystemTime::UNIX_EPOCH + Duration::from_millis(now.saturating_sub(lag_ms));
+            return Some(obs);
+        }
+        Some(Self::observation(name, db, now / 1000))
+    }
+
+    fn stale_lag(&self) -> Duration {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stale_reads
+    }
+
+    /// Remembers the state before an API write, for stale reads.
+    fn before_write(db: &mut SandboxDatabase) {
+        let mut old = db.clone();
+        old.previous = None;
+        db.previous = Some(Box::new(old));
+        db.written_at_ms = now_ms();
     }
 
     fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {
@@ -281,12 +323,13 @@ impl Provider for SandboxProvider {
     async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
         self.fail_before("*")?;
         let state = self.load().map_err(|e| self.to_provider_error("*", e))?;
-        let now = now_secs();
         Ok(state
             .databases
             .iter()
-            .filter(|(name, db)| names.contains(name) || db.labels.contains_key(OWNER_AGENT_LABEL))
-            .map(|(name, db)| Self::observation(name, db, now))
+            .filter_map(|(name, db)| self.read(name, db))
+            .filter(|o| {
+                names.contains(&o.database_name) || o.labels.contains_key(OWNER_AGENT_LABEL)
+            })
             .collect())
     }
 
@@ -298,7 +341,7 @@ impl Provider for SandboxProvider {
         Ok(state
             .databases
             .get(database_name)
-            .map(|db| Self::observation(database_name, db, now_secs())))
+            .and_then(|db| self.read(database_name, db)))
     }
 
     async fn create(
@@ -324,6 +367,8 @@ impl Provider for SandboxProvider {
                 labels: BTreeMap::new(),
                 created_at: now,
                 ready_at: now + self.provisioning_delay.as_secs(),
+                written_at_ms: now_ms(),
+                previous: None,
             };
             Self::apply_fields(&mut db, request);
             state.databases.insert(name.clone(), db);
@@ -356,6 +401,7 @@ impl Provider for SandboxProvider {
         if !Self::check_key(&mut state, op, &Self::digest("update", request), name)?
             && let Some(db) = state.databases.get_mut(name)
         {
+            Self::before_write(db);
             Self::apply_fields(db, request);
         }
         self.save(&state)
@@ -442,6 +488,33 @@ mod tests {
         let state = sandbox.load().unwrap();
         assert_eq!(state.databases.len(), 1);
         assert_eq!(state.key_uses(&op.0), 2);
+    }
+
+    #[test]
+    fn stale_reads_show_the_state_before_a_recent_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = FaultConfig {
+            stale_reads: Duration::from_secs(3600),
+            ..FaultConfig::default()
+        };
+        let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
+        let create = OperationId("c".into());
+        let update = OperationId("u".into());
+        rt().block_on(async {
+            sandbox.create(&create, &request(5)).await.unwrap();
+            assert_eq!(
+                sandbox.observe("orders").await.unwrap(),
+                None,
+                "a new database is not visible yet"
+            );
+            sandbox.update(&update, &request(9)).await.unwrap();
+            let stale = sandbox.observe("orders").await.unwrap().unwrap();
+            assert_eq!(stale.fields["connectionLimit"], Value::from(5));
+            assert!(stale.observed_at < SystemTime::now() - Duration::from_secs(3000));
+        });
+        let fresh = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+        let obs = rt().block_on(fresh.observe("orders")).unwrap().unwrap();
+        assert_eq!(obs.fields["connectionLimit"], Value::from(9));
     }
 
     #[test]

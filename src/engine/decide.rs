@@ -304,17 +304,7 @@ fn decide_declared(
     let name = decl.name();
     let policy = input.policy;
     let obs = match input.observed {
-        Observed::Failed(message) => {
-            // Never act without evidence.
-            return Decision::new(
-                State::Error,
-                Action::None,
-                Rule::ObservationFailed,
-                format!(
-                    "could not observe `{name}` at the provider ({message}); no action is taken without an observation"
-                ),
-            );
-        }
+        Observed::Failed(message) => return observation_failed(name, message),
         Observed::NotFound => return decide_missing(input, decl, ov),
         Observed::Found(obs) => obs,
     };
@@ -710,16 +700,7 @@ fn decide_removed(input: &DecideInput<'_>, tomb: &Tombstone, ov: &EffectiveOverr
     let name = &tomb.last.metadata.name;
     let policy = input.policy;
     let obs = match input.observed {
-        Observed::Failed(message) => {
-            return Decision::new(
-                State::Error,
-                Action::None,
-                Rule::ObservationFailed,
-                format!(
-                    "could not observe removed `{name}` at the provider ({message}); no action is taken without an observation"
-                ),
-            );
-        }
+        Observed::Failed(message) => return observation_failed(name, message),
         Observed::NotFound => {
             let (state, rule, reason) = match tomb.last.spec.deletion_policy {
                 DeletionPolicy::Delete => (
@@ -832,6 +813,18 @@ fn decide_removed(input: &DecideInput<'_>, tomb: &Tombstone, ov: &EffectiveOverr
             )
         }
     }
+}
+
+/// Never act without evidence.
+fn observation_failed(name: &str, message: &str) -> Decision {
+    Decision::new(
+        State::Error,
+        Action::None,
+        Rule::ObservationFailed,
+        format!(
+            "could not observe `{name}` at the provider ({message}); no action is taken without an observation"
+        ),
+    )
 }
 
 fn short(commit: &str) -> &str {

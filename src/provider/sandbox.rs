@@ -225,6 +225,21 @@ impl SandboxProvider {
         db.written_at_ms = now_ms();
     }
 
+    /// Persists a write, then answers it, unless a lost response is
+    /// injected: the change is committed either way, as at a real API.
+    fn commit(&self, state: &SandboxState, name: &str) -> Result<Observation, ProviderError> {
+        self.save(state)
+            .map_err(|e| self.to_provider_error(name, e))?;
+        self.lose_after(name)?;
+        let db = state
+            .databases
+            .get(name)
+            .ok_or_else(|| ProviderError::NotFound {
+                resource: name.to_string(),
+            })?;
+        Ok(Self::observation(name, db, now_secs()))
+    }
+
     fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {
         ProviderError::Retryable {
             resource: resource.to_string(),
@@ -373,16 +388,7 @@ impl Provider for SandboxProvider {
             Self::apply_fields(&mut db, request);
             state.databases.insert(name.clone(), db);
         }
-        self.save(&state)
-            .map_err(|e| self.to_provider_error(name, e))?;
-        self.lose_after(name)?;
-        let db = state
-            .databases
-            .get(name)
-            .ok_or_else(|| ProviderError::NotFound {
-                resource: name.clone(),
-            })?;
-        Ok(Self::observation(name, db, now))
+        self.commit(&state, name)
     }
 
     async fn update(
@@ -404,16 +410,7 @@ impl Provider for SandboxProvider {
             Self::before_write(db);
             Self::apply_fields(db, request);
         }
-        self.save(&state)
-            .map_err(|e| self.to_provider_error(name, e))?;
-        self.lose_after(name)?;
-        let db = state
-            .databases
-            .get(name)
-            .ok_or_else(|| ProviderError::NotFound {
-                resource: name.clone(),
-            })?;
-        Ok(Self::observation(name, db, now_secs()))
+        self.commit(&state, name)
     }
 
     async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {

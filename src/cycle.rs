@@ -6,9 +6,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::config::{Config, ProviderKind};
-use crate::engine::{
-    DecideInput, Decision, Memory, OverrideInput, OverrideSource, Subject, decide,
-};
+use crate::engine::{DecideInput, Decision, Memory, OverrideInput, Subject, decide};
 use crate::model::{Declaration, DeclarationSet, Diagnostic, load_paths};
 use crate::provider::sandbox::SandboxProvider;
 use crate::provider::{Observation, Observed, Provider};
@@ -159,15 +157,8 @@ pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
                 },
             };
             let memory = Memory::default();
-            let overrides: Vec<OverrideInput> = decl
-                .annotations
-                .overrides
-                .iter()
-                .map(|spec| OverrideInput {
-                    source: OverrideSource::Annotation,
-                    spec: spec.clone(),
-                    first_seen: now,
-                })
+            let overrides: Vec<OverrideInput> = OverrideInput::from_annotations(&decl, now)
+                .into_iter()
                 .collect();
             let decision = decide(&DecideInput {
                 subject: Subject::Declared(&decl),

@@ -246,14 +246,8 @@ fn drift_policy_report_never_corrects() {
 const PAUSED: &str = "    tend.dev/paused: \"true\"\n    tend.dev/override-reason: INC-1\n";
 
 fn annotation_overrides(decl: &Declaration, first_seen: SystemTime) -> Vec<OverrideInput> {
-    decl.annotations
-        .overrides
-        .iter()
-        .map(|spec| OverrideInput {
-            source: OverrideSource::Annotation,
-            spec: spec.clone(),
-            first_seen,
-        })
+    OverrideInput::from_annotations(decl, first_seen)
+        .into_iter()
         .collect()
 }
 

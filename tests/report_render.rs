@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 use tend::config::Config;
 use tend::cycle::{Plan, PlannedResource};
-use tend::engine::{DecideInput, Memory, OverrideInput, OverrideSource, Policy, Subject, decide};
+use tend::engine::{DecideInput, Memory, OverrideInput, Policy, Subject, decide};
 use tend::model::{Diagnostic, load_paths};
 use tend::provider::sandbox::SANDBOX_FIELDS;
 use tend::provider::{
@@ -70,15 +70,8 @@ fn fixed_plan() -> (Config, Plan) {
             }
         };
         let memory = Memory::default();
-        let overrides: Vec<OverrideInput> = decl
-            .annotations
-            .overrides
-            .iter()
-            .map(|spec| OverrideInput {
-                source: OverrideSource::Annotation,
-                spec: spec.clone(),
-                first_seen: now,
-            })
+        let overrides: Vec<OverrideInput> = OverrideInput::from_annotations(&decl, now)
+            .into_iter()
             .collect();
         let decision = decide(&DecideInput {
             subject: Subject::Declared(&decl),

@@ -38,6 +38,22 @@ pub struct OverrideInput {
 }
 
 impl OverrideInput {
+    /// The override a declaration's annotations set, if any, as first seen
+    /// at `first_seen`.
+    pub fn from_annotations(
+        decl: &crate::model::Declaration,
+        first_seen: SystemTime,
+    ) -> Option<Self> {
+        decl.annotations
+            .overrides
+            .as_ref()
+            .map(|spec| OverrideInput {
+                source: OverrideSource::Annotation,
+                spec: spec.clone(),
+                first_seen,
+            })
+    }
+
     /// The absolute expiry time, if any.
     pub fn expires_at(&self) -> Option<SystemTime> {
         match self.spec.expires {

@@ -67,6 +67,15 @@ fn relative(root: &Path, file: &Path) -> String {
         .to_string()
 }
 
+fn provider_names(config: &Config) -> String {
+    config
+        .providers
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Which provider a declaration uses: `spec.provider`, or the only one.
 fn provider_of<'a>(config: &'a Config, decl: &Declaration) -> Result<&'a str, String> {
     match &decl.manifest.spec.provider {
@@ -77,12 +86,7 @@ fn provider_of<'a>(config: &'a Config, decl: &Declaration) -> Result<&'a str, St
             .ok_or_else(|| {
                 format!(
                     "spec.provider `{name}` is not configured: configured providers are {}",
-                    config
-                        .providers
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    provider_names(config)
                 )
             }),
         None if config.providers.len() == 1 => Ok(config
@@ -93,12 +97,7 @@ fn provider_of<'a>(config: &'a Config, decl: &Declaration) -> Result<&'a str, St
             .unwrap_or("")),
         None => Err(format!(
             "spec.provider is required when several providers are configured ({})",
-            config
-                .providers
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            provider_names(config)
         )),
     }
 }

@@ -571,11 +571,7 @@ fn decide_drift(
         })
         .collect();
     if !stuck.is_empty() {
-        let fields = stuck
-            .iter()
-            .map(|d| d.field.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let fields = join_fields(stuck.iter().map(|d| d.field.as_str()));
         return with(
             Decision::new(
                 State::Unconvergeable,
@@ -598,11 +594,7 @@ fn decide_drift(
                 "in sync with the declaration".into(),
             );
         }
-        let fields = drift
-            .iter()
-            .map(|d| d.field.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let fields = join_fields(drift.iter().map(|d| d.field.as_str()));
         return with(
             Decision::new(
                 State::Overridden,
@@ -653,7 +645,7 @@ fn decide_drift(
         let declared = active
             .iter()
             .any(|d| d.origin == DriftOrigin::Declared && changes.contains_key(&d.field));
-        let fields = changes.keys().cloned().collect::<Vec<_>>().join(", ");
+        let fields = join_fields(changes.keys().map(String::as_str));
         let (rule, why) = if declared {
             (Rule::DeclaredChange, "the declaration changed in Git")
         } else {
@@ -661,7 +653,7 @@ fn decide_drift(
         };
         let mut reason = format!("update {fields}: {why}");
         if let Some(t) = act_at {
-            let fields = held.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ");
+            let fields = join_fields(held.iter().map(|(f, _)| *f));
             reason.push_str(&format!(
                 "; out-of-band drift on {fields} is held until {}",
                 time(t)
@@ -679,7 +671,7 @@ fn decide_drift(
             ),
         )
     } else {
-        let fields = held.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ");
+        let fields = join_fields(held.iter().map(|(f, _)| *f));
         Decision::new(
             State::Drifted,
             Action::Hold,
@@ -825,6 +817,11 @@ fn observation_failed(name: &str, message: &str) -> Decision {
             "could not observe `{name}` at the provider ({message}); no action is taken without an observation"
         ),
     )
+}
+
+/// Field names for a reason sentence: `a, b, c`.
+fn join_fields<'a>(fields: impl Iterator<Item = &'a str>) -> String {
+    fields.collect::<Vec<_>>().join(", ")
 }
 
 fn short(commit: &str) -> &str {

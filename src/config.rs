@@ -13,6 +13,9 @@ use serde::{Deserialize, Deserializer};
 
 use crate::engine::Policy;
 use crate::model::DriftPolicy;
+use crate::source::SourceError;
+use crate::source::auth::{Credentials, TokenScheme};
+use crate::source::tracker::SourceSettings;
 
 /// A configuration problem. Exit code 78 (`EX_CONFIG`).
 #[derive(Debug, thiserror::Error)]
@@ -71,11 +74,21 @@ pub struct SourceConfig {
     #[serde(default = "default_interval", deserialize_with = "duration")]
     pub interval: Duration,
     pub depth: Option<u32>,
+    /// File holding an HTTP token (systemd `LoadCredential=`).
     pub token_file: Option<PathBuf>,
+    /// `basic` (with `token_username`) or `bearer`.
+    #[serde(default)]
+    pub token_scheme: TokenScheme,
+    #[serde(default = "default_token_username")]
+    pub token_username: String,
     pub ssh_key_file: Option<PathBuf>,
     pub known_hosts_file: Option<PathBuf>,
     #[serde(default)]
     pub allow_rewind: bool,
+}
+
+fn default_token_username() -> String {
+    "tend".into()
 }
 
 fn default_branch() -> String {
@@ -245,6 +258,16 @@ impl Config {
         if let Some(dir) = &config.status.reports_dir {
             config.status.reports_dir = Some(resolve(dir));
         }
+        for file in [
+            &mut config.source.token_file,
+            &mut config.source.ssh_key_file,
+            &mut config.source.known_hosts_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *file = resolve(file);
+        }
         if !config.source.url.contains("://") && !config.source.url.contains('@') {
             config.source.url = resolve(Path::new(&config.source.url)).display().to_string();
         }
@@ -284,8 +307,22 @@ impl Config {
         }
     }
 
-    /// The directory of declarations in a local checkout.
-    pub fn local_declarations_dir(&self) -> PathBuf {
-        Path::new(&self.source.url).join(&self.source.path)
+    /// The source settings, with secrets read from their files.
+    pub fn source_settings(&self) -> Result<SourceSettings, SourceError> {
+        let s = &self.source;
+        Ok(SourceSettings {
+            url: s.url.clone(),
+            branch: s.branch.clone(),
+            path: s.path.clone(),
+            depth: s.depth,
+            allow_rewind: s.allow_rewind,
+            credentials: Credentials::load(
+                s.token_file.as_deref(),
+                s.token_scheme,
+                &s.token_username,
+                s.ssh_key_file.as_deref(),
+                s.known_hosts_file.as_deref(),
+            )?,
+        })
     }
 }

@@ -2,14 +2,15 @@
 //! providers, decide. `tend plan` prints it; `tend apply` (later) acts on it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::config::{Config, ProviderKind};
 use crate::engine::{DecideInput, Decision, Memory, OverrideInput, Subject, decide};
-use crate::model::{Declaration, DeclarationSet, Diagnostic, load_paths};
+use crate::model::{Declaration, DeclarationSet, Diagnostic};
 use crate::provider::sandbox::SandboxProvider;
 use crate::provider::{Observation, Observed, Provider};
+use crate::source::{Snapshot, Source, SourceError};
 
 /// A problem that stops a cycle before any decision.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,11 @@ pub enum CycleError {
     UnsupportedProvider { provider: String, kind: String },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("source: {error}")]
+    Source {
+        #[from]
+        error: SourceError,
+    },
 }
 
 /// The decision for one declaration with everything a report shows.
@@ -37,6 +43,8 @@ pub struct PlannedResource {
 /// The outcome of a read-only cycle.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The source commit the declarations come from.
+    pub commit: Option<String>,
     pub resources: Vec<PlannedResource>,
     /// Declaration files that failed to parse, or were not assigned a provider.
     pub errors: Vec<Diagnostic>,
@@ -58,13 +66,6 @@ pub fn sandbox_provider(config: &Config, name: &str) -> Result<SandboxProvider, 
             kind: format!("{kind:?}").to_lowercase(),
         }),
     }
-}
-
-fn relative(root: &Path, file: &Path) -> String {
-    file.strip_prefix(root)
-        .unwrap_or(file)
-        .display()
-        .to_string()
 }
 
 fn provider_names(config: &Config) -> String {
@@ -102,26 +103,43 @@ fn provider_of<'a>(config: &'a Config, decl: &Declaration) -> Result<&'a str, St
     }
 }
 
-/// Runs one read-only cycle against the local checkout named by
-/// `source.url` (the Git source replaces this).
+/// Fetches the source once, read-only: the accepted commit is checked
+/// (anti-rollback) but not advanced.
+pub fn snapshot_once(config: &Config, now: SystemTime) -> Result<Arc<Snapshot>, CycleError> {
+    let mut source = Source::open(&config.state_dir, config.source_settings()?, false)?;
+    let outcome = source.poll(now);
+    match (outcome.snapshot, outcome.failure) {
+        (Some(snapshot), _) => Ok(snapshot),
+        (None, Some(failure)) => Err(failure.error.into()),
+        (None, None) => Err(SourceError::Fetch {
+            url: config.source.url.clone(),
+            message: "no snapshot and no error".into(),
+        }
+        .into()),
+    }
+}
+
+/// Runs one read-only cycle: snapshot the source, observe, decide.
 pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
-    let root = Path::new(&config.source.url).to_path_buf();
-    let set: DeclarationSet = load_paths(&[config.local_declarations_dir()]);
-    let mut errors: Vec<Diagnostic> = set
-        .diagnostics
-        .into_iter()
-        .map(|mut d| {
-            d.file = relative(&root, &d.file).into();
-            d
-        })
-        .collect();
+    let snapshot = snapshot_once(config, now)?;
+    plan_snapshot(config, &snapshot, now)
+}
+
+/// Observes and decides the declarations of one snapshot.
+pub fn plan_snapshot(
+    config: &Config,
+    snapshot: &Arc<Snapshot>,
+    now: SystemTime,
+) -> Result<Plan, CycleError> {
+    let set: DeclarationSet = snapshot.declarations.clone();
+    let mut errors: Vec<Diagnostic> = set.diagnostics;
 
     let mut by_provider: BTreeMap<&str, Vec<Declaration>> = BTreeMap::new();
     for decl in set.declarations {
         match provider_of(config, &decl) {
             Ok(p) => by_provider.entry(p).or_default().push(decl),
             Err(message) => errors.push(Diagnostic {
-                file: relative(&root, &decl.file).into(),
+                file: decl.file.clone(),
                 line: decl.line,
                 column: decl.column,
                 message,
@@ -170,7 +188,7 @@ pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
                 now,
             });
             resources.push(PlannedResource {
-                file: relative(&root, &decl.file),
+                file: decl.file.display().to_string(),
                 provider: provider_name.to_string(),
                 declaration: decl,
                 observed,
@@ -181,6 +199,7 @@ pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
     }
     resources.sort_by(|a, b| a.declaration.name().cmp(b.declaration.name()));
     Ok(Plan {
+        commit: Some(snapshot.commit.clone()),
         resources,
         errors,
         now,

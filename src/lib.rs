@@ -10,4 +10,5 @@ pub mod cycle;
 pub mod engine;
 pub mod model;
 pub mod provider;
+pub mod source;
 pub mod status;

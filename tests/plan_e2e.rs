@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use support::TendCommand;
+use support::git::TestRepo;
 
 const ORDERS: &str = "apiVersion: tend.dev/v1alpha1
 kind: ManagedDatabase
@@ -20,16 +21,20 @@ spec:
   connectionLimit: 200
 ";
 
-fn setup(dir: &Path) -> String {
-    fs::create_dir_all(dir.join("repo/databases")).unwrap();
-    fs::write(dir.join("repo/databases/orders.yaml"), ORDERS).unwrap();
+fn setup(dir: &Path) -> (TestRepo, String) {
+    let repo = TestRepo::new();
+    repo.write("databases/orders.yaml", ORDERS);
+    repo.commit("orders");
     let config = dir.join("tend.toml");
     fs::write(
         &config,
-        "agent_id = \"e2e-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"repo\"\npath = \"databases\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
+        format!(
+            "agent_id = \"e2e-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\npath = \"databases\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
+            repo.url()
+        ),
     )
     .unwrap();
-    config.display().to_string()
+    (repo, config.display().to_string())
 }
 
 fn plan_json(config: &str, code: i32) -> Value {
@@ -48,7 +53,7 @@ fn plan_json(config: &str, code: i32) -> Value {
 #[test]
 fn out_of_band_drift_is_reported_then_an_override_turns_it_overridden() {
     let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path());
+    let (repo, config) = setup(dir.path());
 
     // Nothing exists yet: a create is pending.
     let report = plan_json(&config, 2);
@@ -104,7 +109,8 @@ fn out_of_band_drift_is_reported_then_an_override_turns_it_overridden() {
         "  name: orders\n",
         "  name: orders\n  annotations:\n    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: INC-7 traffic spike\n    tend.dev/override-expires: 2099-01-01T00:00:00Z\n",
     );
-    fs::write(dir.path().join("repo/databases/orders.yaml"), with_override).unwrap();
+    repo.write("databases/orders.yaml", &with_override);
+    let commit = repo.commit("override during INC-7");
     let report = plan_json(&config, 2);
     let r = &report["resources"][0];
     assert_eq!(r["state"], "Overridden");
@@ -116,6 +122,11 @@ fn out_of_band_drift_is_reported_then_an_override_turns_it_overridden() {
     assert_eq!(r["override"]["expires"], "2099-01-01T00:00:00Z");
     assert_eq!(r["override"]["expired"], false);
     assert_eq!(report["summary"]["overridden"], 1);
+    assert_eq!(
+        report["source"]["commit"],
+        commit.as_str(),
+        "the report names the commit it planned"
+    );
 
     // explain names the rule and the override.
     let run = TendCommand::new(&["--config", &config, "explain", "orders"]).expect_code(0);
@@ -135,12 +146,12 @@ fn out_of_band_drift_is_reported_then_an_override_turns_it_overridden() {
 #[test]
 fn the_json_report_follows_the_contract_field_by_field() {
     let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path());
-    fs::write(
-        dir.path().join("repo/databases/broken.yaml"),
+    let (repo, config) = setup(dir.path());
+    repo.write(
+        "databases/broken.yaml",
         "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: Broken\n",
-    )
-    .unwrap();
+    );
+    repo.commit("broken");
     let report = plan_json(&config, 1);
     let keys = |v: &Value| {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
@@ -202,6 +213,31 @@ fn the_json_report_follows_the_contract_field_by_field() {
     assert_eq!(
         (e["line"].as_u64(), e["column"].as_u64()),
         (Some(4), Some(9))
+    );
+}
+
+#[test]
+fn an_unreadable_source_is_an_error_that_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tend.toml");
+    fs::write(
+        &config,
+        "[source]\nurl = \"file:///nonexistent/repo\"\n[providers.sandbox]\nkind = \"sandbox\"\nstate_dir = \"x\"\n",
+    )
+    .unwrap();
+    let run =
+        TendCommand::new(&["--config", &config.display().to_string(), "plan"]).expect_code(78);
+    assert!(run.stderr.contains("state_dir"), "{}", run.stderr);
+    fs::write(
+        &config,
+        "state_dir = \"state\"\n[source]\nurl = \"file:///nonexistent/repo\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
+    )
+    .unwrap();
+    let run = TendCommand::new(&["--config", &config.display().to_string(), "plan"]).expect_code(1);
+    assert!(
+        run.stderr.contains("cannot fetch file:///nonexistent/repo"),
+        "{}",
+        run.stderr
     );
 }
 

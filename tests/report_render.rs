@@ -101,6 +101,7 @@ fn fixed_plan() -> (Config, Plan) {
     (
         config,
         Plan {
+            commit: Some("4b825dc642cb6eb9a060e54bf8d69288fbee4904".into()),
             resources,
             errors,
             now,

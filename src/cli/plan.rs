@@ -105,9 +105,11 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
         }
         writeln!(
             io::stderr(),
-            "tend: no valid declaration named `{}` under {} (errors above, if any, may be why)",
+            "tend: no valid declaration named `{}` under `{}` of {} at {} (errors above, if any, may be why)",
             args.name,
-            config.local_declarations_dir().display()
+            config.source.path,
+            config.source.url,
+            plan.commit.as_deref().unwrap_or("?")
         )?;
         return Ok(exit::ERROR);
     };
@@ -116,8 +118,12 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
     writeln!(out, "{}", decl.name())?;
     writeln!(
         out,
-        "  declaration: {}:{} (working tree of {}), provider `{}`",
-        r.file, decl.line, config.source.url, r.provider
+        "  declaration: {}:{} at commit {} of {}, provider `{}`",
+        r.file,
+        decl.line,
+        plan.commit.as_deref().unwrap_or("?"),
+        config.source.url,
+        r.provider
     )?;
     writeln!(out, "  database:    {}", decl.manifest.database_name())?;
     writeln!(out, "  spec hash:   {}", decl.spec_hash)?;

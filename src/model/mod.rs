@@ -13,5 +13,5 @@ pub mod yaml;
 pub use declaration::{DeletionPolicy, DriftPolicy, ManagedDatabase, Spec};
 pub use fields::{FIELDS, FieldInfo, Mutability};
 pub use hash::SpecHash;
-pub use load::{Declaration, DeclarationSet, Diagnostic, load_paths, parse_file};
+pub use load::{Declaration, DeclarationSet, Diagnostic, is_yaml, load_paths, parse_file};
 pub use overrides::{OnExpiry, OverrideExpiry, OverrideSpec, TendAnnotations};

@@ -59,7 +59,7 @@ fn override_line(r: &ResourceReport) -> Option<String> {
 /// An aligned table; colour only when `colour` (a TTY without `NO_COLOR`).
 pub fn text(report: &Report, colour: bool) -> String {
     let mut out = String::new();
-    let commit = report.source.commit.as_deref().unwrap_or("working tree");
+    let commit = report.source.commit.as_deref().unwrap_or("unknown commit");
     let _ = writeln!(
         out,
         "source: {} ({}, {commit})",
@@ -127,7 +127,7 @@ fn md_escape(s: &str) -> String {
 /// Markdown for a pull-request comment.
 pub fn markdown(report: &Report) -> String {
     let mut out = String::new();
-    let commit = report.source.commit.as_deref().unwrap_or("working tree");
+    let commit = report.source.commit.as_deref().unwrap_or("unknown commit");
     let _ = writeln!(out, "### tend plan\n");
     let _ = writeln!(
         out,

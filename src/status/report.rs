@@ -33,7 +33,7 @@ pub struct AgentInfo {
 pub struct SourceInfo {
     pub url: String,
     pub branch: String,
-    /// `null` while declarations are read from a working tree.
+    /// The commit the declarations come from.
     pub commit: Option<String>,
 }
 
@@ -209,7 +209,7 @@ pub fn build_report(config: &Config, plan: &Plan) -> Report {
         source: SourceInfo {
             url: config.source.url.clone(),
             branch: config.source.branch.clone(),
-            commit: None,
+            commit: plan.commit.clone(),
         },
         summary,
         resources,

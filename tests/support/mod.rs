@@ -2,6 +2,8 @@
 //! environment, and paths into the repository.
 #![allow(dead_code)]
 
+pub mod git;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

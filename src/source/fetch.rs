@@ -1,0 +1,122 @@
+//! Fetching the tracked branch into a bare repository in the state dir.
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use git2::{
+    AutotagOption, ErrorClass, ErrorCode, FetchOptions, FetchPrune, Oid, RemoteCallbacks,
+    Repository,
+};
+
+use super::SourceError;
+use super::auth::Credentials;
+
+/// What to fetch.
+#[derive(Debug, Clone)]
+pub struct FetchSettings<'a> {
+    pub url: &'a str,
+    pub branch: &'a str,
+    /// Depth of the first fetch only: later fetches are incremental from
+    /// there, so the ancestry the anti-rollback check needs is present.
+    pub depth: Option<u32>,
+    pub credentials: &'a Credentials,
+}
+
+/// The local ref the tracked branch is fetched into.
+pub fn tracking_ref(branch: &str) -> String {
+    format!("refs/tend/source/heads/{branch}")
+}
+
+/// Opens the bare repository at `dir`, creating it on first use.
+pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
+    let unusable = |e: git2::Error| SourceError::Repository {
+        path: dir.display().to_string(),
+        message: format!("{} (delete the directory to fetch afresh)", e.message()),
+    };
+    match Repository::open_bare(dir) {
+        Ok(repo) => Ok(repo),
+        Err(e) if e.code() == ErrorCode::NotFound => Repository::init_bare(dir).map_err(unusable),
+        Err(e) => Err(unusable(e)),
+    }
+}
+
+/// Fetches the branch; returns its commit, or `None` when the remote does
+/// not have the branch (the tracking ref is pruned, never left stale).
+pub fn fetch(dir: &Path, settings: &FetchSettings<'_>) -> Result<Option<Oid>, SourceError> {
+    let repo = open_or_init(dir)?;
+    let local = tracking_ref(settings.branch);
+    let first = repo.find_reference(&local).is_err();
+    let refspec = format!("+refs/heads/{}:{local}", settings.branch);
+
+    let host_error: RefCell<Option<SourceError>> = RefCell::new(None);
+    let mut attempts = 0;
+    let mut callbacks = RemoteCallbacks::new();
+    callbacks.credentials(|_url, username, allowed| {
+        settings
+            .credentials
+            .credential(username, allowed, &mut attempts)
+    });
+    callbacks.certificate_check(|cert, host| {
+        settings
+            .credentials
+            .check_certificate(cert, host)
+            .map_err(|e| {
+                let message = e.to_string();
+                *host_error.borrow_mut() = Some(e);
+                git2::Error::from_str(&message)
+            })
+    });
+    let headers = settings.credentials.headers();
+    let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut options = FetchOptions::new();
+    options
+        .remote_callbacks(callbacks)
+        .download_tags(AutotagOption::None)
+        .prune(FetchPrune::On)
+        .custom_headers(&header_refs);
+    if first && let Some(depth) = settings.depth {
+        options.depth(i32::try_from(depth).unwrap_or(i32::MAX));
+    }
+
+    let mut remote = repo
+        .remote_anonymous(settings.url)
+        .map_err(|e| SourceError::Fetch {
+            url: settings.url.to_string(),
+            message: e.message().to_string(),
+        })?;
+    if let Err(e) = remote.fetch(&[&refspec], Some(&mut options), None) {
+        drop(options);
+        if let Some(host) = host_error.borrow_mut().take() {
+            return Err(host);
+        }
+        return Err(classify(settings.url, &e));
+    }
+    drop(options);
+    match repo.find_reference(&local) {
+        Ok(r) => Ok(r.target()),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(SourceError::Repository {
+            path: dir.display().to_string(),
+            message: e.message().to_string(),
+        }),
+    }
+}
+
+fn classify(url: &str, e: &git2::Error) -> SourceError {
+    let message = e.message().to_string();
+    let auth = e.code() == ErrorCode::Auth
+        || e.class() == ErrorClass::Http && (message.contains("401") || message.contains("403"))
+        || message.contains("refused the credentials")
+        || message.contains("authentication");
+    if auth {
+        SourceError::Auth {
+            url: url.to_string(),
+            message,
+        }
+    } else {
+        SourceError::Fetch {
+            url: url.to_string(),
+            message,
+        }
+    }
+}

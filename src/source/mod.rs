@@ -1,0 +1,93 @@
+//! The Git source (DESIGN.md §6): fetch the tracked branch into the state
+//! dir and read declarations straight from the fetched commit's tree.
+//!
+//! # Guarantees
+//! * tend always knows which commit its desired state comes from.
+//! * A broken fetch is never mistaken for "everything was deleted": a failed
+//!   fetch, a missing branch or path, or a tree in which every file fails to
+//!   parse keeps the last good snapshot. Only a successfully read commit can
+//!   remove a declaration.
+//! * A new head that does not descend from the last accepted commit is
+//!   refused unless `allow_rewind` is set.
+//!
+//! All `git2` calls are blocking functions over paths; async callers run
+//! them on `spawn_blocking` (a `Repository` is not `Sync`).
+
+pub mod auth;
+pub mod fetch;
+pub mod snapshot;
+pub mod tracker;
+pub mod wake;
+
+use std::time::Duration;
+
+pub use snapshot::Snapshot;
+pub use tracker::{PollOutcome, Source, SourceFailure};
+pub use wake::{Trigger, Wakeups};
+
+/// What went wrong reading the source. Every variant names what to do.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot fetch {url}: {message}")]
+    Fetch { url: String, message: String },
+    #[error(
+        "authentication to {url} failed: {message}; check token_file / ssh_key_file in [source]"
+    )]
+    Auth { url: String, message: String },
+    #[error("host key of {host} is not trusted: {message}")]
+    HostKey { host: String, message: String },
+    #[error("branch `{branch}` does not exist at {url}; check [source] branch")]
+    BranchMissing { url: String, branch: String },
+    #[error("path `{path}` does not exist in commit {commit}; check [source] path")]
+    PathMissing { path: String, commit: String },
+    #[error(
+        "refusing commit {new}: it does not descend from the last accepted commit {old} (history rewritten, or a stale mirror); set allow_rewind = true in [source] to accept it"
+    )]
+    Rewind { old: String, new: String },
+    #[error(
+        "every one of the {files} declaration files in commit {commit} fails to parse; keeping the last good snapshot"
+    )]
+    AllFilesInvalid { commit: String, files: usize },
+    #[error("local Git data in {path} is unusable: {message}")]
+    Repository { path: String, message: String },
+    #[error("cannot read {path}: {message}")]
+    Io { path: String, message: String },
+}
+
+impl SourceError {
+    /// How long to wait before the next attempt after `failures`
+    /// consecutive failures: exponential from 5 s, capped at 5 minutes.
+    pub fn backoff(failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(6);
+        Duration::from_secs(5u64 << exp).min(Duration::from_secs(300))
+    }
+}
+
+/// Follows the branch until every receiver is gone: poll (on the blocking
+/// pool), publish the outcome, wait for the next wake-up (backing off while
+/// the source fails).
+pub async fn follow(
+    mut source: Source,
+    wakeups: Wakeups,
+    outcomes: tokio::sync::watch::Sender<Option<PollOutcome>>,
+) {
+    loop {
+        let polled = tokio::task::spawn_blocking(move || {
+            let outcome = source.poll(std::time::SystemTime::now());
+            (source, outcome)
+        })
+        .await;
+        let Ok((returned, outcome)) = polled else {
+            return;
+        };
+        source = returned;
+        let backoff = outcome
+            .failure
+            .as_ref()
+            .map(|f| SourceError::backoff(f.failures));
+        if outcomes.send(Some(outcome)).is_err() {
+            return;
+        }
+        wakeups.next(backoff).await;
+    }
+}

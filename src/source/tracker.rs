@@ -1,0 +1,247 @@
+//! Tracking the branch: poll → snapshot, with the parse cache, the
+//! anti-rollback check and the keep-last-good rule.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use git2::{Oid, Repository};
+
+use super::SourceError;
+use super::auth::Credentials;
+use super::fetch::{FetchSettings, fetch};
+use super::snapshot::{Snapshot, list_files};
+use crate::model::load::FileContents;
+use crate::model::{DeclarationSet, parse_file};
+
+/// What to track.
+#[derive(Debug, Clone)]
+pub struct SourceSettings {
+    pub url: String,
+    pub branch: String,
+    pub path: String,
+    pub depth: Option<u32>,
+    pub allow_rewind: bool,
+    pub credentials: Credentials,
+}
+
+/// The current failure of the source, kept until a poll succeeds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceFailure {
+    pub error: SourceError,
+    /// When the source started failing (its age is `now - since`).
+    pub since: SystemTime,
+    /// Consecutive failed polls.
+    pub failures: u32,
+}
+
+/// The result of one poll.
+#[derive(Debug, Clone)]
+pub struct PollOutcome {
+    /// The last good snapshot (after this poll); `None` until one succeeded.
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// This poll produced a new snapshot.
+    pub changed: bool,
+    pub failure: Option<SourceFailure>,
+}
+
+/// A tracked branch. Not `Sync`: one owner polls it (on `spawn_blocking`).
+pub struct Source {
+    settings: SourceSettings,
+    repo_dir: PathBuf,
+    accepted_file: PathBuf,
+    /// Record accepted commits in the state dir (writers do; `plan` does not).
+    persist: bool,
+    accepted: Option<Oid>,
+    cache: HashMap<(String, Oid), FileContents>,
+    last_good: Option<Arc<Snapshot>>,
+    failure: Option<SourceFailure>,
+    parses: u64,
+}
+
+impl Source {
+    /// Opens the source's Git data under `state_dir/source`.
+    pub fn open(
+        state_dir: &Path,
+        settings: SourceSettings,
+        persist: bool,
+    ) -> Result<Self, SourceError> {
+        let dir = state_dir.join("source");
+        fs::create_dir_all(&dir).map_err(|e| SourceError::Io {
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let accepted_file = dir.join("accepted-commit");
+        let accepted = match fs::read_to_string(&accepted_file) {
+            Ok(text) => Some(
+                Oid::from_str(text.trim()).map_err(|e| SourceError::Repository {
+                    path: accepted_file.display().to_string(),
+                    message: format!(
+                        "not a commit id ({}); restore it or delete the file to accept any head",
+                        e.message()
+                    ),
+                })?,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(SourceError::Io {
+                    path: accepted_file.display().to_string(),
+                    message: e.to_string(),
+                });
+            }
+        };
+        Ok(Source {
+            settings,
+            repo_dir: dir.join("repo.git"),
+            accepted_file,
+            persist,
+            accepted,
+            cache: HashMap::new(),
+            last_good: None,
+            failure: None,
+            parses: 0,
+        })
+    }
+
+    pub fn settings(&self) -> &SourceSettings {
+        &self.settings
+    }
+
+    /// How many files were parsed since this `Source` was opened.
+    pub fn parse_count(&self) -> u64 {
+        self.parses
+    }
+
+    /// The last accepted commit (persisted).
+    pub fn accepted_commit(&self) -> Option<String> {
+        self.accepted.map(|o| o.to_string())
+    }
+
+    /// Fetches and, when the head moved, builds a new snapshot. Never
+    /// replaces the last good snapshot with a failure.
+    pub fn poll(&mut self, now: SystemTime) -> PollOutcome {
+        let changed = match self.try_poll() {
+            Ok(changed) => {
+                self.failure = None;
+                changed
+            }
+            Err(error) => {
+                let (since, failures) = match &self.failure {
+                    Some(f) => (f.since, f.failures + 1),
+                    None => (now, 1),
+                };
+                self.failure = Some(SourceFailure {
+                    error,
+                    since,
+                    failures,
+                });
+                false
+            }
+        };
+        PollOutcome {
+            snapshot: self.last_good.clone(),
+            changed,
+            failure: self.failure.clone(),
+        }
+    }
+
+    fn try_poll(&mut self) -> Result<bool, SourceError> {
+        let settings = FetchSettings {
+            url: &self.settings.url,
+            branch: &self.settings.branch,
+            depth: self.settings.depth,
+            credentials: &self.settings.credentials,
+        };
+        let head = fetch(&self.repo_dir, &settings)?.ok_or_else(|| SourceError::BranchMissing {
+            url: self.settings.url.clone(),
+            branch: self.settings.branch.clone(),
+        })?;
+        if self
+            .last_good
+            .as_ref()
+            .is_some_and(|s| s.commit == head.to_string())
+        {
+            return Ok(false);
+        }
+        let repo = Repository::open_bare(&self.repo_dir).map_err(|e| SourceError::Repository {
+            path: self.repo_dir.display().to_string(),
+            message: e.message().to_string(),
+        })?;
+        if let Some(old) = self.accepted
+            && old != head
+            && !self.settings.allow_rewind
+            && !repo.graph_descendant_of(head, old).unwrap_or(false)
+        {
+            return Err(SourceError::Rewind {
+                old: old.to_string(),
+                new: head.to_string(),
+            });
+        }
+        let (commit_time, files) = list_files(&repo, head, &self.settings.path)?;
+
+        let mut cache = HashMap::with_capacity(files.len());
+        let mut contents = Vec::with_capacity(files.len());
+        for (path, blob_id) in &files {
+            let key = (path.clone(), *blob_id);
+            let parsed = match self.cache.remove(&key) {
+                Some(parsed) => parsed,
+                None => {
+                    let blob = repo
+                        .find_blob(*blob_id)
+                        .map_err(|e| SourceError::Repository {
+                            path: self.repo_dir.display().to_string(),
+                            message: format!("blob {blob_id} of {path}: {}", e.message()),
+                        })?;
+                    self.parses += 1;
+                    parse_file(Path::new(path), blob.content())
+                }
+            };
+            contents.push(parsed.clone());
+            cache.insert(key, parsed);
+        }
+        let all_invalid = !contents.is_empty()
+            && contents
+                .iter()
+                .all(|c| c.declarations.is_empty() && !c.diagnostics.is_empty());
+        // The parse results are kept even when the snapshot is refused, so a
+        // fix that touches one file re-parses only that file.
+        self.cache = cache;
+        if all_invalid {
+            return Err(SourceError::AllFilesInvalid {
+                commit: head.to_string(),
+                files: contents.len(),
+            });
+        }
+        let snapshot = Snapshot {
+            commit: head.to_string(),
+            commit_time,
+            files: files
+                .iter()
+                .map(|(p, o)| (p.clone(), o.to_string()))
+                .collect(),
+            declarations: DeclarationSet::from_files(contents),
+        };
+        self.accept(head)?;
+        self.last_good = Some(Arc::new(snapshot));
+        Ok(true)
+    }
+
+    fn accept(&mut self, head: Oid) -> Result<(), SourceError> {
+        if self.persist && self.accepted != Some(head) {
+            let io = |e: std::io::Error| SourceError::Io {
+                path: self.accepted_file.display().to_string(),
+                message: e.to_string(),
+            };
+            let tmp = self.accepted_file.with_extension("tmp");
+            let mut f = fs::File::create(&tmp).map_err(io)?;
+            f.write_all(format!("{head}\n").as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            fs::rename(&tmp, &self.accepted_file).map_err(io)?;
+        }
+        self.accepted = Some(head);
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! Benchmark of the Git source (prints figures; asserts only correctness).
+//! Run: `cargo nextest run --release --run-ignored only --test bench_source --no-capture`
+//! Figures go to docs/performance.md.
+
+mod support;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use support::git::{GitDaemon, TestRepo, git, manifest};
+use tend::source::Source;
+use tend::source::auth::Credentials;
+use tend::source::tracker::SourceSettings;
+
+const DECLARATIONS: usize = 10_000;
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly, see docs/performance.md"]
+fn source_with_10000_declarations() {
+    let repo = TestRepo::new();
+    for i in 0..DECLARATIONS {
+        repo.write(
+            &format!("databases/team-{:02}/db-{i:05}.yaml", i % 100),
+            &manifest(&format!("db-{i:05}"), (i % 500) as u32),
+        );
+    }
+    repo.commit("10k declarations");
+    let served = tempfile::tempdir().unwrap();
+    let bare = repo.bare_clone(served.path());
+    let daemon = GitDaemon::start(served.path());
+    let url = daemon.url("repo.git");
+    let settings = SourceSettings {
+        url: url.clone(),
+        branch: "main".into(),
+        path: "databases".into(),
+        depth: None,
+        allow_rewind: false,
+        credentials: Credentials::default(),
+    };
+
+    let state = tempfile::tempdir().unwrap();
+    let mut source = Source::open(state.path(), settings, true).unwrap();
+    let started = Instant::now();
+    let cold = source.poll(SystemTime::now());
+    let cold_time = started.elapsed();
+    assert!(cold.failure.is_none(), "{:?}", cold.failure);
+    assert_eq!(
+        cold.snapshot
+            .as_ref()
+            .unwrap()
+            .declarations
+            .declarations
+            .len(),
+        DECLARATIONS
+    );
+    assert_eq!(source.parse_count(), DECLARATIONS as u64);
+
+    let unchanged: Vec<Duration> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            assert!(!source.poll(SystemTime::now()).changed);
+            t.elapsed()
+        })
+        .collect();
+    assert_eq!(source.parse_count(), DECLARATIONS as u64);
+
+    let mut one_change = Vec::new();
+    for round in 0..5 {
+        repo.write(
+            "databases/team-07/db-00007.yaml",
+            &manifest("db-00007", 1000 + round),
+        );
+        repo.commit("one change");
+        repo.git(&["push", "-q", &format!("file://{}", bare.display()), "main"]);
+        let before = source.parse_count();
+        let t = Instant::now();
+        assert!(source.poll(SystemTime::now()).changed);
+        one_change.push(t.elapsed());
+        assert_eq!(
+            source.parse_count(),
+            before + 1,
+            "one changed file parses one file"
+        );
+    }
+
+    let clone_dir = tempfile::tempdir().unwrap();
+    git(clone_dir.path(), &["clone", "-q", &url, "c"]);
+    let checkout = clone_dir.path().join("c");
+    let cli: Vec<Duration> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            git(&checkout, &["fetch", "-q", "origin"]);
+            t.elapsed()
+        })
+        .collect();
+
+    let (unchanged, one_change, cli) = (median(unchanged), median(one_change), median(cli));
+    println!("declarations:                 {DECLARATIONS}");
+    println!("cold snapshot (clone+parse):  {cold_time:?}");
+    println!("unchanged poll (median of 15): {unchanged:?}");
+    println!("one-file change (median of 5): {one_change:?} (1 file parsed)");
+    println!("git fetch no-op (median of 15): {cli:?}");
+    println!(
+        "unchanged poll / git fetch:   {:.2}x",
+        unchanged.as_secs_f64() / cli.as_secs_f64()
+    );
+}

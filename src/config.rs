@@ -122,6 +122,13 @@ pub struct ProviderConfig {
     pub faults: FaultConfig,
     #[serde(default = "default_concurrency")]
     pub max_concurrency: usize,
+    /// Calls per second to this provider.
+    #[serde(default = "default_rate_limit")]
+    pub rate_limit: u32,
+}
+
+fn default_rate_limit() -> u32 {
+    20
 }
 
 fn default_concurrency() -> usize {
@@ -168,6 +175,28 @@ pub struct ReconcileConfig {
     pub max_deletion_percent: u8,
     #[serde(default = "one_hour", deserialize_with = "duration")]
     pub deletion_stall: Duration,
+    /// How long an operation waits for an observation confirming it before
+    /// it is left pending for the next cycle.
+    #[serde(default = "thirty_seconds", deserialize_with = "duration")]
+    pub confirm_timeout: Duration,
+    /// First delay of the exponential backoff of a failing provider call.
+    #[serde(default = "two_hundred_ms", deserialize_with = "duration")]
+    pub retry_min_delay: Duration,
+    /// Retries of a failing call within one cycle.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: usize,
+}
+
+fn two_hundred_ms() -> Duration {
+    Duration::from_millis(200)
+}
+
+fn default_max_retries() -> usize {
+    6
+}
+
+fn thirty_seconds() -> Duration {
+    Duration::from_secs(30)
 }
 
 impl Default for ReconcileConfig {
@@ -181,6 +210,9 @@ impl Default for ReconcileConfig {
             max_deletions: default_max_deletions(),
             max_deletion_percent: default_max_deletion_percent(),
             deletion_stall: one_hour(),
+            confirm_timeout: thirty_seconds(),
+            retry_min_delay: two_hundred_ms(),
+            max_retries: default_max_retries(),
         }
     }
 }
@@ -290,6 +322,15 @@ impl Config {
         self.agent_id
             .clone()
             .unwrap_or_else(|| "tend-default".into())
+    }
+
+    /// How failing provider calls are retried.
+    pub fn retry_policy(&self) -> crate::executor::RetryPolicy {
+        crate::executor::RetryPolicy {
+            min_delay: self.reconcile.retry_min_delay,
+            max_retries: self.reconcile.max_retries,
+            ..crate::executor::RetryPolicy::default()
+        }
     }
 
     /// The decision policy.

@@ -1,15 +1,29 @@
-//! One read-only cycle: load the declarations, observe them at their
-//! providers, decide. `tend plan` prints it; `tend apply` (later) acts on it.
+//! Cycles: load the snapshot, observe, decide (`plan`); and act on the
+//! decisions through the executor (`apply`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use serde_json::Value;
+
 use crate::config::{Config, ProviderKind};
-use crate::engine::{DecideInput, Decision, Memory, OverrideInput, Subject, decide};
-use crate::model::{Declaration, DeclarationSet, Diagnostic};
+use crate::engine::desired::desired_fields;
+use crate::engine::{
+    Action, DecideInput, Decision, DriftOrigin, Memory, OverrideInput, OverrideSource, Subject,
+    Tombstone, decide,
+};
+use crate::executor::{
+    ExecContext, ExecLimits, JournalRequest, OpOutcome, PlannedOperation, RequestBody, operation,
+};
+use crate::journal::{StateError, StateLock, StateStore};
+use crate::model::{Declaration, DeclarationSet, Diagnostic, ManagedDatabase, SpecHash};
 use crate::provider::sandbox::SandboxProvider;
-use crate::provider::{Observation, Observed, Provider};
+use crate::provider::{
+    AnyProvider, ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed,
+    OperationId, OperationKind, Provider,
+};
 use crate::source::{Snapshot, Source, SourceError};
 
 /// A problem that stops a cycle before any decision.
@@ -26,23 +40,57 @@ pub enum CycleError {
         #[from]
         error: SourceError,
     },
+    #[error("{error}")]
+    State {
+        #[from]
+        error: StateError,
+    },
 }
 
-/// The decision for one declaration with everything a report shows.
+/// What a planned resource is about.
+#[derive(Debug, Clone)]
+pub enum PlannedSubject {
+    Declared(Declaration),
+    Removed(Tombstone),
+}
+
+/// The decision for one resource with everything a report shows.
 #[derive(Debug, Clone)]
 pub struct PlannedResource {
-    pub declaration: Declaration,
-    /// Path of the file relative to the source root.
+    pub name: String,
+    pub subject: PlannedSubject,
+    /// Path of the file relative to the repository root.
     pub file: String,
     pub provider: String,
+    pub spec_hash: SpecHash,
     pub observed: Observed,
     pub memory: Memory,
     pub decision: Decision,
+    /// The id the executor uses for the decision's action.
+    pub operation: Option<(OperationKind, OperationId)>,
 }
 
-/// The outcome of a read-only cycle.
+impl PlannedResource {
+    pub fn declaration(&self) -> Option<&Declaration> {
+        match &self.subject {
+            PlannedSubject::Declared(d) => Some(d),
+            PlannedSubject::Removed(_) => None,
+        }
+    }
+
+    fn manifest(&self) -> &ManagedDatabase {
+        match &self.subject {
+            PlannedSubject::Declared(d) => &d.manifest,
+            PlannedSubject::Removed(t) => &t.last,
+        }
+    }
+}
+
+/// The outcome of observing and deciding.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// This installation's agent id.
+    pub agent_id: String,
     /// The source commit the declarations come from.
     pub commit: Option<String>,
     pub resources: Vec<PlannedResource>,
@@ -51,7 +99,10 @@ pub struct Plan {
     pub now: SystemTime,
 }
 
-/// The sandbox provider a config names (the only kind this build runs).
+/// The configured providers, built.
+pub type Providers = BTreeMap<String, Arc<AnyProvider>>;
+
+/// The sandbox provider a config names.
 pub fn sandbox_provider(config: &Config, name: &str) -> Result<SandboxProvider, CycleError> {
     let p = &config.providers[name];
     match p.kind {
@@ -68,6 +119,20 @@ pub fn sandbox_provider(config: &Config, name: &str) -> Result<SandboxProvider, 
     }
 }
 
+/// Builds every configured provider.
+pub fn providers(config: &Config) -> Result<Providers, CycleError> {
+    config
+        .providers
+        .keys()
+        .map(|name| {
+            Ok((
+                name.clone(),
+                Arc::new(AnyProvider::Sandbox(sandbox_provider(config, name)?)),
+            ))
+        })
+        .collect()
+}
+
 fn provider_names(config: &Config) -> String {
     config
         .providers
@@ -78,8 +143,8 @@ fn provider_names(config: &Config) -> String {
 }
 
 /// Which provider a declaration uses: `spec.provider`, or the only one.
-fn provider_of<'a>(config: &'a Config, decl: &Declaration) -> Result<&'a str, String> {
-    match &decl.manifest.spec.provider {
+fn provider_of<'a>(config: &'a Config, manifest: &ManagedDatabase) -> Result<&'a str, String> {
+    match &manifest.spec.provider {
         Some(name) => config
             .providers
             .get_key_value(name)
@@ -103,10 +168,20 @@ fn provider_of<'a>(config: &'a Config, decl: &Declaration) -> Result<&'a str, St
     }
 }
 
-/// Fetches the source once, read-only: the accepted commit is checked
-/// (anti-rollback) but not advanced.
-pub fn snapshot_once(config: &Config, now: SystemTime) -> Result<Arc<Snapshot>, CycleError> {
-    let mut source = Source::open(&config.state_dir, config.source_settings()?, false)?;
+fn runtime() -> Result<tokio::runtime::Runtime, CycleError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CycleError::Runtime)
+}
+
+/// Fetches the source once. `persist`: advance the accepted commit (writers).
+pub fn snapshot_once(
+    config: &Config,
+    now: SystemTime,
+    persist: bool,
+) -> Result<Arc<Snapshot>, CycleError> {
+    let mut source = Source::open(&config.state_dir, config.source_settings()?, persist)?;
     let outcome = source.poll(now);
     match (outcome.snapshot, outcome.failure) {
         (Some(snapshot), _) => Ok(snapshot),
@@ -119,25 +194,123 @@ pub fn snapshot_once(config: &Config, now: SystemTime) -> Result<Arc<Snapshot>, 
     }
 }
 
-/// Runs one read-only cycle: snapshot the source, observe, decide.
+/// One read-only cycle: snapshot, observe, decide. Reads the state dir
+/// (memory, tombstones) without writing it; safe beside a running writer.
 pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
-    let snapshot = snapshot_once(config, now)?;
-    plan_snapshot(config, &snapshot, now)
+    let snapshot = snapshot_once(config, now, false)?;
+    let store = StateStore::open(&config.state_dir, false)?;
+    let agent_id = match &store {
+        Some(s) => s.meta("agent_id")?.or_else(|| config.agent_id.clone()),
+        None => config.agent_id.clone(),
+    }
+    .unwrap_or_else(|| config.agent_id());
+    let providers = providers(config)?;
+    runtime()?.block_on(observe_and_decide(
+        config,
+        &snapshot,
+        store.as_ref(),
+        &agent_id,
+        &providers,
+        now,
+        false,
+    ))
 }
 
-/// Observes and decides the declarations of one snapshot.
-pub fn plan_snapshot(
-    config: &Config,
-    snapshot: &Arc<Snapshot>,
+/// The subjects of a cycle: the snapshot's declarations, and tombstones for
+/// managed resources no longer declared. With `persist`, new tombstones
+/// are written and returning declarations clear theirs.
+fn subjects(
+    snapshot: &Snapshot,
+    store: Option<&StateStore>,
     now: SystemTime,
-) -> Result<Plan, CycleError> {
-    let set: DeclarationSet = snapshot.declarations.clone();
-    let mut errors: Vec<Diagnostic> = set.diagnostics;
+    persist: bool,
+) -> Result<(Vec<Declaration>, Vec<Tombstone>), StateError> {
+    let set: &DeclarationSet = &snapshot.declarations;
+    let declared: BTreeSet<&str> = set.declarations.iter().map(|d| d.name()).collect();
+    let mut tombstones = Vec::new();
+    if let Some(store) = store {
+        let stored = store.tombstones()?;
+        for row in &stored {
+            if declared.contains(row.name.as_str()) {
+                if persist {
+                    store.remove_tombstone(&row.name)?;
+                }
+                continue;
+            }
+            if let Ok(last) = serde_json::from_value::<ManagedDatabase>(row.manifest.clone()) {
+                tombstones.push(Tombstone {
+                    last,
+                    removed_at: row.removed_at,
+                    removal_commit: row.removal_commit.clone(),
+                    delete_requested_at: row.delete_requested_at,
+                    last_error: row.last_error.clone(),
+                });
+            }
+        }
+        // An empty tree never removes anything: it is far more likely a
+        // mistake than the end of every database.
+        if !set.declarations.is_empty() {
+            for managed in store.managed()? {
+                let already = stored.iter().any(|t| t.name == managed.name);
+                // A file that fails to parse (or holds a duplicate) does not
+                // prove its declarations were removed.
+                let unreadable = set
+                    .diagnostics
+                    .iter()
+                    .any(|d| d.file.to_string_lossy() == managed.file);
+                if declared.contains(managed.name.as_str()) || already || unreadable {
+                    continue;
+                }
+                let Ok(last) = serde_json::from_value::<ManagedDatabase>(managed.manifest.clone())
+                else {
+                    continue;
+                };
+                if persist {
+                    store.add_tombstone(&managed.name, &managed.manifest, now, &snapshot.commit)?;
+                }
+                tombstones.push(Tombstone {
+                    last,
+                    removed_at: now,
+                    removal_commit: snapshot.commit.clone(),
+                    delete_requested_at: None,
+                    last_error: None,
+                });
+            }
+        }
+    }
+    Ok((set.declarations.clone(), tombstones))
+}
 
-    let mut by_provider: BTreeMap<&str, Vec<Declaration>> = BTreeMap::new();
-    for decl in set.declarations {
-        match provider_of(config, &decl) {
-            Ok(p) => by_provider.entry(p).or_default().push(decl),
+fn override_fingerprint(o: &crate::model::OverrideSpec) -> String {
+    format!(
+        "{:?}|{:?}|{}|{:?}",
+        o.paused, o.ignore_fields, o.reason, o.expires_text
+    )
+}
+
+/// Observes every subject at its provider and decides.
+pub async fn observe_and_decide(
+    config: &Config,
+    snapshot: &Snapshot,
+    store: Option<&StateStore>,
+    agent_id: &str,
+    providers: &Providers,
+    now: SystemTime,
+    persist: bool,
+) -> Result<Plan, CycleError> {
+    let (declarations, tombstones) = subjects(snapshot, store, now, persist)?;
+    let mut errors: Vec<Diagnostic> = snapshot.declarations.diagnostics.clone();
+    let mut policy = config.policy();
+    policy.agent_id = agent_id.to_string();
+
+    // Group subjects by provider.
+    let mut by_provider: BTreeMap<String, Vec<PlannedSubject>> = BTreeMap::new();
+    for decl in declarations {
+        match provider_of(config, &decl.manifest) {
+            Ok(p) => by_provider
+                .entry(p.to_string())
+                .or_default()
+                .push(PlannedSubject::Declared(decl)),
             Err(message) => errors.push(Diagnostic {
                 file: decl.file.clone(),
                 line: decl.line,
@@ -146,18 +319,42 @@ pub fn plan_snapshot(
             }),
         }
     }
+    for tomb in tombstones {
+        if let Ok(p) = provider_of(config, &tomb.last) {
+            by_provider
+                .entry(p.to_string())
+                .or_default()
+                .push(PlannedSubject::Removed(tomb));
+        }
+    }
+    let managed_count = match store {
+        Some(s) => s.managed()?.len(),
+        None => 0,
+    };
+    let deletion_budget = config
+        .reconcile
+        .max_deletions
+        .min((managed_count * usize::from(config.reconcile.max_deletion_percent) / 100).max(1));
+    let mut deletions = 0usize;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(CycleError::Runtime)?;
-    let policy = config.policy();
     let mut resources = Vec::new();
-    for (provider_name, decls) in by_provider {
-        let provider = sandbox_provider(config, provider_name)?;
+    for (provider_name, subjects) in by_provider {
+        let Some(provider) = providers.get(&provider_name) else {
+            continue;
+        };
         let caps = provider.capabilities();
-        let names: Vec<String> = decls.iter().map(|d| d.manifest.database_name()).collect();
-        let observed_all = runtime.block_on(provider.observe_all(&names));
+        let names: Vec<String> = subjects
+            .iter()
+            .map(|s| match s {
+                PlannedSubject::Declared(d) => d.manifest.database_name(),
+                PlannedSubject::Removed(t) => t.last.database_name(),
+            })
+            .collect();
+        let retry = config.retry_policy();
+        let limiter = governor::RateLimiter::direct(governor::Quota::per_second(
+            std::num::NonZeroU32::MIN.saturating_add(99),
+        ));
+        let observed_all = retry.run(&limiter, || provider.observe_all(&names)).await;
         let by_name: BTreeMap<String, Observation> = match &observed_all {
             Ok(list) => list
                 .iter()
@@ -165,43 +362,393 @@ pub fn plan_snapshot(
                 .collect(),
             Err(_) => BTreeMap::new(),
         };
-        for decl in decls {
+        for (subject, database_name) in subjects.into_iter().zip(names) {
             let observed = match &observed_all {
                 Err(e) => Observed::Failed(e.to_string()),
-                Ok(_) => match by_name.get(&decl.manifest.database_name()) {
+                Ok(_) => match by_name.get(&database_name) {
                     Some(o) => Observed::Found(o.clone()),
                     None => Observed::NotFound,
                 },
             };
-            let memory = Memory::default();
-            let overrides: Vec<OverrideInput> = OverrideInput::from_annotations(&decl, now)
-                .into_iter()
-                .collect();
+            let (name, file, spec_hash) = match &subject {
+                PlannedSubject::Declared(d) => (
+                    d.name().to_string(),
+                    d.file.display().to_string(),
+                    d.spec_hash.clone(),
+                ),
+                PlannedSubject::Removed(t) => (
+                    t.last.metadata.name.clone(),
+                    String::new(),
+                    t.last.spec_hash(),
+                ),
+            };
+            let memory = match store {
+                Some(s) => s.memory(&name)?,
+                None => Memory::default(),
+            };
+            let mut overrides = Vec::new();
+            if let PlannedSubject::Declared(d) = &subject
+                && let Some(spec) = &d.annotations.overrides
+            {
+                let fingerprint = override_fingerprint(spec);
+                let first_seen = match (store, persist) {
+                    (Some(s), true) => s.override_first_seen(
+                        &name,
+                        OverrideSource::Annotation.as_str(),
+                        &fingerprint,
+                        now,
+                    )?,
+                    _ => now,
+                };
+                overrides.extend(OverrideInput::from_annotations(d, first_seen));
+            }
+            let is_delete_candidate = matches!(&subject, PlannedSubject::Removed(t) if t.last.spec.deletion_policy == crate::model::DeletionPolicy::Delete);
+            let deletion_allowed =
+                !snapshot.declarations.declarations.is_empty() && deletions < deletion_budget;
+            let engine_subject = match &subject {
+                PlannedSubject::Declared(d) => Subject::Declared(d),
+                PlannedSubject::Removed(t) => Subject::Removed(t),
+            };
             let decision = decide(&DecideInput {
-                subject: Subject::Declared(&decl),
+                subject: engine_subject,
                 observed: &observed,
                 memory: &memory,
                 overrides: &overrides,
                 policy: &policy,
                 capabilities: &caps,
-                deletion_allowed: false,
+                deletion_allowed,
                 now,
             });
+            if is_delete_candidate && decision.action == Action::Delete {
+                deletions += 1;
+            }
+            if persist && let Some(s) = store {
+                remember_drift(s, &name, &decision, &observed, &memory, now)?;
+                if let PlannedSubject::Declared(d) = &subject
+                    && memory.existed
+                {
+                    s.touch(
+                        &name,
+                        &file,
+                        &serde_json::to_value(&d.manifest).unwrap_or(Value::Null),
+                    )?;
+                }
+            }
+            let operation = operation_kind(decision.action).map(|kind| {
+                let generation = store
+                    .and_then(|s| s.next_generation(&name, kind.as_str(), &spec_hash).ok())
+                    .unwrap_or(0);
+                (
+                    kind,
+                    OperationId::derive_nth(agent_id, &name, kind, &spec_hash, generation),
+                )
+            });
             resources.push(PlannedResource {
-                file: decl.file.display().to_string(),
-                provider: provider_name.to_string(),
-                declaration: decl,
+                name,
+                subject,
+                file,
+                provider: provider_name.clone(),
+                spec_hash,
                 observed,
                 memory,
                 decision,
+                operation,
             });
         }
     }
-    resources.sort_by(|a, b| a.declaration.name().cmp(b.declaration.name()));
+    resources.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Plan {
+        agent_id: agent_id.to_string(),
         commit: Some(snapshot.commit.clone()),
         resources,
         errors,
         now,
+    })
+}
+
+/// First-seen times of out-of-band drift, so `drift_grace` counts from the
+/// first sighting across cycles and restarts.
+fn remember_drift(
+    store: &StateStore,
+    name: &str,
+    decision: &Decision,
+    observed: &Observed,
+    memory: &Memory,
+    now: SystemTime,
+) -> Result<(), StateError> {
+    let mut fields: Vec<String> = decision
+        .drift
+        .iter()
+        .filter(|d| d.origin == DriftOrigin::OutOfBand)
+        .map(|d| d.field.clone())
+        .collect();
+    if matches!(observed, Observed::NotFound) && memory.existed {
+        fields.push(String::new());
+    }
+    if matches!(observed, Observed::Failed(_)) {
+        return Ok(());
+    }
+    store.sync_drift(name, &fields, now)
+}
+
+pub fn operation_kind(action: Action) -> Option<OperationKind> {
+    match action {
+        Action::Create => Some(OperationKind::Create),
+        Action::Update => Some(OperationKind::Update),
+        Action::Delete => Some(OperationKind::Delete),
+        Action::Adopt => Some(OperationKind::Adopt),
+        Action::Release => Some(OperationKind::Release),
+        Action::None | Action::Hold => None,
+    }
+}
+
+fn marker(agent_id: &str, name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (OWNER_AGENT_LABEL.to_string(), agent_id.to_string()),
+        (OWNER_DECLARATION_LABEL.to_string(), name.to_string()),
+    ])
+}
+
+/// The operation that carries out a decision.
+fn operation_for(
+    store: &StateStore,
+    agent_id: &str,
+    plan_commit: Option<&str>,
+    r: &PlannedResource,
+    caps: &crate::provider::Capabilities,
+) -> Result<Option<PlannedOperation>, StateError> {
+    let Some((kind, _)) = r.operation else {
+        return Ok(None);
+    };
+    let manifest = r.manifest();
+    let database_name = manifest.database_name();
+    let body = match kind {
+        OperationKind::Create => {
+            let mut labels: BTreeMap<String, String> = manifest
+                .metadata
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect();
+            labels.extend(marker(agent_id, &r.name));
+            RequestBody::Change(ChangeRequest {
+                database_name: database_name.clone(),
+                fields: r.decision.changes.clone(),
+                labels,
+            })
+        }
+        OperationKind::Update => RequestBody::Change(ChangeRequest {
+            database_name: database_name.clone(),
+            fields: r.decision.changes.clone(),
+            labels: BTreeMap::new(),
+        }),
+        OperationKind::Adopt => RequestBody::Change(ChangeRequest {
+            database_name: database_name.clone(),
+            fields: BTreeMap::new(),
+            labels: marker(agent_id, &r.name),
+        }),
+        OperationKind::Release => RequestBody::Change(ChangeRequest {
+            database_name: database_name.clone(),
+            fields: BTreeMap::new(),
+            labels: marker("", "")
+                .into_keys()
+                .map(|k| (k, String::new()))
+                .collect(),
+        }),
+        OperationKind::Delete => RequestBody::Delete {
+            database_name: database_name.clone(),
+        },
+    };
+    let request = JournalRequest {
+        provider: r.provider.clone(),
+        database_name,
+        file: r.file.clone(),
+        commit: plan_commit.map(str::to_string),
+        manifest: serde_json::to_value(manifest).unwrap_or(Value::Null),
+        desired: desired_fields(manifest, caps),
+        body,
+    };
+    PlannedOperation::new(store, agent_id, &r.name, kind, &r.spec_hash, request).map(Some)
+}
+
+/// What `tend apply` did.
+#[derive(Debug, Clone)]
+pub struct ApplyOutcome {
+    /// Operations run this cycle (pending intents resolved first).
+    pub operations: Vec<(String, OperationKind, OperationId, OpOutcome)>,
+    /// The state after the cycle (observed again).
+    pub after: Plan,
+}
+
+/// Progress of a cycle's operations: a bar on a terminal, lines otherwise.
+struct Progress {
+    total: usize,
+    done: usize,
+    tty: bool,
+}
+
+impl Progress {
+    fn step(&mut self, name: &str, kind: OperationKind, outcome: &OpOutcome) {
+        self.done += 1;
+        if self.tty {
+            let width = 30;
+            let filled = width * self.done / self.total.max(1);
+            eprint!(
+                "\r[{}{}] {}/{} operations",
+                "#".repeat(filled),
+                " ".repeat(width - filled),
+                self.done,
+                self.total
+            );
+            if self.done == self.total {
+                eprintln!();
+            }
+        } else {
+            tracing::info!(
+                "[{}/{}] {} {name}: {outcome:?}",
+                self.done,
+                self.total,
+                kind.as_str()
+            );
+        }
+    }
+}
+
+/// Runs operations concurrently (bounded per provider) and collects outcomes.
+async fn execute(
+    contexts: &BTreeMap<String, Arc<ExecContext<AnyProvider>>>,
+    ops: Vec<PlannedOperation>,
+) -> Result<Vec<(String, OperationKind, OperationId, OpOutcome)>, CycleError> {
+    let mut progress = Progress {
+        total: ops.len(),
+        done: 0,
+        tty: std::io::stderr().is_terminal() && ops.len() > 1,
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for op in ops {
+        let Some(ctx) = contexts.get(&op.request.provider).cloned() else {
+            continue;
+        };
+        tasks.spawn(async move {
+            let (name, kind, id) = (op.name.clone(), op.kind, op.id.clone());
+            operation::run(ctx, op)
+                .await
+                .map(|outcome| (name, kind, id, outcome))
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        let Ok(result) = joined else { continue };
+        let (name, kind, id, outcome) = result?;
+        progress.step(&name, kind, &outcome);
+        results.push((name, kind, id, outcome));
+    }
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(results)
+}
+
+/// One full cycle: snapshot, resolve pending intents, observe, decide,
+/// execute, confirm, and observe again for the report. Holds the state
+/// dir's writer lock throughout.
+pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
+    let _lock = StateLock::acquire(&config.state_dir)?;
+    let store =
+        Arc::new(
+            StateStore::open(&config.state_dir, true)?.ok_or_else(|| StateError::Io {
+                path: config.state_dir.display().to_string(),
+                message: "the state database could not be created".into(),
+            })?,
+        );
+    let agent_id = store.agent_id(config.agent_id.as_deref())?;
+    let snapshot = snapshot_once(config, SystemTime::now(), true)?;
+    let providers = providers(config)?;
+    let contexts: BTreeMap<String, Arc<ExecContext<AnyProvider>>> = providers
+        .iter()
+        .map(|(name, provider)| {
+            let p = &config.providers[name];
+            (
+                name.clone(),
+                Arc::new(ExecContext::new(
+                    provider.clone(),
+                    name,
+                    store.clone(),
+                    &agent_id,
+                    ExecLimits {
+                        max_concurrency: p
+                            .max_concurrency
+                            .min(config.reconcile.max_concurrency.max(1)),
+                        rate_per_second: p.rate_limit,
+                        retry: config.retry_policy(),
+                        confirm_timeout: config.reconcile.confirm_timeout,
+                    },
+                )),
+            )
+        })
+        .collect();
+
+    runtime()?.block_on(async {
+        // Pending intents first: finish what a lost response or a crash
+        // left, with the same ids, before any new work.
+        let pending: Vec<PlannedOperation> = store
+            .pending_intents()?
+            .iter()
+            .filter_map(PlannedOperation::from_intent)
+            .collect();
+        let unresolved_before: BTreeSet<String> =
+            pending.iter().map(|op| op.name.clone()).collect();
+        let mut operations = execute(&contexts, pending).await?;
+        let still_pending: BTreeSet<String> = store
+            .pending_intents()?
+            .into_iter()
+            .map(|i| i.name)
+            .collect();
+
+        let now = SystemTime::now();
+        let plan = observe_and_decide(
+            config,
+            &snapshot,
+            Some(&store),
+            &agent_id,
+            &providers,
+            now,
+            true,
+        )
+        .await?;
+        let mut ops = Vec::new();
+        for r in &plan.resources {
+            // A resource whose earlier intent is still unconfirmed gets no
+            // new work: its observation may not show that intent yet.
+            if still_pending.contains(&r.name)
+                || (unresolved_before.contains(&r.name) && r.decision.action == Action::Create)
+            {
+                continue;
+            }
+            let caps = providers[&r.provider].capabilities();
+            if let Some(op) = operation_for(&store, &agent_id, plan.commit.as_deref(), r, &caps)? {
+                if op.kind == OperationKind::Delete {
+                    store.tombstone_progress(&r.name, now, None)?;
+                }
+                ops.push(op);
+            }
+        }
+        operations.extend(execute(&contexts, ops).await?);
+        for (name, kind, _, outcome) in &operations {
+            if *kind == OperationKind::Delete
+                && let OpOutcome::Pending(e) | OpOutcome::Failed(e) = outcome
+            {
+                store.tombstone_progress(name, now, Some(e))?;
+            }
+        }
+        let after = observe_and_decide(
+            config,
+            &snapshot,
+            Some(&store),
+            &agent_id,
+            &providers,
+            SystemTime::now(),
+            false,
+        )
+        .await?;
+        Ok(ApplyOutcome { operations, after })
     })
 }

@@ -8,6 +8,8 @@ pub mod cli;
 pub mod config;
 pub mod cycle;
 pub mod engine;
+pub mod executor;
+pub mod journal;
 pub mod model;
 pub mod provider;
 pub mod source;

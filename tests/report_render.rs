@@ -83,13 +83,22 @@ fn fixed_plan() -> (Config, Plan) {
             deletion_allowed: false,
             now,
         });
+        let operation = tend::cycle::operation_kind(decision.action).map(|kind| {
+            (
+                kind,
+                tend::provider::OperationId::derive("snap", &name, kind, &decl.spec_hash),
+            )
+        });
         resources.push(PlannedResource {
+            name: name.clone(),
             file: decl.file.strip_prefix(root).unwrap().display().to_string(),
             provider: "sandbox".into(),
-            declaration: decl,
+            spec_hash: decl.spec_hash.clone(),
+            subject: tend::cycle::PlannedSubject::Declared(decl),
             observed,
             memory,
             decision,
+            operation,
         });
     }
     let errors = vec![Diagnostic {
@@ -101,6 +110,7 @@ fn fixed_plan() -> (Config, Plan) {
     (
         config,
         Plan {
+            agent_id: "snap".into(),
             commit: Some("4b825dc642cb6eb9a060e54bf8d69288fbee4904".into()),
             resources,
             errors,

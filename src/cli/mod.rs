@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod apply;
 mod plan;
 mod sandbox;
 mod schema;
@@ -49,6 +50,12 @@ pub enum Command {
     Schema,
     /// One read-only cycle: observe, decide, print what tend would do.
     Plan(plan::PlanArgs),
+    /// One full cycle (snapshot, observe, decide, execute, confirm, report), then exit:
+    /// 0 all in sync, 2 something still pending, 1 error.
+    Apply(apply::ApplyArgs),
+    /// Inspect the state dir.
+    #[command(subcommand)]
+    State(apply::StateCommand),
     /// Everything tend knows about one declaration, and why it decides as it does.
     Explain(plan::ExplainArgs),
     /// The sandbox provider's dashboard: change external state as an operator would.
@@ -72,7 +79,10 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     match Cli::try_parse_from(args) {
-        Ok(cli) => run(cli),
+        Ok(cli) => {
+            init_logging();
+            run(cli)
+        }
         Err(e) => {
             let _ = e.print();
             if e.use_stderr() {
@@ -84,12 +94,28 @@ where
     }
 }
 
+/// Logs go to stderr; `TEND_LOG` filters them (default `info` for tend).
+fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TEND_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("tend=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .without_time()
+        .with_target(false)
+        .try_init();
+}
+
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> u8 {
     let result = match cli.command {
         Command::Validate(args) => validate::run(&args),
         Command::Schema => schema::run(),
         Command::Plan(args) => plan::run_plan(&cli.config, &args),
+        Command::Apply(args) => apply::run_apply(&cli.config, &args),
+        Command::State(command) => apply::run_state(&cli.config, &command),
         Command::Explain(args) => plan::run_explain(&cli.config, &args),
         Command::Sandbox(command) => sandbox::run(&cli.config, &command),
     };

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 
 use super::exit;
 use crate::config::Config;
-use crate::cycle::plan;
+use crate::cycle::{PlannedSubject, plan};
 use crate::provider::Observed;
 use crate::status::{build_report, render};
 
@@ -88,11 +88,7 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
         }
     };
     let mut out = io::stdout().lock();
-    let Some(r) = plan
-        .resources
-        .iter()
-        .find(|r| r.declaration.name() == args.name)
-    else {
+    let Some(r) = plan.resources.iter().find(|r| r.name == args.name) else {
         for e in plan.errors.iter() {
             writeln!(
                 io::stderr(),
@@ -114,19 +110,33 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
         return Ok(exit::ERROR);
     };
     let t = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
-    let decl = &r.declaration;
-    writeln!(out, "{}", decl.name())?;
-    writeln!(
-        out,
-        "  declaration: {}:{} at commit {} of {}, provider `{}`",
-        r.file,
-        decl.line,
-        plan.commit.as_deref().unwrap_or("?"),
-        config.source.url,
-        r.provider
-    )?;
-    writeln!(out, "  database:    {}", decl.manifest.database_name())?;
-    writeln!(out, "  spec hash:   {}", decl.spec_hash)?;
+    writeln!(out, "{}", r.name)?;
+    match &r.subject {
+        PlannedSubject::Declared(decl) => {
+            writeln!(
+                out,
+                "  declaration: {}:{} at commit {} of {}, provider `{}`",
+                r.file,
+                decl.line,
+                plan.commit.as_deref().unwrap_or("?"),
+                config.source.url,
+                r.provider
+            )?;
+            writeln!(out, "  database:    {}", decl.manifest.database_name())?;
+        }
+        PlannedSubject::Removed(tomb) => {
+            writeln!(
+                out,
+                "  declaration: removed in commit {} (first seen {}), deletionPolicy {:?}, provider `{}`",
+                tomb.removal_commit,
+                t(tomb.removed_at),
+                tomb.last.spec.deletion_policy,
+                r.provider
+            )?;
+            writeln!(out, "  database:    {}", tomb.last.database_name())?;
+        }
+    }
+    writeln!(out, "  spec hash:   {}", r.spec_hash)?;
     match &r.observed {
         Observed::Found(o) => {
             let age = now.duration_since(o.observed_at).unwrap_or_default();
@@ -154,7 +164,11 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
         Observed::Failed(e) => writeln!(out, "  observed:    FAILED: {e}")?,
     }
     match &r.memory.applied_spec_hash {
-        Some(h) => writeln!(out, "  remembered:  last applied spec {h}")?,
+        Some(h) => writeln!(
+            out,
+            "  remembered:  last applied spec {h} (commit {})",
+            r.memory.applied_commit.as_deref().unwrap_or("?")
+        )?,
         None => writeln!(
             out,
             "  remembered:  nothing (first sight: differences count as out-of-band)"
@@ -205,6 +219,9 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
             x.origin,
             if x.ignored { ", ignored" } else { "" }
         )?;
+    }
+    if let Some((kind, id)) = &r.operation {
+        writeln!(out, "  operation:   {} {id}", kind.as_str())?;
     }
     if let Some(at) = d.act_at {
         writeln!(out, "  acts at:     {}", t(at))?;

@@ -54,6 +54,7 @@ pub enum Rule {
     Create,
     MissingOutOfBand,
     Provisioning,
+    StaleObservation,
     NameTaken,
     OwnedByOtherAgent,
     OwnedByOtherDeclaration,
@@ -115,6 +116,9 @@ pub struct Memory {
     pub drift_first_seen: BTreeMap<String, SystemTime>,
     /// Confirmed updates of a field that still left it different.
     pub failed_attempts: BTreeMap<String, u32>,
+    /// When tend last wrote to the resource: an observation older than this
+    /// is not used to decide a new write (a cache may lag).
+    pub last_write_at: Option<SystemTime>,
 }
 
 /// A declaration removed from Git, kept until the provider confirms the
@@ -366,6 +370,28 @@ fn decide_declared(
     }
 
     let drift = compute_drift(input, decl, obs, ov);
+    if let Some(written) = input.memory.last_write_at
+        && obs.observed_at < written
+    {
+        // A lagging cache must not turn tend's own write into "drift".
+        let mut d = Decision::new(
+            if drift.is_empty() {
+                State::InSync
+            } else {
+                State::Drifted
+            },
+            Action::Hold,
+            Rule::StaleObservation,
+            format!(
+                "the observation ({}) is older than tend's last write to `{}` ({}); waiting for a fresh one before deciding a new write",
+                time(obs.observed_at),
+                obs.database_name,
+                time(written)
+            ),
+        );
+        d.drift = drift;
+        return d;
+    }
     let mut decision = decide_drift(input, decl, ov, drift);
     if adopting && !ov.paused && decision.state != State::Blocked {
         decision.action = Action::Adopt;

@@ -141,9 +141,31 @@ pub struct OperationId(pub String);
 
 impl OperationId {
     pub fn derive(agent_id: &str, name: &str, kind: OperationKind, spec_hash: &SpecHash) -> Self {
+        Self::derive_nth(agent_id, name, kind, spec_hash, 0)
+    }
+
+    /// The id of the `generation`-th operation of this kind on this spec
+    /// (0 for the first). DESIGN.md §3 derives the id from the four parts
+    /// alone; but correcting the same out-of-band drift twice under one spec
+    /// is two different operations, and a provider would answer the second
+    /// with the first's result. The journal counts finished operations, so
+    /// a retry (pending intent) keeps its id and new work gets a new one.
+    pub fn derive_nth(
+        agent_id: &str,
+        name: &str,
+        kind: OperationKind,
+        spec_hash: &SpecHash,
+        generation: u32,
+    ) -> Self {
         // Length-prefixed parts: no two different tuples share an input.
         let mut input = String::new();
-        for part in [agent_id, name, kind.as_str(), &spec_hash.0] {
+        let generation = generation.to_string();
+        let parts: &[&str] = if generation == "0" {
+            &[agent_id, name, kind.as_str(), &spec_hash.0]
+        } else {
+            &[agent_id, name, kind.as_str(), &spec_hash.0, &generation]
+        };
+        for part in parts {
             input.push_str(&part.len().to_string());
             input.push(':');
             input.push_str(part);
@@ -203,22 +225,81 @@ pub struct ChangeRequest {
 ///   with a different request is a `Permanent` error.
 /// * `observe_all` returns every database carrying this agent's marker plus
 ///   the ones named.
-#[allow(async_fn_in_trait)]
-pub trait Provider {
+///
+/// Futures are `Send`, so the executor can run operations as tasks.
+pub trait Provider: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
-    async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError>;
-    async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError>;
+    fn observe_all(
+        &self,
+        names: &[String],
+    ) -> impl Future<Output = Result<Vec<Observation>, ProviderError>> + Send;
+    fn observe(
+        &self,
+        database_name: &str,
+    ) -> impl Future<Output = Result<Option<Observation>, ProviderError>> + Send;
+    fn create(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> impl Future<Output = Result<Observation, ProviderError>> + Send;
+    /// Sets the request's fields and labels (a label with an empty value is
+    /// removed).
+    fn update(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> impl Future<Output = Result<Observation, ProviderError>> + Send;
+    fn delete(
+        &self,
+        op: &OperationId,
+        database_name: &str,
+    ) -> impl Future<Output = Result<(), ProviderError>> + Send;
+}
+
+/// Every provider kind this build runs, behind one type.
+pub enum AnyProvider {
+    Sandbox(sandbox::SandboxProvider),
+}
+
+impl Provider for AnyProvider {
+    fn capabilities(&self) -> Capabilities {
+        match self {
+            AnyProvider::Sandbox(p) => p.capabilities(),
+        }
+    }
+    async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
+        match self {
+            AnyProvider::Sandbox(p) => p.observe_all(names).await,
+        }
+    }
+    async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
+        match self {
+            AnyProvider::Sandbox(p) => p.observe(database_name).await,
+        }
+    }
     async fn create(
         &self,
         op: &OperationId,
         request: &ChangeRequest,
-    ) -> Result<Observation, ProviderError>;
+    ) -> Result<Observation, ProviderError> {
+        match self {
+            AnyProvider::Sandbox(p) => p.create(op, request).await,
+        }
+    }
     async fn update(
         &self,
         op: &OperationId,
         request: &ChangeRequest,
-    ) -> Result<Observation, ProviderError>;
-    async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError>;
+    ) -> Result<Observation, ProviderError> {
+        match self {
+            AnyProvider::Sandbox(p) => p.update(op, request).await,
+        }
+    }
+    async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
+        match self {
+            AnyProvider::Sandbox(p) => p.delete(op, database_name).await,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -246,5 +327,13 @@ mod tests {
             OperationId::derive("a", "bc", OperationKind::Create, &h)
         );
         assert_eq!(a.0.len(), 64);
+        assert_eq!(
+            a,
+            OperationId::derive_nth("agent", "orders", OperationKind::Create, &h, 0)
+        );
+        assert_ne!(
+            a,
+            OperationId::derive_nth("agent", "orders", OperationKind::Create, &h, 1)
+        );
     }
 }

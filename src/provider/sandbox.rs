@@ -66,11 +66,14 @@ pub struct SandboxDatabase {
 
 /// A mutating call the sandbox has seen, by idempotency key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct RecordedOperation {
+pub struct RecordedOperation {
     request_digest: String,
-    database_name: String,
+    pub database_name: String,
+    /// `create`, `update` or `delete`.
+    #[serde(default)]
+    pub kind: String,
     /// How often the key was used.
-    uses: u32,
+    pub uses: u32,
 }
 
 /// The sandbox file.
@@ -87,6 +90,11 @@ impl SandboxState {
     /// How often an idempotency key was used (for tests of retries).
     pub fn key_uses(&self, op: &str) -> u32 {
         self.operations.get(op).map_or(0, |o| o.uses)
+    }
+
+    /// Every idempotency key seen, with its operation.
+    pub fn operations(&self) -> &BTreeMap<String, RecordedOperation> {
+        &self.operations
     }
 }
 
@@ -179,18 +187,19 @@ impl SandboxProvider {
         fs::rename(&tmp, &self.file).map_err(write_err)
     }
 
+    /// `now` in milliseconds: observations are compared with write times.
     fn observation(name: &str, db: &SandboxDatabase, now: u64) -> Observation {
         Observation {
             database_name: name.to_string(),
             external_id: db.id.clone(),
-            status: if now < db.ready_at {
+            status: if now / 1000 < db.ready_at {
                 ResourceStatus::Provisioning
             } else {
                 ResourceStatus::Ready
             },
             fields: db.fields.clone(),
             labels: db.labels.clone(),
-            observed_at: SystemTime::UNIX_EPOCH + Duration::from_secs(now),
+            observed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(now),
         }
     }
 
@@ -202,12 +211,12 @@ impl SandboxProvider {
         let lag_ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
         if lag_ms > 0 && now.saturating_sub(db.written_at_ms) < lag_ms {
             let old = db.previous.as_deref()?;
-            let mut obs = Self::observation(name, old, now / 1000);
+            let mut obs = Self::observation(name, old, now);
             obs.observed_at =
                 SystemTime::UNIX_EPOCH + Duration::from_millis(now.saturating_sub(lag_ms));
             return Some(obs);
         }
-        Some(Self::observation(name, db, now / 1000))
+        Some(Self::observation(name, db, now))
     }
 
     fn stale_lag(&self) -> Duration {
@@ -237,7 +246,7 @@ impl SandboxProvider {
             .ok_or_else(|| ProviderError::NotFound {
                 resource: name.to_string(),
             })?;
-        Ok(Self::observation(name, db, now_secs()))
+        Ok(Self::observation(name, db, now_ms()))
     }
 
     fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {
@@ -248,8 +257,16 @@ impl SandboxProvider {
     }
 
     /// Injected failures before a call reaches the "server".
-    fn fail_before(&self, resource: &str) -> Result<(), ProviderError> {
+    fn fail_before(&self, call: &str, resource: &str) -> Result<(), ProviderError> {
         let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        let outcome = if faults.rate_limit_calls > 0 {
+            "429"
+        } else if faults.fail_calls > 0 {
+            "503"
+        } else {
+            "ok"
+        };
+        self.log_call(call, resource, outcome);
         if faults.rate_limit_calls > 0 {
             faults.rate_limit_calls -= 1;
             return Err(ProviderError::RateLimited {
@@ -265,6 +282,36 @@ impl SandboxProvider {
             });
         }
         Ok(())
+    }
+
+    /// Appends `millis call resource outcome` to `<name>.calls` beside the
+    /// state file: what tests read to check timing and retries.
+    fn log_call(&self, call: &str, resource: &str, outcome: &str) {
+        use std::io::Write as _;
+        let path = self.file.with_extension("calls");
+        if let Some(dir) = path.parent() {
+            let _ = fs::create_dir_all(dir);
+        }
+        if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{} {call} {resource} {outcome}", now_ms());
+        }
+    }
+
+    /// The call log (`millis`, call, resource, outcome), oldest first.
+    pub fn calls(&self) -> Vec<(u64, String, String, String)> {
+        fs::read_to_string(self.file.with_extension("calls"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut p = l.split(' ');
+                Some((
+                    p.next()?.parse().ok()?,
+                    p.next()?.to_string(),
+                    p.next()?.to_string(),
+                    p.next()?.to_string(),
+                ))
+            })
+            .collect()
     }
 
     /// Injected loss of a response after the change was committed.
@@ -285,6 +332,7 @@ impl SandboxProvider {
     fn check_key(
         state: &mut SandboxState,
         op: &OperationId,
+        kind: &str,
         digest: &str,
         database_name: &str,
     ) -> Result<bool, ProviderError> {
@@ -303,6 +351,7 @@ impl SandboxProvider {
                     RecordedOperation {
                         request_digest: digest.to_string(),
                         database_name: database_name.to_string(),
+                        kind: kind.to_string(),
                         uses: 1,
                     },
                 );
@@ -325,7 +374,11 @@ impl SandboxProvider {
             }
         }
         for (k, v) in &request.labels {
-            db.labels.insert(k.clone(), v.clone());
+            if v.is_empty() {
+                db.labels.remove(k);
+            } else {
+                db.labels.insert(k.clone(), v.clone());
+            }
         }
     }
 }
@@ -336,7 +389,7 @@ impl Provider for SandboxProvider {
     }
 
     async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
-        self.fail_before("*")?;
+        self.fail_before("observe_all", "*")?;
         let state = self.load().map_err(|e| self.to_provider_error("*", e))?;
         Ok(state
             .databases
@@ -349,7 +402,7 @@ impl Provider for SandboxProvider {
     }
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
-        self.fail_before(database_name)?;
+        self.fail_before("observe", database_name)?;
         let state = self
             .load()
             .map_err(|e| self.to_provider_error(database_name, e))?;
@@ -365,10 +418,16 @@ impl Provider for SandboxProvider {
         request: &ChangeRequest,
     ) -> Result<Observation, ProviderError> {
         let name = &request.database_name;
-        self.fail_before(name)?;
+        self.fail_before("create", name)?;
         let mut state = self.load().map_err(|e| self.to_provider_error(name, e))?;
         let now = now_secs();
-        if !Self::check_key(&mut state, op, &Self::digest("create", request), name)? {
+        if !Self::check_key(
+            &mut state,
+            op,
+            "create",
+            &Self::digest("create", request),
+            name,
+        )? {
             if state.databases.contains_key(name) {
                 return Err(ProviderError::Conflict {
                     resource: name.clone(),
@@ -397,15 +456,20 @@ impl Provider for SandboxProvider {
         request: &ChangeRequest,
     ) -> Result<Observation, ProviderError> {
         let name = &request.database_name;
-        self.fail_before(name)?;
+        self.fail_before("update", name)?;
         let mut state = self.load().map_err(|e| self.to_provider_error(name, e))?;
         if !state.databases.contains_key(name) {
             return Err(ProviderError::NotFound {
                 resource: name.clone(),
             });
         }
-        if !Self::check_key(&mut state, op, &Self::digest("update", request), name)?
-            && let Some(db) = state.databases.get_mut(name)
+        if !Self::check_key(
+            &mut state,
+            op,
+            "update",
+            &Self::digest("update", request),
+            name,
+        )? && let Some(db) = state.databases.get_mut(name)
         {
             Self::before_write(db);
             Self::apply_fields(db, request);
@@ -414,13 +478,14 @@ impl Provider for SandboxProvider {
     }
 
     async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
-        self.fail_before(database_name)?;
+        self.fail_before("delete", database_name)?;
         let mut state = self
             .load()
             .map_err(|e| self.to_provider_error(database_name, e))?;
         if !Self::check_key(
             &mut state,
             op,
+            "delete",
             &Self::digest("delete", &database_name),
             database_name,
         )? {

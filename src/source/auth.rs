@@ -76,10 +76,10 @@ impl Credentials {
         if *attempts > 1 {
             return Err(git2::Error::from_str("the server refused the credentials"));
         }
-        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) {
-            if let (Some(token), TokenScheme::Basic) = (&self.token, self.token_scheme) {
-                return Cred::userpass_plaintext(&self.token_username, token);
-            }
+        if allowed.contains(CredentialType::USER_PASS_PLAINTEXT)
+            && let (Some(token), TokenScheme::Basic) = (&self.token, self.token_scheme)
+        {
+            return Cred::userpass_plaintext(&self.token_username, token);
         }
         if allowed.contains(CredentialType::SSH_KEY)
             && let Some(key) = &self.ssh_key_file

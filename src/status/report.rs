@@ -131,7 +131,7 @@ impl Report {
 
 /// Builds the report of a plan.
 pub fn build_report(config: &Config, plan: &Plan) -> Report {
-    let agent_id = config.agent_id();
+    let agent_id = plan.agent_id.clone();
     let mut summary = Summary {
         total: plan.resources.len(),
         errors: plan.errors.len(),
@@ -150,17 +150,9 @@ pub fn build_report(config: &Config, plan: &Plan) -> Report {
             State::Error => summary.errors += 1,
             State::Released => {}
         }
-        let kind = match d.action {
-            Action::Create => Some(OperationKind::Create),
-            Action::Update => Some(OperationKind::Update),
-            Action::Delete => Some(OperationKind::Delete),
-            Action::Adopt => Some(OperationKind::Adopt),
-            Action::Release => Some(OperationKind::Release),
-            Action::None | Action::Hold => None,
-        };
         let ov = &d.overrides;
         resources.push(ResourceReport {
-            name: r.declaration.name().to_string(),
+            name: r.name.clone(),
             file: r.file.clone(),
             state: d.state,
             action: d.action,
@@ -188,14 +180,9 @@ pub fn build_report(config: &Config, plan: &Plan) -> Report {
                 expires: ov.expires.map(rfc3339),
                 expired: ov.expired,
             }),
-            operation: kind.map(|kind| OperationReport {
-                id: OperationId::derive(
-                    &agent_id,
-                    r.declaration.name(),
-                    kind,
-                    &r.declaration.spec_hash,
-                ),
-                kind,
+            operation: r.operation.as_ref().map(|(kind, id)| OperationReport {
+                id: id.clone(),
+                kind: *kind,
                 state: "planned".into(),
             }),
         });

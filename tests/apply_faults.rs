@@ -1,0 +1,380 @@
+//! `tend apply` under injected faults and crashes. Each test asserts the
+//! invariant: no duplicate, no lost intent, the same operation id reused for
+//! a retry, convergence once the fault clears.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::TendCommand;
+use support::git::{TestRepo, manifest};
+use tend::journal::{Intent, IntentState, StateStore};
+use tend::provider::sandbox::{SandboxProvider, SandboxState};
+
+struct Env {
+    repo: TestRepo,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(files: &[(String, String)]) -> Self {
+        let repo = TestRepo::new();
+        for (file, text) in files {
+            repo.write(file, text);
+        }
+        repo.commit("declarations");
+        let env = Env {
+            repo,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        env.configure("", "");
+        env
+    }
+
+    /// Rewrites the config: `faults` lines go under [providers.sandbox.faults],
+    /// `reconcile` lines under [reconcile].
+    fn configure(&self, faults: &str, reconcile: &str) {
+        std::fs::write(
+            self.config(),
+            format!(
+                "agent_id = \"fault-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\nretry_min_delay = \"50ms\"\ndeletion_delay = \"0s\"\n{reconcile}\n[providers.sandbox]\nkind = \"sandbox\"\n[providers.sandbox.faults]\n{faults}\n",
+                self.repo.url()
+            ),
+        )
+        .unwrap();
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("tend.toml")
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn apply(&self, code: i32) -> support::RunOutput {
+        TendCommand::new(&["--config", &self.config().display().to_string(), "apply"])
+            .env("TEND_LOG", "warn")
+            .expect_code(code)
+    }
+
+    fn sandbox(&self) -> SandboxProvider {
+        SandboxProvider::new("sandbox", &self.state(), Duration::ZERO, Default::default())
+    }
+
+    fn sandbox_state(&self) -> SandboxState {
+        self.sandbox().load().unwrap()
+    }
+
+    fn intents(&self) -> Vec<Intent> {
+        StateStore::open(&self.state(), false)
+            .unwrap()
+            .unwrap()
+            .all_intents()
+            .unwrap()
+    }
+}
+
+fn only<'a>(intents: &'a [Intent], kind: &str) -> &'a Intent {
+    let matching: Vec<&Intent> = intents.iter().filter(|i| i.kind == kind).collect();
+    assert_eq!(matching.len(), 1, "exactly one {kind} intent: {intents:#?}");
+    matching[0]
+}
+
+fn decl(name: &str, limit: u32) -> (String, String) {
+    (format!("{name}.yaml"), manifest(name, limit))
+}
+
+#[test]
+fn a_lost_create_response_is_retried_with_the_same_id_and_creates_one_database() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.configure("lose_responses = 1", "");
+    env.apply(0);
+    env.configure("", "");
+    env.apply(0);
+
+    let state = env.sandbox_state();
+    assert_eq!(state.databases.len(), 1, "exactly one database");
+    let create = only(&env.intents(), "create").clone();
+    assert_eq!(create.state, IntentState::Done);
+    assert_eq!(create.attempts, 2, "the journal shows one id used twice");
+    assert_eq!(
+        state.key_uses(&create.op_id),
+        2,
+        "the provider saw the same key twice"
+    );
+    assert_eq!(
+        state.operations().len(),
+        1,
+        "no other operation reached the provider"
+    );
+}
+
+#[test]
+fn a_lost_update_response_is_retried_with_the_same_id() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    env.repo.write("orders.yaml", &manifest("orders", 20));
+    env.repo.commit("raise the limit");
+    env.configure("lose_responses = 1", "");
+    env.apply(0);
+    env.apply(0);
+
+    let state = env.sandbox_state();
+    assert_eq!(state.databases["orders"].fields["connectionLimit"], 20);
+    let update = only(&env.intents(), "update").clone();
+    assert_eq!((update.state, update.attempts), (IntentState::Done, 2));
+    assert_eq!(state.key_uses(&update.op_id), 2);
+}
+
+#[test]
+fn a_lost_delete_response_is_retried_with_the_same_id() {
+    let scratch = manifest("scratch", 5).replace("spec:\n", "spec:\n  deletionPolicy: Delete\n");
+    let env = Env::new(&[decl("orders", 10), ("scratch.yaml".into(), scratch)]);
+    env.apply(0);
+    assert_eq!(env.sandbox_state().databases.len(), 2);
+    env.repo.remove("scratch.yaml");
+    env.repo.commit("scratch is no longer needed");
+    env.configure("lose_responses = 1", "");
+    env.apply(0);
+
+    let state = env.sandbox_state();
+    assert_eq!(state.databases.keys().collect::<Vec<_>>(), ["orders"]);
+    let delete = only(&env.intents(), "delete").clone();
+    assert_eq!((delete.state, delete.attempts), (IntentState::Done, 2));
+    assert_eq!(state.key_uses(&delete.op_id), 2);
+    let store = StateStore::open(&env.state(), false).unwrap().unwrap();
+    assert!(
+        store.tombstones().unwrap().is_empty(),
+        "the confirmed deletion ends the tombstone"
+    );
+}
+
+#[test]
+fn a_stale_read_after_tends_own_write_does_not_cause_a_second_write() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    // Let the create age past the lag, so only the update's read is stale.
+    std::thread::sleep(Duration::from_millis(2200));
+    env.repo.write("orders.yaml", &manifest("orders", 20));
+    env.repo.commit("raise the limit");
+    // Reads lag writes by 2 s; confirmation gives up after 0.5 s.
+    env.configure("stale_reads = \"2s\"", "confirm_timeout = \"500ms\"");
+    let first = env.apply(2);
+    assert!(first.stderr.contains("pending"), "{}", first.stderr);
+    // The next cycle sees the old value again, and must not write again.
+    env.apply(2);
+    std::thread::sleep(Duration::from_millis(2200));
+    env.apply(0);
+
+    let state = env.sandbox_state();
+    let updates: Vec<_> = state
+        .operations()
+        .values()
+        .filter(|o| o.kind == "update")
+        .collect();
+    assert_eq!(
+        updates.len(),
+        1,
+        "one update, however often the stale read showed the old value"
+    );
+    assert_eq!(state.databases["orders"].fields["connectionLimit"], 20);
+    assert_eq!(only(&env.intents(), "update").state, IntentState::Done);
+}
+
+#[test]
+fn a_429_with_retry_after_is_obeyed() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.configure("rate_limit_calls = 1\nretry_after = \"2s\"", "");
+    env.apply(0);
+    let calls = env.sandbox().calls();
+    let limited = calls
+        .iter()
+        .position(|c| c.3 == "429")
+        .expect("a 429 was served");
+    let next = &calls[limited + 1];
+    let waited = next.0 - calls[limited].0;
+    assert!(
+        waited >= 2000,
+        "the next call came {waited} ms after the 429, before Retry-After: 2"
+    );
+    assert_eq!(env.sandbox_state().databases.len(), 1);
+}
+
+#[test]
+fn consecutive_5xx_back_off_with_growing_delays_then_succeed() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.configure("fail_calls = 5", "");
+    env.apply(0);
+    let calls = env.sandbox().calls();
+    let failures: Vec<u64> = calls.iter().take(6).map(|c| c.0).collect();
+    assert_eq!(
+        calls.iter().take(5).filter(|c| c.3 == "503").count(),
+        5,
+        "{calls:?}"
+    );
+    assert_eq!(calls[5].3, "ok");
+    let gaps: Vec<u64> = failures.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps[0] >= 50, "{gaps:?}");
+    assert!(gaps[4] > gaps[0] * 4, "backoff grows: {gaps:?}");
+    for w in gaps.windows(2) {
+        assert!(w[1] * 10 >= w[0] * 9, "no delay shrinks: {gaps:?}");
+    }
+    assert_eq!(env.sandbox_state().databases.len(), 1);
+}
+
+/// Spawns `tend apply` that pauses at `point`; returns it once paused.
+fn paused_apply(env: &Env, point: &str) -> std::process::Child {
+    let marker = env.dir.path().join(format!("paused-{point}"));
+    let child = Command::new(env!("CARGO_BIN_EXE_tend"))
+        .args(["--config", &env.config().display().to_string(), "apply"])
+        .env_remove("TEND_CONFIG")
+        .env("TEND_LOG", "warn")
+        .env("TEND_TEST_PAUSE_AT", point)
+        .env("TEND_TEST_PAUSE_FILE", &marker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "tend apply never reached {point}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn kill(mut child: std::process::Child) {
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+}
+
+#[test]
+fn killed_after_the_intent_is_journalled_and_before_the_call() {
+    let env = Env::new(&[decl("orders", 10)]);
+    kill(paused_apply(&env, "after-intent"));
+    let pending = only(&env.intents(), "create").clone();
+    assert_eq!(
+        pending.state,
+        IntentState::Pending,
+        "the intent survived the crash"
+    );
+    assert!(
+        env.sandbox_state().databases.is_empty(),
+        "the call was never sent"
+    );
+
+    env.apply(0);
+    let state = env.sandbox_state();
+    assert_eq!(state.databases.len(), 1);
+    let create = only(&env.intents(), "create").clone();
+    assert_eq!(
+        create.op_id, pending.op_id,
+        "the replay used the journalled id"
+    );
+    assert_eq!(create.state, IntentState::Done);
+    assert_eq!(state.key_uses(&create.op_id), 1);
+}
+
+#[test]
+fn killed_after_the_call_and_before_confirmation() {
+    let env = Env::new(&[decl("orders", 10)]);
+    kill(paused_apply(&env, "after-call"));
+    assert_eq!(
+        env.sandbox_state().databases.len(),
+        1,
+        "the provider committed the create"
+    );
+    let pending = only(&env.intents(), "create").clone();
+    assert_eq!(pending.state, IntentState::Pending);
+
+    env.apply(0);
+    let state = env.sandbox_state();
+    assert_eq!(state.databases.len(), 1, "no duplicate");
+    let create = only(&env.intents(), "create").clone();
+    assert_eq!(
+        (create.op_id.as_str(), create.state),
+        (pending.op_id.as_str(), IntentState::Done)
+    );
+    assert_eq!(
+        state.key_uses(&create.op_id),
+        2,
+        "the replay reached the provider under the same key"
+    );
+    assert_eq!(state.operations().len(), 1);
+}
+
+#[test]
+fn a_second_apply_while_one_runs_is_refused_naming_the_pid() {
+    let env = Env::new(&[decl("orders", 10)]);
+    let running = paused_apply(&env, "after-intent");
+    let pid = running.id();
+    let second = env.apply(1);
+    assert!(
+        second
+            .stderr
+            .contains(&format!("in use by another tend (pid {pid})")),
+        "{}",
+        second.stderr
+    );
+    // Readers work beside the writer.
+    TendCommand::new(&[
+        "--config",
+        &env.config().display().to_string(),
+        "state",
+        "show",
+    ])
+    .expect_code(0);
+    TendCommand::new(&["--config", &env.config().display().to_string(), "plan"]).expect_code(0);
+    kill(running);
+    env.apply(0);
+}
+
+fn checksum(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn a_state_with_a_newer_min_reader_format_is_refused_and_left_unchanged() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    {
+        let conn = rusqlite::Connection::open(env.state().join("state.db")).unwrap();
+        conn.execute(
+            "UPDATE meta SET value = '7' WHERE key = 'min_reader_format'",
+            [],
+        )
+        .unwrap();
+        conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+    }
+    let db = env.state().join("state.db");
+    let before = checksum(&db);
+    let run = env.apply(1);
+    assert!(
+        run.stderr.contains("min_reader_format is 7"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("docs/runbooks/rollback.md"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        checksum(&db),
+        before,
+        "the state file is byte-for-byte unchanged"
+    );
+    TendCommand::new(&[
+        "--config",
+        &env.config().display().to_string(),
+        "state",
+        "show",
+    ])
+    .expect_code(1);
+}

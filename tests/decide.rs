@@ -676,12 +676,19 @@ proptest! {
 fn an_observation_older_than_tends_last_write_is_not_used_for_a_new_write() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
-    case.memory.applied_fields.insert("connectionLimit".into(), json!(50));
+    case.memory
+        .applied_fields
+        .insert("connectionLimit".into(), json!(50));
     // The observation is from t(0); tend wrote at t(10).
     case.memory.last_write_at = Some(t(10));
     let d = case.run();
     expect(&d, State::Drifted, Action::Hold, Rule::StaleObservation);
     assert!(d.changes.is_empty());
     case.memory.last_write_at = Some(t(0));
-    expect(&case.run(), State::Drifted, Action::Update, Rule::DeclaredChange);
+    expect(
+        &case.run(),
+        State::Drifted,
+        Action::Update,
+        Rule::DeclaredChange,
+    );
 }

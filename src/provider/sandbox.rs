@@ -115,11 +115,13 @@ pub enum SandboxError {
     },
 }
 
-/// A sandbox provider over its state file.
+/// A sandbox provider over its directory in the state dir: one JSON file
+/// per database and per idempotency key, so a call costs a few small file
+/// operations however many databases the sandbox holds.
 #[derive(Debug)]
 pub struct SandboxProvider {
     name: String,
-    file: PathBuf,
+    dir: PathBuf,
     provisioning_delay: Duration,
     faults: Mutex<FaultConfig>,
 }
@@ -134,6 +136,15 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A database file: the name (any characters) travels inside, the file
+/// name is its hex encoding.
+#[derive(Serialize, Deserialize)]
+struct DatabaseFile {
+    name: String,
+    #[serde(flatten)]
+    database: SandboxDatabase,
+}
+
 impl SandboxProvider {
     pub fn new(
         name: &str,
@@ -143,48 +154,165 @@ impl SandboxProvider {
     ) -> Self {
         SandboxProvider {
             name: name.to_string(),
-            file: state_dir.join("sandbox").join(format!("{name}.json")),
+            dir: state_dir.join("sandbox").join(name),
             provisioning_delay,
             faults: Mutex::new(faults),
         }
     }
 
-    pub fn file(&self) -> &Path {
-        &self.file
+    /// The sandbox's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
-    /// Reads the state file (an absent file is an empty sandbox).
-    pub fn load(&self) -> Result<SandboxState, SandboxError> {
-        match fs::read(&self.file) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| SandboxError::Corrupt {
-                path: self.file.clone(),
-                message: e.to_string(),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SandboxState::default()),
+    fn database_path(&self, name: &str) -> PathBuf {
+        self.dir
+            .join("databases")
+            .join(format!("{}.json", crate::model::hash::hex(name.as_bytes())))
+    }
+
+    fn operation_path(&self, op: &str) -> PathBuf {
+        // Operation ids are hex; anything else is hashed to stay a file name.
+        let file = if op.bytes().all(|b| b.is_ascii_hexdigit()) && op.len() <= 128 {
+            op.to_string()
+        } else {
+            sha256_hex(op.as_bytes())
+        };
+        self.dir.join("operations").join(format!("{file}.json"))
+    }
+
+    fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, SandboxError> {
+        match fs::read(path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| SandboxError::Corrupt {
+                        path: path.to_path_buf(),
+                        message: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(SandboxError::Read {
-                path: self.file.clone(),
+                path: path.to_path_buf(),
                 source,
             }),
         }
     }
 
-    /// Writes the state atomically (temp file, fsync, rename): a crash never
-    /// leaves a half-written sandbox.
-    pub fn save(&self, state: &SandboxState) -> Result<(), SandboxError> {
+    /// Writes a file atomically (temp file, rename): a killed process never
+    /// leaves half a record. (No fsync: the sandbox stands for a remote
+    /// service, whose durability a process kill cannot touch.)
+    fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), SandboxError> {
         let write_err = |source| SandboxError::Write {
-            path: self.file.clone(),
+            path: path.to_path_buf(),
             source,
         };
-        if let Some(dir) = self.file.parent() {
+        if let Some(dir) = path.parent() {
             fs::create_dir_all(dir).map_err(write_err)?;
         }
-        let tmp = self.file.with_extension("json.tmp");
+        let tmp = path.with_extension("json.tmp");
         let bytes =
-            serde_json::to_vec_pretty(state).map_err(|e| write_err(std::io::Error::other(e)))?;
+            serde_json::to_vec_pretty(value).map_err(|e| write_err(std::io::Error::other(e)))?;
         let mut f = fs::File::create(&tmp).map_err(write_err)?;
         f.write_all(&bytes).map_err(write_err)?;
-        f.sync_all().map_err(write_err)?;
-        fs::rename(&tmp, &self.file).map_err(write_err)
+        fs::rename(&tmp, path).map_err(write_err)
+    }
+
+    fn remove_file(path: &Path) -> Result<(), SandboxError> {
+        match fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SandboxError::Write {
+                path: path.to_path_buf(),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// One database.
+    pub fn load_database(&self, name: &str) -> Result<Option<SandboxDatabase>, SandboxError> {
+        Ok(Self::read_json::<DatabaseFile>(&self.database_path(name))?.map(|f| f.database))
+    }
+
+    /// Stores one database.
+    pub fn store_database(
+        &self,
+        name: &str,
+        database: &SandboxDatabase,
+    ) -> Result<(), SandboxError> {
+        Self::write_json(
+            &self.database_path(name),
+            &DatabaseFile {
+                name: name.to_string(),
+                database: database.clone(),
+            },
+        )
+    }
+
+    /// Drops one database.
+    pub fn remove_database(&self, name: &str) -> Result<(), SandboxError> {
+        Self::remove_file(&self.database_path(name))
+    }
+
+    fn read_dir_json<T: serde::de::DeserializeOwned>(
+        &self,
+        sub: &str,
+    ) -> Result<Vec<(String, T)>, SandboxError> {
+        let dir = self.dir.join(sub);
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(SandboxError::Read { path: dir, source }),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let path = entry
+                .map_err(|source| SandboxError::Read {
+                    path: dir.clone(),
+                    source,
+                })?
+                .path();
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(value) = Self::read_json::<T>(&path)?
+            {
+                let stem = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                out.push((stem, value));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Everything in the sandbox (an absent directory is an empty sandbox).
+    pub fn load(&self) -> Result<SandboxState, SandboxError> {
+        let databases = self
+            .read_dir_json::<DatabaseFile>("databases")?
+            .into_iter()
+            .map(|(_, f)| (f.name, f.database))
+            .collect();
+        let operations = self
+            .read_dir_json::<RecordedOperation>("operations")?
+            .into_iter()
+            .collect();
+        Ok(SandboxState {
+            databases,
+            operations,
+            next_id: 0,
+        })
+    }
+
+    /// Makes the databases exactly `state.databases` (the dashboard's edits).
+    pub fn save(&self, state: &SandboxState) -> Result<(), SandboxError> {
+        for (name, _) in self.load()?.databases {
+            if !state.databases.contains_key(&name) {
+                self.remove_database(&name)?;
+            }
+        }
+        for (name, database) in &state.databases {
+            self.store_database(name, database)?;
+        }
+        Ok(())
     }
 
     /// `now` in milliseconds: observations are compared with write times.
@@ -234,19 +362,17 @@ impl SandboxProvider {
         db.written_at_ms = now_ms();
     }
 
-    /// Persists a write, then answers it, unless a lost response is
-    /// injected: the change is committed either way, as at a real API.
-    fn commit(&self, state: &SandboxState, name: &str) -> Result<Observation, ProviderError> {
-        self.save(state)
-            .map_err(|e| self.to_provider_error(name, e))?;
+    /// Answers a committed write, unless a lost response is injected: the
+    /// change is committed either way, as at a real API.
+    fn answer(&self, name: &str) -> Result<Observation, ProviderError> {
         self.lose_after(name)?;
-        let db = state
-            .databases
-            .get(name)
+        let db = self
+            .load_database(name)
+            .map_err(|e| self.to_provider_error(name, e))?
             .ok_or_else(|| ProviderError::NotFound {
                 resource: name.to_string(),
             })?;
-        Ok(Self::observation(name, db, now_ms()))
+        Ok(Self::observation(name, &db, now_ms()))
     }
 
     fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {
@@ -288,7 +414,7 @@ impl SandboxProvider {
     /// state file: what tests read to check timing and retries.
     fn log_call(&self, call: &str, resource: &str, outcome: &str) {
         use std::io::Write as _;
-        let path = self.file.with_extension("calls");
+        let path = self.dir.join("calls.log");
         if let Some(dir) = path.parent() {
             let _ = fs::create_dir_all(dir);
         }
@@ -299,7 +425,7 @@ impl SandboxProvider {
 
     /// The call log (`millis`, call, resource, outcome), oldest first.
     pub fn calls(&self) -> Vec<(u64, String, String, String)> {
-        fs::read_to_string(self.file.with_extension("calls"))
+        fs::read_to_string(self.dir.join("calls.log"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| {
@@ -327,37 +453,49 @@ impl SandboxProvider {
         Ok(())
     }
 
-    /// Records an idempotency key; `Ok(true)` when the same request was seen
-    /// before (return the original result, change nothing).
-    fn check_key(
-        state: &mut SandboxState,
+    /// Looks an idempotency key up: `Ok(true)` when the same request was
+    /// seen before (answer with the original result, change nothing);
+    /// `Ok(false)` for a new key, which [`Self::record_key`] stores once the
+    /// change is committed.
+    fn seen_key(
+        &self,
         op: &OperationId,
-        kind: &str,
         digest: &str,
         database_name: &str,
     ) -> Result<bool, ProviderError> {
-        match state.operations.get_mut(&op.0) {
-            Some(recorded) if recorded.request_digest == digest => {
+        let path = self.operation_path(&op.0);
+        let recorded = Self::read_json::<RecordedOperation>(&path)
+            .map_err(|e| self.to_provider_error(database_name, e))?;
+        match recorded {
+            Some(mut recorded) if recorded.request_digest == digest => {
                 recorded.uses += 1;
+                Self::write_json(&path, &recorded)
+                    .map_err(|e| self.to_provider_error(database_name, e))?;
                 Ok(true)
             }
             Some(_) => Err(ProviderError::Permanent {
                 resource: database_name.to_string(),
                 message: format!("idempotency key {op} was already used for a different request"),
             }),
-            None => {
-                state.operations.insert(
-                    op.0.clone(),
-                    RecordedOperation {
-                        request_digest: digest.to_string(),
-                        database_name: database_name.to_string(),
-                        kind: kind.to_string(),
-                        uses: 1,
-                    },
-                );
-                Ok(false)
-            }
+            None => Ok(false),
         }
+    }
+
+    fn record_key(
+        &self,
+        op: &OperationId,
+        kind: &str,
+        digest: &str,
+        database_name: &str,
+    ) -> Result<(), ProviderError> {
+        let recorded = RecordedOperation {
+            request_digest: digest.to_string(),
+            database_name: database_name.to_string(),
+            kind: kind.to_string(),
+            uses: 1,
+        };
+        Self::write_json(&self.operation_path(&op.0), &recorded)
+            .map_err(|e| self.to_provider_error(database_name, e))
     }
 
     fn digest(kind: &str, request: &impl Serialize) -> String {
@@ -403,13 +541,10 @@ impl Provider for SandboxProvider {
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
         self.fail_before("observe", database_name)?;
-        let state = self
-            .load()
+        let db = self
+            .load_database(database_name)
             .map_err(|e| self.to_provider_error(database_name, e))?;
-        Ok(state
-            .databases
-            .get(database_name)
-            .and_then(|db| self.read(database_name, db)))
+        Ok(db.and_then(|db| self.read(database_name, &db)))
     }
 
     async fn create(
@@ -419,24 +554,23 @@ impl Provider for SandboxProvider {
     ) -> Result<Observation, ProviderError> {
         let name = &request.database_name;
         self.fail_before("create", name)?;
-        let mut state = self.load().map_err(|e| self.to_provider_error(name, e))?;
-        let now = now_secs();
-        if !Self::check_key(
-            &mut state,
-            op,
-            "create",
-            &Self::digest("create", request),
-            name,
-        )? {
-            if state.databases.contains_key(name) {
+        let digest = Self::digest("create", request);
+        if !self.seen_key(op, &digest, name)? {
+            let existing = self
+                .load_database(name)
+                .map_err(|e| self.to_provider_error(name, e))?;
+            if existing.is_some() {
                 return Err(ProviderError::Conflict {
                     resource: name.clone(),
                     message: "a database of that name already exists".into(),
                 });
             }
-            state.next_id += 1;
+            let now = now_secs();
             let mut db = SandboxDatabase {
-                id: format!("sbx-{}", state.next_id),
+                id: format!(
+                    "sbx-{}",
+                    &sha256_hex(format!("{name}:{}", now_ms()).as_bytes())[..10]
+                ),
                 fields: BTreeMap::new(),
                 labels: BTreeMap::new(),
                 created_at: now,
@@ -445,9 +579,14 @@ impl Provider for SandboxProvider {
                 previous: None,
             };
             Self::apply_fields(&mut db, request);
-            state.databases.insert(name.clone(), db);
+            // The database first, then the key: a crash between the two
+            // leaves a database a retry meets as "exists" (a conflict the
+            // caller confirms by observation), never a key without its effect.
+            self.store_database(name, &db)
+                .map_err(|e| self.to_provider_error(name, e))?;
+            self.record_key(op, "create", &digest, name)?;
         }
-        self.commit(&state, name)
+        self.answer(name)
     }
 
     async fn update(
@@ -457,42 +596,33 @@ impl Provider for SandboxProvider {
     ) -> Result<Observation, ProviderError> {
         let name = &request.database_name;
         self.fail_before("update", name)?;
-        let mut state = self.load().map_err(|e| self.to_provider_error(name, e))?;
-        if !state.databases.contains_key(name) {
+        let Some(mut db) = self
+            .load_database(name)
+            .map_err(|e| self.to_provider_error(name, e))?
+        else {
             return Err(ProviderError::NotFound {
                 resource: name.clone(),
             });
+        };
+        let digest = Self::digest("update", request);
+        if !self.seen_key(op, &digest, name)? {
+            Self::before_write(&mut db);
+            Self::apply_fields(&mut db, request);
+            self.store_database(name, &db)
+                .map_err(|e| self.to_provider_error(name, e))?;
+            self.record_key(op, "update", &digest, name)?;
         }
-        if !Self::check_key(
-            &mut state,
-            op,
-            "update",
-            &Self::digest("update", request),
-            name,
-        )? && let Some(db) = state.databases.get_mut(name)
-        {
-            Self::before_write(db);
-            Self::apply_fields(db, request);
-        }
-        self.commit(&state, name)
+        self.answer(name)
     }
 
     async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
         self.fail_before("delete", database_name)?;
-        let mut state = self
-            .load()
-            .map_err(|e| self.to_provider_error(database_name, e))?;
-        if !Self::check_key(
-            &mut state,
-            op,
-            "delete",
-            &Self::digest("delete", &database_name),
-            database_name,
-        )? {
-            state.databases.remove(database_name);
+        let digest = Self::digest("delete", &database_name);
+        if !self.seen_key(op, &digest, database_name)? {
+            self.remove_database(database_name)
+                .map_err(|e| self.to_provider_error(database_name, e))?;
+            self.record_key(op, "delete", &digest, database_name)?;
         }
-        self.save(&state)
-            .map_err(|e| self.to_provider_error(database_name, e))?;
         self.lose_after(database_name)
     }
 }

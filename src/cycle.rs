@@ -197,7 +197,9 @@ pub fn snapshot_once(
 /// One read-only cycle: snapshot, observe, decide. Reads the state dir
 /// (memory, tombstones) without writing it; safe beside a running writer.
 pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
+    let started = std::time::Instant::now();
     let snapshot = snapshot_once(config, now, false)?;
+    tracing::debug!("snapshot: {:?}", started.elapsed());
     let store = StateStore::open(&config.state_dir, false)?;
     let agent_id = match &store {
         Some(s) => s.meta("agent_id")?.or_else(|| config.agent_id.clone()),
@@ -250,23 +252,25 @@ fn subjects(
         // An empty tree never removes anything: it is far more likely a
         // mistake than the end of every database.
         if !set.declarations.is_empty() {
-            for managed in store.managed()? {
-                let already = stored.iter().any(|t| t.name == managed.name);
+            for (managed, file) in store.managed_names()? {
+                let already = stored.iter().any(|t| t.name == managed);
                 // A file that fails to parse (or holds a duplicate) does not
                 // prove its declarations were removed.
                 let unreadable = set
                     .diagnostics
                     .iter()
-                    .any(|d| d.file.to_string_lossy() == managed.file);
-                if declared.contains(managed.name.as_str()) || already || unreadable {
+                    .any(|d| d.file.to_string_lossy() == file);
+                if declared.contains(managed.as_str()) || already || unreadable {
                     continue;
                 }
-                let Ok(last) = serde_json::from_value::<ManagedDatabase>(managed.manifest.clone())
-                else {
+                let Some(manifest) = store.manifest(&managed)? else {
+                    continue;
+                };
+                let Ok(last) = serde_json::from_value::<ManagedDatabase>(manifest.clone()) else {
                     continue;
                 };
                 if persist {
-                    store.add_tombstone(&managed.name, &managed.manifest, now, &snapshot.commit)?;
+                    store.add_tombstone(&managed, &manifest, now, &snapshot.commit)?;
                 }
                 tombstones.push(Tombstone {
                     last,
@@ -298,7 +302,9 @@ pub async fn observe_and_decide(
     now: SystemTime,
     persist: bool,
 ) -> Result<Plan, CycleError> {
+    let phase = std::time::Instant::now();
     let (declarations, tombstones) = subjects(snapshot, store, now, persist)?;
+    tracing::debug!("subjects: {:?}", phase.elapsed());
     let mut errors: Vec<Diagnostic> = snapshot.declarations.diagnostics.clone();
     let mut policy = config.policy();
     policy.agent_id = agent_id.to_string();
@@ -327,8 +333,12 @@ pub async fn observe_and_decide(
                 .push(PlannedSubject::Removed(tomb));
         }
     }
+    let mut memories = match store {
+        Some(s) => s.memories()?,
+        None => Default::default(),
+    };
     let managed_count = match store {
-        Some(s) => s.managed()?.len(),
+        Some(s) => s.managed_count()?,
         None => 0,
     };
     let deletion_budget = config
@@ -355,6 +365,7 @@ pub async fn observe_and_decide(
             std::num::NonZeroU32::MIN.saturating_add(99),
         ));
         let observed_all = retry.run(&limiter, || provider.observe_all(&names)).await;
+        tracing::debug!("observe_all: {:?}", phase.elapsed());
         let by_name: BTreeMap<String, Observation> = match &observed_all {
             Ok(list) => list
                 .iter()
@@ -382,10 +393,7 @@ pub async fn observe_and_decide(
                     t.last.spec_hash(),
                 ),
             };
-            let memory = match store {
-                Some(s) => s.memory(&name)?,
-                None => Memory::default(),
-            };
+            let memory = memories.remove(&name).unwrap_or_default();
             let mut overrides = Vec::new();
             if let PlannedSubject::Declared(d) = &subject
                 && let Some(spec) = &d.annotations.overrides
@@ -424,8 +432,11 @@ pub async fn observe_and_decide(
             }
             if persist && let Some(s) = store {
                 remember_drift(s, &name, &decision, &observed, &memory, now)?;
+                // Keep the last declaration (for a future tombstone) when it
+                // changed; an unchanged spec needs no write.
                 if let PlannedSubject::Declared(d) = &subject
                     && memory.existed
+                    && memory.applied_spec_hash.as_ref() != Some(&d.spec_hash)
                 {
                     s.touch(
                         &name,
@@ -456,6 +467,7 @@ pub async fn observe_and_decide(
             });
         }
     }
+    tracing::debug!("decided: {:?}", phase.elapsed());
     resources.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Plan {
         agent_id: agent_id.to_string(),
@@ -486,6 +498,11 @@ fn remember_drift(
         fields.push(String::new());
     }
     if matches!(observed, Observed::Failed(_)) {
+        return Ok(());
+    }
+    // Most cycles change nothing here: write only when the set changed.
+    let known: BTreeSet<&String> = memory.drift_first_seen.keys().collect();
+    if known == fields.iter().collect::<BTreeSet<_>>() {
         return Ok(());
     }
     store.sync_drift(name, &fields, now)
@@ -739,16 +756,22 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
                 store.tombstone_progress(name, now, Some(e))?;
             }
         }
-        let after = observe_and_decide(
-            config,
-            &snapshot,
-            Some(&store),
-            &agent_id,
-            &providers,
-            SystemTime::now(),
-            false,
-        )
-        .await?;
+        // Nothing ran: the plan is already the state after the cycle.
+        let after = if operations.is_empty() {
+            plan
+        } else {
+            drop(plan);
+            observe_and_decide(
+                config,
+                &snapshot,
+                Some(&store),
+                &agent_id,
+                &providers,
+                SystemTime::now(),
+                false,
+            )
+            .await?
+        };
         Ok(ApplyOutcome { operations, after })
     })
 }

@@ -366,6 +366,98 @@ impl StateStore {
         Ok(memory)
     }
 
+    /// How many resources tend manages.
+    pub fn managed_count(&self) -> Result<usize, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT count(*) FROM resources WHERE existed = 1",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| usize::try_from(n).unwrap_or(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// What tend remembers of every resource, in three queries (a cycle over
+    /// thousands of resources must not pay three queries each).
+    pub fn memories(&self) -> Result<std::collections::HashMap<String, Memory>, StateError> {
+        let conn = self.conn();
+        let mut out: std::collections::HashMap<String, Memory> = std::collections::HashMap::new();
+        let mut stmt = conn
+            .prepare("SELECT name, applied_spec_hash, applied_fields, applied_commit, existed, last_write_ms FROM resources")
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let name: String = r.get(0).map_err(|e| self.err(e))?;
+            let memory = out.entry(name).or_default();
+            memory.applied_spec_hash = r
+                .get::<_, Option<String>>(1)
+                .map_err(|e| self.err(e))?
+                .map(SpecHash);
+            memory.applied_fields =
+                serde_json::from_str(&r.get::<_, String>(2).map_err(|e| self.err(e))?)
+                    .unwrap_or_default();
+            memory.applied_commit = r.get(3).map_err(|e| self.err(e))?;
+            memory.existed = r.get::<_, i64>(4).map_err(|e| self.err(e))? != 0;
+            memory.last_write_at = r
+                .get::<_, Option<i64>>(5)
+                .map_err(|e| self.err(e))?
+                .map(time);
+        }
+        drop(rows);
+        let mut stmt = conn
+            .prepare("SELECT name, field, first_seen_ms FROM drift_seen")
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let name: String = r.get(0).map_err(|e| self.err(e))?;
+            let field: String = r.get(1).map_err(|e| self.err(e))?;
+            out.entry(name)
+                .or_default()
+                .drift_first_seen
+                .insert(field, time(r.get(2).map_err(|e| self.err(e))?));
+        }
+        drop(rows);
+        let mut stmt = conn
+            .prepare("SELECT name, field, count FROM attempts")
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let name: String = r.get(0).map_err(|e| self.err(e))?;
+            let field: String = r.get(1).map_err(|e| self.err(e))?;
+            out.entry(name)
+                .or_default()
+                .failed_attempts
+                .insert(field, r.get(2).map_err(|e| self.err(e))?);
+        }
+        Ok(out)
+    }
+
+    /// Names (and files) of the resources tend manages, without manifests.
+    pub fn managed_names(&self) -> Result<Vec<(String, String)>, StateError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, file FROM resources WHERE existed = 1")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The last manifest seen of a managed resource.
+    pub fn manifest(&self, name: &str) -> Result<Option<Value>, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT manifest FROM resources WHERE name = ?1",
+                [name],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map(|m| m.and_then(|m| serde_json::from_str(&m).ok()))
+            .map_err(|e| self.err(e))
+    }
+
     /// Every resource tend manages.
     pub fn managed(&self) -> Result<Vec<ManagedResource>, StateError> {
         let conn = self.conn();

@@ -337,6 +337,7 @@ pub async fn observe_and_decide(
         Some(s) => s.memories()?,
         None => Default::default(),
     };
+    tracing::debug!("memories: {:?}", phase.elapsed());
     let managed_count = match store {
         Some(s) => s.managed_count()?,
         None => 0,
@@ -366,18 +367,21 @@ pub async fn observe_and_decide(
         ));
         let observed_all = retry.run(&limiter, || provider.observe_all(&names)).await;
         tracing::debug!("observe_all: {:?}", phase.elapsed());
-        let by_name: BTreeMap<String, Observation> = match &observed_all {
-            Ok(list) => list
-                .iter()
-                .map(|o| (o.database_name.clone(), o.clone()))
-                .collect(),
-            Err(_) => BTreeMap::new(),
-        };
+        let (mut by_name, failure): (BTreeMap<String, Observation>, Option<String>) =
+            match observed_all {
+                Ok(list) => (
+                    list.into_iter()
+                        .map(|o| (o.database_name.clone(), o))
+                        .collect(),
+                    None,
+                ),
+                Err(e) => (BTreeMap::new(), Some(e.to_string())),
+            };
         for (subject, database_name) in subjects.into_iter().zip(names) {
-            let observed = match &observed_all {
-                Err(e) => Observed::Failed(e.to_string()),
-                Ok(_) => match by_name.get(&database_name) {
-                    Some(o) => Observed::Found(o.clone()),
+            let observed = match &failure {
+                Some(e) => Observed::Failed(e.clone()),
+                None => match by_name.remove(&database_name) {
+                    Some(o) => Observed::Found(o),
                     None => Observed::NotFound,
                 },
             };

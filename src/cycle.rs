@@ -96,6 +96,9 @@ pub struct Plan {
     pub resources: Vec<PlannedResource>,
     /// Declaration files that failed to parse, or were not assigned a provider.
     pub errors: Vec<Diagnostic>,
+    /// Declarations that could not be planned (no such provider); kept so
+    /// a later pass over the same snapshot still counts them as declared.
+    pub unplanned: Vec<Declaration>,
     pub now: SystemTime,
 }
 
@@ -207,9 +210,12 @@ pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
     }
     .unwrap_or_else(|| config.agent_id());
     let providers = providers(config)?;
+    let mut snapshot = Arc::unwrap_or_clone(snapshot);
+    let declarations = std::mem::take(&mut snapshot.declarations.declarations);
     runtime()?.block_on(observe_and_decide(
         config,
         &snapshot,
+        declarations,
         store.as_ref(),
         &agent_id,
         &providers,
@@ -223,12 +229,13 @@ pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
 /// are written and returning declarations clear theirs.
 fn subjects(
     snapshot: &Snapshot,
+    declarations: &[Declaration],
     store: Option<&StateStore>,
     now: SystemTime,
     persist: bool,
-) -> Result<(Vec<Declaration>, Vec<Tombstone>), StateError> {
+) -> Result<Vec<Tombstone>, StateError> {
     let set: &DeclarationSet = &snapshot.declarations;
-    let declared: BTreeSet<&str> = set.declarations.iter().map(|d| d.name()).collect();
+    let declared: BTreeSet<&str> = declarations.iter().map(|d| d.name()).collect();
     let mut tombstones = Vec::new();
     if let Some(store) = store {
         let stored = store.tombstones()?;
@@ -251,7 +258,7 @@ fn subjects(
         }
         // An empty tree never removes anything: it is far more likely a
         // mistake than the end of every database.
-        if !set.declarations.is_empty() {
+        if !declarations.is_empty() {
             for (managed, file) in store.managed_names()? {
                 let already = stored.iter().any(|t| t.name == managed);
                 // A file that fails to parse (or holds a duplicate) does not
@@ -282,7 +289,7 @@ fn subjects(
             }
         }
     }
-    Ok((set.declarations.clone(), tombstones))
+    Ok(tombstones)
 }
 
 fn override_fingerprint(o: &crate::model::OverrideSpec) -> String {
@@ -293,9 +300,13 @@ fn override_fingerprint(o: &crate::model::OverrideSpec) -> String {
 }
 
 /// Observes every subject at its provider and decides.
+/// `declarations` are the snapshot's, moved in (a cycle over thousands
+/// must not copy them); the snapshot supplies the commit and diagnostics.
+#[allow(clippy::too_many_arguments)]
 pub async fn observe_and_decide(
     config: &Config,
     snapshot: &Snapshot,
+    declarations: Vec<Declaration>,
     store: Option<&StateStore>,
     agent_id: &str,
     providers: &Providers,
@@ -303,13 +314,15 @@ pub async fn observe_and_decide(
     persist: bool,
 ) -> Result<Plan, CycleError> {
     let phase = std::time::Instant::now();
-    let (declarations, tombstones) = subjects(snapshot, store, now, persist)?;
+    let tombstones = subjects(snapshot, &declarations, store, now, persist)?;
+    let declared_count = declarations.len();
     tracing::debug!("subjects: {:?}", phase.elapsed());
     let mut errors: Vec<Diagnostic> = snapshot.declarations.diagnostics.clone();
     let mut policy = config.policy();
     policy.agent_id = agent_id.to_string();
 
     // Group subjects by provider.
+    let mut unplanned = Vec::new();
     let mut by_provider: BTreeMap<String, Vec<PlannedSubject>> = BTreeMap::new();
     for decl in declarations {
         match provider_of(config, &decl.manifest) {
@@ -317,12 +330,15 @@ pub async fn observe_and_decide(
                 .entry(p.to_string())
                 .or_default()
                 .push(PlannedSubject::Declared(decl)),
-            Err(message) => errors.push(Diagnostic {
-                file: decl.file.clone(),
-                line: decl.line,
-                column: decl.column,
-                message,
-            }),
+            Err(message) => {
+                errors.push(Diagnostic {
+                    file: decl.file.clone(),
+                    line: decl.line,
+                    column: decl.column,
+                    message,
+                });
+                unplanned.push(decl);
+            }
         }
     }
     for tomb in tombstones {
@@ -415,8 +431,7 @@ pub async fn observe_and_decide(
                 overrides.extend(OverrideInput::from_annotations(d, first_seen));
             }
             let is_delete_candidate = matches!(&subject, PlannedSubject::Removed(t) if t.last.spec.deletion_policy == crate::model::DeletionPolicy::Delete);
-            let deletion_allowed =
-                !snapshot.declarations.declarations.is_empty() && deletions < deletion_budget;
+            let deletion_allowed = declared_count > 0 && deletions < deletion_budget;
             let engine_subject = match &subject {
                 PlannedSubject::Declared(d) => Subject::Declared(d),
                 PlannedSubject::Removed(t) => Subject::Removed(t),
@@ -478,6 +493,7 @@ pub async fn observe_and_decide(
         commit: Some(snapshot.commit.clone()),
         resources,
         errors,
+        unplanned,
         now,
     })
 }
@@ -725,9 +741,12 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
             .collect();
 
         let now = SystemTime::now();
+        let mut snapshot = Arc::unwrap_or_clone(snapshot);
+        let declarations = std::mem::take(&mut snapshot.declarations.declarations);
         let plan = observe_and_decide(
             config,
             &snapshot,
+            declarations,
             Some(&store),
             &agent_id,
             &providers,
@@ -764,10 +783,20 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
         let after = if operations.is_empty() {
             plan
         } else {
-            drop(plan);
+            // The same declarations, taken back from the plan.
+            let mut declarations: Vec<Declaration> = plan
+                .resources
+                .into_iter()
+                .filter_map(|r| match r.subject {
+                    PlannedSubject::Declared(d) => Some(d),
+                    PlannedSubject::Removed(_) => None,
+                })
+                .collect();
+            declarations.extend(plan.unplanned);
             observe_and_decide(
                 config,
                 &snapshot,
+                declarations,
                 Some(&store),
                 &agent_id,
                 &providers,

@@ -114,6 +114,7 @@ fn fixed_plan() -> (Config, Plan) {
             commit: Some("4b825dc642cb6eb9a060e54bf8d69288fbee4904".into()),
             resources,
             errors,
+            unplanned: Vec::new(),
             now,
         },
     )

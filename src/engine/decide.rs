@@ -271,6 +271,14 @@ fn provider_override(
     memory: &Memory,
     now: SystemTime,
 ) -> Result<Option<OverrideInput>, String> {
+    // The common case: no override labels at all.
+    if !obs
+        .labels
+        .keys()
+        .any(|k| k.starts_with("tend.dev/") && !k.starts_with("tend.dev/owner-"))
+    {
+        return Ok(None);
+    }
     let labels = obs
         .labels
         .iter()

@@ -350,7 +350,17 @@ pub async fn observe_and_decide(
         }
     }
     let mut memories = match store {
-        Some(s) => s.memories()?,
+        Some(s) => {
+            let current: std::collections::HashMap<&str, &SpecHash> = by_provider
+                .values()
+                .flatten()
+                .filter_map(|subject| match subject {
+                    PlannedSubject::Declared(d) => Some((d.name(), &d.spec_hash)),
+                    PlannedSubject::Removed(_) => None,
+                })
+                .collect();
+            s.memories(&current)?
+        }
         None => Default::default(),
     };
     tracing::debug!("memories: {:?}", phase.elapsed());
@@ -521,8 +531,11 @@ fn remember_drift(
         return Ok(());
     }
     // Most cycles change nothing here: write only when the set changed.
-    let known: BTreeSet<&String> = memory.drift_first_seen.keys().collect();
-    if known == fields.iter().collect::<BTreeSet<_>>() {
+    if fields.len() == memory.drift_first_seen.len()
+        && fields
+            .iter()
+            .all(|f| memory.drift_first_seen.contains_key(f))
+    {
         return Ok(());
     }
     store.sync_drift(name, &fields, now)

@@ -166,6 +166,8 @@ fn missing_is_created() {
 fn declared_change_is_applied_now() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
+    // The last apply was of an earlier spec with a limit of 50.
+    case.memory.applied_spec_hash = Some(tend::model::SpecHash("earlier-spec".into()));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));
@@ -204,6 +206,17 @@ fn out_of_band_drift_after_grace_is_corrected() {
     let d = case.run();
     expect(&d, State::Drifted, Action::Update, Rule::DriftCorrect);
     assert_eq!(d.changes["connectionLimit"], json!(100));
+}
+
+#[test]
+fn with_the_spec_unchanged_since_the_last_apply_no_difference_is_declared() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
+    // Even with stale applied values, the same spec hash means no declared change.
+    case.memory.applied_fields.clear();
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Hold, Rule::DriftGrace);
+    assert_eq!(d.drift[0].origin, DriftOrigin::OutOfBand);
 }
 
 #[test]
@@ -676,6 +689,8 @@ proptest! {
 fn an_observation_older_than_tends_last_write_is_not_used_for_a_new_write() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
+    // The last apply was of an earlier spec with a limit of 50.
+    case.memory.applied_spec_hash = Some(tend::model::SpecHash("earlier-spec".into()));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));

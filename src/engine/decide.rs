@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::desired::{desired_fields, manages_parameters};
+use super::desired::{desired_fields_of, manages_parameters};
 use super::overrides::{EffectiveOverride, OverrideInput, effective};
 use crate::model::{
     Declaration, DeletionPolicy, DriftPolicy, ManagedDatabase, Mutability, SpecHash,
@@ -105,7 +105,9 @@ pub struct Drift {
 pub struct Memory {
     /// Hash of the last spec applied and confirmed.
     pub applied_spec_hash: Option<SpecHash>,
-    /// Field values of the last applied spec.
+    /// Field values of the last applied spec (may be left empty when the
+    /// declaration's spec hash equals `applied_spec_hash`: then they are the
+    /// declared values).
     pub applied_fields: BTreeMap<String, Value>,
     /// The commit of the last applied spec.
     pub applied_commit: Option<String>,
@@ -435,7 +437,7 @@ fn decide_missing(input: &DecideInput<'_>, decl: &Declaration, ov: &EffectiveOve
         let mut d = Decision::new(State::Missing, Action::Create, rule, reason);
         // Ignored fields are left to the provider's default even at creation:
         // an override means hands off, whatever the action.
-        d.changes = desired_fields(&decl.manifest, input.capabilities)
+        d.changes = desired_fields_of(&decl.normalized_spec, input.capabilities)
             .into_iter()
             .filter(|(field, _)| !ov.ignores(field))
             .collect();
@@ -495,20 +497,28 @@ fn compute_drift(
     obs: &Observation,
     ov: &EffectiveOverride,
 ) -> Vec<Drift> {
-    let desired = desired_fields(&decl.manifest, input.capabilities);
+    // Walks the normalised spec in place (no per-decision copy of the
+    // desired values): this runs for every resource in every cycle.
+    let empty = serde_json::Map::new();
+    let spec = decl.normalized_spec.as_object().unwrap_or(&empty);
+    let declared_parameters = spec.get("parameters").and_then(Value::as_object);
     let mut drift = Vec::new();
     let mut push = |field: &str, want: &Value, have: &Value| {
         if want == have {
             return;
         }
-        let declared = input
-            .memory
-            .applied_fields
-            .get(field)
-            .is_some_and(|applied| applied != want)
-            || (input.memory.applied_spec_hash.is_some()
-                && !input.memory.applied_fields.contains_key(field)
-                && want != &Value::Null);
+        // The spec unchanged since the last apply: nothing is a declared change
+        // (and the applied field values need not even be loaded).
+        let unchanged = input.memory.applied_spec_hash.as_ref() == Some(&decl.spec_hash);
+        let declared = !unchanged
+            && (input
+                .memory
+                .applied_fields
+                .get(field)
+                .is_some_and(|applied| applied != want)
+                || (input.memory.applied_spec_hash.is_some()
+                    && !input.memory.applied_fields.contains_key(field)
+                    && want != &Value::Null));
         drift.push(Drift {
             field: field.to_string(),
             desired: want.clone(),
@@ -521,15 +531,29 @@ fn compute_drift(
             ignored: ov.ignores(field),
         });
     };
-    for (field, want) in &desired {
-        push(field, want, obs.fields.get(field).unwrap_or(&Value::Null));
+    let mut key = String::new();
+    for (name, want) in spec {
+        if !input.capabilities.fields.contains_key(name.as_str()) {
+            continue;
+        }
+        match (name.as_str(), want) {
+            ("parameters", Value::Object(map)) => {
+                for (setting, want) in map {
+                    key.clear();
+                    key.push_str("parameters.");
+                    key.push_str(setting);
+                    push(&key, want, obs.fields.get(&key).unwrap_or(&Value::Null));
+                }
+            }
+            _ => push(name, want, obs.fields.get(name).unwrap_or(&Value::Null)),
+        }
     }
     if manages_parameters(&decl.manifest, input.capabilities) {
         for (field, have) in obs.fields.range("parameters.".to_string()..) {
-            if !field.starts_with("parameters.") {
+            let Some(setting) = field.strip_prefix("parameters.") else {
                 break;
-            }
-            if !desired.contains_key(field) {
+            };
+            if !declared_parameters.is_some_and(|p| p.contains_key(setting)) {
                 push(field, &Value::Null, have);
             }
         }

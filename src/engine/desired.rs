@@ -11,8 +11,13 @@ use crate::provider::Capabilities;
 /// The declared value of every field the provider observes and the
 /// declaration sets. Absent fields are not managed and are not listed.
 pub fn desired_fields(decl: &ManagedDatabase, caps: &Capabilities) -> BTreeMap<String, Value> {
+    desired_fields_of(&crate::model::hash::normalized_spec_value(decl), caps)
+}
+
+/// [`desired_fields`] from an already normalised spec.
+pub fn desired_fields_of(spec: &Value, caps: &Capabilities) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
-    let Ok(Value::Object(spec)) = serde_json::to_value(decl.normalized_spec()) else {
+    let Value::Object(spec) = spec else {
         return out;
     };
     for (name, value) in spec {
@@ -22,11 +27,11 @@ pub fn desired_fields(decl: &ManagedDatabase, caps: &Capabilities) -> BTreeMap<S
         match (name.as_str(), value) {
             ("parameters", Value::Object(map)) => {
                 for (key, v) in map {
-                    out.insert(format!("parameters.{key}"), v);
+                    out.insert(format!("parameters.{key}"), v.clone());
                 }
             }
             (_, value) => {
-                out.insert(name, value);
+                out.insert(name.clone(), value.clone());
             }
         }
     }

@@ -380,7 +380,14 @@ impl StateStore {
 
     /// What tend remembers of every resource, in three queries (a cycle over
     /// thousands of resources must not pay three queries each).
-    pub fn memories(&self) -> Result<std::collections::HashMap<String, Memory>, StateError> {
+    ///
+    /// `current` holds the spec hash each declaration has now: where it equals
+    /// the applied one, the applied field values are not parsed (the decision
+    /// core needs them only for a spec that changed).
+    pub fn memories(
+        &self,
+        current: &std::collections::HashMap<&str, &SpecHash>,
+    ) -> Result<std::collections::HashMap<String, Memory>, StateError> {
         let conn = self.conn();
         let mut out: std::collections::HashMap<String, Memory> = std::collections::HashMap::new();
         let mut stmt = conn
@@ -389,14 +396,19 @@ impl StateStore {
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let name: String = r.get(0).map_err(|e| self.err(e))?;
-            let memory = out.entry(name).or_default();
-            memory.applied_spec_hash = r
+            let applied_hash = r
                 .get::<_, Option<String>>(1)
                 .map_err(|e| self.err(e))?
                 .map(SpecHash);
-            memory.applied_fields =
-                serde_json::from_str(&r.get::<_, String>(2).map_err(|e| self.err(e))?)
-                    .unwrap_or_default();
+            let unchanged = applied_hash.is_some()
+                && current.get(name.as_str()).copied() == applied_hash.as_ref();
+            let memory = out.entry(name).or_default();
+            if !unchanged {
+                let fields = r.get_ref(2).map_err(|e| self.err(e))?;
+                memory.applied_fields =
+                    serde_json::from_slice(fields.as_bytes().unwrap_or(b"{}")).unwrap_or_default();
+            }
+            memory.applied_spec_hash = applied_hash;
             memory.applied_commit = r.get(3).map_err(|e| self.err(e))?;
             memory.existed = r.get::<_, i64>(4).map_err(|e| self.err(e))? != 0;
             memory.last_write_at = r

@@ -42,16 +42,26 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The canonical JSON text of a declaration's normalised spec.
 pub fn canonical_spec_json(decl: &ManagedDatabase) -> String {
-    let value = serde_json::to_value(decl.normalized_spec()).expect(
+    normalized_spec_value(decl).to_string()
+}
+
+/// The normalised spec as a JSON value (sorted keys, absent fields omitted).
+pub fn normalized_spec_value(decl: &ManagedDatabase) -> serde_json::Value {
+    serde_json::to_value(decl.normalized_spec()).expect(
         "a Spec always serialises: it has only strings, numbers, bools and string-keyed maps",
-    );
-    value.to_string()
+    )
 }
 
 impl ManagedDatabase {
     /// See the module docs.
     pub fn spec_hash(&self) -> SpecHash {
         SpecHash(sha256_hex(canonical_spec_json(self).as_bytes()))
+    }
+
+    /// The spec hash and the normalised spec it was computed from.
+    pub fn spec_hash_and_value(&self) -> (SpecHash, serde_json::Value) {
+        let value = normalized_spec_value(self);
+        (SpecHash(sha256_hex(value.to_string().as_bytes())), value)
     }
 }
 

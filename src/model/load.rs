@@ -51,6 +51,9 @@ pub struct Declaration {
     pub column: usize,
     pub annotations: TendAnnotations,
     pub spec_hash: SpecHash,
+    /// The normalised spec as JSON (computed once with the hash; the
+    /// planner compares field values from it).
+    pub normalized_spec: serde_json::Value,
 }
 
 impl Declaration {
@@ -111,7 +114,7 @@ pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
             DocumentOutcome::Empty => {}
             DocumentOutcome::Declaration(decl, (line, column)) => {
                 seen_document = true;
-                let spec_hash = decl.0.spec_hash();
+                let (spec_hash, normalized_spec) = decl.0.spec_hash_and_value();
                 out.declarations.push(Declaration {
                     manifest: decl.0,
                     file: file.to_path_buf(),
@@ -119,6 +122,7 @@ pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
                     column,
                     annotations: decl.1,
                     spec_hash,
+                    normalized_spec,
                 });
             }
             DocumentOutcome::Problems(problems) => {

@@ -529,6 +529,7 @@ impl Provider for SandboxProvider {
     async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
         self.fail_before("observe_all", "*")?;
         let state = self.load().map_err(|e| self.to_provider_error("*", e))?;
+        let names: std::collections::HashSet<&String> = names.iter().collect();
         Ok(state
             .databases
             .iter()

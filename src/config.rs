@@ -125,6 +125,16 @@ pub struct ProviderConfig {
     /// Calls per second to this provider.
     #[serde(default = "default_rate_limit")]
     pub rate_limit: u32,
+    /// postgres: libpq-style URL of the maintenance database.
+    pub url: Option<String>,
+    /// postgres: file holding the password (systemd `LoadCredential=`).
+    pub password_file: Option<PathBuf>,
+    /// postgres: create a missing owner role (NOLOGIN).
+    #[serde(default)]
+    pub create_owner: bool,
+    /// postgres: `DROP DATABASE … WITH (FORCE)` when connections remain.
+    #[serde(default)]
+    pub force_drop: bool,
 }
 
 fn default_rate_limit() -> u32 {
@@ -299,6 +309,16 @@ impl Config {
         .flatten()
         {
             *file = resolve(file);
+        }
+        for (name, provider) in config.providers.iter_mut() {
+            if let Some(file) = &provider.password_file {
+                provider.password_file = Some(resolve(file));
+            }
+            if provider.kind == ProviderKind::Postgres && provider.url.is_none() {
+                return Err(invalid(format!(
+                    "[providers.{name}] kind = \"postgres\" needs url = \"postgres://USER@HOST:PORT/postgres\""
+                )));
+            }
         }
         if !config.source.url.contains("://") && !config.source.url.contains('@') {
             config.source.url = resolve(Path::new(&config.source.url)).display().to_string();

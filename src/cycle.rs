@@ -19,6 +19,7 @@ use crate::executor::{
 };
 use crate::journal::{StateError, StateLock, StateStore};
 use crate::model::{Declaration, DeclarationSet, Diagnostic, ManagedDatabase, SpecHash};
+use crate::provider::postgres::{PostgresProvider, PostgresSettings};
 use crate::provider::sandbox::SandboxProvider;
 use crate::provider::{
     AnyProvider, ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed,
@@ -35,6 +36,8 @@ pub enum CycleError {
     UnsupportedProvider { provider: String, kind: String },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("provider `{provider}`: {message}")]
+    Provider { provider: String, message: String },
     #[error("source: {error}")]
     Source {
         #[from]
@@ -126,12 +129,48 @@ pub fn sandbox_provider(config: &Config, name: &str) -> Result<SandboxProvider, 
 pub fn providers(config: &Config) -> Result<Providers, CycleError> {
     config
         .providers
-        .keys()
-        .map(|name| {
-            Ok((
-                name.clone(),
-                Arc::new(AnyProvider::Sandbox(sandbox_provider(config, name)?)),
-            ))
+        .iter()
+        .map(|(name, p)| {
+            let provider = match p.kind {
+                ProviderKind::Sandbox => AnyProvider::Sandbox(sandbox_provider(config, name)?),
+                ProviderKind::Postgres => {
+                    let password = match &p.password_file {
+                        Some(file) => Some(
+                            std::fs::read_to_string(file)
+                                .map_err(|e| CycleError::Provider {
+                                    provider: name.clone(),
+                                    message: format!(
+                                        "cannot read password_file {}: {e}",
+                                        file.display()
+                                    ),
+                                })?
+                                .trim_end_matches(['\n', '\r'])
+                                .to_string(),
+                        ),
+                        None => None,
+                    };
+                    let settings = PostgresSettings {
+                        url: p.url.clone().unwrap_or_default(),
+                        password,
+                        create_owner: p.create_owner,
+                        force_drop: p.force_drop,
+                        max_connections: p.max_concurrency,
+                    };
+                    AnyProvider::Postgres(Box::new(PostgresProvider::new(settings).map_err(
+                        |message| CycleError::Provider {
+                            provider: name.clone(),
+                            message,
+                        },
+                    )?))
+                }
+                kind => {
+                    return Err(CycleError::UnsupportedProvider {
+                        provider: name.clone(),
+                        kind: format!("{kind:?}").to_lowercase(),
+                    });
+                }
+            };
+            Ok((name.clone(), Arc::new(provider)))
         })
         .collect()
 }
@@ -145,8 +184,32 @@ fn provider_names(config: &Config) -> String {
         .join(", ")
 }
 
-/// Which provider a declaration uses: `spec.provider`, or the only one.
+/// Which provider a declaration uses (`spec.provider`, or the only one),
+/// and whether that provider understands every field it sets.
 fn provider_of<'a>(config: &'a Config, manifest: &ManagedDatabase) -> Result<&'a str, String> {
+    let name = provider_name_of(config, manifest)?;
+    if config.providers[name].kind == ProviderKind::Postgres
+        && let Ok(Value::Object(spec)) = serde_json::to_value(&manifest.spec)
+    {
+        let dbaas: Vec<&str> = crate::model::FIELDS
+            .iter()
+            .filter(|f| f.scope == crate::model::fields::Scope::Dbaas && spec.contains_key(f.name))
+            .map(|f| f.name)
+            .collect();
+        if !dbaas.is_empty() {
+            return Err(format!(
+                "spec.{} {} DBaaS-only: provider `{name}` (postgres) does not manage {}; remove {} or use an http provider",
+                dbaas.join(", spec."),
+                if dbaas.len() == 1 { "is" } else { "are" },
+                if dbaas.len() == 1 { "it" } else { "them" },
+                if dbaas.len() == 1 { "it" } else { "them" },
+            ));
+        }
+    }
+    Ok(name)
+}
+
+fn provider_name_of<'a>(config: &'a Config, manifest: &ManagedDatabase) -> Result<&'a str, String> {
     match &manifest.spec.provider {
         Some(name) => config
             .providers

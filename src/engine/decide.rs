@@ -504,7 +504,7 @@ fn compute_drift(
     let declared_parameters = spec.get("parameters").and_then(Value::as_object);
     let mut drift = Vec::new();
     let mut push = |field: &str, want: &Value, have: &Value| {
-        if want == have {
+        if values_match(field, want, have) {
             return;
         }
         // The spec unchanged since the last apply: nothing is a declared change
@@ -559,6 +559,27 @@ fn compute_drift(
         }
     }
     drift
+}
+
+/// Whether an observed value satisfies a declared one. Extensions match by
+/// name, and only the version and schema the declaration states are
+/// compared (the server fills in the rest; extensions it has beyond the
+/// declared ones are not tend's to remove).
+fn values_match(field: &str, want: &Value, have: &Value) -> bool {
+    if want == have {
+        return true;
+    }
+    match (field, want, have) {
+        ("extensions", Value::Array(wanted), Value::Array(present)) => wanted.iter().all(|w| {
+            let name = w.get("name");
+            present.iter().any(|p| {
+                p.get("name") == name
+                    && w.as_object()
+                        .is_some_and(|o| o.iter().all(|(k, v)| p.get(k) == Some(v)))
+            })
+        }),
+        _ => false,
+    }
 }
 
 fn decide_drift(

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::model::hash::sha256_hex;
 use crate::model::{FIELDS, Mutability, SpecHash};
 
+pub mod postgres;
 pub mod sandbox;
 
 /// Label keys of the ownership marker at the provider.
@@ -259,22 +260,26 @@ pub trait Provider: Send + Sync + 'static {
 /// Every provider kind this build runs, behind one type.
 pub enum AnyProvider {
     Sandbox(sandbox::SandboxProvider),
+    Postgres(Box<postgres::PostgresProvider>),
 }
 
 impl Provider for AnyProvider {
     fn capabilities(&self) -> Capabilities {
         match self {
             AnyProvider::Sandbox(p) => p.capabilities(),
+            AnyProvider::Postgres(p) => p.capabilities(),
         }
     }
     async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.observe_all(names).await,
+            AnyProvider::Postgres(p) => p.observe_all(names).await,
         }
     }
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.observe(database_name).await,
+            AnyProvider::Postgres(p) => p.observe(database_name).await,
         }
     }
     async fn create(
@@ -284,6 +289,7 @@ impl Provider for AnyProvider {
     ) -> Result<Observation, ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.create(op, request).await,
+            AnyProvider::Postgres(p) => p.create(op, request).await,
         }
     }
     async fn update(
@@ -293,11 +299,13 @@ impl Provider for AnyProvider {
     ) -> Result<Observation, ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.update(op, request).await,
+            AnyProvider::Postgres(p) => p.update(op, request).await,
         }
     }
     async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.delete(op, database_name).await,
+            AnyProvider::Postgres(p) => p.delete(op, database_name).await,
         }
     }
 }

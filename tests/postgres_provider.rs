@@ -1,0 +1,412 @@
+//! The PostgreSQL provider against a real cluster started by the harness.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::TendCommand;
+use support::git::TestRepo;
+use support::postgres::Postgres;
+
+struct Env {
+    pg: Postgres,
+    repo: TestRepo,
+    dir: tempfile::TempDir,
+}
+
+const ORDERS: &str = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+metadata:
+  name: orders
+spec:
+  owner: orders_app
+  encoding: UTF8
+  connectionLimit: 50
+  allowConnections: true
+  comment: Orders and carts
+  parameters:
+    work_mem: 64MB
+    statement_timeout: 30s
+  extensions:
+    - pg_trgm
+    - name: citext
+";
+
+impl Env {
+    fn new(files: &[(&str, &str)]) -> Self {
+        let pg = Postgres::start();
+        let repo = TestRepo::new();
+        for (file, text) in files {
+            repo.write(file, text);
+        }
+        repo.commit("declarations");
+        let env = Env {
+            pg,
+            repo,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        env.configure("");
+        env
+    }
+
+    fn configure(&self, provider_extra: &str) {
+        std::fs::write(
+            self.config(),
+            format!(
+                "agent_id = \"pg-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\ndrift_grace = \"2s\"\ndeletion_delay = \"0s\"\nretry_min_delay = \"50ms\"\nmax_retries = 2\nconfirm_timeout = \"5s\"\n[providers.main]\nkind = \"postgres\"\nurl = \"{}\"\ncreate_owner = true\n{provider_extra}\n",
+                self.repo.url(),
+                self.pg.url()
+            ),
+        )
+        .unwrap();
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("tend.toml")
+    }
+
+    fn tend(&self, args: &[&str], code: i32) -> support::RunOutput {
+        let config = self.config().display().to_string();
+        let mut all = vec!["--config", config.as_str()];
+        all.extend_from_slice(args);
+        TendCommand::new(&all)
+            .env("TEND_LOG", "warn")
+            .expect_code(code)
+    }
+
+    fn plan(&self, code: i32) -> Value {
+        serde_json::from_str(
+            &self
+                .tend(&["plan", "--format", "json", "--detailed-exitcode"], code)
+                .stdout,
+        )
+        .unwrap()
+    }
+
+    fn commit(&self, file: &str, text: &str) {
+        self.repo.write(file, text);
+        self.repo.commit("change");
+    }
+
+    fn q(&self, sql: &str) -> String {
+        self.pg.psql(sql)
+    }
+}
+
+fn resource<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no resource {name} in {report}"))
+}
+
+#[test]
+fn creates_a_real_database_and_applies_every_mutable_field_change() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT datname, pg_get_userbyid(datdba), datconnlimit, datallowconn FROM pg_database WHERE datname = 'orders'"),
+        "orders|orders_app|50|t"
+    );
+    assert_eq!(
+        env.q(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = 'orders'"
+        ),
+        "Orders and carts"
+    );
+    let settings = env.q("SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE datname = 'orders'");
+    assert!(
+        settings.contains("work_mem=64MB") && settings.contains("statement_timeout=30s"),
+        "{settings}"
+    );
+    assert_eq!(env.pg.psql_in("orders", "SELECT string_agg(extname, ',' ORDER BY extname) FROM pg_extension WHERE extname <> 'plpgsql'"), "citext,pg_trgm");
+    assert_eq!(env.q("SELECT agent_id || '/' || declaration FROM tend.databases WHERE database_name = 'orders'"), "pg-agent/orders");
+    assert_eq!(resource(&env.plan(0), "orders")["state"], "InSync");
+
+    // Every mutable field changed in Git is applied; a removed parameter is reset.
+    let changed = ORDERS
+        .replace("owner: orders_app", "owner: orders_owner")
+        .replace("connectionLimit: 50", "connectionLimit: 75")
+        .replace(
+            "comment: Orders and carts",
+            "comment: \"It's orders; \\\"quoted\\\"\"",
+        )
+        .replace("    statement_timeout: 30s\n", "")
+        .replace("work_mem: 64MB", "work_mem: 128MB")
+        .replace(
+            "allowConnections: true",
+            "allowConnections: true\n  # still allowed",
+        );
+    env.commit("orders.yaml", &changed);
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT pg_get_userbyid(datdba), datconnlimit, shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = 'orders'"),
+        "orders_owner|75|It's orders; \"quoted\""
+    );
+    let settings = env.q("SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE datname = 'orders'");
+    assert_eq!(settings, "work_mem=128MB");
+    assert_eq!(resource(&env.plan(0), "orders")["state"], "InSync");
+}
+
+#[test]
+fn out_of_band_drift_is_held_during_grace_then_corrected_unless_ignored_or_paused() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    env.tend(&["apply"], 0);
+    env.q("ALTER DATABASE orders CONNECTION LIMIT 500");
+    let run = env.tend(&["apply", "--format", "json"], 2);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    let r = resource(&report, "orders");
+    assert_eq!(r["action"], "Hold");
+    assert_eq!(r["drift"][0]["origin"], "out-of-band");
+    assert_eq!(
+        env.q("SELECT datconnlimit FROM pg_database WHERE datname = 'orders'"),
+        "500",
+        "held during grace"
+    );
+    std::thread::sleep(Duration::from_millis(2100));
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT datconnlimit FROM pg_database WHERE datname = 'orders'"),
+        "50",
+        "corrected after grace"
+    );
+
+    // With ignore-fields: left alone however long it lasts.
+    let ignored = ORDERS.replace(
+        "  name: orders\n",
+        "  name: orders\n  annotations:\n    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: INC-9\n",
+    );
+    env.commit("orders.yaml", &ignored);
+    env.q("ALTER DATABASE orders CONNECTION LIMIT 400");
+    env.tend(&["apply"], 2);
+    std::thread::sleep(Duration::from_millis(2100));
+    env.tend(&["apply"], 2);
+    assert_eq!(
+        env.q("SELECT datconnlimit FROM pg_database WHERE datname = 'orders'"),
+        "400"
+    );
+
+    // Paused: nothing changes, not even a declared change.
+    let paused = ORDERS
+        .replace("  name: orders\n", "  name: orders\n  annotations:\n    tend.dev/paused: \"true\"\n    tend.dev/override-reason: INC-10\n")
+        .replace("comment: Orders and carts", "comment: changed while paused");
+    env.commit("orders.yaml", &paused);
+    std::thread::sleep(Duration::from_millis(2100));
+    env.tend(&["apply"], 2);
+    assert_eq!(
+        env.q("SELECT datconnlimit FROM pg_database WHERE datname = 'orders'"),
+        "400"
+    );
+    assert_eq!(
+        env.q(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = 'orders'"
+        ),
+        "Orders and carts"
+    );
+}
+
+#[test]
+fn an_immutable_change_is_blocked_and_a_foreign_database_is_untouched() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    env.tend(&["apply"], 0);
+    env.commit(
+        "orders.yaml",
+        &ORDERS.replace("encoding: UTF8", "encoding: SQL_ASCII"),
+    );
+    let report = env.plan(2);
+    let r = resource(&report, "orders");
+    assert_eq!(r["state"], "Blocked");
+    assert!(
+        r["reason"]
+            .as_str()
+            .unwrap()
+            .contains("requires replacement")
+    );
+
+    env.q("CREATE DATABASE billing CONNECTION LIMIT 3");
+    env.commit("billing.yaml", "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: billing\nspec:\n  connectionLimit: 10\n");
+    let run = env.tend(&["apply", "--format", "json"], 2);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(resource(&report, "billing")["state"], "Blocked");
+    assert_eq!(
+        env.q("SELECT datconnlimit FROM pg_database WHERE datname = 'billing'"),
+        "3",
+        "not touched"
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM tend.databases WHERE database_name = 'billing'"),
+        "0"
+    );
+
+    // Adopting it takes ownership, then manages it.
+    env.commit(
+        "billing.yaml",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: billing\n  annotations:\n    tend.dev/adopt: \"true\"\nspec:\n  connectionLimit: 10\n",
+    );
+    env.tend(&["apply"], 2);
+    assert_eq!(
+        env.q("SELECT agent_id FROM tend.databases WHERE database_name = 'billing'"),
+        "pg-agent"
+    );
+}
+
+#[test]
+fn hostile_names_and_values_are_quoted_never_interpolated() {
+    let names = [
+        ("mixed", "Mixed Case"),
+        ("quotes", "with \\\"quotes\\\""),
+        ("injection", "x'); DROP DATABASE postgres; --"),
+        ("unicode", "ünïcødé ✓"),
+    ];
+    let mut files = Vec::new();
+    for (name, db) in names {
+        files.push((
+            format!("{name}.yaml"),
+            format!(
+                "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  databaseName: \"{db}\"\n  owner: \"Role \\\"{name}\\\"; DROP ROLE postgres\"\n  comment: \"'); DROP DATABASE postgres; --\"\n  parameters:\n    application_name: \"x'); DROP TABLE y; --\"\n"
+            ),
+        ));
+    }
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let env = Env::new(&refs);
+    env.tend(&["apply"], 0);
+    let listed = env.q("SELECT string_agg(datname, '|' ORDER BY datname) FROM pg_database WHERE datname NOT IN ('postgres', 'template0', 'template1')");
+    assert_eq!(
+        listed,
+        "Mixed Case|with \"quotes\"|x'); DROP DATABASE postgres; --|ünïcødé ✓"
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'postgres'"),
+        "1"
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_roles WHERE rolname = 'postgres'"),
+        "1"
+    );
+    assert_eq!(
+        env.q("SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = 'Mixed Case'"),
+        "'); DROP DATABASE postgres; --"
+    );
+    assert_eq!(
+        env.q("SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE datname = 'Mixed Case'"),
+        "application_name=x'); DROP TABLE y; --"
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_roles WHERE rolname = 'Role \"mixed\"; DROP ROLE postgres'"),
+        "1"
+    );
+    assert_eq!(resource(&env.plan(0), "injection")["state"], "InSync");
+}
+
+#[test]
+fn a_create_whose_connection_dies_after_commit_converges_without_a_duplicate() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    let marker = env.dir.path().join("paused");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tend"))
+        .args(["--config", &env.config().display().to_string(), "apply"])
+        .env("TEND_LOG", "warn")
+        .env("TEND_TEST_PAUSE_AT", "after-call")
+        .env("TEND_TEST_PAUSE_FILE", &marker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never reached the pause point"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The CREATE DATABASE committed; the process (and its connections) die.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    env.q("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'tend'");
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
+        "1"
+    );
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
+        "1"
+    );
+    assert_eq!(resource(&env.plan(0), "orders")["state"], "InSync");
+}
+
+#[test]
+fn delete_waits_for_connections_unless_force_drop() {
+    let scratch = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: scratch\nspec:\n  deletionPolicy: Delete\n";
+    let env = Env::new(&[("orders.yaml", ORDERS), ("scratch.yaml", scratch)]);
+    env.tend(&["apply"], 0);
+    // A client holds a connection to scratch.
+    let mut holder = Command::new("psql")
+        .args([
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &env.pg.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "scratch",
+            "-c",
+            "SELECT pg_sleep(60)",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") == "0" {
+        assert!(started.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    env.repo.remove("scratch.yaml");
+    env.repo.commit("remove scratch");
+    let run = env.tend(&["apply"], 2);
+    assert!(run.stderr.contains("active connections"), "{}", run.stderr);
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'scratch'"),
+        "1",
+        "not dropped under a connection"
+    );
+
+    env.configure("force_drop = true");
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'scratch'"),
+        "0"
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM tend.databases WHERE database_name = 'scratch'"),
+        "0"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn dbaas_fields_are_an_error_for_a_postgres_provider() {
+    let env = Env::new(&[(
+        "analytics.yaml",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: analytics\nspec:\n  size: db-small\n  storageGb: 10\n",
+    )]);
+    let report = env.plan(1);
+    let message = report["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.size, spec.storageGb are DBaaS-only"),
+        "{message}"
+    );
+    assert!(message.contains("provider `main` (postgres)"), "{message}");
+}

@@ -73,6 +73,7 @@ fn observation(fields: &[(&str, Value)], marker: Option<(&str, &str)>) -> Observ
         fields: base,
         labels,
         observed_at: t(0),
+        unobserved: Vec::new(),
     })
 }
 

@@ -139,8 +139,8 @@ fn creates_a_real_database_and_applies_every_mutable_field_change() {
         .replace("    statement_timeout: 30s\n", "")
         .replace("work_mem: 64MB", "work_mem: 128MB")
         .replace(
-            "allowConnections: true",
-            "allowConnections: true\n  # still allowed",
+            "    - name: citext\n",
+            "    - name: citext\n    - name: pgcrypto\n      schema: public\n",
         );
     env.commit("orders.yaml", &changed);
     env.tend(&["apply"], 0);
@@ -150,7 +150,77 @@ fn creates_a_real_database_and_applies_every_mutable_field_change() {
     );
     let settings = env.q("SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE datname = 'orders'");
     assert_eq!(settings, "work_mem=128MB");
+    assert_eq!(
+        env.pg.psql_in("orders", "SELECT string_agg(extname, ',' ORDER BY extname) FROM pg_extension WHERE extname <> 'plpgsql'"),
+        "citext,pg_trgm,pgcrypto"
+    );
     assert_eq!(resource(&env.plan(0), "orders")["state"], "InSync");
+
+    // allowConnections is applied too (and extensions are then not observed).
+    env.commit(
+        "orders.yaml",
+        &changed.replace("allowConnections: true", "allowConnections: false"),
+    );
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT datallowconn FROM pg_database WHERE datname = 'orders'"),
+        "f"
+    );
+}
+
+#[test]
+fn the_examples_are_created_except_the_dbaas_one_which_is_an_error() {
+    let root = support::repo_root().join("examples/databases");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        files.push((
+            path.file_name().unwrap().to_string_lossy().into_owned(),
+            std::fs::read_to_string(&path).unwrap(),
+        ));
+    }
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let env = Env::new(&refs);
+    let run = env.tend(&["apply"], 1);
+    assert!(run.stdout.contains("DBaaS-only"), "{}", run.stdout);
+    assert_eq!(
+        env.q("SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE datname NOT IN ('postgres', 'template0', 'template1')"),
+        "billing,identity,loadtest_scratch,orders,sessions"
+    );
+    assert_eq!(env.pg.psql_in("orders", "SELECT string_agg(extname || '@' || extnamespace::regnamespace, ',' ORDER BY extname) FROM pg_extension WHERE extname <> 'plpgsql'"), "pg_trgm@public,pgcrypto@public");
+}
+
+#[test]
+fn a_database_dropped_behind_tends_back_is_reported_and_recreated_after_grace() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    env.tend(&["apply"], 0);
+    env.q("DROP DATABASE orders");
+    let run = env.tend(&["apply", "--format", "json"], 2);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    let r = resource(&report, "orders");
+    assert_eq!(
+        (r["state"].as_str(), r["action"].as_str()),
+        (Some("Missing"), Some("Hold"))
+    );
+    assert_eq!(r["drift"][0]["origin"], "out-of-band");
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
+        "0",
+        "not recreated during grace"
+    );
+    std::thread::sleep(Duration::from_millis(2100));
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
+        "1"
+    );
+    assert_eq!(
+        env.q("SELECT datconnlimit FROM pg_database WHERE datname = 'orders'"),
+        "50"
+    );
 }
 
 #[test]

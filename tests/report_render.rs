@@ -50,6 +50,7 @@ fn fixed_plan() -> (Config, Plan) {
                     fields,
                     labels,
                     observed_at: now,
+                    unobserved: Vec::new(),
                 })
             }
             _ => {
@@ -66,6 +67,7 @@ fn fixed_plan() -> (Config, Plan) {
                     fields,
                     labels,
                     observed_at: now,
+                    unobserved: Vec::new(),
                 })
             }
         };

@@ -456,15 +456,26 @@ fn decide_missing(input: &DecideInput<'_>, decl: &Declaration, ov: &EffectiveOve
         .get("")
         .copied()
         .unwrap_or(input.now);
+    // Reported as out-of-band drift of the whole database.
+    let gone = |mut d: Decision| {
+        d.drift.push(Drift {
+            field: "databaseName".into(),
+            desired: Value::String(db.clone()),
+            observed: Value::Null,
+            origin: DriftOrigin::OutOfBand,
+            ignored: false,
+        });
+        d
+    };
     if report_only(input.policy, &decl.manifest) {
-        return Decision::new(
+        return gone(Decision::new(
             State::Missing,
             Action::None,
             Rule::DriftReportOnly,
             format!(
                 "`{db}` was deleted outside tend (out-of-band); driftPolicy Report: tend only reports it"
             ),
-        );
+        ));
     }
     let due = first_seen + input.policy.drift_grace;
     if input.now < due {
@@ -479,12 +490,12 @@ fn decide_missing(input: &DecideInput<'_>, decl: &Declaration, ov: &EffectiveOve
             ),
         );
         d.act_at = Some(due);
-        return d;
+        return gone(d);
     }
-    create(
+    gone(create(
         Rule::MissingOutOfBand,
         format!("`{db}` was deleted outside tend and drift_grace has passed: recreate it"),
-    )
+    ))
 }
 
 fn report_only(policy: &Policy, decl: &ManagedDatabase) -> bool {
@@ -504,7 +515,7 @@ fn compute_drift(
     let declared_parameters = spec.get("parameters").and_then(Value::as_object);
     let mut drift = Vec::new();
     let mut push = |field: &str, want: &Value, have: &Value| {
-        if values_match(field, want, have) {
+        if values_match(field, want, have) || obs.unobserved.iter().any(|u| u == field) {
             return;
         }
         // The spec unchanged since the last apply: nothing is a declared change
@@ -565,7 +576,7 @@ fn compute_drift(
 /// name, and only the version and schema the declaration states are
 /// compared (the server fills in the rest; extensions it has beyond the
 /// declared ones are not tend's to remove).
-fn values_match(field: &str, want: &Value, have: &Value) -> bool {
+pub fn values_match(field: &str, want: &Value, have: &Value) -> bool {
     if want == have {
         return true;
     }

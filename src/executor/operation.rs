@@ -251,7 +251,14 @@ async fn confirm<P: Provider>(
                     let differing: Vec<String> = change
                         .fields
                         .iter()
-                        .filter(|(f, v)| obs.fields.get(*f).unwrap_or(&Value::Null) != *v)
+                        .filter(|(f, v)| {
+                            !obs.unobserved.contains(f)
+                                && !crate::engine::decide::values_match(
+                                    f,
+                                    v,
+                                    obs.fields.get(*f).unwrap_or(&Value::Null),
+                                )
+                        })
                         .map(|(f, _)| f.clone())
                         .collect();
                     Ok(Some((obs.external_id.clone(), differing)))

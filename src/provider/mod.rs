@@ -63,6 +63,10 @@ pub struct Observation {
     /// When the provider's answer was produced (a stale cache answers with an
     /// old time).
     pub observed_at: SystemTime,
+    /// Fields the provider could not observe this time (extensions of a
+    /// database that refuses connections): never compared, never "drift".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unobserved: Vec<String>,
 }
 
 impl Observation {

@@ -274,9 +274,13 @@ impl PostgresProvider {
                 labels.insert(OWNER_DECLARATION_LABEL.to_string(), decl);
             }
             // Extensions need a connection to the database itself: only for
-            // databases that accept connections.
+            // databases that accept connections; otherwise they are unknown,
+            // not absent.
+            let mut unobserved = Vec::new();
             if allow && (names.contains(&name) || !labels.is_empty()) {
                 fields.insert("extensions".into(), self.extensions_of(&name).await?);
+            } else {
+                unobserved.push("extensions".to_string());
             }
             out.push(Observation {
                 database_name: name,
@@ -285,6 +289,7 @@ impl PostgresProvider {
                 fields,
                 labels,
                 observed_at: SystemTime::now(),
+                unobserved,
             });
         }
         Ok(out)

@@ -328,6 +328,7 @@ impl SandboxProvider {
             fields: db.fields.clone(),
             labels: db.labels.clone(),
             observed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(now),
+            unobserved: Vec::new(),
         }
     }
 

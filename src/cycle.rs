@@ -454,7 +454,19 @@ pub async fn observe_and_decide(
         let limiter = governor::RateLimiter::direct(governor::Quota::per_second(
             std::num::NonZeroU32::MIN.saturating_add(99),
         ));
-        let observed_all = retry.run(&limiter, || provider.observe_all(&names)).await;
+        // Per-database fields (extensions) only where a declaration manages them.
+        let deep: Vec<String> = subjects
+            .iter()
+            .filter_map(|s| match s {
+                PlannedSubject::Declared(d) if d.manifest.spec.extensions.is_some() => {
+                    Some(d.manifest.database_name())
+                }
+                _ => None,
+            })
+            .collect();
+        let observed_all = retry
+            .run(&limiter, || provider.observe_all(&names, &deep))
+            .await;
         tracing::debug!("observe_all: {:?}", phase.elapsed());
         let (mut by_name, failure): (BTreeMap<String, Observation>, Option<String>) =
             match observed_all {

@@ -234,9 +234,12 @@ pub struct ChangeRequest {
 /// Futures are `Send`, so the executor can run operations as tasks.
 pub trait Provider: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
+    /// `deep`: databases whose per-database fields (extensions) are wanted;
+    /// a provider may leave those fields unobserved for the others.
     fn observe_all(
         &self,
         names: &[String],
+        deep: &[String],
     ) -> impl Future<Output = Result<Vec<Observation>, ProviderError>> + Send;
     fn observe(
         &self,
@@ -274,10 +277,14 @@ impl Provider for AnyProvider {
             AnyProvider::Postgres(p) => p.capabilities(),
         }
     }
-    async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
+    async fn observe_all(
+        &self,
+        names: &[String],
+        deep: &[String],
+    ) -> Result<Vec<Observation>, ProviderError> {
         match self {
-            AnyProvider::Sandbox(p) => p.observe_all(names).await,
-            AnyProvider::Postgres(p) => p.observe_all(names).await,
+            AnyProvider::Sandbox(p) => p.observe_all(names, deep).await,
+            AnyProvider::Postgres(p) => p.observe_all(names, deep).await,
         }
     }
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {

@@ -133,6 +133,43 @@ fn classify(resource: &str, e: tokio_postgres::Error) -> ProviderError {
     }
 }
 
+/// Opens a session with the settings tend relies on.
+async fn open(config: &tokio_postgres::Config, resource: &str) -> Result<Client, ProviderError> {
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| retryable(resource, e))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+        .batch_execute("SET standard_conforming_strings = on")
+        .await
+        .map_err(|e| classify(resource, e))?;
+    Ok(client)
+}
+
+/// The extensions installed in one database.
+async fn extensions_in(
+    config: &tokio_postgres::Config,
+    database: &str,
+) -> Result<Value, ProviderError> {
+    let client = open(config, database).await?;
+    let rows = client
+        .query(
+            "SELECT e.extname, e.extversion, n.nspname FROM pg_extension e \
+             JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname <> 'plpgsql' ORDER BY e.extname",
+            &[],
+        )
+        .await
+        .map_err(|e| classify(database, e))?;
+    Ok(Value::Array(
+        rows.iter()
+            .map(|r| json!({"name": r.get::<_, String>(0), "version": r.get::<_, String>(1), "schema": r.get::<_, String>(2)}))
+            .collect(),
+    ))
+}
+
 impl PostgresProvider {
     pub fn new(settings: PostgresSettings) -> Result<Self, String> {
         let mut config: tokio_postgres::Config = settings
@@ -158,18 +195,7 @@ impl PostgresProvider {
         config: &tokio_postgres::Config,
         resource: &str,
     ) -> Result<Client, ProviderError> {
-        let (client, connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|e| retryable(resource, e))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        client
-            .batch_execute("SET standard_conforming_strings = on")
-            .await
-            .map_err(|e| classify(resource, e))?;
-        Ok(client)
+        open(config, resource).await
     }
 
     async fn client(&self, resource: &str) -> Result<Pooled<'_>, ProviderError> {
@@ -206,28 +232,13 @@ impl PostgresProvider {
         self.connect(&config, database).await
     }
 
-    async fn extensions_of(&self, database: &str) -> Result<Value, ProviderError> {
-        let client = self.client_in(database).await?;
-        let rows = client
-            .query(
-                "SELECT e.extname, e.extversion, n.nspname FROM pg_extension e \
-                 JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname <> 'plpgsql' ORDER BY e.extname",
-                &[],
-            )
-            .await
-            .map_err(|e| classify(database, e))?;
-        Ok(Value::Array(
-            rows.iter()
-                .map(|r| json!({"name": r.get::<_, String>(0), "version": r.get::<_, String>(1), "schema": r.get::<_, String>(2)}))
-                .collect(),
-        ))
-    }
-
-    /// Observes databases by name (and every one in tend's catalog).
+    /// `deep`: databases whose extensions are observed (`None`: every named
+    /// one). Extension queries run concurrently, bounded by the pool size.
     async fn observe_where(
         &self,
         names: &[String],
         all_marked: bool,
+        deep: Option<&[String]>,
     ) -> Result<Vec<Observation>, ProviderError> {
         let client = self.client("*").await?;
         let rows = client
@@ -247,6 +258,7 @@ impl PostgresProvider {
             .map_err(|e| classify("*", e))?;
         drop(client);
         let mut out = Vec::with_capacity(rows.len());
+        let mut extension_queries = Vec::new();
         for row in rows {
             let name: String = row.get(0);
             let mut fields = BTreeMap::new();
@@ -274,14 +286,18 @@ impl PostgresProvider {
                 labels.insert(OWNER_DECLARATION_LABEL.to_string(), decl);
             }
             // Extensions need a connection to the database itself: only for
-            // databases that accept connections; otherwise they are unknown,
-            // not absent.
-            let mut unobserved = Vec::new();
-            if allow && (names.contains(&name) || !labels.is_empty()) {
-                fields.insert("extensions".into(), self.extensions_of(&name).await?);
+            // databases that accept connections and whose extensions are
+            // wanted; otherwise they are unknown, not absent.
+            let wanted = match deep {
+                Some(deep) => deep.contains(&name),
+                None => names.contains(&name),
+            };
+            let unobserved = if allow && wanted {
+                extension_queries.push(name.clone());
+                Vec::new()
             } else {
-                unobserved.push("extensions".to_string());
-            }
+                vec!["extensions".to_string()]
+            };
             out.push(Observation {
                 database_name: name,
                 external_id: row.get(1),
@@ -291,6 +307,28 @@ impl PostgresProvider {
                 observed_at: SystemTime::now(),
                 unobserved,
             });
+        }
+        let limit = std::sync::Arc::new(Semaphore::new(self.settings.max_connections.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        for name in extension_queries {
+            let mut config = self.config.clone();
+            config.dbname(&name);
+            let limit = limit.clone();
+            tasks.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                let result = extensions_in(&config, &name).await;
+                (name, result)
+            });
+        }
+        let mut found = BTreeMap::new();
+        while let Some(joined) = tasks.join_next().await {
+            let (name, result) = joined.map_err(|e| retryable("*", e))?;
+            found.insert(name, result?);
+        }
+        for obs in &mut out {
+            if let Some(extensions) = found.remove(&obs.database_name) {
+                obs.fields.insert("extensions".into(), extensions);
+            }
         }
         Ok(out)
     }
@@ -470,13 +508,17 @@ impl Provider for PostgresProvider {
         Self::capabilities_static()
     }
 
-    async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
-        self.observe_where(names, true).await
+    async fn observe_all(
+        &self,
+        names: &[String],
+        deep: &[String],
+    ) -> Result<Vec<Observation>, ProviderError> {
+        self.observe_where(names, true, Some(deep)).await
     }
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
         Ok(self
-            .observe_where(&[database_name.to_string()], false)
+            .observe_where(&[database_name.to_string()], false, None)
             .await?
             .into_iter()
             .next())

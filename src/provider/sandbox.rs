@@ -527,7 +527,11 @@ impl Provider for SandboxProvider {
         Capabilities::for_fields(SANDBOX_FIELDS, true)
     }
 
-    async fn observe_all(&self, names: &[String]) -> Result<Vec<Observation>, ProviderError> {
+    async fn observe_all(
+        &self,
+        names: &[String],
+        _deep: &[String],
+    ) -> Result<Vec<Observation>, ProviderError> {
         self.fail_before("observe_all", "*")?;
         let state = self.load().map_err(|e| self.to_provider_error("*", e))?;
         let names: std::collections::HashSet<&String> = names.iter().collect();

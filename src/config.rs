@@ -135,6 +135,9 @@ pub struct ProviderConfig {
     /// postgres: `DROP DATABASE … WITH (FORCE)` when connections remain.
     #[serde(default)]
     pub force_drop: bool,
+    /// postgres: CA certificates (PEM) that verify the server's TLS
+    /// certificate; TLS itself follows the URL's `sslmode`.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 fn default_rate_limit() -> u32 {
@@ -313,6 +316,9 @@ impl Config {
         for (name, provider) in config.providers.iter_mut() {
             if let Some(file) = &provider.password_file {
                 provider.password_file = Some(resolve(file));
+            }
+            if let Some(file) = &provider.tls_ca_file {
+                provider.tls_ca_file = Some(resolve(file));
             }
             if provider.kind == ProviderKind::Postgres && provider.url.is_none() {
                 return Err(invalid(format!(

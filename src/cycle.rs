@@ -155,6 +155,7 @@ pub fn providers(config: &Config) -> Result<Providers, CycleError> {
                         create_owner: p.create_owner,
                         force_drop: p.force_drop,
                         max_connections: p.max_concurrency,
+                        tls_ca_file: p.tls_ca_file.clone(),
                     };
                     AnyProvider::Postgres(Box::new(PostgresProvider::new(settings).map_err(
                         |message| CycleError::Provider {

@@ -480,3 +480,90 @@ fn dbaas_fields_are_an_error_for_a_postgres_provider() {
     );
     assert!(message.contains("provider `main` (postgres)"), "{message}");
 }
+
+#[test]
+fn tls_connections_verify_the_server_against_the_configured_ca() {
+    let pg = Postgres::start_with_tls();
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", ORDERS);
+    repo.commit("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tend.toml");
+    let write = |extra: &str, sslmode: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "agent_id = \"tls-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\nmax_retries = 0\n[providers.main]\nkind = \"postgres\"\nurl = \"{}?sslmode={sslmode}\"\ncreate_owner = true\n{extra}\n",
+                repo.url(),
+                pg.url()
+            ),
+        )
+        .unwrap();
+    };
+    let tend = |code: i32| {
+        TendCommand::new(&["--config", &config.display().to_string(), "apply"])
+            .env("TEND_LOG", "warn")
+            .expect_code(code)
+    };
+
+    // The server refuses plain connections.
+    write("", "disable");
+    let run = tend(1);
+    assert!(
+        run.stdout.contains("Error") || run.stderr.contains("no pg_hba.conf entry"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+
+    // A CA that did not sign the server's certificate: refused, and the
+    // reason names the certificate.
+    let other_ca = dir.path().join("other-ca.crt");
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=other",
+            "-keyout",
+        ])
+        .arg(dir.path().join("other.key"))
+        .arg("-out")
+        .arg(&other_ca)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    write(
+        &format!("tls_ca_file = \"{}\"", other_ca.display()),
+        "require",
+    );
+    let run = tend(1);
+    assert!(
+        format!("{}{}", run.stdout, run.stderr)
+            .to_lowercase()
+            .contains("certificate"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
+        "0"
+    );
+
+    // The right CA: verified, encrypted, applied.
+    write(
+        &format!("tls_ca_file = \"{}\"", pg.ca_file().display()),
+        "require",
+    );
+    tend(0);
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
+        "1"
+    );
+}

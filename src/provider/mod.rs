@@ -15,6 +15,7 @@ use crate::model::{FIELDS, Mutability, SpecHash};
 
 pub mod postgres;
 pub mod sandbox;
+pub mod tls;
 
 /// Label keys of the ownership marker at the provider.
 pub const OWNER_AGENT_LABEL: &str = "tend.dev/owner-agent";

@@ -19,7 +19,8 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, SemaphorePermit};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
     Capabilities, ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation,
@@ -71,6 +72,9 @@ pub struct PostgresSettings {
     /// `DROP DATABASE … WITH (FORCE)` when connections remain.
     pub force_drop: bool,
     pub max_connections: usize,
+    /// CA certificates (PEM) that verify the server; without, TLS (when the
+    /// URL's sslmode asks for it) encrypts but does not authenticate.
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// The provider: a small bounded pool of connections to the maintenance
@@ -78,6 +82,7 @@ pub struct PostgresSettings {
 pub struct PostgresProvider {
     settings: PostgresSettings,
     config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     idle: Mutex<Vec<Client>>,
     slots: Semaphore,
     catalog_ready: tokio::sync::OnceCell<()>,
@@ -133,12 +138,17 @@ fn classify(resource: &str, e: tokio_postgres::Error) -> ProviderError {
     }
 }
 
-/// Opens a session with the settings tend relies on.
-async fn open(config: &tokio_postgres::Config, resource: &str) -> Result<Client, ProviderError> {
+/// Opens a session with the settings tend relies on (TLS as the URL's
+/// `sslmode` says).
+async fn open(
+    config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
+    resource: &str,
+) -> Result<Client, ProviderError> {
     let (client, connection) = config
-        .connect(NoTls)
+        .connect(tls.clone())
         .await
-        .map_err(|e| retryable(resource, e))?;
+        .map_err(|e| retryable(resource, connect_error(e)))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -149,12 +159,24 @@ async fn open(config: &tokio_postgres::Config, resource: &str) -> Result<Client,
     Ok(client)
 }
 
+/// A connection error with its cause (TLS failures hide in the source).
+fn connect_error(e: tokio_postgres::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    message
+}
+
 /// The extensions installed in one database.
 async fn extensions_in(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     database: &str,
 ) -> Result<Value, ProviderError> {
-    let client = open(config, database).await?;
+    let client = open(config, tls, database).await?;
     let rows = client
         .query(
             "SELECT e.extname, e.extversion, n.nspname FROM pg_extension e \
@@ -181,9 +203,11 @@ impl PostgresProvider {
         }
         config.application_name("tend");
         let slots = Semaphore::new(settings.max_connections.max(1));
+        let tls = super::tls::connector(settings.tls_ca_file.as_deref())?;
         Ok(PostgresProvider {
             settings,
             config,
+            tls,
             idle: Mutex::new(Vec::new()),
             slots,
             catalog_ready: tokio::sync::OnceCell::new(),
@@ -195,7 +219,7 @@ impl PostgresProvider {
         config: &tokio_postgres::Config,
         resource: &str,
     ) -> Result<Client, ProviderError> {
-        open(config, resource).await
+        open(config, &self.tls, resource).await
     }
 
     async fn client(&self, resource: &str) -> Result<Pooled<'_>, ProviderError> {
@@ -314,9 +338,10 @@ impl PostgresProvider {
             let mut config = self.config.clone();
             config.dbname(&name);
             let limit = limit.clone();
+            let tls = self.tls.clone();
             tasks.spawn(async move {
                 let _permit = limit.acquire_owned().await;
-                let result = extensions_in(&config, &name).await;
+                let result = extensions_in(&config, &tls, &name).await;
                 (name, result)
             });
         }

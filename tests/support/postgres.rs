@@ -12,6 +12,7 @@ pub struct Postgres {
     bin: PathBuf,
     pub port: u16,
     as_postgres: bool,
+    tls: bool,
 }
 
 fn find_bin() -> PathBuf {
@@ -52,6 +53,21 @@ fn is_root() -> bool {
 
 impl Postgres {
     pub fn start() -> Self {
+        Self::start_inner(false)
+    }
+
+    /// A cluster that accepts only TLS connections on loopback, with a
+    /// certificate for 127.0.0.1 signed by a test CA (`ca_file()`).
+    pub fn start_with_tls() -> Self {
+        Self::start_inner(true)
+    }
+
+    /// The test CA's certificate (PEM).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    fn start_inner(tls: bool) -> Self {
         let bin = find_bin();
         let dir = tempfile::Builder::new()
             .prefix("tend-pg-")
@@ -75,6 +91,7 @@ impl Postgres {
             dir,
             bin,
             as_postgres,
+            tls,
         };
         pg.run(
             "initdb",
@@ -90,11 +107,23 @@ impl Postgres {
                 "--no-sync",
             ],
         );
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
             pg.port,
             pg.dir.path().display()
         );
+        if tls {
+            pg.make_certificates();
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={0}/server.crt -c ssl_key_file={0}/server.key",
+                pg.dir.path().display()
+            ));
+            std::fs::write(
+                pg.dir.path().join("data/pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+            )
+            .unwrap();
+        }
         pg.run(
             "pg_ctl",
             &[
@@ -109,6 +138,86 @@ impl Postgres {
             ],
         );
         pg
+    }
+
+    fn make_certificates(&self) {
+        let d = self.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .expect("openssl is needed for TLS tests");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tend-test-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ]);
+        std::fs::write(
+            d.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.crt",
+            "-extfile",
+            "server.ext",
+        ]);
+        std::fs::set_permissions(d.join("server.key"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        if self.as_postgres {
+            let status = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(d.join("server.key"))
+                .arg(d.join("server.crt"))
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
     }
 
     fn data(&self) -> String {

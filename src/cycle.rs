@@ -294,6 +294,7 @@ pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
 fn subjects(
     snapshot: &Snapshot,
     declarations: &[Declaration],
+    memories: &std::collections::HashMap<String, Memory>,
     store: Option<&StateStore>,
     now: SystemTime,
     persist: bool,
@@ -323,20 +324,28 @@ fn subjects(
         // An empty tree never removes anything: it is far more likely a
         // mistake than the end of every database.
         if !declarations.is_empty() {
-            for (managed, file) in store.managed_names()? {
+            // Managed and no longer declared: found from the memory already
+            // loaded, so only those few rows are read again.
+            let gone: Vec<&String> = memories
+                .iter()
+                .filter(|(name, m)| m.existed && !declared.contains(name.as_str()))
+                .map(|(name, _)| name)
+                .collect();
+            for managed in gone {
+                let managed = managed.clone();
                 let already = stored.iter().any(|t| t.name == managed);
+                let Some((manifest, file)) = store.manifest_and_file(&managed)? else {
+                    continue;
+                };
                 // A file that fails to parse (or holds a duplicate) does not
                 // prove its declarations were removed.
                 let unreadable = set
                     .diagnostics
                     .iter()
                     .any(|d| d.file.to_string_lossy() == file);
-                if declared.contains(managed.as_str()) || already || unreadable {
+                if already || unreadable {
                     continue;
                 }
-                let Some(manifest) = store.manifest(&managed)? else {
-                    continue;
-                };
                 let Ok(last) = serde_json::from_value::<ManagedDatabase>(manifest.clone()) else {
                     continue;
                 };
@@ -378,7 +387,18 @@ pub async fn observe_and_decide(
     persist: bool,
 ) -> Result<Plan, CycleError> {
     let phase = std::time::Instant::now();
-    let tombstones = subjects(snapshot, &declarations, store, now, persist)?;
+    let mut memories = match store {
+        Some(s) => {
+            let current: std::collections::HashMap<&str, &SpecHash> = declarations
+                .iter()
+                .map(|d| (d.name(), &d.spec_hash))
+                .collect();
+            s.memories(&current)?
+        }
+        None => Default::default(),
+    };
+    tracing::debug!("memories: {:?}", phase.elapsed());
+    let tombstones = subjects(snapshot, &declarations, &memories, store, now, persist)?;
     let declared_count = declarations.len();
     tracing::debug!("subjects: {:?}", phase.elapsed());
     let mut errors: Vec<Diagnostic> = snapshot.declarations.diagnostics.clone();
@@ -413,21 +433,6 @@ pub async fn observe_and_decide(
                 .push(PlannedSubject::Removed(tomb));
         }
     }
-    let mut memories = match store {
-        Some(s) => {
-            let current: std::collections::HashMap<&str, &SpecHash> = by_provider
-                .values()
-                .flatten()
-                .filter_map(|subject| match subject {
-                    PlannedSubject::Declared(d) => Some((d.name(), &d.spec_hash)),
-                    PlannedSubject::Removed(_) => None,
-                })
-                .collect();
-            s.memories(&current)?
-        }
-        None => Default::default(),
-    };
-    tracing::debug!("memories: {:?}", phase.elapsed());
     let managed_count = match store {
         Some(s) => s.managed_count()?,
         None => 0,

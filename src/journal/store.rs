@@ -445,28 +445,16 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Names (and files) of the resources tend manages, without manifests.
-    pub fn managed_names(&self) -> Result<Vec<(String, String)>, StateError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT name, file FROM resources WHERE existed = 1")
-            .map_err(|e| self.err(e))?;
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(|e| self.err(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))
-    }
-
-    /// The last manifest seen of a managed resource.
-    pub fn manifest(&self, name: &str) -> Result<Option<Value>, StateError> {
+    /// The last manifest seen of a managed resource, and its file.
+    pub fn manifest_and_file(&self, name: &str) -> Result<Option<(Value, String)>, StateError> {
         self.conn()
             .query_row(
-                "SELECT manifest FROM resources WHERE name = ?1",
+                "SELECT manifest, file FROM resources WHERE name = ?1",
                 [name],
-                |r| r.get::<_, String>(0),
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
             )
             .optional()
-            .map(|m| m.and_then(|m| serde_json::from_str(&m).ok()))
+            .map(|row| row.and_then(|(m, f)| serde_json::from_str(&m).ok().map(|m| (m, f))))
             .map_err(|e| self.err(e))
     }
 

@@ -5,8 +5,8 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
 
 use support::TendCommand;
 use support::git::{TestRepo, manifest};
@@ -225,28 +225,9 @@ fn consecutive_5xx_back_off_with_growing_delays_then_succeed() {
     assert_eq!(env.sandbox_state().databases.len(), 1);
 }
 
-/// Spawns `tend apply` that pauses at `point`; returns it once paused.
 fn paused_apply(env: &Env, point: &str) -> std::process::Child {
     let marker = env.dir.path().join(format!("paused-{point}"));
-    let child = Command::new(env!("CARGO_BIN_EXE_tend"))
-        .args(["--config", &env.config().display().to_string(), "apply"])
-        .env_remove("TEND_CONFIG")
-        .env("TEND_LOG", "warn")
-        .env("TEND_TEST_PAUSE_AT", point)
-        .env("TEND_TEST_PAUSE_FILE", &marker)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !marker.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "tend apply never reached {point}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
+    support::paused_apply(&env.config(), point, &marker)
 }
 
 fn kill(mut child: std::process::Child) {

@@ -380,23 +380,7 @@ fn hostile_names_and_values_are_quoted_never_interpolated() {
 fn a_create_whose_connection_dies_after_commit_converges_without_a_duplicate() {
     let env = Env::new(&[("orders.yaml", ORDERS)]);
     let marker = env.dir.path().join("paused");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tend"))
-        .args(["--config", &env.config().display().to_string(), "apply"])
-        .env("TEND_LOG", "warn")
-        .env("TEND_TEST_PAUSE_AT", "after-call")
-        .env("TEND_TEST_PAUSE_FILE", &marker)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !marker.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "never reached the pause point"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = support::paused_apply(&env.config(), "after-call", &marker);
     // The CREATE DATABASE committed; the process (and its connections) die.
     child.kill().unwrap();
     child.wait().unwrap();

@@ -1,6 +1,6 @@
 //! `tend apply` and `tend state show|check`.
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 use clap::{Args, Subcommand};
@@ -98,18 +98,7 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         )?;
     }
     drop(err);
-    let mut out = io::stdout().lock();
-    match args.format {
-        ReportFormat::Json => {
-            serde_json::to_writer_pretty(&mut out, &report)?;
-            writeln!(out)?;
-        }
-        ReportFormat::Markdown => write!(out, "{}", render::markdown(&report))?,
-        ReportFormat::Text => {
-            let colour = io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            write!(out, "{}", render::text(&report, colour))?;
-        }
-    }
+    super::plan::print_report(args.format, &report)?;
     Ok(if failed || report.has_errors() {
         exit::ERROR
     } else if report.has_pending() {

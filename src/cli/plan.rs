@@ -40,6 +40,22 @@ fn load(config_path: &std::path::Path) -> Result<Config, u8> {
     })
 }
 
+/// Prints a report on stdout; colour only on a terminal without `NO_COLOR`.
+pub fn print_report(format: ReportFormat, report: &crate::status::Report) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match format {
+        ReportFormat::Json => {
+            serde_json::to_writer_pretty(&mut out, report)?;
+            writeln!(out)
+        }
+        ReportFormat::Markdown => write!(out, "{}", render::markdown(report)),
+        ReportFormat::Text => {
+            let colour = io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            write!(out, "{}", render::text(report, colour))
+        }
+    }
+}
+
 pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8> {
     let config = match load(config_path) {
         Ok(c) => c,
@@ -53,18 +69,7 @@ pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8
         }
     };
     let report = build_report(&config, &plan);
-    let mut out = io::stdout().lock();
-    match args.format {
-        ReportFormat::Json => {
-            serde_json::to_writer_pretty(&mut out, &report)?;
-            writeln!(out)?;
-        }
-        ReportFormat::Markdown => write!(out, "{}", render::markdown(&report))?,
-        ReportFormat::Text => {
-            let colour = io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            write!(out, "{}", render::text(&report, colour))?;
-        }
-    }
+    print_report(args.format, &report)?;
     Ok(if report.has_errors() {
         exit::ERROR
     } else if args.detailed_exitcode && report.has_pending() {

@@ -68,6 +68,32 @@ impl TendCommand {
     }
 }
 
+/// Spawns `tend --config CONFIG apply` that pauses at a test pause point
+/// (`TEND_TEST_PAUSE_AT`), and returns it once it has reached it.
+pub fn paused_apply(config: &Path, point: &str, marker: &Path) -> std::process::Child {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let child = Command::new(env!("CARGO_BIN_EXE_tend"))
+        .args(["--config", &config.display().to_string(), "apply"])
+        .env_remove("TEND_CONFIG")
+        .env("TEND_LOG", "warn")
+        .env("TEND_TEST_PAUSE_AT", point)
+        .env("TEND_TEST_PAUSE_FILE", marker)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "tend apply never reached {point}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 pub struct RunOutput {
     pub output: Output,
     pub stdout: String,

@@ -535,6 +535,7 @@ pub async fn observe_and_decide(
                 policy: &policy,
                 capabilities: &caps,
                 deletion_allowed,
+                provider: &provider_name,
                 now,
             });
             if is_delete_candidate && decision.action == Action::Delete {

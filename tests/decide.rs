@@ -90,6 +90,8 @@ fn policy() -> Policy {
 
 fn applied(decl: &Declaration) -> Memory {
     Memory {
+        database_name: Some("orders".into()),
+        provider: Some("main".into()),
         applied_spec_hash: Some(decl.spec_hash.clone()),
         applied_fields: tend::engine::desired::desired_fields(&decl.manifest, &caps()),
         existed: true,
@@ -130,6 +132,7 @@ impl<'a> Case<'a> {
             policy: &self.policy,
             capabilities: &caps,
             deletion_allowed: self.deletion_allowed,
+            provider: "main",
             now: self.now,
         })
     }
@@ -707,4 +710,42 @@ fn an_observation_older_than_tends_last_write_is_not_used_for_a_new_write() {
         Action::Update,
         Rule::DeclaredChange,
     );
+}
+
+#[test]
+fn a_new_database_name_or_provider_for_a_managed_resource_is_blocked() {
+    let decl = declaration("", "  databaseName: orders_v2\n");
+    let mut case = Case::new(&decl, Observed::NotFound);
+    let d = case.run();
+    expect(&d, State::Blocked, Action::None, Rule::RequiresReplacement);
+    assert!(
+        d.reason
+            .contains("databaseName changed from `orders` to `orders_v2`"),
+        "{}",
+        d.reason
+    );
+    let decl = declaration("", "");
+    case = Case::new(&decl, ours(&[]));
+    case.memory.provider = Some("old-server".into());
+    let d = case.run();
+    expect(&d, State::Blocked, Action::None, Rule::RequiresReplacement);
+    assert!(
+        d.reason
+            .contains("provider changed from `old-server` to `main`"),
+        "{}",
+        d.reason
+    );
+}
+
+#[test]
+fn a_stalled_deletion_stays_under_the_guard() {
+    let decl = declaration("", "");
+    let mut tomb = tombstone(&decl, "Delete");
+    tomb.delete_requested_at = Some(t(3600));
+    let mut case = Case::new(&decl, ours(&[]));
+    case.subject = Subject::Removed(&tomb);
+    case.now = t(3600 + 3600);
+    case.deletion_allowed = false;
+    let d = case.run();
+    expect(&d, State::Stalled, Action::Hold, Rule::DeletionStalled);
 }

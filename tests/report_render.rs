@@ -83,6 +83,7 @@ fn fixed_plan() -> (Config, Plan) {
             policy: &policy,
             capabilities: &caps,
             deletion_allowed: false,
+            provider: "sandbox",
             now,
         });
         let operation = tend::cycle::operation_kind(decision.action).map(|kind| {

@@ -121,6 +121,9 @@ pub struct Memory {
     /// When tend last wrote to the resource: an observation older than this
     /// is not used to decide a new write (a cache may lag).
     pub last_write_at: Option<SystemTime>,
+    /// The database name and provider tend manages the resource at.
+    pub database_name: Option<String>,
+    pub provider: Option<String>,
 }
 
 /// A declaration removed from Git, kept until the provider confirms the
@@ -182,6 +185,8 @@ pub struct DecideInput<'a> {
     pub capabilities: &'a Capabilities,
     /// The cycle's mass-deletion guard allows this resource's deletion.
     pub deletion_allowed: bool,
+    /// The provider the subject is planned at.
+    pub provider: &'a str,
     pub now: SystemTime,
 }
 
@@ -317,6 +322,31 @@ fn decide_declared(
 ) -> Decision {
     let name = decl.name();
     let policy = input.policy;
+    // Where a managed database lives is its identity: a new name or
+    // provider would be a second database, never a move.
+    if input.memory.existed {
+        let db = decl.manifest.database_name();
+        let moved = [
+            (
+                "databaseName",
+                input.memory.database_name.as_deref(),
+                db.as_str(),
+            ),
+            ("provider", input.memory.provider.as_deref(), input.provider),
+        ]
+        .into_iter()
+        .find(|(_, was, now)| was.is_some_and(|was| was != *now));
+        if let Some((field, Some(was), now)) = moved {
+            return Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::RequiresReplacement,
+                format!(
+                    "requires replacement: {field} changed from `{was}` to `{now}`; tend manages `{name}` at `{was}` and never creates a second database for one declaration (restore {field}, or remove the declaration and add a new one)"
+                ),
+            );
+        }
+    }
     let obs = match input.observed {
         Observed::Failed(message) => return observation_failed(name, message),
         Observed::NotFound => return decide_missing(input, decl, ov),
@@ -850,9 +880,15 @@ fn decide_removed(input: &DecideInput<'_>, tomb: &Tombstone, ov: &EffectiveOverr
                 && input.now >= since + policy.deletion_stall
             {
                 let error = tomb.last_error.as_deref().unwrap_or("no error reported");
+                // Still under the guards: a stalled deletion is retried only
+                // where a fresh one would be allowed.
                 return Decision::new(
                     State::Stalled,
-                    Action::Delete,
+                    if input.deletion_allowed {
+                        Action::Delete
+                    } else {
+                        Action::Hold
+                    },
                     Rule::DeletionStalled,
                     format!(
                         "the deletion of `{name}` has not been confirmed for {} (last error: {error})",

@@ -318,54 +318,6 @@ impl StateStore {
             .map_err(|e| self.err(e))
     }
 
-    /// What tend remembers of `name`.
-    pub fn memory(&self, name: &str) -> Result<Memory, StateError> {
-        let conn = self.conn();
-        let row = conn
-            .query_row(
-                "SELECT applied_spec_hash, applied_fields, applied_commit, existed, last_write_ms FROM resources WHERE name = ?1",
-                [name],
-                |r| {
-                    Ok((
-                        r.get::<_, Option<String>>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Option<String>>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, Option<i64>>(4)?,
-                    ))
-                },
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        let mut memory = Memory::default();
-        if let Some((hash, fields, commit, existed, last_write)) = row {
-            memory.applied_spec_hash = hash.map(SpecHash);
-            memory.applied_fields = serde_json::from_str(&fields).unwrap_or_default();
-            memory.applied_commit = commit;
-            memory.existed = existed != 0;
-            memory.last_write_at = last_write.map(time);
-        }
-        let mut stmt = conn
-            .prepare_cached("SELECT field, first_seen_ms FROM drift_seen WHERE name = ?1")
-            .map_err(|e| self.err(e))?;
-        memory.drift_first_seen = stmt
-            .query_map([name], |r| Ok((r.get::<_, String>(0)?, time(r.get(1)?))))
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
-        let mut stmt = conn
-            .prepare_cached("SELECT field, count FROM attempts WHERE name = ?1")
-            .map_err(|e| self.err(e))?;
-        memory.failed_attempts = stmt
-            .query_map([name], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?))
-            })
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
-        Ok(memory)
-    }
-
     /// How many resources tend manages.
     pub fn managed_count(&self) -> Result<usize, StateError> {
         self.conn()
@@ -391,7 +343,7 @@ impl StateStore {
         let conn = self.conn();
         let mut out: std::collections::HashMap<String, Memory> = std::collections::HashMap::new();
         let mut stmt = conn
-            .prepare("SELECT name, applied_spec_hash, applied_fields, applied_commit, existed, last_write_ms FROM resources")
+            .prepare("SELECT name, applied_spec_hash, applied_fields, applied_commit, existed, last_write_ms, database_name, provider FROM resources")
             .map_err(|e| self.err(e))?;
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
@@ -415,6 +367,8 @@ impl StateStore {
                 .get::<_, Option<i64>>(5)
                 .map_err(|e| self.err(e))?
                 .map(time);
+            memory.database_name = Some(r.get(6).map_err(|e| self.err(e))?);
+            memory.provider = Some(r.get(7).map_err(|e| self.err(e))?);
         }
         drop(rows);
         let mut stmt = conn

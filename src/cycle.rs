@@ -703,6 +703,22 @@ fn operation_for(
     PlannedOperation::new(store, agent_id, &r.name, kind, &r.spec_hash, request).map(Some)
 }
 
+/// Why a pending intent must not be replayed, if it must not.
+fn superseded(op: &PlannedOperation, declared: Option<&Declaration>) -> Option<&'static str> {
+    let paused =
+        declared.is_some_and(|d| d.annotations.overrides.as_ref().is_some_and(|o| o.paused));
+    match (op.kind, declared) {
+        (_, Some(_)) if paused => Some("the resource is paused now"),
+        (OperationKind::Delete | OperationKind::Release, Some(_)) => {
+            Some("the declaration is back in Git")
+        }
+        (OperationKind::Create | OperationKind::Update, Some(d)) if d.spec_hash != op.spec_hash => {
+            Some("the declaration changed since; the next decision uses the new spec")
+        }
+        _ => None,
+    }
+}
+
 /// What `tend apply` did.
 #[derive(Debug, Clone)]
 pub struct ApplyOutcome {
@@ -821,11 +837,40 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
     runtime()?.block_on(async {
         // Pending intents first: finish what a lost response or a crash
         // left, with the same ids, before any new work.
-        let pending: Vec<PlannedOperation> = store
+        // A pending intent the repository has since overtaken is superseded,
+        // not replayed: a delete of a declaration that came back, anything
+        // on a resource now paused, a create or update of an older spec.
+        let current: BTreeMap<&str, &Declaration> = snapshot
+            .declarations
+            .declarations
+            .iter()
+            .map(|d| (d.name(), d))
+            .collect();
+        let mut pending = Vec::new();
+        for op in store
             .pending_intents()?
             .iter()
             .filter_map(PlannedOperation::from_intent)
-            .collect();
+        {
+            let now = SystemTime::now();
+            match superseded(&op, current.get(op.name.as_str()).copied()) {
+                Some(why) => {
+                    tracing::warn!(
+                        "not replaying {} {} ({}): {why}",
+                        op.kind.as_str(),
+                        op.name,
+                        op.id
+                    );
+                    store.finish_intent(
+                        &op.id.0,
+                        crate::journal::IntentState::Failed,
+                        Some(&format!("superseded: {why}")),
+                        now,
+                    )?;
+                }
+                None => pending.push(op),
+            }
+        }
         let unresolved_before: BTreeSet<String> =
             pending.iter().map(|op| op.name.clone()).collect();
         let mut operations = execute(&contexts, pending).await?;

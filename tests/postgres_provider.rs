@@ -551,3 +551,58 @@ fn tls_connections_verify_the_server_against_the_configured_ca() {
         "1"
     );
 }
+
+#[test]
+fn a_pending_delete_is_not_replayed_once_the_declaration_is_back() {
+    let scratch = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: scratch\nspec:\n  deletionPolicy: Delete\n";
+    let env = Env::new(&[("orders.yaml", ORDERS), ("scratch.yaml", scratch)]);
+    env.tend(&["apply"], 0);
+    let mut holder = Command::new("psql")
+        .args([
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &env.pg.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "scratch",
+            "-c",
+            "SELECT pg_sleep(60)",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") == "0" {
+        assert!(started.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    env.repo.remove("scratch.yaml");
+    env.repo.commit("remove scratch");
+    env.tend(&["apply"], 2); // the delete stays pending: a session is connected
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    // The removal is reverted before the delete could run.
+    env.commit("scratch.yaml", scratch);
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'scratch'"),
+        "1",
+        "not dropped"
+    );
+    let store = tend::journal::StateStore::open(&env.dir.path().join("state"), false)
+        .unwrap()
+        .unwrap();
+    let delete = store
+        .all_intents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.kind == "delete")
+        .unwrap();
+    assert_eq!(delete.state, tend::journal::IntentState::Failed);
+    assert!(delete.last_error.unwrap().contains("superseded"));
+}

@@ -474,20 +474,22 @@ pub async fn observe_and_decide(
             .run(&limiter, || provider.observe_all(&names, &deep))
             .await;
         tracing::debug!("observe_all: {:?}", phase.elapsed());
-        let (mut by_name, failure): (BTreeMap<String, Observation>, Option<String>) =
-            match observed_all {
-                Ok(list) => (
-                    list.into_iter()
-                        .map(|o| (o.database_name.clone(), o))
-                        .collect(),
-                    None,
-                ),
-                Err(e) => (BTreeMap::new(), Some(e.to_string())),
-            };
+        let (by_name, failure): (BTreeMap<String, Observation>, Option<String>) = match observed_all
+        {
+            Ok(list) => (
+                list.into_iter()
+                    .map(|o| (o.database_name.clone(), o))
+                    .collect(),
+                None,
+            ),
+            Err(e) => (BTreeMap::new(), Some(e.to_string())),
+        };
         for (subject, database_name) in subjects.into_iter().zip(names) {
             let observed = match &failure {
                 Some(e) => Observed::Failed(e.clone()),
-                None => match by_name.remove(&database_name) {
+                // Usually one subject per database; a tombstone and a new
+                // declaration may share one, and both must see it.
+                None => match by_name.get(&database_name).cloned() {
                     Some(o) => Observed::Found(o),
                     None => Observed::NotFound,
                 },

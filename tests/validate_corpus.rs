@@ -169,3 +169,30 @@ fn positions_count_from_the_start_of_the_file_in_later_documents() {
     );
     assert!(!set.diagnostics[0].message.contains(" at line "));
 }
+
+#[test]
+fn two_declarations_of_one_database_are_errors_and_neither_is_kept() {
+    let doc = |name: &str| {
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  databaseName: shared\n"
+        )
+    };
+    let set = DeclarationSet::from_files(vec![
+        parse_file(Path::new("a.yaml"), doc("first").as_bytes()),
+        parse_file(Path::new("b.yaml"), doc("second").as_bytes()),
+        parse_file(
+            Path::new("c.yaml"),
+            doc("orders-db")
+                .replace("  databaseName: shared\n", "")
+                .as_bytes(),
+        ),
+    ]);
+    assert_eq!(set.diagnostics.len(), 2, "{:?}", set.diagnostics);
+    assert!(
+        set.diagnostics[0]
+            .message
+            .contains("database `shared` is also declared by `second` at b.yaml:4")
+    );
+    let names: Vec<_> = set.declarations.iter().map(|d| d.name()).collect();
+    assert_eq!(names, vec!["orders-db"]);
+}

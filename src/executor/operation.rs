@@ -147,9 +147,11 @@ pub async fn run<P: Provider>(
                     let change = change.clone();
                     let noted = store.note_attempt(&op.id.0);
                     async move {
-                        noted.map_err(|e| ProviderError::Permanent {
+                        // Without the journal, tend must not act: nothing is
+                        // sent, and the intent stays pending.
+                        noted.map_err(|e| ProviderError::Retryable {
                             resource: change.database_name.clone(),
-                            message: e.to_string(),
+                            message: format!("journal: {e}"),
                         })?;
                         if create {
                             provider.create(&id, &change).await.map(|_| ())
@@ -168,9 +170,9 @@ pub async fn run<P: Provider>(
                     let db = database_name.clone();
                     let noted = store.note_attempt(&op.id.0);
                     async move {
-                        noted.map_err(|e| ProviderError::Permanent {
+                        noted.map_err(|e| ProviderError::Retryable {
                             resource: db.clone(),
-                            message: e.to_string(),
+                            message: format!("journal: {e}"),
                         })?;
                         provider.delete(&id, &db).await
                     }
@@ -262,6 +264,20 @@ async fn confirm<P: Provider>(
                         .map(|(f, _)| f.clone())
                         .collect();
                     Ok(Some((obs.external_id.clone(), differing)))
+                } else if op.kind == OperationKind::Create {
+                    // A fresh observation of the database without this
+                    // declaration's marker: the name was taken by someone
+                    // else (the create met an existing database). Waiting
+                    // cannot change that; the next decision reports it.
+                    store.finish_intent(
+                        &op.id.0,
+                        IntentState::Failed,
+                        Some("the name is taken by a database that is not this declaration's"),
+                        now,
+                    )?;
+                    return Ok(OpOutcome::Failed(format!(
+                        "`{db}` exists without this declaration's ownership marker (name taken)"
+                    )));
                 } else {
                     Err("the ownership marker is not as requested yet".into())
                 }

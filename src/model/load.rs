@@ -303,6 +303,55 @@ impl DeclarationSet {
                 });
             }
         }
+        // Two declarations for one database (same provider, same database
+        // name) would fight over it: an error on each, neither applied.
+        let mut by_database: BTreeMap<(Option<String>, String), Vec<usize>> = BTreeMap::new();
+        for (i, decl) in declarations.iter().enumerate() {
+            let key = (
+                decl.manifest.spec.provider.clone(),
+                decl.manifest.database_name(),
+            );
+            by_database.entry(key).or_default().push(i);
+        }
+        let mut clashing: Vec<usize> = Vec::new();
+        for ((_, database), group) in &by_database {
+            if group.len() < 2 {
+                continue;
+            }
+            for &i in group {
+                let decl = &declarations[i];
+                let others: Vec<String> = group
+                    .iter()
+                    .filter(|&&j| j != i)
+                    .map(|&j| {
+                        format!(
+                            "`{}` at {}:{}",
+                            declarations[j].name(),
+                            declarations[j].file.display(),
+                            declarations[j].line
+                        )
+                    })
+                    .collect();
+                diagnostics.push(Diagnostic {
+                    file: decl.file.clone(),
+                    line: decl.line,
+                    column: decl.column,
+                    message: format!(
+                        "database `{database}` is also declared by {}: two declarations would manage one database, so neither is applied; give each its own spec.databaseName",
+                        others.join(", ")
+                    ),
+                });
+                clashing.push(i);
+            }
+        }
+        if !clashing.is_empty() {
+            let mut index = 0;
+            declarations.retain(|_| {
+                let keep = !clashing.contains(&index);
+                index += 1;
+                keep
+            });
+        }
         diagnostics.sort();
         DeclarationSet {
             declarations,

@@ -126,8 +126,15 @@ fn retryable(resource: &str, e: impl std::fmt::Display) -> ProviderError {
 /// Classifies a server error: connection trouble is retryable, a refused
 /// statement is permanent.
 fn classify(resource: &str, e: tokio_postgres::Error) -> ProviderError {
+    // Connection trouble (08), operator intervention (57), serialization and
+    // deadlock (40001, 40P01), "in use" and lock waits (55006, 55P03) pass.
+    const TRANSIENT: &[&str] = &["40001", "40P01", "55006", "55P03"];
     match e.as_db_error() {
-        Some(db) if db.code().code().starts_with("08") || db.code().code().starts_with("57") => {
+        Some(db)
+            if db.code().code().starts_with("08")
+                || db.code().code().starts_with("57")
+                || TRANSIENT.contains(&db.code().code()) =>
+        {
             retryable(resource, db.message())
         }
         Some(db) => ProviderError::Permanent {
@@ -348,11 +355,21 @@ impl PostgresProvider {
         let mut found = BTreeMap::new();
         while let Some(joined) = tasks.join_next().await {
             let (name, result) = joined.map_err(|e| retryable("*", e))?;
-            found.insert(name, result?);
+            found.insert(name, result);
         }
         for obs in &mut out {
-            if let Some(extensions) = found.remove(&obs.database_name) {
-                obs.fields.insert("extensions".into(), extensions);
+            match found.remove(&obs.database_name) {
+                Some(Ok(extensions)) => {
+                    obs.fields.insert("extensions".into(), extensions);
+                }
+                // One database that cannot be reached (CONNECT revoked,
+                // dropped meanwhile) leaves its extensions unknown; it does
+                // not make every other database unobservable.
+                Some(Err(e)) => {
+                    tracing::warn!("extensions of {}: {e}", obs.database_name);
+                    obs.unobserved.push("extensions".into());
+                }
+                None => {}
             }
         }
         Ok(out)
@@ -512,7 +529,8 @@ impl PostgresProvider {
                 client
                     .execute(
                         "INSERT INTO tend.databases (database_name, agent_id, declaration, operation_id) VALUES ($1, $2, $3, $4) \
-                         ON CONFLICT (database_name) DO UPDATE SET agent_id = excluded.agent_id, declaration = excluded.declaration",
+                         ON CONFLICT (database_name) DO UPDATE SET declaration = excluded.declaration \
+                         WHERE tend.databases.agent_id = excluded.agent_id",
                         &[&db, agent, decl, &op.0],
                     )
                     .await
@@ -521,6 +539,20 @@ impl PostgresProvider {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Runs `CREATE DATABASE` (the owner role made first, when allowed).
+    async fn create_database(
+        &self,
+        client: &Client,
+        db: &str,
+        sql: &str,
+        request: &ChangeRequest,
+    ) -> Result<(), ProviderError> {
+        if let Some(owner) = request.fields.get("owner").and_then(Value::as_str) {
+            self.ensure_role(client, owner, db).await?;
+        }
+        client.batch_execute(sql).await.map_err(|e| classify(db, e))
     }
 
     fn capabilities_static() -> Capabilities {
@@ -616,7 +648,6 @@ impl Provider for PostgresProvider {
             let mut sql = format!("CREATE DATABASE {}", quote_ident(db));
             let text = |f: &str| request.fields.get(f).and_then(Value::as_str);
             if let Some(owner) = text("owner") {
-                self.ensure_role(&client, owner, db).await?;
                 sql.push_str(&format!(" OWNER {}", quote_ident(owner)));
             }
             let mut template = text("template").map(str::to_string);
@@ -635,11 +666,37 @@ impl Provider for PostgresProvider {
             if let Some(template) = template {
                 sql.push_str(&format!(" TEMPLATE {}", quote_ident(&template)));
             }
-            if let Err(e) = client.batch_execute(&sql).await {
-                // A concurrent create by our own earlier attempt shows as
-                // "already exists" (42P04): the reservation makes it ours.
-                if e.as_db_error().is_none_or(|d| d.code().code() != "42P04") {
-                    return Err(classify(db, e));
+            if let Err(e) = self.create_database(&client, db, &sql, request).await {
+                // A reservation must never outlive a create that failed for
+                // good: a database someone makes later by hand under that
+                // name would look like tend's.
+                if !e.is_transient() {
+                    client
+                        .execute(
+                            "DELETE FROM tend.databases WHERE database_name = $1 AND operation_id = $2 \
+                             AND NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)",
+                            &[&db, &op.0],
+                        )
+                        .await
+                        .map_err(|e| classify(db, e))?;
+                }
+                // "Already exists" (42P04) right after our own reservation
+                // means someone else created it in between: not ours.
+                if inserted
+                    && matches!(&e, ProviderError::Permanent { message, .. } if message.contains("42P04"))
+                {
+                    client
+                        .execute("DELETE FROM tend.databases WHERE database_name = $1 AND operation_id = $2", &[&db, &op.0])
+                        .await
+                        .map_err(|e| classify(db, e))?;
+                    return Err(ProviderError::Conflict {
+                        resource: db.to_string(),
+                        message: "a database of that name appeared while tend was creating it; it is not tend's".into(),
+                    });
+                }
+                if !matches!(&e, ProviderError::Permanent { message, .. } if message.contains("42P04"))
+                {
+                    return Err(e);
                 }
             }
         }

@@ -523,6 +523,35 @@ pub async fn observe_and_decide(
                 };
                 overrides.extend(OverrideInput::from_annotations(d, first_seen));
             }
+            // Provider-label overrides: a duration expiry counts from when tend
+            // first saw that override (kept in the state dir).
+            let mut memory = memory;
+            if let (Observed::Found(obs), Some(s)) = (&observed, store) {
+                let labels: Vec<String> = obs
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| {
+                        k.starts_with("tend.dev/") && !k.starts_with("tend.dev/owner-")
+                    })
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                if !labels.is_empty() {
+                    let fingerprint = labels.join("\n");
+                    let seen = if persist {
+                        Some(s.override_first_seen(
+                            &name,
+                            OverrideSource::Provider.as_str(),
+                            &fingerprint,
+                            now,
+                        )?)
+                    } else {
+                        s.override_seen_at(&name, OverrideSource::Provider.as_str(), &fingerprint)?
+                    };
+                    memory
+                        .drift_first_seen
+                        .insert(PROVIDER_OVERRIDE_SEEN.to_string(), seen.unwrap_or(now));
+                }
+            }
             let is_delete_candidate = matches!(&subject, PlannedSubject::Removed(t) if t.last.spec.deletion_policy == crate::model::DeletionPolicy::Delete);
             let deletion_allowed = declared_count > 0 && deletions < deletion_budget;
             let engine_subject = match &subject {
@@ -544,7 +573,17 @@ pub async fn observe_and_decide(
                 deletions += 1;
             }
             if persist && let Some(s) = store {
-                remember_drift(s, &name, &decision, &observed, &memory, now)?;
+                // A removed resource no longer at the provider is done with:
+                // its tombstone and memory go (and it leaves the count the
+                // mass-deletion guard is a percentage of).
+                if matches!(subject, PlannedSubject::Removed(_))
+                    && matches!(observed, Observed::NotFound)
+                {
+                    s.forget(&name)?;
+                }
+                if matches!(subject, PlannedSubject::Declared(_)) {
+                    remember_drift(s, &name, &decision, &observed, &memory, now)?;
+                }
                 // Keep the last declaration (for a future tombstone) when it
                 // changed; an unchanged spec needs no write.
                 if let PlannedSubject::Declared(d) = &subject
@@ -591,6 +630,10 @@ pub async fn observe_and_decide(
         now,
     })
 }
+
+/// The memory key under which the decision core finds when a provider-label
+/// override was first seen.
+const PROVIDER_OVERRIDE_SEEN: &str = "override:provider";
 
 /// First-seen times of out-of-band drift, so `drift_grace` counts from the
 /// first sighting across cycles and restarts.

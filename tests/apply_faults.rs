@@ -359,3 +359,41 @@ fn a_state_with_a_newer_min_reader_format_is_refused_and_left_unchanged() {
     ])
     .expect_code(1);
 }
+
+#[test]
+fn a_provider_label_override_with_a_duration_expires_across_runs() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    TendCommand::new(&[
+        "--config",
+        &env.config().display().to_string(),
+        "sandbox",
+        "edit",
+        "orders",
+        "--set",
+        "connectionLimit=99",
+        "--label",
+        "tend.dev/paused=true",
+        "--label",
+        "tend.dev/override-reason=DBA on call",
+        "--label",
+        "tend.dev/override-expires=2s",
+        "--label",
+        "tend.dev/override-on-expiry=resume",
+    ])
+    .expect_code(0);
+    env.configure("", "drift_grace = \"0s\"");
+    env.apply(2);
+    assert_eq!(
+        env.sandbox_state().databases["orders"].fields["connectionLimit"],
+        99,
+        "paused by the label"
+    );
+    std::thread::sleep(Duration::from_millis(2300));
+    env.apply(0);
+    assert_eq!(
+        env.sandbox_state().databases["orders"].fields["connectionLimit"],
+        10,
+        "the override expired 2 s after tend first saw it, and management resumed"
+    );
+}

@@ -749,3 +749,14 @@ fn a_stalled_deletion_stays_under_the_guard() {
     let d = case.run();
     expect(&d, State::Stalled, Action::Hold, Rule::DeletionStalled);
 }
+
+#[test]
+fn a_paused_removed_resource_keeps_its_ownership() {
+    let decl = declaration("", "");
+    let tomb = tombstone(&decl, "Retain");
+    let mut case = Case::new(&decl, ours(&[]));
+    case.subject = Subject::Removed(&tomb);
+    case.overrides = vec![expiring(OnExpiry::Hold)];
+    let d = case.run();
+    expect(&d, State::Overridden, Action::None, Rule::DeletionPaused);
+}

@@ -835,7 +835,17 @@ fn decide_removed(input: &DecideInput<'_>, tomb: &Tombstone, ov: &EffectiveOverr
         .is_some_and(|m| m.agent_id == policy.agent_id && &m.declaration == name);
     match tomb.last.spec.deletion_policy {
         DeletionPolicy::Retain => {
-            if ours {
+            if ours && ov.paused {
+                Decision::new(
+                    State::Overridden,
+                    Action::None,
+                    Rule::DeletionPaused,
+                    format!(
+                        "`{name}` was removed from Git, but it is paused ({}): ownership is kept until the override goes",
+                        ov.reasons.join("; ")
+                    ),
+                )
+            } else if ours {
                 Decision::new(
                     State::Released,
                     Action::Release,

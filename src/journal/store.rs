@@ -781,6 +781,24 @@ impl StateStore {
         .map_err(|e| self.err(e))
     }
 
+    /// When tend first saw this override, if it has (read-only).
+    pub fn override_seen_at(
+        &self,
+        name: &str,
+        source: &str,
+        fingerprint: &str,
+    ) -> Result<Option<SystemTime>, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT first_seen_ms FROM override_seen WHERE name = ?1 AND source = ?2 AND fingerprint = ?3",
+                params![name, source, fingerprint],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|t| t.map(time))
+            .map_err(|e| self.err(e))
+    }
+
     /// `PRAGMA integrity_check` plus tend's own invariants; each problem is
     /// one line.
     pub fn check(&self) -> Result<Vec<String>, StateError> {

@@ -399,6 +399,27 @@ pub async fn observe_and_decide(
     };
     tracing::debug!("memories: {:?}", phase.elapsed());
     let tombstones = subjects(snapshot, &declarations, &memories, store, now, persist)?;
+    let local: BTreeMap<
+        String,
+        (
+            BTreeMap<String, crate::model::declaration::ScalarString>,
+            SystemTime,
+        ),
+    > = match store {
+        Some(s) => s
+            .local_overrides()?
+            .into_iter()
+            .map(|o| {
+                let annotations = o
+                    .annotations
+                    .into_iter()
+                    .map(|(k, v)| (k, crate::model::declaration::ScalarString(v)))
+                    .collect();
+                (o.name, (annotations, o.set_at))
+            })
+            .collect(),
+        None => BTreeMap::new(),
+    };
     let declared_count = declarations.len();
     tracing::debug!("subjects: {:?}", phase.elapsed());
     let mut errors: Vec<Diagnostic> = snapshot.declarations.diagnostics.clone();
@@ -522,6 +543,39 @@ pub async fn observe_and_decide(
                     _ => now,
                 };
                 overrides.extend(OverrideInput::from_annotations(d, first_seen));
+            }
+            // Local overrides (`tend override set`): a duration counts from
+            // when the operator set it.
+            if let Some((annotations, set_at)) = local.get(&name) {
+                match crate::model::overrides::parse_annotations(annotations) {
+                    Ok(parsed) => overrides.extend(parsed.overrides.map(|spec| OverrideInput {
+                        source: OverrideSource::Local,
+                        spec,
+                        first_seen: *set_at,
+                    })),
+                    Err(problems) => {
+                        // A broken local override must not be ignored: pause.
+                        let reason = problems
+                            .into_iter()
+                            .map(|p| p.message)
+                            .collect::<Vec<_>>()
+                            .join("; ");
+                        overrides.push(OverrideInput {
+                            source: OverrideSource::Local,
+                            spec: crate::model::OverrideSpec {
+                                paused: true,
+                                ignore_fields: Vec::new(),
+                                reason: format!(
+                                    "invalid local override, treated as a pause: {reason}"
+                                ),
+                                expires: None,
+                                expires_text: None,
+                                on_expiry: crate::model::OnExpiry::Hold,
+                            },
+                            first_seen: *set_at,
+                        });
+                    }
+                }
             }
             // Provider-label overrides: a duration expiry counts from when tend
             // first saw that override (kept in the state dir).
@@ -891,6 +945,18 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
             .iter()
             .map(|d| (d.name(), d))
             .collect();
+        // Paused on this host (`tend override set --pause`).
+        let locally_paused: BTreeSet<String> = store
+            .local_overrides()?
+            .into_iter()
+            .filter(|o| {
+                o.annotations
+                    .get(crate::model::overrides::PAUSED)
+                    .map(String::as_str)
+                    == Some("true")
+            })
+            .map(|o| o.name)
+            .collect();
         let mut pending = Vec::new();
         for op in store
             .pending_intents()?
@@ -898,7 +964,12 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
             .filter_map(PlannedOperation::from_intent)
         {
             let now = SystemTime::now();
-            match superseded(&op, current.get(op.name.as_str()).copied()) {
+            let verdict = if locally_paused.contains(&op.name) {
+                Some("the resource is paused on this host")
+            } else {
+                superseded(&op, current.get(op.name.as_str()).copied())
+            };
+            match verdict {
                 Some(why) => {
                     tracing::warn!(
                         "not replaying {} {} ({}): {why}",

@@ -397,3 +397,107 @@ fn a_provider_label_override_with_a_duration_expires_across_runs() {
         "the override expired 2 s after tend first saw it, and management resumed"
     );
 }
+
+#[test]
+fn local_overrides_work_beside_a_running_writer_and_expire() {
+    let env = Env::new(&[decl("orders", 10)]);
+    let config = env.config().display().to_string();
+    let tend = |args: &[&str], code: i32| {
+        let mut all = vec!["--config", config.as_str()];
+        all.extend_from_slice(args);
+        TendCommand::new(&all)
+            .env("TEND_LOG", "warn")
+            .expect_code(code)
+    };
+
+    // A writer holds the state dir (paused after journalling a create);
+    // an operator pauses the resource from the host meanwhile.
+    let running = paused_apply(&env, "after-intent");
+    tend(
+        &[
+            "override",
+            "set",
+            "orders",
+            "--pause",
+            "--reason",
+            "INC-12: Git is down",
+        ],
+        0,
+    );
+    let listed = tend(&["override", "list"], 0);
+    assert!(
+        listed.stdout.contains("orders") && listed.stdout.contains("INC-12"),
+        "{}",
+        listed.stdout
+    );
+    kill(running);
+
+    // The journalled create is superseded by the pause, nothing is created,
+    // and the report names the local override.
+    let run = tend(&["apply", "--format", "json"], 2);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["resources"][0]["state"], "Overridden");
+    assert_eq!(report["resources"][0]["override"]["source"], "local");
+    assert!(env.sandbox_state().databases.is_empty());
+    assert_eq!(only(&env.intents(), "create").state, IntentState::Failed);
+
+    // Cleared: the database is created.
+    tend(&["override", "clear", "orders"], 0);
+    env.apply(0);
+    assert_eq!(env.sandbox_state().databases.len(), 1);
+
+    // A typo in a local override is refused, never stored.
+    let refused = tend(
+        &[
+            "override",
+            "set",
+            "orders",
+            "--ignore-fields",
+            "encoding",
+            "--reason",
+            "x",
+        ],
+        1,
+    );
+    assert!(refused.stderr.contains("immutable"), "{}", refused.stderr);
+
+    // An ignore-fields override with a duration holds, then resumes.
+    tend(
+        &[
+            "override",
+            "set",
+            "orders",
+            "--ignore-fields",
+            "connectionLimit",
+            "--reason",
+            "INC-13",
+            "--expires",
+            "2s",
+            "--on-expiry",
+            "resume",
+        ],
+        0,
+    );
+    TendCommand::new(&[
+        "--config",
+        &config,
+        "sandbox",
+        "edit",
+        "orders",
+        "--set",
+        "connectionLimit=99",
+    ])
+    .expect_code(0);
+    env.configure("", "drift_grace = \"0s\"");
+    env.apply(2);
+    assert_eq!(
+        env.sandbox_state().databases["orders"].fields["connectionLimit"],
+        99
+    );
+    std::thread::sleep(Duration::from_millis(2300));
+    env.apply(0);
+    assert_eq!(
+        env.sandbox_state().databases["orders"].fields["connectionLimit"],
+        10
+    );
+}

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod apply;
+mod overrides;
 mod plan;
 mod sandbox;
 mod schema;
@@ -56,6 +57,9 @@ pub enum Command {
     /// Inspect the state dir.
     #[command(subcommand)]
     State(apply::StateCommand),
+    /// Break-glass overrides on this host, for when Git is unreachable.
+    #[command(subcommand)]
+    Override(overrides::OverrideCommand),
     /// Everything tend knows about one declaration, and why it decides as it does.
     Explain(plan::ExplainArgs),
     /// The sandbox provider's dashboard: change external state as an operator would.
@@ -116,6 +120,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Plan(args) => plan::run_plan(&cli.config, &args),
         Command::Apply(args) => apply::run_apply(&cli.config, &args),
         Command::State(command) => apply::run_state(&cli.config, &command),
+        Command::Override(command) => overrides::run(&cli.config, &command),
         Command::Explain(args) => plan::run_explain(&cli.config, &args),
         Command::Sandbox(command) => sandbox::run(&cli.config, &command),
     };

@@ -16,7 +16,7 @@ pub mod lock;
 pub mod store;
 
 pub use lock::StateLock;
-pub use store::{Intent, IntentState, ManagedResource, StateStore, TombstoneRow};
+pub use store::{Intent, IntentState, LocalOverride, ManagedResource, StateStore, TombstoneRow};
 
 /// The state format this binary writes.
 pub const FORMAT: i64 = 1;

@@ -135,6 +135,14 @@ pub struct ManagedResource {
     pub manifest: Value,
 }
 
+/// An override set on this host (`tend override set`), in annotation form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalOverride {
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+    pub set_at: SystemTime,
+}
+
 /// A removed declaration awaiting its outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TombstoneRow {
@@ -778,6 +786,60 @@ impl StateStore {
             |r| r.get::<_, i64>(0),
         )
         .map(time)
+        .map_err(|e| self.err(e))
+    }
+
+    /// Opens the state database for a local override change: read-write but
+    /// without the writer lock (an operator must be able to pause a resource
+    /// while `tend run` or `tend apply` holds it). Creates the state if none.
+    pub fn open_for_overrides(state_dir: &Path) -> Result<Self, StateError> {
+        Self::open(state_dir, true)?.ok_or_else(|| StateError::Io {
+            path: state_dir.display().to_string(),
+            message: "the state database could not be created".into(),
+        })
+    }
+
+    /// Sets (replaces) the local override of `name`: annotation-style keys
+    /// (`tend.dev/paused`, …) and their values.
+    pub fn set_local_override(
+        &self,
+        name: &str,
+        annotations: &BTreeMap<String, String>,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        self.conn()
+            .execute(
+                "INSERT INTO local_overrides (name, annotations, set_ms) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(name) DO UPDATE SET annotations = excluded.annotations, set_ms = excluded.set_ms",
+                params![name, serde_json::to_string(annotations).unwrap_or_else(|_| "{}".into()), ms(now)],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Removes the local override of `name`; whether there was one.
+    pub fn clear_local_override(&self, name: &str) -> Result<bool, StateError> {
+        self.conn()
+            .execute("DELETE FROM local_overrides WHERE name = ?1", [name])
+            .map(|n| n > 0)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every local override.
+    pub fn local_overrides(&self) -> Result<Vec<LocalOverride>, StateError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, annotations, set_ms FROM local_overrides ORDER BY name")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| {
+            Ok(LocalOverride {
+                name: r.get(0)?,
+                annotations: serde_json::from_str(&r.get::<_, String>(1)?).unwrap_or_default(),
+                set_at: time(r.get(2)?),
+            })
+        })
+        .map_err(|e| self.err(e))?
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| self.err(e))
     }
 

@@ -132,7 +132,9 @@ pub fn providers(config: &Config) -> Result<Providers, CycleError> {
         .iter()
         .map(|(name, p)| {
             let provider = match p.kind {
-                ProviderKind::Sandbox => AnyProvider::Sandbox(sandbox_provider(config, name)?),
+                ProviderKind::Sandbox => {
+                    AnyProvider::Sandbox(Box::new(sandbox_provider(config, name)?))
+                }
                 ProviderKind::Postgres => {
                     let password = match &p.password_file {
                         Some(file) => Some(
@@ -248,8 +250,8 @@ pub fn snapshot_once(
     now: SystemTime,
     persist: bool,
 ) -> Result<Arc<Snapshot>, CycleError> {
-    let mut source = Source::open(&config.state_dir, config.source_settings()?, persist)?;
-    let outcome = source.poll(now);
+    let source = Source::open(&config.state_dir, config.source_settings()?, persist)?;
+    let outcome = source.poll_once(now);
     match (outcome.snapshot, outcome.failure) {
         (Some(snapshot), _) => Ok(snapshot),
         (None, Some(failure)) => Err(failure.error.into()),
@@ -898,6 +900,7 @@ async fn execute(
 /// execute, confirm, and observe again for the report. Holds the state
 /// dir's writer lock throughout.
 pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
+    let started = std::time::Instant::now();
     let _lock = StateLock::acquire(&config.state_dir)?;
     let store =
         Arc::new(
@@ -907,7 +910,9 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
             })?,
         );
     let agent_id = store.agent_id(config.agent_id.as_deref())?;
+    tracing::debug!("state opened: {:?}", started.elapsed());
     let snapshot = snapshot_once(config, SystemTime::now(), true)?;
+    tracing::debug!("snapshot: {:?}", started.elapsed());
     let providers = providers(config)?;
     let contexts: BTreeMap<String, Arc<ExecContext<AnyProvider>>> = providers
         .iter()
@@ -996,6 +1001,7 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
             .map(|i| i.name)
             .collect();
 
+        tracing::debug!("pending intents resolved: {:?}", started.elapsed());
         let now = SystemTime::now();
         let mut snapshot = Arc::unwrap_or_clone(snapshot);
         let declarations = std::mem::take(&mut snapshot.declarations.declarations);

@@ -26,12 +26,7 @@ fn open(state: &Path, settings: SourceSettings) -> Source {
 }
 
 fn names(outcome: &PollOutcome) -> Vec<String> {
-    outcome
-        .snapshot
-        .as_ref()
-        .unwrap()
-        .declarations
-        .declarations
+    declarations(outcome)
         .iter()
         .map(|d| d.name().to_string())
         .collect()
@@ -53,6 +48,86 @@ fn repo_with(files: &[(&str, &str, u32)]) -> TestRepo {
     repo.write("README.md", "not a declaration\n");
     repo.commit("initial");
     repo
+}
+
+/// The declarations of a poll, compared whole (manifest, file, position,
+/// hash, annotations).
+fn declarations(outcome: &PollOutcome) -> Vec<tend::model::Declaration> {
+    outcome
+        .snapshot
+        .as_ref()
+        .unwrap()
+        .declarations
+        .declarations
+        .clone()
+}
+
+#[test]
+fn a_new_process_reuses_the_parse_cache_in_the_state_dir() {
+    let repo = repo_with(&[
+        ("db/a.yaml", "a", 1),
+        ("db/b.yaml", "b", 2),
+        ("db/c.yaml", "c", 3),
+    ]);
+    repo.write("db/bad.yaml", "apiVersion: tend.dev/v1alpha1\nkind: Nope\n");
+    repo.commit("a bad file");
+    let state = tempfile::tempdir().unwrap();
+    let cache = state.path().join("source/parse-cache.json");
+    let now = SystemTime::now();
+
+    let mut first = open(state.path(), settings(&repo.url(), "main", "db"));
+    let parsed = first.poll(now);
+    assert_eq!(first.parse_count(), 4);
+    drop(first);
+
+    // A new `Source` stands for a new process: it reads the cache.
+    let mut second = open(state.path(), settings(&repo.url(), "main", "db"));
+    let cached = second.poll(now);
+    assert_eq!(second.parse_count(), 0, "nothing parsed again");
+    assert_eq!(declarations(&cached), declarations(&parsed));
+    let diagnostics = |o: &PollOutcome| {
+        o.snapshot
+            .as_ref()
+            .unwrap()
+            .declarations
+            .diagnostics
+            .clone()
+    };
+    assert_eq!(diagnostics(&cached), diagnostics(&parsed));
+    assert!(
+        !diagnostics(&cached).is_empty(),
+        "a bad file's problems are cached too"
+    );
+    drop(second);
+
+    // One changed file: exactly that file is parsed in the next process.
+    repo.write("db/b.yaml", &manifest("b", 20));
+    repo.commit("raise b");
+    let mut third = open(state.path(), settings(&repo.url(), "main", "db"));
+    let changed = third.poll(now);
+    assert_eq!(third.parse_count(), 1);
+    let b = &declarations(&changed)[1];
+    assert_eq!(b.manifest.spec.connection_limit, Some(20));
+    drop(third);
+
+    // A corrupt cache costs parsing, never a wrong snapshot; a read-only
+    // source (`tend plan`) does not repair it, a writer does.
+    std::fs::write(&cache, b"{\"format\": 1, \"files\": [").unwrap();
+    let mut reader =
+        Source::open(state.path(), settings(&repo.url(), "main", "db"), false).unwrap();
+    let reparsed = reader.poll(now);
+    assert_eq!(reader.parse_count(), 4);
+    assert_eq!(declarations(&reparsed), declarations(&changed));
+    assert_eq!(
+        std::fs::read(&cache).unwrap(),
+        b"{\"format\": 1, \"files\": ["
+    );
+    let mut writer = open(state.path(), settings(&repo.url(), "main", "db"));
+    writer.poll(now);
+    assert_eq!(writer.parse_count(), 4);
+    let mut after = open(state.path(), settings(&repo.url(), "main", "db"));
+    assert_eq!(declarations(&after.poll(now)), declarations(&changed));
+    assert_eq!(after.parse_count(), 0, "the writer rewrote the cache");
 }
 
 #[test]

@@ -90,6 +90,7 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         writeln!(err, "{} {name} (op {short}): {line}", kind.as_str())?;
     }
     let report = build_report(&config, &outcome.after);
+    tracing::debug!("report built");
     if let Err(e) = write_reports(&config, &report) {
         writeln!(
             err,

@@ -1,7 +1,6 @@
 //! Loading declarations from files: every problem is a [`Diagnostic`] with a
 //! file, line and column; one bad file or document never hides the others.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -268,56 +267,64 @@ impl DeclarationSet {
     /// every place they occur, and none of them is kept (DESIGN.md §3).
     pub fn from_files(files: Vec<FileContents>) -> Self {
         let count = files.len();
-        let mut by_name: BTreeMap<String, Vec<Declaration>> = BTreeMap::new();
+        let mut all: Vec<Option<Declaration>> = Vec::with_capacity(count);
         let mut diagnostics = Vec::new();
         for file in files {
             diagnostics.extend(file.diagnostics);
-            for decl in file.declarations {
-                by_name
-                    .entry(decl.name().to_owned())
-                    .or_default()
-                    .push(decl);
-            }
+            all.extend(file.declarations.into_iter().map(Some));
         }
-        let mut declarations = Vec::with_capacity(by_name.len());
-        for (name, mut group) in by_name {
-            if group.len() == 1 {
-                declarations.extend(group.pop());
+        // Sorted through an index (thousands of declarations are not moved
+        // around); runs of one name are duplicates.
+        let name_of = |i: usize| all[i].as_ref().map_or("", |d| d.name());
+        let mut order: Vec<usize> = (0..all.len()).collect();
+        order.sort_by(|&a, &b| name_of(a).cmp(name_of(b)));
+        let mut unique = Vec::with_capacity(all.len());
+        for group in order.chunk_by(|&a, &b| name_of(a) == name_of(b)) {
+            if let [only] = group {
+                unique.push(*only);
                 continue;
             }
-            for (i, decl) in group.iter().enumerate() {
+            for &i in group {
+                let Some(decl) = &all[i] else { continue };
                 let others: Vec<String> = group
                     .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .map(|(_, d)| format!("{}:{}", d.file.display(), d.line))
+                    .filter(|&&j| j != i)
+                    .filter_map(|&j| all[j].as_ref())
+                    .map(|d| format!("{}:{}", d.file.display(), d.line))
                     .collect();
                 diagnostics.push(Diagnostic {
                     file: decl.file.clone(),
                     line: decl.line,
                     column: decl.column,
                     message: format!(
-                        "duplicate metadata.name `{name}` (also at {}): names must be unique in the repository, so neither declaration is applied",
+                        "duplicate metadata.name `{}` (also at {}): names must be unique in the repository, so neither declaration is applied",
+                        decl.name(),
                         others.join(", ")
                     ),
                 });
             }
         }
+        let mut declarations: Vec<Declaration> =
+            unique.into_iter().filter_map(|i| all[i].take()).collect();
         // Two declarations for one database (same provider, same database
         // name) would fight over it: an error on each, neither applied.
-        let mut by_database: BTreeMap<(Option<String>, String), Vec<usize>> = BTreeMap::new();
-        for (i, decl) in declarations.iter().enumerate() {
-            let key = (
-                decl.manifest.spec.provider.clone(),
-                decl.manifest.database_name(),
-            );
-            by_database.entry(key).or_default().push(i);
-        }
+        let keys: Vec<(Option<&str>, String)> = declarations
+            .iter()
+            .map(|d| {
+                (
+                    d.manifest.spec.provider.as_deref(),
+                    d.manifest.database_name(),
+                )
+            })
+            .collect();
+        let mut by_database: Vec<usize> = (0..declarations.len()).collect();
+        by_database.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
         let mut clashing: Vec<usize> = Vec::new();
-        for ((_, database), group) in &by_database {
+        for group in by_database.chunk_by(|&a, &b| keys[a] == keys[b]) {
             if group.len() < 2 {
                 continue;
             }
+            let database = &keys[group[0]].1;
             for &i in group {
                 let decl = &declarations[i];
                 let others: Vec<String> = group
@@ -344,6 +351,7 @@ impl DeclarationSet {
                 clashing.push(i);
             }
         }
+        drop(keys);
         if !clashing.is_empty() {
             let mut index = 0;
             declarations.retain(|_| {

@@ -267,7 +267,7 @@ pub trait Provider: Send + Sync + 'static {
 
 /// Every provider kind this build runs, behind one type.
 pub enum AnyProvider {
-    Sandbox(sandbox::SandboxProvider),
+    Sandbox(Box<sandbox::SandboxProvider>),
     Postgres(Box<postgres::PostgresProvider>),
 }
 

@@ -1,20 +1,20 @@
 //! The sandbox provider: the embedded default a new user runs first, and
 //! the provider deterministic tests use.
 //!
-//! Databases live in a JSON file in the state dir (so they survive
+//! Databases live in a SQLite file in the state dir (so they survive
 //! restarts and `tend sandbox edit` can change them as an operator would at
-//! a dashboard). It honours idempotency keys like a real API: the same key
+//! a dashboard, even while `tend apply` runs). It honours idempotency keys like a real API: the same key
 //! with the same request returns the original result; the same key with a
 //! different request is refused. Faults from `[providers.NAME.faults]` are
 //! injected at the exact points a real API fails.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -98,32 +98,27 @@ impl SandboxState {
     }
 }
 
-/// Sandbox errors outside the provider contract (file access).
+/// Sandbox errors outside the provider contract (its storage).
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("cannot read sandbox state {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("sandbox state {path}: {message}")]
+    Storage { path: PathBuf, message: String },
     #[error("sandbox state {path} is corrupt: {message}; move it away to start an empty sandbox")]
     Corrupt { path: PathBuf, message: String },
-    #[error("cannot write sandbox state {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
 }
 
-/// A sandbox provider over its directory in the state dir: one JSON file
-/// per database and per idempotency key, so a call costs a few small file
-/// operations however many databases the sandbox holds.
+/// A sandbox provider over its directory in the state dir: one SQLite
+/// file (`sandbox.db`: a row per database and per idempotency key) and the
+/// call log, so a call costs one small transaction and observing every
+/// database one query, however many databases the sandbox holds.
 #[derive(Debug)]
 pub struct SandboxProvider {
     name: String,
     dir: PathBuf,
     provisioning_delay: Duration,
     faults: Mutex<FaultConfig>,
+    /// Opened on first use (a provider that is never called creates no file).
+    conn: Mutex<Option<Connection>>,
 }
 
 fn now_secs() -> u64 {
@@ -134,15 +129,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// A database file: the name (any characters) travels inside, the file
-/// name is its hex encoding.
-#[derive(Serialize, Deserialize)]
-struct DatabaseFile {
-    name: String,
-    #[serde(flatten)]
-    database: SandboxDatabase,
 }
 
 impl SandboxProvider {
@@ -157,6 +143,7 @@ impl SandboxProvider {
             dir: state_dir.join("sandbox").join(name),
             provisioning_delay,
             faults: Mutex::new(faults),
+            conn: Mutex::new(None),
         }
     }
 
@@ -165,72 +152,137 @@ impl SandboxProvider {
         &self.dir
     }
 
-    fn database_path(&self, name: &str) -> PathBuf {
-        self.dir
-            .join("databases")
-            .join(format!("{}.json", crate::model::hash::hex(name.as_bytes())))
+    fn db_path(&self) -> PathBuf {
+        self.dir.join("sandbox.db")
     }
 
-    fn operation_path(&self, op: &str) -> PathBuf {
-        // Operation ids are hex; anything else is hashed to stay a file name.
-        let file = if op.bytes().all(|b| b.is_ascii_hexdigit()) && op.len() <= 128 {
-            op.to_string()
-        } else {
-            sha256_hex(op.as_bytes())
-        };
-        self.dir.join("operations").join(format!("{file}.json"))
+    fn storage_err(&self, e: impl std::fmt::Display) -> SandboxError {
+        SandboxError::Storage {
+            path: self.db_path(),
+            message: e.to_string(),
+        }
     }
 
-    fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, SandboxError> {
-        match fs::read(path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| SandboxError::Corrupt {
-                        path: path.to_path_buf(),
-                        message: e.to_string(),
-                    })
+    /// The connection, opened (and the schema created) on first use.
+    /// No fsync (`synchronous = NORMAL` in WAL mode): the sandbox stands for
+    /// a remote service, whose durability a killed tend cannot touch, and
+    /// a committed row survives the death of the process that wrote it.
+    fn conn(&self) -> Result<MutexGuard<'_, Option<Connection>>, SandboxError> {
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            fs::create_dir_all(&self.dir).map_err(|e| self.storage_err(e))?;
+            let conn = Connection::open(self.db_path()).map_err(|e| self.storage_err(e))?;
+            conn.busy_timeout(Duration::from_secs(10))
+                .map_err(|e| self.storage_err(e))?;
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .map_err(|e| self.storage_err(e))?;
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(|e| self.storage_err(e))?;
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS databases (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS operations (key TEXT PRIMARY KEY, body TEXT NOT NULL);",
+            )
+            .map_err(|e| self.storage_err(e))?;
+            self.import_files(&conn)?;
+            *guard = Some(conn);
+        }
+        Ok(guard)
+    }
+
+    /// Moves a sandbox written by tend 0.1 before the SQLite layout (a JSON
+    /// file per database in `databases/`, per key in `operations/`) into
+    /// the database, once; the old directories are renamed, not deleted.
+    fn import_files(&self, conn: &Connection) -> Result<(), SandboxError> {
+        #[derive(Deserialize)]
+        struct DatabaseFile {
+            name: String,
+            #[serde(flatten)]
+            database: SandboxDatabase,
+        }
+        for (sub, table) in [("databases", "databases"), ("operations", "operations")] {
+            let dir = self.dir.join(sub);
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut rows = Vec::new();
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_none_or(|e| e != "json") {
+                    continue;
+                }
+                let corrupt = |message: String| SandboxError::Corrupt {
+                    path: path.clone(),
+                    message,
+                };
+                let bytes = fs::read(&path).map_err(|e| corrupt(e.to_string()))?;
+                let stem = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let row = if table == "databases" {
+                    let file: DatabaseFile =
+                        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+                    (file.name, self.encode(&file.database)?)
+                } else {
+                    let op: RecordedOperation =
+                        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+                    (stem, self.encode(&op)?)
+                };
+                rows.push(row);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(SandboxError::Read {
-                path: path.to_path_buf(),
-                source,
-            }),
+            let insert = format!("INSERT OR IGNORE INTO {table} VALUES (?1, ?2)");
+            for (key, body) in &rows {
+                conn.execute(&insert, params![key, body])
+                    .map_err(|e| self.storage_err(e))?;
+            }
+            fs::rename(&dir, self.dir.join(format!("{sub}.imported")))
+                .map_err(|e| self.storage_err(e))?;
+            tracing::info!(
+                "sandbox `{}`: imported {} {sub} from {} into {}",
+                self.name,
+                rows.len(),
+                dir.display(),
+                self.db_path().display()
+            );
         }
+        Ok(())
     }
 
-    /// Writes a file atomically (temp file, rename): a killed process never
-    /// leaves half a record. (No fsync: the sandbox stands for a remote
-    /// service, whose durability a process kill cannot touch.)
-    fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), SandboxError> {
-        let write_err = |source| SandboxError::Write {
-            path: path.to_path_buf(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(write_err)?;
-        }
-        let tmp = path.with_extension("json.tmp");
-        let bytes =
-            serde_json::to_vec_pretty(value).map_err(|e| write_err(std::io::Error::other(e)))?;
-        let mut f = fs::File::create(&tmp).map_err(write_err)?;
-        f.write_all(&bytes).map_err(write_err)?;
-        fs::rename(&tmp, path).map_err(write_err)
+    /// Runs `f` on the open connection.
+    fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, SandboxError> {
+        let guard = self.conn()?;
+        let conn = guard.as_ref().ok_or_else(|| self.storage_err("not open"))?;
+        f(conn).map_err(|e| self.storage_err(e))
     }
 
-    fn remove_file(path: &Path) -> Result<(), SandboxError> {
-        match fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(SandboxError::Write {
-                path: path.to_path_buf(),
-                source: e,
-            }),
-            _ => Ok(()),
-        }
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        body: &str,
+    ) -> Result<T, SandboxError> {
+        serde_json::from_str(body).map_err(|e| SandboxError::Corrupt {
+            path: self.db_path(),
+            message: format!("{what}: {e}"),
+        })
+    }
+
+    fn encode(&self, value: &impl Serialize) -> Result<String, SandboxError> {
+        serde_json::to_string(value).map_err(|e| self.storage_err(e))
     }
 
     /// One database.
     pub fn load_database(&self, name: &str) -> Result<Option<SandboxDatabase>, SandboxError> {
-        Ok(Self::read_json::<DatabaseFile>(&self.database_path(name))?.map(|f| f.database))
+        let body: Option<String> = self.with_conn(|c| {
+            c.query_row("SELECT body FROM databases WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+        })?;
+        body.map(|b| self.decode(&format!("database `{name}`"), &b))
+            .transpose()
     }
 
     /// Stores one database.
@@ -239,62 +291,74 @@ impl SandboxProvider {
         name: &str,
         database: &SandboxDatabase,
     ) -> Result<(), SandboxError> {
-        Self::write_json(
-            &self.database_path(name),
-            &DatabaseFile {
-                name: name.to_string(),
-                database: database.clone(),
-            },
-        )
+        let body = self.encode(database)?;
+        self.with_conn(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO databases (name, body) VALUES (?1, ?2)",
+                params![name, body],
+            )
+        })
+        .map(drop)
     }
 
     /// Drops one database.
     pub fn remove_database(&self, name: &str) -> Result<(), SandboxError> {
-        Self::remove_file(&self.database_path(name))
+        self.with_conn(|c| c.execute("DELETE FROM databases WHERE name = ?1", [name]))
+            .map(drop)
     }
 
-    fn read_dir_json<T: serde::de::DeserializeOwned>(
-        &self,
-        sub: &str,
-    ) -> Result<Vec<(String, T)>, SandboxError> {
-        let dir = self.dir.join(sub);
-        let entries = match fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => return Err(SandboxError::Read { path: dir, source }),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let path = entry
-                .map_err(|source| SandboxError::Read {
-                    path: dir.clone(),
-                    source,
-                })?
-                .path();
-            if path.extension().is_some_and(|e| e == "json")
-                && let Some(value) = Self::read_json::<T>(&path)?
-            {
-                let stem = path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                out.push((stem, value));
-            }
-        }
-        Ok(out)
+    /// Every database, by name.
+    fn databases(&self) -> Result<Vec<(String, SandboxDatabase)>, SandboxError> {
+        let rows: Vec<(String, String)> = self.with_conn(|c| {
+            let mut stmt = c.prepare("SELECT name, body FROM databases ORDER BY name")?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })?;
+        rows.into_iter()
+            .map(|(name, body)| {
+                let db = self.decode(&format!("database `{name}`"), &body)?;
+                Ok((name, db))
+            })
+            .collect()
     }
 
-    /// Everything in the sandbox (an absent directory is an empty sandbox).
+    fn load_operation(&self, key: &str) -> Result<Option<RecordedOperation>, SandboxError> {
+        let body: Option<String> = self.with_conn(|c| {
+            c.query_row("SELECT body FROM operations WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .optional()
+        })?;
+        body.map(|b| self.decode(&format!("idempotency key {key}"), &b))
+            .transpose()
+    }
+
+    fn store_operation(&self, key: &str, op: &RecordedOperation) -> Result<(), SandboxError> {
+        let body = self.encode(op)?;
+        self.with_conn(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO operations (key, body) VALUES (?1, ?2)",
+                params![key, body],
+            )
+        })
+        .map(drop)
+    }
+
+    /// Everything in the sandbox (an absent file is an empty sandbox).
     pub fn load(&self) -> Result<SandboxState, SandboxError> {
-        let databases = self
-            .read_dir_json::<DatabaseFile>("databases")?
+        let databases = self.databases()?.into_iter().collect();
+        let rows: Vec<(String, String)> = self.with_conn(|c| {
+            let mut stmt = c.prepare("SELECT key, body FROM operations")?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })?;
+        let operations = rows
             .into_iter()
-            .map(|(_, f)| (f.name, f.database))
-            .collect();
-        let operations = self
-            .read_dir_json::<RecordedOperation>("operations")?
-            .into_iter()
-            .collect();
+            .map(|(key, body)| {
+                let op = self.decode(&format!("idempotency key {key}"), &body)?;
+                Ok((key, op))
+            })
+            .collect::<Result<_, SandboxError>>()?;
         Ok(SandboxState {
             databases,
             operations,
@@ -304,7 +368,7 @@ impl SandboxProvider {
 
     /// Makes the databases exactly `state.databases` (the dashboard's edits).
     pub fn save(&self, state: &SandboxState) -> Result<(), SandboxError> {
-        for (name, _) in self.load()?.databases {
+        for (name, _) in self.databases()? {
             if !state.databases.contains_key(&name) {
                 self.remove_database(&name)?;
             }
@@ -316,17 +380,17 @@ impl SandboxProvider {
     }
 
     /// `now` in milliseconds: observations are compared with write times.
-    fn observation(name: &str, db: &SandboxDatabase, now: u64) -> Observation {
+    fn observation(name: String, db: SandboxDatabase, now: u64) -> Observation {
         Observation {
-            database_name: name.to_string(),
-            external_id: db.id.clone(),
+            database_name: name,
+            external_id: db.id,
             status: if now / 1000 < db.ready_at {
                 ResourceStatus::Provisioning
             } else {
                 ResourceStatus::Ready
             },
-            fields: db.fields.clone(),
-            labels: db.labels.clone(),
+            fields: db.fields,
+            labels: db.labels,
             observed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(now),
             unobserved: Vec::new(),
         }
@@ -334,13 +398,12 @@ impl SandboxProvider {
 
     /// What a read shows of `db`: with `stale_reads`, the state before a
     /// write younger than the lag, stamped with the time it reflects.
-    fn read(&self, name: &str, db: &SandboxDatabase) -> Option<Observation> {
-        let lag = self.stale_lag();
+    fn read(&self, name: String, db: SandboxDatabase, lag: Duration) -> Option<Observation> {
         let now = now_ms();
         let lag_ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
         if lag_ms > 0 && now.saturating_sub(db.written_at_ms) < lag_ms {
-            let old = db.previous.as_deref()?;
-            let mut obs = Self::observation(name, old, now);
+            let old = db.previous?;
+            let mut obs = Self::observation(name, *old, now);
             obs.observed_at =
                 SystemTime::UNIX_EPOCH + Duration::from_millis(now.saturating_sub(lag_ms));
             return Some(obs);
@@ -373,7 +436,7 @@ impl SandboxProvider {
             .ok_or_else(|| ProviderError::NotFound {
                 resource: name.to_string(),
             })?;
-        Ok(Self::observation(name, &db, now_ms()))
+        Ok(Self::observation(name.to_string(), db, now_ms()))
     }
 
     fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {
@@ -464,13 +527,13 @@ impl SandboxProvider {
         digest: &str,
         database_name: &str,
     ) -> Result<bool, ProviderError> {
-        let path = self.operation_path(&op.0);
-        let recorded = Self::read_json::<RecordedOperation>(&path)
+        let recorded = self
+            .load_operation(&op.0)
             .map_err(|e| self.to_provider_error(database_name, e))?;
         match recorded {
             Some(mut recorded) if recorded.request_digest == digest => {
                 recorded.uses += 1;
-                Self::write_json(&path, &recorded)
+                self.store_operation(&op.0, &recorded)
                     .map_err(|e| self.to_provider_error(database_name, e))?;
                 Ok(true)
             }
@@ -495,7 +558,7 @@ impl SandboxProvider {
             kind: kind.to_string(),
             uses: 1,
         };
-        Self::write_json(&self.operation_path(&op.0), &recorded)
+        self.store_operation(&op.0, &recorded)
             .map_err(|e| self.to_provider_error(database_name, e))
     }
 
@@ -533,12 +596,14 @@ impl Provider for SandboxProvider {
         _deep: &[String],
     ) -> Result<Vec<Observation>, ProviderError> {
         self.fail_before("observe_all", "*")?;
-        let state = self.load().map_err(|e| self.to_provider_error("*", e))?;
+        let databases = self
+            .databases()
+            .map_err(|e| self.to_provider_error("*", e))?;
         let names: std::collections::HashSet<&String> = names.iter().collect();
-        Ok(state
-            .databases
-            .iter()
-            .filter_map(|(name, db)| self.read(name, db))
+        let lag = self.stale_lag();
+        Ok(databases
+            .into_iter()
+            .filter_map(|(name, db)| self.read(name, db, lag))
             .filter(|o| {
                 names.contains(&o.database_name) || o.labels.contains_key(OWNER_AGENT_LABEL)
             })
@@ -550,7 +615,7 @@ impl Provider for SandboxProvider {
         let db = self
             .load_database(database_name)
             .map_err(|e| self.to_provider_error(database_name, e))?;
-        Ok(db.and_then(|db| self.read(database_name, &db)))
+        Ok(db.and_then(|db| self.read(database_name.to_string(), db, self.stale_lag())))
     }
 
     async fn create(
@@ -686,6 +751,37 @@ mod tests {
         let state = sandbox.load().unwrap();
         assert_eq!(state.databases.len(), 1);
         assert_eq!(state.key_uses(&op.0), 2);
+    }
+
+    #[test]
+    fn a_sandbox_in_the_old_file_layout_is_imported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("sandbox").join("s");
+        fs::create_dir_all(root.join("databases")).unwrap();
+        fs::create_dir_all(root.join("operations")).unwrap();
+        fs::write(
+            root.join("databases").join("6f7264657273.json"),
+            r#"{"name": "orders", "id": "sbx-1", "fields": {"connectionLimit": 5},
+                "labels": {"tend.dev/owner-agent": "a"}, "created_at": 1, "ready_at": 1}"#,
+        )
+        .unwrap();
+        fs::write(
+            root.join("operations").join("abc123.json"),
+            r#"{"request_digest": "d", "database_name": "orders", "kind": "create", "uses": 2}"#,
+        )
+        .unwrap();
+        let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+        let state = sandbox.load().unwrap();
+        assert_eq!(
+            state.databases["orders"].fields["connectionLimit"],
+            Value::from(5)
+        );
+        assert_eq!(state.key_uses("abc123"), 2);
+        assert!(!root.join("databases").exists());
+        assert!(root.join("databases.imported").exists(), "kept, renamed");
+        // A second open does not import again (nor fail on the renamed dirs).
+        let again = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+        assert_eq!(again.load().unwrap(), state);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod fetch;
+pub mod parse_cache;
 pub mod snapshot;
 pub mod tracker;
 pub mod wake;

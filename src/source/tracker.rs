@@ -13,8 +13,8 @@ use git2::{Oid, Repository};
 use super::SourceError;
 use super::auth::Credentials;
 use super::fetch::{FetchSettings, fetch};
+use super::parse_cache::{self, ParsedFiles};
 use super::snapshot::{Snapshot, list_files};
-use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
 
 /// What to track.
@@ -56,7 +56,13 @@ pub struct Source {
     /// Record accepted commits in the state dir (writers do; `plan` does not).
     persist: bool,
     accepted: Option<Oid>,
-    cache: HashMap<(String, Oid), FileContents>,
+    cache: ParsedFiles,
+    /// The on-disk parse cache (`parse_cache`), read once per process.
+    cache_file: PathBuf,
+    cache_loaded: bool,
+    /// Keep parse results in memory for the next poll (false for
+    /// [`Source::poll_once`]).
+    retain_parses: bool,
     last_good: Option<Arc<Snapshot>>,
     failure: Option<SourceFailure>,
     parses: u64,
@@ -100,6 +106,9 @@ impl Source {
             persist,
             accepted,
             cache: HashMap::new(),
+            cache_file: parse_cache::cache_path(&dir),
+            cache_loaded: false,
+            retain_parses: true,
             last_good: None,
             failure: None,
             parses: 0,
@@ -148,6 +157,14 @@ impl Source {
         }
     }
 
+    /// One poll by a process that polls once (`tend apply`, `tend plan`):
+    /// the parse results go into the snapshot instead of being copied
+    /// into a cache no later poll would read.
+    pub fn poll_once(mut self, now: SystemTime) -> PollOutcome {
+        self.retain_parses = false;
+        self.poll(now)
+    }
+
     fn try_poll(&mut self) -> Result<bool, SourceError> {
         let settings = FetchSettings {
             url: &self.settings.url,
@@ -180,35 +197,85 @@ impl Source {
                 new: head.to_string(),
             });
         }
+        let started = std::time::Instant::now();
         let (commit_time, files) = list_files(&repo, head, &self.settings.path)?;
+        tracing::debug!(
+            "source: {} files listed in {:?}",
+            files.len(),
+            started.elapsed()
+        );
+        if !self.cache_loaded {
+            self.cache_loaded = true;
+            self.cache = parse_cache::load(&self.cache_file);
+            tracing::debug!(
+                "source: parse cache of {} files loaded in {:?}",
+                self.cache.len(),
+                started.elapsed()
+            );
+        }
+        let parses_before = self.parses;
 
-        let mut cache = HashMap::with_capacity(files.len());
+        // Entries are moved out of the cache; what is left afterwards
+        // belongs to files no longer in the tree.
+        let mut unused = std::mem::take(&mut self.cache);
         let mut contents = Vec::with_capacity(files.len());
         for (path, blob_id) in &files {
-            let key = (path.clone(), *blob_id);
-            let parsed = match self.cache.remove(&key) {
+            let parsed = match unused.remove(&(path.clone(), *blob_id)) {
                 Some(parsed) => parsed,
-                None => {
-                    let blob = repo
-                        .find_blob(*blob_id)
-                        .map_err(|e| SourceError::Repository {
+                None => match repo.find_blob(*blob_id) {
+                    Ok(blob) => {
+                        self.parses += 1;
+                        parse_file(Path::new(path), blob.content())
+                    }
+                    Err(e) => {
+                        // Keep what was parsed for the next attempt.
+                        for ((path, blob_id), parsed) in files.iter().zip(contents) {
+                            unused.insert((path.clone(), *blob_id), parsed);
+                        }
+                        self.cache = unused;
+                        return Err(SourceError::Repository {
                             path: self.repo_dir.display().to_string(),
                             message: format!("blob {blob_id} of {path}: {}", e.message()),
-                        })?;
-                    self.parses += 1;
-                    parse_file(Path::new(path), blob.content())
-                }
+                        });
+                    }
+                },
             };
-            contents.push(parsed.clone());
-            cache.insert(key, parsed);
+            contents.push(parsed);
         }
+        tracing::debug!(
+            "source: {} files parsed, {} from the cache, in {:?}",
+            self.parses - parses_before,
+            files.len() as u64 - (self.parses - parses_before),
+            started.elapsed()
+        );
         let all_invalid = !contents.is_empty()
             && contents
                 .iter()
                 .all(|c| c.declarations.is_empty() && !c.diagnostics.is_empty());
+        // Written only when it changed; a failure costs the next process
+        // some parsing, nothing else.
+        if self.persist && (self.parses > parses_before || !unused.is_empty()) {
+            let entries = files
+                .iter()
+                .zip(&contents)
+                .map(|((path, blob), c)| (path.as_str(), *blob, c));
+            if let Err(e) = parse_cache::store(&self.cache_file, entries) {
+                tracing::warn!(
+                    "cannot write the parse cache {}: {e}; the next process parses every file",
+                    self.cache_file.display()
+                );
+            }
+        }
         // The parse results are kept even when the snapshot is refused, so a
-        // fix that touches one file re-parses only that file.
-        self.cache = cache;
+        // fix that touches one file re-parses only that file. A one-shot
+        // poll keeps none: the snapshot is all it needs.
+        if self.retain_parses || all_invalid {
+            self.cache = files
+                .iter()
+                .zip(&contents)
+                .map(|((path, blob), c)| ((path.clone(), *blob), c.clone()))
+                .collect();
+        }
         if all_invalid {
             return Err(SourceError::AllFilesInvalid {
                 commit: head.to_string(),
@@ -218,10 +285,7 @@ impl Source {
         let snapshot = Snapshot {
             commit: head.to_string(),
             commit_time,
-            files: files
-                .iter()
-                .map(|(p, o)| (p.clone(), o.to_string()))
-                .collect(),
+            files: files.into_iter().map(|(p, o)| (p, o.to_string())).collect(),
             declarations: DeclarationSet::from_files(contents),
         };
         self.accept(head)?;

@@ -302,7 +302,7 @@ fn subjects(
     persist: bool,
 ) -> Result<Vec<Tombstone>, StateError> {
     let set: &DeclarationSet = &snapshot.declarations;
-    let declared: BTreeSet<&str> = declarations.iter().map(|d| d.name()).collect();
+    let declared: std::collections::HashSet<&str> = declarations.iter().map(|d| d.name()).collect();
     let mut tombstones = Vec::new();
     if let Some(store) = store {
         let stored = store.tombstones()?;
@@ -456,10 +456,9 @@ pub async fn observe_and_decide(
                 .push(PlannedSubject::Removed(tomb));
         }
     }
-    let managed_count = match store {
-        Some(s) => s.managed_count()?,
-        None => 0,
-    };
+    // The resources tend manages (the mass-deletion guard's base), from the
+    // memory already loaded rather than another scan of the store.
+    let managed_count = memories.values().filter(|m| m.existed).count();
     let deletion_budget = config
         .reconcile
         .max_deletions
@@ -497,22 +496,41 @@ pub async fn observe_and_decide(
             .run(&limiter, || provider.observe_all(&names, &deep))
             .await;
         tracing::debug!("observe_all: {:?}", phase.elapsed());
-        let (by_name, failure): (BTreeMap<String, Observation>, Option<String>) = match observed_all
-        {
+        // Usually one subject per database; a tombstone and a new
+        // declaration may share one, and both must see it: those are
+        // cloned, every other observation is moved to its subject.
+        let shared: std::collections::HashSet<&str> = {
+            let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+            sorted.sort_unstable();
+            sorted
+                .windows(2)
+                .filter(|pair| pair[0] == pair[1])
+                .map(|pair| pair[0])
+                .collect()
+        };
+        let shared: std::collections::HashSet<String> =
+            shared.into_iter().map(str::to_string).collect();
+        let (mut by_name, failure): (
+            std::collections::HashMap<String, Observation>,
+            Option<String>,
+        ) = match observed_all {
             Ok(list) => (
                 list.into_iter()
                     .map(|o| (o.database_name.clone(), o))
                     .collect(),
                 None,
             ),
-            Err(e) => (BTreeMap::new(), Some(e.to_string())),
+            Err(e) => (std::collections::HashMap::new(), Some(e.to_string())),
         };
+        resources.reserve(subjects.len());
         for (subject, database_name) in subjects.into_iter().zip(names) {
             let observed = match &failure {
                 Some(e) => Observed::Failed(e.clone()),
-                // Usually one subject per database; a tombstone and a new
-                // declaration may share one, and both must see it.
-                None => match by_name.get(&database_name).cloned() {
+                None => match if shared.contains(&database_name) {
+                    by_name.get(&database_name).cloned()
+                } else {
+                    by_name.remove(&database_name)
+                } {
                     Some(o) => Observed::Found(o),
                     None => Observed::NotFound,
                 },
@@ -676,7 +694,11 @@ pub async fn observe_and_decide(
         }
     }
     tracing::debug!("decided: {:?}", phase.elapsed());
-    resources.sort_by(|a, b| a.name.cmp(&b.name));
+    // Declarations arrive sorted; only tombstones or several providers
+    // leave anything to sort (and moving large entries is not free).
+    if !resources.is_sorted_by(|a, b| a.name <= b.name) {
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+    }
     Ok(Plan {
         agent_id: agent_id.to_string(),
         commit: Some(snapshot.commit.clone()),

@@ -72,7 +72,7 @@ fn a_new_process_reuses_the_parse_cache_in_the_state_dir() {
     repo.write("db/bad.yaml", "apiVersion: tend.dev/v1alpha1\nkind: Nope\n");
     repo.commit("a bad file");
     let state = tempfile::tempdir().unwrap();
-    let cache = state.path().join("source/parse-cache.json");
+    let cache = state.path().join("source/parse-cache.jsonl");
     let now = SystemTime::now();
 
     let mut first = open(state.path(), settings(&repo.url(), "main", "db"));

@@ -100,13 +100,16 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
     }
     drop(err);
     super::plan::print_report(args.format, &report)?;
-    Ok(if failed || report.has_errors() {
+    tracing::debug!("report printed");
+    let code = if failed || report.has_errors() {
         exit::ERROR
     } else if report.has_pending() {
         exit::PENDING
     } else {
         exit::OK
-    })
+    };
+    super::heap::release_at_exit((outcome, report));
+    Ok(code)
 }
 
 pub fn run_state(config_path: &Path, command: &StateCommand) -> io::Result<u8> {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod apply;
+mod heap;
 mod overrides;
 mod plan;
 mod sandbox;
@@ -82,10 +83,13 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    heap::tune();
     match Cli::try_parse_from(args) {
         Ok(cli) => {
             init_logging();
-            run(cli)
+            let code = run(cli);
+            tracing::debug!("done");
+            code
         }
         Err(e) => {
             let _ = e.print();

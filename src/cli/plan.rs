@@ -70,13 +70,15 @@ pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8
     };
     let report = build_report(&config, &plan);
     print_report(args.format, &report)?;
-    Ok(if report.has_errors() {
+    let code = if report.has_errors() {
         exit::ERROR
     } else if args.detailed_exitcode && report.has_pending() {
         exit::PENDING
     } else {
         exit::OK
-    })
+    };
+    super::heap::release_at_exit((plan, report));
+    Ok(code)
 }
 
 pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Result<u8> {

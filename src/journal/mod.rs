@@ -18,9 +18,11 @@ pub mod store;
 pub use lock::StateLock;
 pub use store::{Intent, IntentState, LocalOverride, ManagedResource, StateStore, TombstoneRow};
 
-/// The state format this binary writes.
-pub const FORMAT: i64 = 1;
-/// The newest `min_reader_format` this binary can read.
+/// The state format this binary writes (see `store::MIGRATIONS`).
+pub const FORMAT: i64 = 2;
+/// The newest `min_reader_format` this binary can read. Format 2 only
+/// added an index, so a format-1 reader still reads it: new files keep
+/// `min_reader_format` 1.
 pub const READABLE_FORMAT: i64 = 1;
 
 /// A state-dir problem.

@@ -14,7 +14,9 @@ use crate::model::SpecHash;
 use crate::model::hash::sha256_hex;
 
 /// Migrations, applied in order; index + 1 is the format they produce.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    // 1: the first layout.
+    r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE resources (
     name TEXT PRIMARY KEY,
@@ -69,7 +71,16 @@ CREATE TABLE override_seen (
     name TEXT NOT NULL, source TEXT NOT NULL, fingerprint TEXT NOT NULL, first_seen_ms INTEGER NOT NULL,
     PRIMARY KEY (name, source)
 );
-"#];
+"#,
+    // 2: finding the pending intents (every cycle) must not scan the whole
+    // journal; format-1 readers ignore the index.
+    r#"
+CREATE INDEX IF NOT EXISTS intents_pending ON intents (state) WHERE state = 'pending';
+"#,
+];
+
+/// How much of a state database is read through a memory map.
+pub const MMAP_BYTES: i64 = 1 << 30;
 
 fn ms(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
@@ -234,6 +245,10 @@ impl StateStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(|e| sql_err(&path, e))?;
         conn.busy_timeout(Duration::from_secs(10))
             .map_err(|e| sql_err(&path, e))?;
+        // Reads through a memory map: a cycle reads every resource's row,
+        // which through read(2) is thousands of page-sized system calls.
+        conn.pragma_update(None, "mmap_size", MMAP_BYTES)
+            .map_err(|e| sql_err(&path, e))?;
         let store = StateStore {
             conn: Mutex::new(conn),
             path,
@@ -323,18 +338,6 @@ impl StateStore {
                 params![key, value],
             )
             .map(|_| ())
-            .map_err(|e| self.err(e))
-    }
-
-    /// How many resources tend manages.
-    pub fn managed_count(&self) -> Result<usize, StateError> {
-        self.conn()
-            .query_row(
-                "SELECT count(*) FROM resources WHERE existed = 1",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| usize::try_from(n).unwrap_or(0))
             .map_err(|e| self.err(e))
     }
 

@@ -251,6 +251,57 @@ fn strip_positions(message: &str) -> String {
     out
 }
 
+/// Which database a declaration manages, compared as
+/// `(spec.provider, database_name())` without building the name.
+#[derive(Clone, Copy)]
+struct DatabaseKey<'a> {
+    provider: Option<&'a str>,
+    name: &'a str,
+    /// `name` is `metadata.name`, whose `-` read as `_`.
+    derived: bool,
+}
+
+impl<'a> DatabaseKey<'a> {
+    fn of(manifest: &'a ManagedDatabase) -> Self {
+        match &manifest.spec.database_name {
+            Some(name) => DatabaseKey {
+                provider: manifest.spec.provider.as_deref(),
+                name,
+                derived: false,
+            },
+            None => DatabaseKey {
+                provider: manifest.spec.provider.as_deref(),
+                name: &manifest.metadata.name,
+                derived: true,
+            },
+        }
+    }
+
+    fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        let derived = self.derived;
+        self.name
+            .bytes()
+            .map(move |b| if derived && b == b'-' { b'_' } else { b })
+    }
+}
+
+impl PartialEq for DatabaseKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.provider == other.provider && self.bytes().eq(other.bytes())
+    }
+}
+
+impl Eq for DatabaseKey<'_> {}
+
+impl std::hash::Hash for DatabaseKey<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.provider.hash(state);
+        for b in self.bytes() {
+            state.write_u8(b);
+        }
+    }
+}
+
 /// Declarations and diagnostics of a whole set of files.
 #[derive(Debug, Clone, Default)]
 pub struct DeclarationSet {
@@ -272,6 +323,25 @@ impl DeclarationSet {
         for file in files {
             diagnostics.extend(file.diagnostics);
             all.extend(file.declarations.into_iter().map(Some));
+        }
+        // The common case, checked without sorting or allocating: names and
+        // databases all distinct, files in name order.
+        let distinct = {
+            let mut names = std::collections::HashSet::with_capacity(all.len());
+            let mut databases = std::collections::HashSet::with_capacity(all.len());
+            all.iter()
+                .flatten()
+                .all(|d| names.insert(d.name()) && databases.insert(DatabaseKey::of(&d.manifest)))
+        };
+        if distinct
+            && all.is_sorted_by(|a, b| a.as_ref().map(|d| d.name()) <= b.as_ref().map(|d| d.name()))
+        {
+            diagnostics.sort();
+            return DeclarationSet {
+                declarations: all.into_iter().flatten().collect(),
+                diagnostics,
+                files: count,
+            };
         }
         // Sorted through an index (thousands of declarations are not moved
         // around); runs of one name are duplicates.

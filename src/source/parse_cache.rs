@@ -14,7 +14,6 @@
 //! * The file is replaced atomically (write, fsync, rename), so a crash
 //!   leaves the old cache or the new one, never half of one.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,21 +21,42 @@ use std::path::{Path, PathBuf};
 use git2::Oid;
 use serde::{Deserialize, Serialize};
 
+use crate::model::hash::normalized_spec_value;
 use crate::model::load::FileContents;
 use crate::model::overrides::parse_annotations;
 use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 
 /// Bumped whenever the layout below changes.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
-/// Parse results by (path from the repository root, blob id).
-pub type ParsedFiles = HashMap<(String, Oid), FileContents>;
+/// The parse results of one tree: every declaration file under the
+/// source path, sorted by path.
+#[derive(Debug, Clone, Default)]
+pub struct ParsedTree {
+    /// The tree the files were read from; `None` when unknown (a cache
+    /// written for another source path). The same tree id means the same
+    /// files with the same bytes, so they need not even be listed again.
+    pub tree: Option<Oid>,
+    pub files: Vec<ParsedFile>,
+}
 
-#[derive(Serialize)]
-struct CacheOut<'a> {
+/// One file's parse result.
+#[derive(Debug, Clone)]
+pub struct ParsedFile {
+    /// From the repository root.
+    pub path: String,
+    pub blob: Oid,
+    pub contents: FileContents,
+}
+
+/// The first line: what wrote the cache, and for which tree.
+#[derive(Serialize, Deserialize)]
+struct Header {
     format: u32,
-    tend: &'a str,
-    files: Vec<FileOut<'a>>,
+    tend: String,
+    path: String,
+    tree: String,
+    files: usize,
 }
 
 #[derive(Serialize)]
@@ -53,14 +73,6 @@ struct DeclarationOut<'a> {
     line: usize,
     column: usize,
     spec_hash: &'a SpecHash,
-    normalized_spec: &'a serde_json::Value,
-}
-
-#[derive(Deserialize)]
-struct CacheIn {
-    format: u32,
-    tend: String,
-    files: Vec<FileIn>,
 }
 
 #[derive(Deserialize)]
@@ -77,16 +89,16 @@ struct DeclarationIn {
     line: usize,
     column: usize,
     spec_hash: SpecHash,
-    normalized_spec: serde_json::Value,
 }
 
 /// Where the cache lives in the source's directory.
 pub fn cache_path(source_dir: &Path) -> PathBuf {
-    source_dir.join("parse-cache.json")
+    source_dir.join("parse-cache.jsonl")
 }
 
-/// Reads the cache; anything unusable reads as empty (see the module docs).
-pub fn load(file: &Path) -> ParsedFiles {
+/// Reads the cache written for the source path `path`; anything unusable
+/// reads as empty (see the module docs).
+pub fn load(file: &Path, path: &str) -> ParsedTree {
     let bytes = match fs::read(file) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -96,38 +108,57 @@ pub fn load(file: &Path) -> ParsedFiles {
                     file.display()
                 );
             }
-            return ParsedFiles::new();
+            return ParsedTree::default();
         }
     };
-    let cache: CacheIn = match serde_json::from_slice(&bytes) {
-        Ok(cache) => cache,
+    match read(&bytes, path) {
+        Ok(Some(parsed)) => parsed,
+        Ok(None) => {
+            tracing::debug!(
+                "parse cache {} was written by another tend: not used",
+                file.display()
+            );
+            ParsedTree::default()
+        }
         Err(e) => {
             tracing::warn!(
                 "ignoring the parse cache {}: {e}; every file is parsed",
                 file.display()
             );
-            return ParsedFiles::new();
+            ParsedTree::default()
         }
-    };
-    if cache.format != FORMAT || cache.tend != env!("CARGO_PKG_VERSION") {
-        tracing::debug!(
-            "parse cache {} is from tend {} (format {}): not used",
-            file.display(),
-            cache.tend,
-            cache.format
-        );
-        return ParsedFiles::new();
     }
-    let mut parsed = ParsedFiles::with_capacity(cache.files.len());
-    for entry in cache.files {
+}
+
+/// One JSON document per line: the header, then a file per line (streamed,
+/// so ten thousand entries never sit in one growing vector twice).
+fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let header = Header::deserialize(&mut de)?;
+    if header.format != FORMAT || header.tend != env!("CARGO_PKG_VERSION") {
+        return Ok(None);
+    }
+    let tree = Oid::from_str(&header.tree)
+        .ok()
+        .filter(|_| header.path == path);
+    let mut files = Vec::with_capacity(header.files);
+    for entry in de.into_iter::<FileIn>() {
+        let entry = entry?;
         let Ok(blob) = Oid::from_str(&entry.blob) else {
             continue;
         };
-        if let Some(contents) = contents_of(&entry.path, entry.declarations, entry.diagnostics) {
-            parsed.insert((entry.path, blob), contents);
+        // An entry that no longer passes is parsed again; the tree cannot
+        // then be trusted to be complete.
+        match contents_of(&entry.path, entry.declarations, entry.diagnostics) {
+            Some(contents) => files.push(ParsedFile {
+                path: entry.path,
+                blob,
+                contents,
+            }),
+            None => return Ok(Some(ParsedTree { tree: None, files })),
         }
     }
-    parsed
+    Ok(Some(ParsedTree { tree, files }))
 }
 
 fn contents_of(
@@ -136,23 +167,25 @@ fn contents_of(
     diagnostics: Vec<(usize, usize, String)>,
 ) -> Option<FileContents> {
     let file = PathBuf::from(path);
-    let declarations = declarations
-        .into_iter()
-        .map(|d| {
-            // Annotations are not stored: they are re-derived from the
-            // manifest, so the cache cannot carry a stale interpretation.
-            let annotations = parse_annotations(&d.manifest.metadata.annotations).ok()?;
-            Some(Declaration {
-                manifest: d.manifest,
-                file: file.clone(),
-                line: d.line,
-                column: d.column,
-                annotations,
-                spec_hash: d.spec_hash,
-                normalized_spec: d.normalized_spec,
-            })
-        })
-        .collect::<Option<Vec<_>>>()?;
+    // Exactly sized: most files hold one declaration, and a vector grown
+    // by pushes would keep room for four.
+    let mut out = Vec::with_capacity(declarations.len());
+    for d in declarations {
+        // Annotations and the normalised spec are not stored: they are
+        // derived from the manifest, so the cache cannot carry a stale
+        // interpretation of either.
+        let annotations = parse_annotations(&d.manifest.metadata.annotations).ok()?;
+        let normalized_spec = normalized_spec_value(&d.manifest);
+        out.push(Declaration {
+            manifest: d.manifest,
+            file: file.clone(),
+            line: d.line,
+            column: d.column,
+            annotations,
+            spec_hash: d.spec_hash,
+            normalized_spec,
+        });
+    }
     let diagnostics = diagnostics
         .into_iter()
         .map(|(line, column, message)| Diagnostic {
@@ -163,47 +196,56 @@ fn contents_of(
         })
         .collect();
     Some(FileContents {
-        declarations,
+        declarations: out,
         diagnostics,
     })
 }
 
-/// Replaces the cache with `files` (the current snapshot's parse results).
+/// Replaces the cache with the parse results of `tree` (at source path
+/// `path`).
 pub fn store<'a>(
     file: &Path,
-    files: impl Iterator<Item = (&'a str, Oid, &'a FileContents)>,
+    path: &str,
+    tree: Oid,
+    files: impl ExactSizeIterator<Item = (&'a str, Oid, &'a FileContents)>,
 ) -> std::io::Result<()> {
-    let cache = CacheOut {
+    let mut out = Vec::with_capacity(files.len() * 512);
+    let header = Header {
         format: FORMAT,
-        tend: env!("CARGO_PKG_VERSION"),
-        files: files
-            .map(|(path, blob, contents)| FileOut {
-                path,
-                blob: blob.to_string(),
-                declarations: contents
-                    .declarations
-                    .iter()
-                    .map(|d| DeclarationOut {
-                        manifest: &d.manifest,
-                        line: d.line,
-                        column: d.column,
-                        spec_hash: &d.spec_hash,
-                        normalized_spec: &d.normalized_spec,
-                    })
-                    .collect(),
-                diagnostics: contents
-                    .diagnostics
-                    .iter()
-                    .map(|d| (d.line, d.column, d.message.as_str()))
-                    .collect(),
-            })
-            .collect(),
+        tend: env!("CARGO_PKG_VERSION").to_string(),
+        path: path.to_string(),
+        tree: tree.to_string(),
+        files: files.len(),
     };
-    let bytes = serde_json::to_vec(&cache).map_err(std::io::Error::other)?;
+    serde_json::to_writer(&mut out, &header).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    for (path, blob, contents) in files {
+        let entry = FileOut {
+            path,
+            blob: blob.to_string(),
+            declarations: contents
+                .declarations
+                .iter()
+                .map(|d| DeclarationOut {
+                    manifest: &d.manifest,
+                    line: d.line,
+                    column: d.column,
+                    spec_hash: &d.spec_hash,
+                })
+                .collect(),
+            diagnostics: contents
+                .diagnostics
+                .iter()
+                .map(|d| (d.line, d.column, d.message.as_str()))
+                .collect(),
+        };
+        serde_json::to_writer(&mut out, &entry).map_err(std::io::Error::other)?;
+        out.push(b'\n');
+    }
     let tmp = file.with_extension("tmp");
-    let mut out = fs::File::create(&tmp)?;
-    out.write_all(&bytes)?;
-    out.sync_all()?;
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(&out)?;
+    f.sync_all()?;
     fs::rename(&tmp, file)
 }
 
@@ -223,39 +265,64 @@ mod tests {
 
     const GOOD: &str = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\n  labels: {team: 7}\n  annotations:\n    tend.dev/override-reason: \"incident 42\"\n    tend.dev/override-expires: 2h\n    tend.dev/ignore-fields: connectionLimit\nspec:\n  owner: app\n  connectionLimit: 20\n  parameters: {work_mem: 64MB}\n  extensions: [pg_trgm, {name: postgis, version: \"3.4\"}]\n  deletionPolicy: Delete\n---\napiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: Bad_Name\n";
 
+    fn tree() -> Oid {
+        Oid::hash_object(git2::ObjectType::Tree, b"").unwrap()
+    }
+
+    fn store_all(file: &Path, path: &str, entries: &[(String, Oid, FileContents)]) {
+        store(
+            file,
+            path,
+            tree(),
+            entries.iter().map(|(p, o, c)| (p.as_str(), *o, c)),
+        )
+        .unwrap();
+    }
+
     #[test]
     fn round_trip_keeps_every_declaration_and_diagnostic() {
         let dir = tempfile::tempdir().unwrap();
         let file = cache_path(dir.path());
         let entries = [
-            entry("dbs/orders.yaml", GOOD),
             entry("dbs/empty.yaml", "# nothing\n"),
+            entry("dbs/orders.yaml", GOOD),
         ];
-        assert!(!entries[0].2.declarations.is_empty());
-        assert!(!entries[0].2.diagnostics.is_empty());
-        store(&file, entries.iter().map(|(p, o, c)| (p.as_str(), *o, c))).unwrap();
-        let loaded = load(&file);
-        assert_eq!(loaded.len(), 2);
-        for (path, blob, contents) in &entries {
-            let back = &loaded[&(path.clone(), *blob)];
-            assert_eq!(back.declarations, contents.declarations);
-            assert_eq!(back.diagnostics, contents.diagnostics);
+        assert!(!entries[1].2.declarations.is_empty());
+        assert!(!entries[1].2.diagnostics.is_empty());
+        store_all(&file, "dbs", &entries);
+        let loaded = load(&file, "dbs");
+        assert_eq!(loaded.tree, Some(tree()));
+        assert_eq!(loaded.files.len(), 2);
+        for ((path, blob, contents), back) in entries.iter().zip(&loaded.files) {
+            assert_eq!((&back.path, back.blob), (path, *blob));
+            assert_eq!(back.contents.declarations, contents.declarations);
+            assert_eq!(back.contents.diagnostics, contents.diagnostics);
         }
+        // Written for another source path: entries usable, the tree not.
+        let other = load(&file, "elsewhere");
+        assert_eq!(other.tree, None);
+        assert_eq!(other.files.len(), 2);
     }
 
     #[test]
     fn corrupt_or_foreign_cache_reads_as_empty() {
         let dir = tempfile::tempdir().unwrap();
         let file = cache_path(dir.path());
-        assert!(load(&file).is_empty(), "missing");
-        fs::write(&file, b"{\"format\": 1, \"tend\": ").unwrap();
-        assert!(load(&file).is_empty(), "truncated");
-        let entries = [entry("a.yaml", GOOD)];
-        store(&file, entries.iter().map(|(p, o, c)| (p.as_str(), *o, c))).unwrap();
+        assert!(load(&file, "").files.is_empty(), "missing");
+        fs::write(&file, b"{\"format\": 2, \"tend\": ").unwrap();
+        assert!(load(&file, "").files.is_empty(), "truncated header");
+        store_all(&file, "", &[entry("a.yaml", GOOD), entry("b.yaml", GOOD)]);
         let text = fs::read_to_string(&file).unwrap();
+        let cut = &text[..text.len() - 40];
+        fs::write(&file, cut).unwrap();
+        let loaded = load(&file, "");
+        assert!(loaded.files.is_empty(), "a truncated entry voids the cache");
         let foreign = text.replacen(env!("CARGO_PKG_VERSION"), "0.0.0-other", 1);
         assert_ne!(foreign, text);
         fs::write(&file, foreign).unwrap();
-        assert!(load(&file).is_empty(), "another tend version's cache");
+        assert!(
+            load(&file, "").files.is_empty(),
+            "another tend version's cache"
+        );
     }
 }

@@ -1,10 +1,9 @@
 //! A snapshot: one commit's declarations, read from its tree (no work tree).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use git2::{ObjectType, Oid, Repository, Tree, TreeWalkMode, TreeWalkResult};
 
 use super::SourceError;
 use crate::model::{DeclarationSet, is_yaml};
@@ -15,19 +14,22 @@ pub struct Snapshot {
     /// Full hex commit id.
     pub commit: String,
     pub commit_time: SystemTime,
-    /// Declaration files (paths from the repository root) and their blob ids.
-    pub files: BTreeMap<String, String>,
+    /// Declaration files (paths from the repository root) and their blob
+    /// ids, sorted by path.
+    pub files: Vec<(String, Oid)>,
     /// Parsed declarations and diagnostics; file paths are relative to the
     /// repository root.
     pub declarations: DeclarationSet,
 }
 
-/// The declaration files under `path` in `commit`'s tree, with blob ids.
-pub fn list_files(
-    repo: &Repository,
+/// The tree under `path` in `commit` (its id names every declaration file
+/// below it, so an unchanged id means unchanged declarations) and the
+/// commit's time.
+pub fn declarations_tree<'r>(
+    repo: &'r Repository,
     commit: Oid,
     path: &str,
-) -> Result<(SystemTime, BTreeMap<String, Oid>), SourceError> {
+) -> Result<(SystemTime, Tree<'r>), SourceError> {
     let repo_err = |e: git2::Error| SourceError::Repository {
         path: repo.path().display().to_string(),
         message: e.message().to_string(),
@@ -37,29 +39,35 @@ pub fn list_files(
     let time = SystemTime::UNIX_EPOCH + Duration::from_secs(seconds);
     let root = commit_obj.tree().map_err(repo_err)?;
     let prefix = path.trim_matches('/');
-    let tree = if prefix.is_empty() || prefix == "." {
-        root
-    } else {
-        let entry = root
-            .get_path(Path::new(prefix))
-            .map_err(|_| SourceError::PathMissing {
-                path: prefix.to_string(),
-                commit: commit.to_string(),
-            })?;
-        if entry.kind() != Some(ObjectType::Tree) {
-            return Err(SourceError::PathMissing {
-                path: prefix.to_string(),
-                commit: commit.to_string(),
-            });
-        }
-        repo.find_tree(entry.id()).map_err(repo_err)?
-    };
+    if prefix.is_empty() || prefix == "." {
+        return Ok((time, root));
+    }
+    let entry = root
+        .get_path(Path::new(prefix))
+        .map_err(|_| SourceError::PathMissing {
+            path: prefix.to_string(),
+            commit: commit.to_string(),
+        })?;
+    if entry.kind() != Some(ObjectType::Tree) {
+        return Err(SourceError::PathMissing {
+            path: prefix.to_string(),
+            commit: commit.to_string(),
+        });
+    }
+    let tree = repo.find_tree(entry.id()).map_err(repo_err)?;
+    Ok((time, tree))
+}
+
+/// The declaration files in `tree` (found at `path`), with blob ids,
+/// sorted by path.
+pub fn list_files(tree: &Tree<'_>, path: &str) -> Result<Vec<(String, Oid)>, SourceError> {
+    let prefix = path.trim_matches('/');
     let base = if prefix.is_empty() || prefix == "." {
         String::new()
     } else {
         format!("{prefix}/")
     };
-    let mut files = BTreeMap::new();
+    let mut files = Vec::new();
     tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
         let name = entry.name().unwrap_or("");
         if name.starts_with('.') {
@@ -69,11 +77,15 @@ pub fn list_files(
         if entry.kind() == Some(ObjectType::Blob) && entry.filemode() != 0o120000 {
             let file = format!("{base}{dir}{name}");
             if is_yaml(Path::new(&file)) {
-                files.insert(file, entry.id());
+                files.push((file, entry.id()));
             }
         }
         TreeWalkResult::Ok
     })
-    .map_err(repo_err)?;
-    Ok((time, files))
+    .map_err(|e| SourceError::Repository {
+        path: path.to_string(),
+        message: e.message().to_string(),
+    })?;
+    files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
 }

@@ -13,8 +13,9 @@ use git2::{Oid, Repository};
 use super::SourceError;
 use super::auth::Credentials;
 use super::fetch::{FetchSettings, fetch};
-use super::parse_cache::{self, ParsedFiles};
-use super::snapshot::{Snapshot, list_files};
+use super::parse_cache::{self, ParsedFile, ParsedTree};
+use super::snapshot::{Snapshot, declarations_tree, list_files};
+use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
 
 /// What to track.
@@ -56,7 +57,8 @@ pub struct Source {
     /// Record accepted commits in the state dir (writers do; `plan` does not).
     persist: bool,
     accepted: Option<Oid>,
-    cache: ParsedFiles,
+    /// Parse results of the last snapshot, for the next poll.
+    cache: Option<ParsedTree>,
     /// The on-disk parse cache (`parse_cache`), read once per process.
     cache_file: PathBuf,
     cache_loaded: bool,
@@ -105,7 +107,7 @@ impl Source {
             accepted_file,
             persist,
             accepted,
-            cache: HashMap::new(),
+            cache: None,
             cache_file: parse_cache::cache_path(&dir),
             cache_loaded: false,
             retain_parses: true,
@@ -172,7 +174,10 @@ impl Source {
             depth: self.settings.depth,
             credentials: &self.settings.credentials,
         };
-        let head = fetch(&self.repo_dir, &settings)?.ok_or_else(|| SourceError::BranchMissing {
+        let fetch_started = std::time::Instant::now();
+        let fetched = fetch(&self.repo_dir, &settings);
+        tracing::debug!("source: fetched in {:?}", fetch_started.elapsed());
+        let head = fetched?.ok_or_else(|| SourceError::BranchMissing {
             url: self.settings.url.clone(),
             branch: self.settings.branch.clone(),
         })?;
@@ -198,50 +203,75 @@ impl Source {
             });
         }
         let started = std::time::Instant::now();
-        let (commit_time, files) = list_files(&repo, head, &self.settings.path)?;
-        tracing::debug!(
-            "source: {} files listed in {:?}",
-            files.len(),
-            started.elapsed()
-        );
-        if !self.cache_loaded {
-            self.cache_loaded = true;
-            self.cache = parse_cache::load(&self.cache_file);
-            tracing::debug!(
-                "source: parse cache of {} files loaded in {:?}",
-                self.cache.len(),
-                started.elapsed()
-            );
-        }
+        let (commit_time, tree) = declarations_tree(&repo, head, &self.settings.path)?;
+        let tree_id = tree.id();
+        let previous = match self.cache.take() {
+            Some(previous) => previous,
+            None if !self.cache_loaded => {
+                self.cache_loaded = true;
+                let loaded = parse_cache::load(&self.cache_file, &self.settings.path);
+                tracing::debug!(
+                    "source: parse cache of {} files loaded in {:?}",
+                    loaded.files.len(),
+                    started.elapsed()
+                );
+                loaded
+            }
+            None => ParsedTree::default(),
+        };
         let parses_before = self.parses;
-
-        // Entries are moved out of the cache; what is left afterwards
-        // belongs to files no longer in the tree.
-        let mut unused = std::mem::take(&mut self.cache);
-        let mut contents = Vec::with_capacity(files.len());
-        for (path, blob_id) in &files {
-            let parsed = match unused.remove(&(path.clone(), *blob_id)) {
-                Some(parsed) => parsed,
-                None => match repo.find_blob(*blob_id) {
-                    Ok(blob) => {
-                        self.parses += 1;
-                        parse_file(Path::new(path), blob.content())
-                    }
-                    Err(e) => {
-                        // Keep what was parsed for the next attempt.
-                        for ((path, blob_id), parsed) in files.iter().zip(contents) {
-                            unused.insert((path.clone(), *blob_id), parsed);
+        let cached_tree = previous.tree;
+        let (files, contents, stale) = if previous.tree == Some(tree_id) {
+            // The same tree: the same files with the same bytes.
+            let (files, contents): (Vec<_>, Vec<_>) = previous
+                .files
+                .into_iter()
+                .map(|f| ((f.path, f.blob), f.contents))
+                .unzip();
+            (files, contents, false)
+        } else {
+            let files = list_files(&tree, &self.settings.path)?;
+            // Entries are moved out of the cache; what is left afterwards
+            // belongs to files no longer in the tree.
+            let mut unused: HashMap<(String, Oid), FileContents> = previous
+                .files
+                .into_iter()
+                .map(|f| ((f.path, f.blob), f.contents))
+                .collect();
+            let mut contents = Vec::with_capacity(files.len());
+            for (path, blob_id) in &files {
+                let parsed = match unused.remove(&(path.clone(), *blob_id)) {
+                    Some(parsed) => parsed,
+                    None => match repo.find_blob(*blob_id) {
+                        Ok(blob) => {
+                            self.parses += 1;
+                            parse_file(Path::new(path), blob.content())
                         }
-                        self.cache = unused;
-                        return Err(SourceError::Repository {
-                            path: self.repo_dir.display().to_string(),
-                            message: format!("blob {blob_id} of {path}: {}", e.message()),
-                        });
-                    }
-                },
-            };
-            contents.push(parsed);
-        }
+                        Err(e) => {
+                            // Keep what was parsed for the next attempt.
+                            self.cache = Some(ParsedTree {
+                                tree: None,
+                                files: files
+                                    .iter()
+                                    .zip(contents)
+                                    .map(|((path, blob), contents)| ParsedFile {
+                                        path: path.clone(),
+                                        blob: *blob,
+                                        contents,
+                                    })
+                                    .collect(),
+                            });
+                            return Err(SourceError::Repository {
+                                path: self.repo_dir.display().to_string(),
+                                message: format!("blob {blob_id} of {path}: {}", e.message()),
+                            });
+                        }
+                    },
+                };
+                contents.push(parsed);
+            }
+            (files, contents, !unused.is_empty())
+        };
         tracing::debug!(
             "source: {} files parsed, {} from the cache, in {:?}",
             self.parses - parses_before,
@@ -254,12 +284,14 @@ impl Source {
                 .all(|c| c.declarations.is_empty() && !c.diagnostics.is_empty());
         // Written only when it changed; a failure costs the next process
         // some parsing, nothing else.
-        if self.persist && (self.parses > parses_before || !unused.is_empty()) {
+        if self.persist && (cached_tree != Some(tree_id) || self.parses > parses_before || stale) {
             let entries = files
                 .iter()
                 .zip(&contents)
                 .map(|((path, blob), c)| (path.as_str(), *blob, c));
-            if let Err(e) = parse_cache::store(&self.cache_file, entries) {
+            if let Err(e) =
+                parse_cache::store(&self.cache_file, &self.settings.path, tree_id, entries)
+            {
                 tracing::warn!(
                     "cannot write the parse cache {}: {e}; the next process parses every file",
                     self.cache_file.display()
@@ -270,11 +302,18 @@ impl Source {
         // fix that touches one file re-parses only that file. A one-shot
         // poll keeps none: the snapshot is all it needs.
         if self.retain_parses || all_invalid {
-            self.cache = files
-                .iter()
-                .zip(&contents)
-                .map(|((path, blob), c)| ((path.clone(), *blob), c.clone()))
-                .collect();
+            self.cache = Some(ParsedTree {
+                tree: Some(tree_id),
+                files: files
+                    .iter()
+                    .zip(&contents)
+                    .map(|((path, blob), contents)| ParsedFile {
+                        path: path.clone(),
+                        blob: *blob,
+                        contents: contents.clone(),
+                    })
+                    .collect(),
+            });
         }
         if all_invalid {
             return Err(SourceError::AllFilesInvalid {
@@ -285,7 +324,7 @@ impl Source {
         let snapshot = Snapshot {
             commit: head.to_string(),
             commit_time,
-            files: files.into_iter().map(|(p, o)| (p, o.to_string())).collect(),
+            files,
             declarations: DeclarationSet::from_files(contents),
         };
         self.accept(head)?;

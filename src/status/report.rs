@@ -137,7 +137,7 @@ pub fn build_report(config: &Config, plan: &Plan) -> Report {
         errors: plan.errors.len(),
         ..Summary::default()
     };
-    let mut resources = Vec::new();
+    let mut resources = Vec::with_capacity(plan.resources.len());
     for r in &plan.resources {
         let d = &r.decision;
         match d.state {

@@ -17,7 +17,7 @@ use crate::engine::{
 use crate::executor::{
     ExecContext, ExecLimits, JournalRequest, OpOutcome, PlannedOperation, RequestBody, operation,
 };
-use crate::journal::{StateError, StateLock, StateStore};
+use crate::journal::{StateError, StateLock, StateStore, StoredMemories};
 use crate::model::{Declaration, DeclarationSet, Diagnostic, ManagedDatabase, SpecHash};
 use crate::provider::postgres::{PostgresProvider, PostgresSettings};
 use crate::provider::sandbox::SandboxProvider;
@@ -267,9 +267,10 @@ pub fn snapshot_once(
 /// (memory, tombstones) without writing it; safe beside a running writer.
 pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
     let started = std::time::Instant::now();
-    let snapshot = snapshot_once(config, now, false)?;
-    tracing::debug!("snapshot: {:?}", started.elapsed());
     let store = StateStore::open(&config.state_dir, false)?;
+    let (snapshot, preloaded) = snapshot_and_memories(config, now, false, store.as_ref());
+    let snapshot = snapshot?;
+    tracing::debug!("snapshot: {:?}", started.elapsed());
     let agent_id = match &store {
         Some(s) => s.meta("agent_id")?.or_else(|| config.agent_id.clone()),
         None => config.agent_id.clone(),
@@ -287,7 +288,26 @@ pub fn plan(config: &Config, now: SystemTime) -> Result<Plan, CycleError> {
         &providers,
         now,
         false,
+        preloaded,
     ))
+}
+
+/// The snapshot, and every resource's memory read on another thread
+/// meanwhile (the fetch waits on the network; the read does not need the
+/// declarations). A failed read is not an error here: the cycle reads
+/// the memory again and reports that.
+fn snapshot_and_memories(
+    config: &Config,
+    now: SystemTime,
+    persist: bool,
+    store: Option<&StateStore>,
+) -> (Result<Arc<Snapshot>, CycleError>, Option<StoredMemories>) {
+    std::thread::scope(|scope| {
+        let reader = store.map(|s| scope.spawn(|| s.read_memories()));
+        let snapshot = snapshot_once(config, now, persist);
+        let memories = reader.and_then(|r| r.join().ok()).and_then(Result::ok);
+        (snapshot, memories)
+    })
 }
 
 /// The subjects of a cycle: the snapshot's declarations, and tombstones for
@@ -387,15 +407,21 @@ pub async fn observe_and_decide(
     providers: &Providers,
     now: SystemTime,
     persist: bool,
+    preloaded: Option<StoredMemories>,
 ) -> Result<Plan, CycleError> {
     let phase = std::time::Instant::now();
-    let mut memories = match store {
-        Some(s) => {
+    let stored = match (preloaded, store) {
+        (Some(stored), _) => Some(stored),
+        (None, Some(s)) => Some(s.read_memories()?),
+        (None, None) => None,
+    };
+    let mut memories = match stored {
+        Some(stored) => {
             let current: std::collections::HashMap<&str, &SpecHash> = declarations
                 .iter()
                 .map(|d| (d.name(), &d.spec_hash))
                 .collect();
-            s.memories(&current)?
+            stored.resolve(&current)
         }
         None => Default::default(),
     };
@@ -933,7 +959,9 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
         );
     let agent_id = store.agent_id(config.agent_id.as_deref())?;
     tracing::debug!("state opened: {:?}", started.elapsed());
-    let snapshot = snapshot_once(config, SystemTime::now(), true)?;
+    let (snapshot, mut preloaded) =
+        snapshot_and_memories(config, SystemTime::now(), true, Some(&store));
+    let snapshot = snapshot?;
     tracing::debug!("snapshot: {:?}", started.elapsed());
     let providers = providers(config)?;
     let contexts: BTreeMap<String, Arc<ExecContext<AnyProvider>>> = providers
@@ -1016,6 +1044,10 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
         }
         let unresolved_before: BTreeSet<String> =
             pending.iter().map(|op| op.name.clone()).collect();
+        // Replayed intents change what is remembered: read it again.
+        if !pending.is_empty() {
+            preloaded = None;
+        }
         let mut operations = execute(&contexts, pending).await?;
         let still_pending: BTreeSet<String> = store
             .pending_intents()?
@@ -1036,6 +1068,7 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
             &providers,
             now,
             true,
+            preloaded.take(),
         )
         .await?;
         let mut ops = Vec::new();
@@ -1086,6 +1119,7 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
                 &providers,
                 SystemTime::now(),
                 false,
+                None,
             )
             .await?
         };

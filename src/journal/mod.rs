@@ -16,7 +16,9 @@ pub mod lock;
 pub mod store;
 
 pub use lock::StateLock;
-pub use store::{Intent, IntentState, LocalOverride, ManagedResource, StateStore, TombstoneRow};
+pub use store::{
+    Intent, IntentState, LocalOverride, ManagedResource, StateStore, StoredMemories, TombstoneRow,
+};
 
 /// The state format this binary writes (see `store::MIGRATIONS`).
 pub const FORMAT: i64 = 2;

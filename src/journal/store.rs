@@ -342,36 +342,37 @@ impl StateStore {
     }
 
     /// What tend remembers of every resource, in three queries (a cycle over
-    /// thousands of resources must not pay three queries each).
-    ///
-    /// `current` holds the spec hash each declaration has now: where it equals
-    /// the applied one, the applied field values are not parsed (the decision
-    /// core needs them only for a spec that changed).
+    /// thousands of resources must not pay three queries each). Applied
+    /// field values are parsed only for resources whose spec changed
+    /// (`current`: each declaration's spec hash).
     pub fn memories(
         &self,
         current: &std::collections::HashMap<&str, &SpecHash>,
     ) -> Result<std::collections::HashMap<String, Memory>, StateError> {
+        Ok(self.read_memories()?.resolve(current))
+    }
+
+    /// Every resource's memory, read before the declarations are known
+    /// (beside the fetch); [`StoredMemories::resolve`] finishes it.
+    pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
         let conn = self.conn();
         let mut out: std::collections::HashMap<String, Memory> = std::collections::HashMap::new();
+        let mut applied_fields = Vec::new();
         let mut stmt = conn
             .prepare("SELECT name, applied_spec_hash, applied_fields, applied_commit, existed, last_write_ms, database_name, provider FROM resources")
             .map_err(|e| self.err(e))?;
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let name: String = r.get(0).map_err(|e| self.err(e))?;
-            let applied_hash = r
+            let fields: String = r.get(2).map_err(|e| self.err(e))?;
+            if fields != "{}" {
+                applied_fields.push((name.clone(), fields));
+            }
+            let memory = out.entry(name).or_default();
+            memory.applied_spec_hash = r
                 .get::<_, Option<String>>(1)
                 .map_err(|e| self.err(e))?
                 .map(SpecHash);
-            let unchanged = applied_hash.is_some()
-                && current.get(name.as_str()).copied() == applied_hash.as_ref();
-            let memory = out.entry(name).or_default();
-            if !unchanged {
-                let fields = r.get_ref(2).map_err(|e| self.err(e))?;
-                memory.applied_fields =
-                    serde_json::from_slice(fields.as_bytes().unwrap_or(b"{}")).unwrap_or_default();
-            }
-            memory.applied_spec_hash = applied_hash;
             memory.applied_commit = r.get(3).map_err(|e| self.err(e))?;
             memory.existed = r.get::<_, i64>(4).map_err(|e| self.err(e))? != 0;
             memory.last_write_at = r
@@ -407,7 +408,10 @@ impl StateStore {
                 .failed_attempts
                 .insert(field, r.get(2).map_err(|e| self.err(e))?);
         }
-        Ok(out)
+        Ok(StoredMemories {
+            memories: out,
+            applied_fields,
+        })
     }
 
     /// The last manifest seen of a managed resource, and its file.
@@ -925,6 +929,37 @@ impl StateStore {
     }
 }
 
+/// Every resource's memory as read from the store, with the applied field
+/// values still as stored text: parsing them all would cost more than the
+/// rest of the memory, and only a changed spec needs them.
+#[derive(Debug, Default)]
+pub struct StoredMemories {
+    memories: std::collections::HashMap<String, Memory>,
+    applied_fields: Vec<(String, String)>,
+}
+
+impl StoredMemories {
+    /// The memories, with applied field values parsed where the spec
+    /// changed (`current`: each declaration's spec hash; a resource not
+    /// declared counts as changed).
+    pub fn resolve(
+        mut self,
+        current: &std::collections::HashMap<&str, &SpecHash>,
+    ) -> std::collections::HashMap<String, Memory> {
+        for (name, fields) in self.applied_fields {
+            let Some(memory) = self.memories.get_mut(&name) else {
+                continue;
+            };
+            let unchanged = memory.applied_spec_hash.is_some()
+                && current.get(name.as_str()).copied() == memory.applied_spec_hash.as_ref();
+            if !unchanged {
+                memory.applied_fields = serde_json::from_str(&fields).unwrap_or_default();
+            }
+        }
+        self.memories
+    }
+}
+
 fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
     StateError::Sqlite {
         path: path.display().to_string(),
@@ -998,6 +1033,44 @@ mod tests {
             .unwrap();
         assert_eq!(store.next_generation("a", "update", &h).unwrap(), 1);
         assert!(store.pending_intents().unwrap().is_empty());
+    }
+
+    #[test]
+    fn applied_fields_are_parsed_only_where_the_spec_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let fields = BTreeMap::from([("owner".to_string(), Value::from("app"))]);
+        for name in ["same", "changed", "gone"] {
+            store
+                .record_applied(
+                    name,
+                    "p",
+                    name,
+                    "f.yaml",
+                    &Value::Null,
+                    &SpecHash("old".into()),
+                    &fields,
+                    None,
+                    "id",
+                    SystemTime::now(),
+                )
+                .unwrap();
+        }
+        let old = SpecHash("old".into());
+        let new = SpecHash("new".into());
+        let current = std::collections::HashMap::from([("same", &old), ("changed", &new)]);
+        let memories = store.read_memories().unwrap().resolve(&current);
+        assert!(
+            memories["same"].applied_fields.is_empty(),
+            "unchanged: not needed"
+        );
+        assert_eq!(memories["changed"].applied_fields, fields);
+        assert_eq!(
+            memories["gone"].applied_fields, fields,
+            "no longer declared"
+        );
+        assert!(memories.values().all(|m| m.existed));
+        assert_eq!(store.memories(&current).unwrap(), memories);
     }
 
     #[test]

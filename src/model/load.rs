@@ -318,27 +318,36 @@ impl DeclarationSet {
     /// every place they occur, and none of them is kept (DESIGN.md §3).
     pub fn from_files(files: Vec<FileContents>) -> Self {
         let count = files.len();
-        let mut all: Vec<Option<Declaration>> = Vec::with_capacity(count);
+        // The common case, checked before anything moves, without sorting or
+        // allocating: names and databases all distinct, files in name order.
+        let total: usize = files.iter().map(|f| f.declarations.len()).sum();
+        let in_order = {
+            let mut names = std::collections::HashSet::with_capacity(total);
+            let mut databases = std::collections::HashSet::with_capacity(total);
+            let mut previous: Option<&str> = None;
+            files.iter().flat_map(|f| &f.declarations).all(|d| {
+                let sorted = previous.is_none_or(|p| p < d.name());
+                previous = Some(d.name());
+                sorted && names.insert(d.name()) && databases.insert(DatabaseKey::of(&d.manifest))
+            })
+        };
+        let mut all: Vec<Option<Declaration>> =
+            Vec::with_capacity(if in_order { 0 } else { total });
+        let mut declarations: Vec<Declaration> =
+            Vec::with_capacity(if in_order { total } else { 0 });
         let mut diagnostics = Vec::new();
         for file in files {
             diagnostics.extend(file.diagnostics);
-            all.extend(file.declarations.into_iter().map(Some));
+            if in_order {
+                declarations.extend(file.declarations);
+            } else {
+                all.extend(file.declarations.into_iter().map(Some));
+            }
         }
-        // The common case, checked without sorting or allocating: names and
-        // databases all distinct, files in name order.
-        let distinct = {
-            let mut names = std::collections::HashSet::with_capacity(all.len());
-            let mut databases = std::collections::HashSet::with_capacity(all.len());
-            all.iter()
-                .flatten()
-                .all(|d| names.insert(d.name()) && databases.insert(DatabaseKey::of(&d.manifest)))
-        };
-        if distinct
-            && all.is_sorted_by(|a, b| a.as_ref().map(|d| d.name()) <= b.as_ref().map(|d| d.name()))
-        {
+        if in_order {
             diagnostics.sort();
             return DeclarationSet {
-                declarations: all.into_iter().flatten().collect(),
+                declarations,
                 diagnostics,
                 files: count,
             };
@@ -374,8 +383,7 @@ impl DeclarationSet {
                 });
             }
         }
-        let mut declarations: Vec<Declaration> =
-            unique.into_iter().filter_map(|i| all[i].take()).collect();
+        declarations.extend(unique.into_iter().filter_map(|i| all[i].take()));
         // Two declarations for one database (same provider, same database
         // name) would fight over it: an error on each, neither applied.
         let keys: Vec<(Option<&str>, String)> = declarations

@@ -36,8 +36,33 @@ pub struct ParsedTree {
     /// The tree the files were read from; `None` when unknown (a cache
     /// written for another source path). The same tree id means the same
     /// files with the same bytes, so they need not even be listed again.
-    pub tree: Option<Oid>,
+    pub tree: Option<ObjectId>,
     pub files: Vec<ParsedFile>,
+}
+
+/// A Git object id as its 20 bytes. Reading the cache does not touch
+/// libgit2: its first use initialises TLS (tens of milliseconds), and the
+/// cache is read beside that, not after it.
+pub type ObjectId = [u8; 20];
+
+/// The bytes of a Git object id.
+pub fn object_id(oid: Oid) -> ObjectId {
+    let mut id = [0; 20];
+    id.copy_from_slice(&oid.as_bytes()[..20]);
+    id
+}
+
+fn parse_object_id(hex: &str) -> Option<ObjectId> {
+    let digits = hex.as_bytes();
+    if digits.len() != 40 {
+        return None;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let mut id = [0; 20];
+    for (byte, pair) in id.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(id)
 }
 
 /// One file's parse result.
@@ -45,7 +70,7 @@ pub struct ParsedTree {
 pub struct ParsedFile {
     /// From the repository root.
     pub path: String,
-    pub blob: Oid,
+    pub blob: ObjectId,
     pub contents: FileContents,
 }
 
@@ -130,35 +155,99 @@ pub fn load(file: &Path, path: &str) -> ParsedTree {
     }
 }
 
-/// One JSON document per line: the header, then a file per line (streamed,
-/// so ten thousand entries never sit in one growing vector twice).
+/// One JSON document per line: the header, then a file per line. The
+/// lines are independent, so a large cache is read by a few threads, each
+/// over its own run of lines.
 fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let header = Header::deserialize(&mut de)?;
+    let (header, body) = match bytes.iter().position(|b| *b == b'\n') {
+        Some(end) => (&bytes[..end], &bytes[end + 1..]),
+        None => (bytes, &[][..]),
+    };
+    let header: Header = serde_json::from_slice(header)?;
     if header.format != FORMAT || header.tend != env!("CARGO_PKG_VERSION") {
         return Ok(None);
     }
-    let tree = Oid::from_str(&header.tree)
-        .ok()
-        .filter(|_| header.path == path);
+    let mut tree = parse_object_id(&header.tree).filter(|_| header.path == path);
+    let chunks = split_lines(body, reader_threads(body.len()));
+    let parts: Vec<Result<Vec<Option<ParsedFile>>, serde_json::Error>> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks
+                .iter()
+                .map(|chunk| scope.spawn(move || read_lines(chunk)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    // A lost run of lines must void the cache, never shorten
+                    // the snapshot.
+                    h.join().unwrap_or_else(|_| {
+                        Err(serde::de::Error::custom("a cache reader thread panicked"))
+                    })
+                })
+                .collect()
+        });
     let mut files = Vec::with_capacity(header.files);
-    for entry in de.into_iter::<FileIn>() {
-        let entry = entry?;
-        let Ok(blob) = Oid::from_str(&entry.blob) else {
-            continue;
-        };
-        // An entry that no longer passes is parsed again; the tree cannot
-        // then be trusted to be complete.
-        match contents_of(&entry.path, entry.declarations, entry.diagnostics) {
-            Some(contents) => files.push(ParsedFile {
-                path: entry.path,
-                blob,
-                contents,
-            }),
-            None => return Ok(Some(ParsedTree { tree: None, files })),
+    for part in parts {
+        for entry in part? {
+            match entry {
+                Some(file) => files.push(file),
+                // An entry that no longer passes is parsed again; the tree
+                // cannot then be trusted to be complete.
+                None => tree = None,
+            }
         }
     }
     Ok(Some(ParsedTree { tree, files }))
+}
+
+/// Threads worth starting for `bytes` of cache: one per 256 KiB, at most
+/// one per core (and four).
+fn reader_threads(bytes: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (bytes / (256 << 10)).clamp(1, cores.min(4))
+}
+
+/// `bytes` cut into about `parts` runs of whole lines.
+fn split_lines(bytes: &[u8], parts: usize) -> Vec<&[u8]> {
+    let mut out = Vec::with_capacity(parts);
+    let mut rest = bytes;
+    for left in (1..=parts).rev() {
+        if left == 1 || rest.is_empty() {
+            out.push(rest);
+            break;
+        }
+        let target = rest.len() / left;
+        let cut = rest[target..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(rest.len(), |i| target + i + 1);
+        let (head, tail) = rest.split_at(cut);
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+/// The entries of a run of lines (`None`: one that must be parsed again).
+fn read_lines(bytes: &[u8]) -> Result<Vec<Option<ParsedFile>>, serde_json::Error> {
+    serde_json::Deserializer::from_slice(bytes)
+        .into_iter::<FileIn>()
+        .map(|entry| {
+            let entry = entry?;
+            let Some(blob) = parse_object_id(&entry.blob) else {
+                return Ok(None);
+            };
+            Ok(
+                contents_of(&entry.path, entry.declarations, entry.diagnostics).map(|contents| {
+                    ParsedFile {
+                        path: entry.path,
+                        blob,
+                        contents,
+                    }
+                }),
+            )
+        })
+        .collect()
 }
 
 fn contents_of(
@@ -291,10 +380,10 @@ mod tests {
         assert!(!entries[1].2.diagnostics.is_empty());
         store_all(&file, "dbs", &entries);
         let loaded = load(&file, "dbs");
-        assert_eq!(loaded.tree, Some(tree()));
+        assert_eq!(loaded.tree, Some(object_id(tree())));
         assert_eq!(loaded.files.len(), 2);
         for ((path, blob, contents), back) in entries.iter().zip(&loaded.files) {
-            assert_eq!((&back.path, back.blob), (path, *blob));
+            assert_eq!((&back.path, back.blob), (path, object_id(*blob)));
             assert_eq!(back.contents.declarations, contents.declarations);
             assert_eq!(back.contents.diagnostics, contents.diagnostics);
         }
@@ -302,6 +391,28 @@ mod tests {
         let other = load(&file, "elsewhere");
         assert_eq!(other.tree, None);
         assert_eq!(other.files.len(), 2);
+    }
+
+    #[test]
+    fn object_ids_read_back_as_git_writes_them() {
+        let oid = tree();
+        assert_eq!(parse_object_id(&oid.to_string()), Some(object_id(oid)));
+        assert_eq!(parse_object_id("zz"), None);
+        assert_eq!(parse_object_id(&"g".repeat(40)), None);
+    }
+
+    #[test]
+    fn lines_are_split_into_runs_of_whole_lines() {
+        let text = b"a\nbb\nccc\ndddd\n";
+        for parts in 1..6 {
+            let chunks = split_lines(text, parts);
+            assert!(chunks.len() <= parts);
+            assert_eq!(chunks.concat(), text, "{parts} parts");
+            for chunk in &chunks[..chunks.len() - 1] {
+                assert!(chunk.ends_with(b"\n"), "{parts} parts: {chunks:?}");
+            }
+        }
+        assert_eq!(split_lines(b"", 3), [b""]);
     }
 
     #[test]

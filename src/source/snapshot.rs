@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use git2::{ObjectType, Oid, Repository, Tree, TreeWalkMode, TreeWalkResult};
+use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
 
 use super::SourceError;
 use crate::model::{DeclarationSet, is_yaml};
@@ -25,11 +25,11 @@ pub struct Snapshot {
 /// The tree under `path` in `commit` (its id names every declaration file
 /// below it, so an unchanged id means unchanged declarations) and the
 /// commit's time.
-pub fn declarations_tree<'r>(
-    repo: &'r Repository,
+pub fn declarations_tree(
+    repo: &Repository,
     commit: Oid,
     path: &str,
-) -> Result<(SystemTime, Tree<'r>), SourceError> {
+) -> Result<(SystemTime, Oid), SourceError> {
     let repo_err = |e: git2::Error| SourceError::Repository {
         path: repo.path().display().to_string(),
         message: e.message().to_string(),
@@ -40,7 +40,7 @@ pub fn declarations_tree<'r>(
     let root = commit_obj.tree().map_err(repo_err)?;
     let prefix = path.trim_matches('/');
     if prefix.is_empty() || prefix == "." {
-        return Ok((time, root));
+        return Ok((time, root.id()));
     }
     let entry = root
         .get_path(Path::new(prefix))
@@ -54,13 +54,23 @@ pub fn declarations_tree<'r>(
             commit: commit.to_string(),
         });
     }
-    let tree = repo.find_tree(entry.id()).map_err(repo_err)?;
-    Ok((time, tree))
+    // Only the id: reading a tree of thousands of entries is left to
+    // `list_files`, which is not called when the id is unchanged.
+    Ok((time, entry.id()))
 }
 
 /// The declaration files in `tree` (found at `path`), with blob ids,
 /// sorted by path.
-pub fn list_files(tree: &Tree<'_>, path: &str) -> Result<Vec<(String, Oid)>, SourceError> {
+pub fn list_files(
+    repo: &Repository,
+    tree: Oid,
+    path: &str,
+) -> Result<Vec<(String, Oid)>, SourceError> {
+    let repo_err = |e: git2::Error| SourceError::Repository {
+        path: repo.path().display().to_string(),
+        message: e.message().to_string(),
+    };
+    let tree = repo.find_tree(tree).map_err(repo_err)?;
     let prefix = path.trim_matches('/');
     let base = if prefix.is_empty() || prefix == "." {
         String::new()
@@ -82,10 +92,7 @@ pub fn list_files(tree: &Tree<'_>, path: &str) -> Result<Vec<(String, Oid)>, Sou
         }
         TreeWalkResult::Ok
     })
-    .map_err(|e| SourceError::Repository {
-        path: path.to_string(),
-        message: e.message().to_string(),
-    })?;
+    .map_err(repo_err)?;
     files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     Ok(files)
 }

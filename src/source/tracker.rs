@@ -13,7 +13,7 @@ use git2::{Oid, Repository};
 use super::SourceError;
 use super::auth::Credentials;
 use super::fetch::{FetchSettings, fetch};
-use super::parse_cache::{self, ParsedFile, ParsedTree};
+use super::parse_cache::{self, ObjectId, ParsedFile, ParsedTree, object_id};
 use super::snapshot::{Snapshot, declarations_tree, list_files};
 use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
@@ -62,6 +62,8 @@ pub struct Source {
     /// The on-disk parse cache (`parse_cache`), read once per process.
     cache_file: PathBuf,
     cache_loaded: bool,
+    /// The on-disk cache being read while the first fetch runs.
+    cache_loading: Option<std::thread::JoinHandle<ParsedTree>>,
     /// Keep parse results in memory for the next poll (false for
     /// [`Source::poll_once`]).
     retain_parses: bool,
@@ -82,6 +84,17 @@ impl Source {
             path: dir.display().to_string(),
             message: e.to_string(),
         })?;
+        // The parse cache is read on another thread from here on, beside
+        // libgit2's first use (it initialises TLS: tens of milliseconds)
+        // and the fetch; the first poll that moves the head joins it.
+        let cache_file = parse_cache::cache_path(&dir);
+        let cache_loading = {
+            let (file, path) = (cache_file.clone(), settings.path.clone());
+            std::thread::Builder::new()
+                .name("tend-parse-cache".into())
+                .spawn(move || parse_cache::load(&file, &path))
+                .ok()
+        };
         let accepted_file = dir.join("accepted-commit");
         let accepted = match fs::read_to_string(&accepted_file) {
             Ok(text) => Some(
@@ -108,8 +121,9 @@ impl Source {
             persist,
             accepted,
             cache: None,
-            cache_file: parse_cache::cache_path(&dir),
+            cache_file,
             cache_loaded: false,
+            cache_loading,
             retain_parses: true,
             last_good: None,
             failure: None,
@@ -203,13 +217,16 @@ impl Source {
             });
         }
         let started = std::time::Instant::now();
-        let (commit_time, tree) = declarations_tree(&repo, head, &self.settings.path)?;
-        let tree_id = tree.id();
+        let (commit_time, tree_id) = declarations_tree(&repo, head, &self.settings.path)?;
         let previous = match self.cache.take() {
             Some(previous) => previous,
             None if !self.cache_loaded => {
                 self.cache_loaded = true;
-                let loaded = parse_cache::load(&self.cache_file, &self.settings.path);
+                // A reader thread that could not start or died costs parsing.
+                let loaded = match self.cache_loading.take().map(|h| h.join()) {
+                    Some(Ok(loaded)) => loaded,
+                    _ => parse_cache::load(&self.cache_file, &self.settings.path),
+                };
                 tracing::debug!(
                     "source: parse cache of {} files loaded in {:?}",
                     loaded.files.len(),
@@ -221,26 +238,27 @@ impl Source {
         };
         let parses_before = self.parses;
         let cached_tree = previous.tree;
-        let (files, contents, stale) = if previous.tree == Some(tree_id) {
+        let tree_bytes = object_id(tree_id);
+        let (files, contents, stale) = if previous.tree == Some(object_id(tree_id)) {
             // The same tree: the same files with the same bytes.
             let (files, contents): (Vec<_>, Vec<_>) = previous
                 .files
                 .into_iter()
-                .map(|f| ((f.path, f.blob), f.contents))
+                .filter_map(|f| Some(((f.path, Oid::from_bytes(&f.blob).ok()?), f.contents)))
                 .unzip();
             (files, contents, false)
         } else {
-            let files = list_files(&tree, &self.settings.path)?;
+            let files = list_files(&repo, tree_id, &self.settings.path)?;
             // Entries are moved out of the cache; what is left afterwards
             // belongs to files no longer in the tree.
-            let mut unused: HashMap<(String, Oid), FileContents> = previous
+            let mut unused: HashMap<(String, ObjectId), FileContents> = previous
                 .files
                 .into_iter()
                 .map(|f| ((f.path, f.blob), f.contents))
                 .collect();
             let mut contents = Vec::with_capacity(files.len());
             for (path, blob_id) in &files {
-                let parsed = match unused.remove(&(path.clone(), *blob_id)) {
+                let parsed = match unused.remove(&(path.clone(), object_id(*blob_id))) {
                     Some(parsed) => parsed,
                     None => match repo.find_blob(*blob_id) {
                         Ok(blob) => {
@@ -256,7 +274,7 @@ impl Source {
                                     .zip(contents)
                                     .map(|((path, blob), contents)| ParsedFile {
                                         path: path.clone(),
-                                        blob: *blob,
+                                        blob: object_id(*blob),
                                         contents,
                                     })
                                     .collect(),
@@ -284,7 +302,8 @@ impl Source {
                 .all(|c| c.declarations.is_empty() && !c.diagnostics.is_empty());
         // Written only when it changed; a failure costs the next process
         // some parsing, nothing else.
-        if self.persist && (cached_tree != Some(tree_id) || self.parses > parses_before || stale) {
+        if self.persist && (cached_tree != Some(tree_bytes) || self.parses > parses_before || stale)
+        {
             let entries = files
                 .iter()
                 .zip(&contents)
@@ -303,13 +322,13 @@ impl Source {
         // poll keeps none: the snapshot is all it needs.
         if self.retain_parses || all_invalid {
             self.cache = Some(ParsedTree {
-                tree: Some(tree_id),
+                tree: Some(object_id(tree_id)),
                 files: files
                     .iter()
                     .zip(&contents)
                     .map(|((path, blob), contents)| ParsedFile {
                         path: path.clone(),
-                        blob: *blob,
+                        blob: object_id(*blob),
                         contents: contents.clone(),
                     })
                     .collect(),

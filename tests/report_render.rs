@@ -97,7 +97,7 @@ fn fixed_plan() -> (Config, Plan) {
             file: decl.file.strip_prefix(root).unwrap().display().to_string(),
             provider: "sandbox".into(),
             spec_hash: decl.spec_hash.clone(),
-            subject: tend::cycle::PlannedSubject::Declared(decl),
+            subject: tend::cycle::PlannedSubject::Declared(Box::new(decl)),
             observed,
             memory,
             decision,

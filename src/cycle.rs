@@ -914,31 +914,85 @@ impl Progress {
 }
 
 /// Runs operations concurrently (bounded per provider) and collects outcomes.
-async fn execute(
+/// Runs operations, at most each provider's `max_concurrency` at a time.
+/// Work waits in a queue per provider as `T` and becomes an operation
+/// (`build`: the journal request, kilobytes of JSON) and a task only when
+/// a slot is free: ten thousand built and spawned at once held well over
+/// 100 MB while they waited.
+async fn execute<T>(
     contexts: &BTreeMap<String, Arc<ExecContext<AnyProvider>>>,
-    ops: Vec<PlannedOperation>,
+    queued: Vec<T>,
+    provider_of: impl Fn(&T) -> &str,
+    mut build: impl FnMut(T) -> Result<Option<PlannedOperation>, CycleError>,
 ) -> Result<Vec<(String, OperationKind, OperationId, OpOutcome)>, CycleError> {
+    type Finished = (
+        String,
+        String,
+        OperationKind,
+        OperationId,
+        Result<Result<OpOutcome, StateError>, tokio::task::JoinError>,
+    );
     let mut progress = Progress {
-        total: ops.len(),
+        total: queued.len(),
         done: 0,
-        tty: std::io::stderr().is_terminal() && ops.len() > 1,
+        tty: std::io::stderr().is_terminal() && queued.len() > 1,
     };
-    let mut tasks = tokio::task::JoinSet::new();
-    for op in ops {
-        let Some(ctx) = contexts.get(&op.request.provider).cloned() else {
-            continue;
+    let mut queues: BTreeMap<String, std::collections::VecDeque<T>> = BTreeMap::new();
+    for item in queued {
+        let provider = provider_of(&item);
+        if contexts.contains_key(provider) {
+            queues
+                .entry(provider.to_string())
+                .or_default()
+                .push_back(item);
+        }
+    }
+    let mut tasks: tokio::task::JoinSet<Finished> = tokio::task::JoinSet::new();
+    // Starts the next queued operation of `provider`, if any.
+    let mut start_next = |tasks: &mut tokio::task::JoinSet<Finished>,
+                          queues: &mut BTreeMap<String, std::collections::VecDeque<T>>,
+                          provider: &str|
+     -> Result<(), CycleError> {
+        let Some(ctx) = contexts.get(provider).cloned() else {
+            return Ok(());
         };
-        tasks.spawn(async move {
-            let (name, kind, id) = (op.name.clone(), op.kind, op.id.clone());
-            operation::run(ctx, op)
-                .await
-                .map(|outcome| (name, kind, id, outcome))
-        });
+        while let Some(item) = queues.get_mut(provider).and_then(|q| q.pop_front()) {
+            let Some(op) = build(item)? else { continue };
+            let provider = provider.to_string();
+            tasks.spawn(async move {
+                let (name, kind, id) = (op.name.clone(), op.kind, op.id.clone());
+                // Its own task, so a panic still tells which provider's
+                // slot came free (the intent stays pending for next cycle).
+                let outcome = tokio::spawn(operation::run(ctx, op)).await;
+                (provider, name, kind, id, outcome)
+            });
+            break;
+        }
+        Ok(())
+    };
+    let providers: Vec<String> = queues.keys().cloned().collect();
+    for provider in &providers {
+        let slots = contexts.get(provider).map_or(1, |c| c.max_concurrency);
+        for _ in 0..slots {
+            start_next(&mut tasks, &mut queues, provider)?;
+        }
     }
     let mut results = Vec::new();
     while let Some(joined) = tasks.join_next().await {
-        let Ok(result) = joined else { continue };
-        let (name, kind, id, outcome) = result?;
+        let Ok((provider, name, kind, id, outcome)) = joined else {
+            continue;
+        };
+        start_next(&mut tasks, &mut queues, &provider)?;
+        let outcome = match outcome {
+            Ok(result) => result?,
+            Err(e) => {
+                tracing::error!(
+                    "{} {name} ({id}) stopped: {e}; its intent stays pending for the next cycle",
+                    kind.as_str()
+                );
+                continue;
+            }
+        };
         progress.step(&name, kind, &outcome);
         results.push((name, kind, id, outcome));
     }
@@ -1050,7 +1104,13 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
         if !pending.is_empty() {
             preloaded = None;
         }
-        let mut operations = execute(&contexts, pending).await?;
+        let mut operations = execute(
+            &contexts,
+            pending,
+            |op| op.request.provider.as_str(),
+            |op| Ok(Some(op)),
+        )
+        .await?;
         let still_pending: BTreeSet<String> = store
             .pending_intents()?
             .into_iter()
@@ -1073,24 +1133,45 @@ pub fn apply(config: &Config) -> Result<ApplyOutcome, CycleError> {
             preloaded.take(),
         )
         .await?;
-        let mut ops = Vec::new();
+        let mut work = Vec::new();
         for r in &plan.resources {
             // A resource whose earlier intent is still unconfirmed gets no
             // new work: its observation may not show that intent yet.
-            if still_pending.contains(&r.name)
+            if r.operation.is_none()
+                || still_pending.contains(&r.name)
                 || (unresolved_before.contains(&r.name) && r.decision.action == Action::Create)
             {
                 continue;
             }
-            let caps = providers[&r.provider].capabilities();
-            if let Some(op) = operation_for(&store, &agent_id, plan.commit.as_deref(), r, &caps)? {
-                if op.kind == OperationKind::Delete {
-                    store.tombstone_progress(&r.name, now, None)?;
-                }
-                ops.push(op);
+            if matches!(r.operation, Some((OperationKind::Delete, _))) {
+                store.tombstone_progress(&r.name, now, None)?;
             }
+            work.push(r);
         }
-        operations.extend(execute(&contexts, ops).await?);
+        let capabilities: BTreeMap<&str, crate::provider::Capabilities> = providers
+            .iter()
+            .map(|(name, p)| (name.as_str(), p.capabilities()))
+            .collect();
+        operations.extend(
+            execute(
+                &contexts,
+                work,
+                |r| r.provider.as_str(),
+                |r| {
+                    let Some(caps) = capabilities.get(r.provider.as_str()) else {
+                        return Ok(None);
+                    };
+                    Ok(operation_for(
+                        &store,
+                        &agent_id,
+                        plan.commit.as_deref(),
+                        r,
+                        caps,
+                    )?)
+                },
+            )
+            .await?,
+        );
         for (name, kind, _, outcome) in &operations {
             if *kind == OperationKind::Delete
                 && let OpOutcome::Pending(e) | OpOutcome::Failed(e) = outcome

@@ -32,6 +32,8 @@ pub struct ExecContext<P: Provider> {
     pub limiter: DefaultDirectRateLimiter,
     /// At most this many operations in flight against this provider.
     pub slots: Semaphore,
+    /// The size of `slots`: how many operations are worth starting at once.
+    pub max_concurrency: usize,
     pub retry: RetryPolicy,
     /// How long to wait for an observation that confirms a call's effect
     /// before leaving the intent pending for the next cycle.
@@ -64,6 +66,7 @@ impl<P: Provider> ExecContext<P> {
             agent_id: agent_id.to_string(),
             limiter: RateLimiter::direct(Quota::per_second(rate)),
             slots: Semaphore::new(limits.max_concurrency.max(1)),
+            max_concurrency: limits.max_concurrency.max(1),
             retry: limits.retry,
             confirm_timeout: limits.confirm_timeout,
         }

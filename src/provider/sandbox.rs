@@ -178,8 +178,6 @@ impl SandboxProvider {
                 .map_err(|e| self.storage_err(e))?;
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(|e| self.storage_err(e))?;
-            conn.pragma_update(None, "mmap_size", crate::journal::store::MMAP_BYTES)
-                .map_err(|e| self.storage_err(e))?;
             conn.execute_batch(
                 "CREATE TABLE IF NOT EXISTS databases (name TEXT PRIMARY KEY, body TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS operations (key TEXT PRIMARY KEY, body TEXT NOT NULL);",

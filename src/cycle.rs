@@ -566,7 +566,7 @@ pub async fn observe_and_decide(
             let (name, file, spec_hash) = match &subject {
                 PlannedSubject::Declared(d) => (
                     d.name().to_string(),
-                    d.file.display().to_string(),
+                    d.file.to_string_lossy().into_owned(),
                     d.spec_hash.clone(),
                 ),
                 PlannedSubject::Removed(t) => (

@@ -15,7 +15,7 @@ use super::overrides::{EffectiveOverride, OverrideInput, effective};
 use crate::model::{
     Declaration, DeletionPolicy, DriftPolicy, ManagedDatabase, Mutability, SpecHash,
 };
-use crate::provider::{Capabilities, Observation, Observed, OwnershipMarker, ResourceStatus};
+use crate::provider::{Capabilities, Observation, Observed, ResourceStatus};
 
 /// What tend reports about a resource (DESIGN.md §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -324,7 +324,20 @@ fn decide_declared(
     let policy = input.policy;
     // Where a managed database lives is its identity: a new name or
     // provider would be a second database, never a move.
-    if input.memory.existed {
+    // (Compared without building the name: this runs for every resource.)
+    let same_database = |was: &str| decl.manifest.is_database_name(was);
+    if input.memory.existed
+        && !(input
+            .memory
+            .database_name
+            .as_deref()
+            .is_none_or(same_database)
+            && input
+                .memory
+                .provider
+                .as_deref()
+                .is_none_or(|p| p == input.provider))
+    {
         let db = decl.manifest.database_name();
         let moved = [
             (
@@ -354,11 +367,8 @@ fn decide_declared(
     };
 
     // Ownership (DESIGN.md §3).
-    let adopting = match obs.marker() {
-        Some(OwnershipMarker {
-            agent_id,
-            declaration,
-        }) if agent_id == policy.agent_id => {
+    let adopting = match obs.marker_labels() {
+        Some((agent_id, declaration)) if agent_id == policy.agent_id => {
             if declaration != name {
                 return Decision::new(
                     State::Blocked,
@@ -372,7 +382,7 @@ fn decide_declared(
             }
             false
         }
-        Some(OwnershipMarker { agent_id, .. }) => {
+        Some((agent_id, _)) => {
             return Decision::new(
                 State::Blocked,
                 Action::None,
@@ -590,7 +600,10 @@ fn compute_drift(
         }
     }
     if manages_parameters(&decl.manifest, input.capabilities) {
-        for (field, have) in obs.fields.range("parameters.".to_string()..) {
+        for (field, have) in obs.fields.range::<str, _>((
+            std::ops::Bound::Included("parameters."),
+            std::ops::Bound::Unbounded,
+        )) {
             let Some(setting) = field.strip_prefix("parameters.") else {
                 break;
             };
@@ -831,8 +844,8 @@ fn decide_removed(input: &DecideInput<'_>, tomb: &Tombstone, ov: &EffectiveOverr
         Observed::Found(obs) => obs,
     };
     let ours = obs
-        .marker()
-        .is_some_and(|m| m.agent_id == policy.agent_id && &m.declaration == name);
+        .marker_labels()
+        .is_some_and(|(agent_id, declaration)| agent_id == policy.agent_id && declaration == name);
     match tomb.last.spec.deletion_policy {
         DeletionPolicy::Retain => {
             if ours && ov.paused {

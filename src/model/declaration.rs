@@ -277,6 +277,22 @@ impl ManagedDatabase {
             .unwrap_or_else(|| self.metadata.name.replace('-', "_"))
     }
 
+    /// Whether [`Self::database_name`] is `name`, without building it.
+    pub fn is_database_name(&self, name: &str) -> bool {
+        match &self.spec.database_name {
+            Some(own) => own == name,
+            None => {
+                self.metadata.name.len() == name.len()
+                    && self
+                        .metadata
+                        .name
+                        .bytes()
+                        .zip(name.bytes())
+                        .all(|(a, b)| if a == b'-' { b == b'_' } else { a == b })
+            }
+        }
+    }
+
     /// The spec with defaults applied and lists in canonical order: the input
     /// of the spec hash and what the planner compares against.
     pub fn normalized_spec(&self) -> Spec {

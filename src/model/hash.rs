@@ -106,6 +106,35 @@ mod tests {
     }
 
     #[test]
+    fn is_database_name_agrees_with_database_name() {
+        let with = |name: &str, explicit: &str| -> ManagedDatabase {
+            let spec = if explicit.is_empty() {
+                String::new()
+            } else {
+                format!("spec:\n  databaseName: {explicit}\n")
+            };
+            serde_norway::from_str(&format!(
+                "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\n{spec}"
+            ))
+            .unwrap()
+        };
+        for (decl, candidates) in [
+            (with("a-b-c", ""), ["a_b_c", "a-b-c", "a_b_", "a_b_cd"]),
+            (with("abc", ""), ["abc", "ab", "abd", "ABC"]),
+            (with("a-b", "custom"), ["custom", "a_b", "a-b", "custo"]),
+        ] {
+            for candidate in candidates {
+                assert_eq!(
+                    decl.is_database_name(candidate),
+                    decl.database_name() == candidate,
+                    "{} vs {candidate}",
+                    decl.metadata.name
+                );
+            }
+        }
+    }
+
+    #[test]
     fn hex_encodes_every_nibble() {
         assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
         assert_eq!(

@@ -74,6 +74,15 @@ impl Observation {
     pub fn marker(&self) -> Option<OwnershipMarker> {
         OwnershipMarker::from_labels(&self.labels)
     }
+
+    /// The marker's agent id and declaration name, borrowed (the decision
+    /// core reads them for every resource in every cycle).
+    pub fn marker_labels(&self) -> Option<(&str, &str)> {
+        Some((
+            self.labels.get(OWNER_AGENT_LABEL)?,
+            self.labels.get(OWNER_DECLARATION_LABEL)?,
+        ))
+    }
 }
 
 /// The result of observing one declared database.

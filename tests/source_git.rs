@@ -70,14 +70,18 @@ fn a_new_process_reuses_the_parse_cache_in_the_state_dir() {
         ("db/c.yaml", "c", 3),
     ]);
     repo.write("db/bad.yaml", "apiVersion: tend.dev/v1alpha1\nkind: Nope\n");
-    repo.commit("a bad file");
+    // Two files declaring one name: neither is applied, from the cache too.
+    repo.write("db/dup-1.yaml", &manifest("dup", 1));
+    repo.write("db/dup-2.yaml", &manifest("dup", 2));
+    repo.commit("a bad file and a duplicate");
     let state = tempfile::tempdir().unwrap();
     let cache = state.path().join("source/parse-cache.jsonl");
     let now = SystemTime::now();
 
     let mut first = open(state.path(), settings(&repo.url(), "main", "db"));
     let parsed = first.poll(now);
-    assert_eq!(first.parse_count(), 4);
+    assert_eq!(first.parse_count(), 6);
+    assert_eq!(names(&parsed), ["a", "b", "c"]);
     drop(first);
 
     // A new `Source` stands for a new process: it reads the cache.
@@ -116,7 +120,7 @@ fn a_new_process_reuses_the_parse_cache_in_the_state_dir() {
     let mut reader =
         Source::open(state.path(), settings(&repo.url(), "main", "db"), false).unwrap();
     let reparsed = reader.poll(now);
-    assert_eq!(reader.parse_count(), 4);
+    assert_eq!(reader.parse_count(), 6);
     assert_eq!(declarations(&reparsed), declarations(&changed));
     assert_eq!(
         std::fs::read(&cache).unwrap(),
@@ -124,7 +128,7 @@ fn a_new_process_reuses_the_parse_cache_in_the_state_dir() {
     );
     let mut writer = open(state.path(), settings(&repo.url(), "main", "db"));
     writer.poll(now);
-    assert_eq!(writer.parse_count(), 4);
+    assert_eq!(writer.parse_count(), 6);
     let mut after = open(state.path(), settings(&repo.url(), "main", "db"));
     assert_eq!(declarations(&after.poll(now)), declarations(&changed));
     assert_eq!(after.parse_count(), 0, "the writer rewrote the cache");

@@ -318,32 +318,35 @@ impl DeclarationSet {
     /// every place they occur, and none of them is kept (DESIGN.md §3).
     pub fn from_files(files: Vec<FileContents>) -> Self {
         let count = files.len();
+        let mut declarations = Vec::with_capacity(files.iter().map(|f| f.declarations.len()).sum());
+        let mut diagnostics = Vec::new();
+        for file in files {
+            declarations.extend(file.declarations);
+            diagnostics.extend(file.diagnostics);
+        }
+        Self::from_parsed(declarations, diagnostics, count)
+    }
+
+    /// [`Self::from_files`] over declarations and diagnostics already
+    /// gathered from `files` files.
+    pub fn from_parsed(
+        declarations: Vec<Declaration>,
+        mut diagnostics: Vec<Diagnostic>,
+        files: usize,
+    ) -> Self {
+        let count = files;
         // The common case, checked before anything moves, without sorting or
-        // allocating: names and databases all distinct, files in name order.
-        let total: usize = files.iter().map(|f| f.declarations.len()).sum();
+        // allocating: names and databases all distinct, in name order.
         let in_order = {
-            let mut names = std::collections::HashSet::with_capacity(total);
-            let mut databases = std::collections::HashSet::with_capacity(total);
+            let mut names = std::collections::HashSet::with_capacity(declarations.len());
+            let mut databases = std::collections::HashSet::with_capacity(declarations.len());
             let mut previous: Option<&str> = None;
-            files.iter().flat_map(|f| &f.declarations).all(|d| {
+            declarations.iter().all(|d| {
                 let sorted = previous.is_none_or(|p| p < d.name());
                 previous = Some(d.name());
                 sorted && names.insert(d.name()) && databases.insert(DatabaseKey::of(&d.manifest))
             })
         };
-        let mut all: Vec<Option<Declaration>> =
-            Vec::with_capacity(if in_order { 0 } else { total });
-        let mut declarations: Vec<Declaration> =
-            Vec::with_capacity(if in_order { total } else { 0 });
-        let mut diagnostics = Vec::new();
-        for file in files {
-            diagnostics.extend(file.diagnostics);
-            if in_order {
-                declarations.extend(file.declarations);
-            } else {
-                all.extend(file.declarations.into_iter().map(Some));
-            }
-        }
         if in_order {
             diagnostics.sort();
             return DeclarationSet {
@@ -352,6 +355,8 @@ impl DeclarationSet {
                 files: count,
             };
         }
+        let mut all: Vec<Option<Declaration>> = declarations.into_iter().map(Some).collect();
+        let mut declarations = Vec::with_capacity(all.len());
         // Sorted through an index (thousands of declarations are not moved
         // around); runs of one name are duplicates.
         let name_of = |i: usize| all[i].as_ref().map_or("", |d| d.name());

@@ -30,7 +30,9 @@ use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 const FORMAT: u32 = 2;
 
 /// The parse results of one tree: every declaration file under the
-/// source path, sorted by path.
+/// source path, sorted by path, and their declarations in one list (in
+/// file order), which is what a snapshot of an unchanged tree takes over
+/// without copying.
 #[derive(Debug, Clone, Default)]
 pub struct ParsedTree {
     /// The tree the files were read from; `None` when unknown (a cache
@@ -38,6 +40,45 @@ pub struct ParsedTree {
     /// files with the same bytes, so they need not even be listed again.
     pub tree: Option<ObjectId>,
     pub files: Vec<ParsedFile>,
+    pub declarations: Vec<Declaration>,
+}
+
+impl ParsedTree {
+    /// Flattens per-file results.
+    pub fn from_contents(
+        tree: Option<ObjectId>,
+        files: impl IntoIterator<Item = (String, ObjectId, FileContents)>,
+    ) -> Self {
+        let mut out = ParsedTree {
+            tree,
+            ..ParsedTree::default()
+        };
+        for (path, blob, contents) in files {
+            out.files.push(ParsedFile {
+                path,
+                blob,
+                declarations: contents.declarations.len(),
+                diagnostics: contents.diagnostics,
+            });
+            out.declarations.extend(contents.declarations);
+        }
+        out
+    }
+
+    /// The per-file results again.
+    pub fn into_contents(self) -> Vec<(String, ObjectId, FileContents)> {
+        let mut declarations = self.declarations.into_iter();
+        self.files
+            .into_iter()
+            .map(|f| {
+                let contents = FileContents {
+                    declarations: declarations.by_ref().take(f.declarations).collect(),
+                    diagnostics: f.diagnostics,
+                };
+                (f.path, f.blob, contents)
+            })
+            .collect()
+    }
 }
 
 /// A Git object id as its 20 bytes. Reading the cache does not touch
@@ -71,7 +112,9 @@ pub struct ParsedFile {
     /// From the repository root.
     pub path: String,
     pub blob: ObjectId,
-    pub contents: FileContents,
+    /// How many of the tree's `declarations` are this file's.
+    pub declarations: usize,
+    pub diagnostics: Vec<Diagnostic>,
 }
 
 /// The first line: what wrote the cache, and for which tree.
@@ -167,37 +210,56 @@ fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Erro
     if header.format != FORMAT || header.tend != env!("CARGO_PKG_VERSION") {
         return Ok(None);
     }
-    let mut tree = parse_object_id(&header.tree).filter(|_| header.path == path);
+    let tree = parse_object_id(&header.tree).filter(|_| header.path == path);
     let chunks = split_lines(body, reader_threads(body.len()));
-    let parts: Vec<Result<Vec<Option<ParsedFile>>, serde_json::Error>> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = chunks
-                .iter()
-                .map(|chunk| scope.spawn(move || read_lines(chunk)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    // A lost run of lines must void the cache, never shorten
-                    // the snapshot.
-                    h.join().unwrap_or_else(|_| {
-                        Err(serde::de::Error::custom("a cache reader thread panicked"))
-                    })
+    let parts: Vec<Result<Lines, serde_json::Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|chunk| scope.spawn(move || read_lines(chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                // A lost run of lines must void the cache, never shorten
+                // the snapshot.
+                h.join().unwrap_or_else(|_| {
+                    Err(serde::de::Error::custom("a cache reader thread panicked"))
                 })
-                .collect()
-        });
-    let mut files = Vec::with_capacity(header.files);
+            })
+            .collect()
+    });
+    let mut out = ParsedTree {
+        tree,
+        ..ParsedTree::default()
+    };
     for part in parts {
-        for entry in part? {
-            match entry {
-                Some(file) => files.push(file),
-                // An entry that no longer passes is parsed again; the tree
-                // cannot then be trusted to be complete.
-                None => tree = None,
-            }
+        let mut part = part?;
+        if out.files.is_empty() {
+            // The first run's lists are kept (and grown), not copied.
+            std::mem::swap(&mut out.files, &mut part.files);
+            std::mem::swap(&mut out.declarations, &mut part.declarations);
+            out.files
+                .reserve(header.files.saturating_sub(out.files.len()));
+            out.declarations
+                .reserve(header.files.saturating_sub(out.declarations.len()));
         }
+        // An entry that no longer passes is parsed again; the tree cannot
+        // then be trusted to be complete.
+        if !part.complete {
+            out.tree = None;
+        }
+        out.files.extend(part.files);
+        out.declarations.extend(part.declarations);
     }
-    Ok(Some(ParsedTree { tree, files }))
+    Ok(Some(out))
+}
+
+/// What a run of lines holds.
+struct Lines {
+    files: Vec<ParsedFile>,
+    declarations: Vec<Declaration>,
+    /// Every entry was usable.
+    complete: bool,
 }
 
 /// Threads worth starting for `bytes` of cache: one per 256 KiB, at most
@@ -228,46 +290,62 @@ fn split_lines(bytes: &[u8], parts: usize) -> Vec<&[u8]> {
     out
 }
 
-/// The entries of a run of lines (`None`: one that must be parsed again).
-fn read_lines(bytes: &[u8]) -> Result<Vec<Option<ParsedFile>>, serde_json::Error> {
-    serde_json::Deserializer::from_slice(bytes)
-        .into_iter::<FileIn>()
-        .map(|entry| {
-            let entry = entry?;
-            let Some(blob) = parse_object_id(&entry.blob) else {
-                return Ok(None);
-            };
-            Ok(
-                contents_of(&entry.path, entry.declarations, entry.diagnostics).map(|contents| {
-                    ParsedFile {
-                        path: entry.path,
-                        blob,
-                        contents,
-                    }
-                }),
-            )
-        })
-        .collect()
+/// The entries of a run of lines.
+fn read_lines(bytes: &[u8]) -> Result<Lines, serde_json::Error> {
+    // One entry per line, usually one declaration per entry.
+    let entries = bytes.iter().filter(|b| **b == b'\n').count() + 1;
+    let mut lines = Lines {
+        files: Vec::with_capacity(entries),
+        declarations: Vec::with_capacity(entries),
+        complete: true,
+    };
+    for entry in serde_json::Deserializer::from_slice(bytes).into_iter::<FileIn>() {
+        let entry = entry?;
+        let file = PathBuf::from(&entry.path);
+        let (Some(blob), Some(count)) = (
+            parse_object_id(&entry.blob),
+            read_declarations(&file, entry.declarations, &mut lines.declarations),
+        ) else {
+            lines.complete = false;
+            continue;
+        };
+        lines.files.push(ParsedFile {
+            path: entry.path,
+            blob,
+            declarations: count,
+            diagnostics: entry
+                .diagnostics
+                .into_iter()
+                .map(|(line, column, message)| Diagnostic {
+                    file: file.clone(),
+                    line,
+                    column,
+                    message,
+                })
+                .collect(),
+        });
+    }
+    Ok(lines)
 }
 
-fn contents_of(
-    path: &str,
+/// Appends one file's declarations to `out`; `None` (and nothing added)
+/// when one no longer passes.
+fn read_declarations(
+    file: &Path,
     declarations: Vec<DeclarationIn>,
-    diagnostics: Vec<(usize, usize, String)>,
-) -> Option<FileContents> {
-    let file = PathBuf::from(path);
-    // Exactly sized: most files hold one declaration, and a vector grown
-    // by pushes would keep room for four.
-    let mut out = Vec::with_capacity(declarations.len());
+    out: &mut Vec<Declaration>,
+) -> Option<usize> {
+    let count = declarations.len();
+    let mut read = Vec::with_capacity(count);
     for d in declarations {
         // Annotations and the normalised spec are not stored: they are
         // derived from the manifest, so the cache cannot carry a stale
         // interpretation of either.
         let annotations = parse_annotations(&d.manifest.metadata.annotations).ok()?;
         let normalized_spec = normalized_spec_value(&d.manifest);
-        out.push(Declaration {
+        read.push(Declaration {
             manifest: d.manifest,
-            file: file.clone(),
+            file: file.to_path_buf(),
             line: d.line,
             column: d.column,
             annotations,
@@ -275,19 +353,8 @@ fn contents_of(
             normalized_spec,
         });
     }
-    let diagnostics = diagnostics
-        .into_iter()
-        .map(|(line, column, message)| Diagnostic {
-            file: file.clone(),
-            line,
-            column,
-            message,
-        })
-        .collect();
-    Some(FileContents {
-        declarations: out,
-        diagnostics,
-    })
+    out.append(&mut read);
+    Some(count)
 }
 
 /// Replaces the cache with the parse results of `tree` (at source path
@@ -382,10 +449,11 @@ mod tests {
         let loaded = load(&file, "dbs");
         assert_eq!(loaded.tree, Some(object_id(tree())));
         assert_eq!(loaded.files.len(), 2);
-        for ((path, blob, contents), back) in entries.iter().zip(&loaded.files) {
-            assert_eq!((&back.path, back.blob), (path, object_id(*blob)));
-            assert_eq!(back.contents.declarations, contents.declarations);
-            assert_eq!(back.contents.diagnostics, contents.diagnostics);
+        let back = loaded.into_contents();
+        for ((path, blob, contents), (back_path, back_blob, back)) in entries.iter().zip(&back) {
+            assert_eq!((back_path, *back_blob), (path, object_id(*blob)));
+            assert_eq!(back.declarations, contents.declarations);
+            assert_eq!(back.diagnostics, contents.diagnostics);
         }
         // Written for another source path: entries usable, the tree not.
         let other = load(&file, "elsewhere");

@@ -13,7 +13,7 @@ use git2::{Oid, Repository};
 use super::SourceError;
 use super::auth::Credentials;
 use super::fetch::{FetchSettings, fetch};
-use super::parse_cache::{self, ObjectId, ParsedFile, ParsedTree, object_id};
+use super::parse_cache::{self, ObjectId, ParsedTree, object_id};
 use super::snapshot::{Snapshot, declarations_tree, list_files};
 use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
@@ -95,6 +95,12 @@ impl Source {
                 .spawn(move || parse_cache::load(&file, &path))
                 .ok()
         };
+        // libgit2's first use in a process initialises it (TLS: tens of
+        // milliseconds); done here, on its own, so logs show what a fetch
+        // costs a new process apart from tend's own work.
+        let started = std::time::Instant::now();
+        let _ = Oid::from_str("0000000000000000000000000000000000000000");
+        tracing::debug!("source: libgit2 initialised in {:?}", started.elapsed());
         let accepted_file = dir.join("accepted-commit");
         let accepted = match fs::read_to_string(&accepted_file) {
             Ok(text) => Some(
@@ -239,22 +245,22 @@ impl Source {
         let parses_before = self.parses;
         let cached_tree = previous.tree;
         let tree_bytes = object_id(tree_id);
-        let (files, contents, stale) = if previous.tree == Some(object_id(tree_id)) {
-            // The same tree: the same files with the same bytes.
-            let (files, contents): (Vec<_>, Vec<_>) = previous
-                .files
-                .into_iter()
-                .filter_map(|f| Some(((f.path, Oid::from_bytes(&f.blob).ok()?), f.contents)))
-                .unzip();
-            (files, contents, false)
-        } else {
+        if previous.tree == Some(tree_bytes) {
+            // The same tree: the same files with the same bytes. The
+            // snapshot takes the cached declarations over as they are.
+            if self.retain_parses {
+                self.cache = Some(previous.clone());
+            }
+            return self.accept_snapshot(head, commit_time, previous);
+        }
+        let (files, contents, stale) = {
             let files = list_files(&repo, tree_id, &self.settings.path)?;
             // Entries are moved out of the cache; what is left afterwards
             // belongs to files no longer in the tree.
             let mut unused: HashMap<(String, ObjectId), FileContents> = previous
-                .files
+                .into_contents()
                 .into_iter()
-                .map(|f| ((f.path, f.blob), f.contents))
+                .map(|(path, blob, contents)| ((path, blob), contents))
                 .collect();
             let mut contents = Vec::with_capacity(files.len());
             for (path, blob_id) in &files {
@@ -267,18 +273,12 @@ impl Source {
                         }
                         Err(e) => {
                             // Keep what was parsed for the next attempt.
-                            self.cache = Some(ParsedTree {
-                                tree: None,
-                                files: files
-                                    .iter()
-                                    .zip(contents)
-                                    .map(|((path, blob), contents)| ParsedFile {
-                                        path: path.clone(),
-                                        blob: object_id(*blob),
-                                        contents,
-                                    })
-                                    .collect(),
-                            });
+                            self.cache = Some(ParsedTree::from_contents(
+                                None,
+                                files.iter().zip(contents).map(|((path, blob), contents)| {
+                                    (path.clone(), object_id(*blob), contents)
+                                }),
+                            ));
                             return Err(SourceError::Repository {
                                 path: self.repo_dir.display().to_string(),
                                 message: format!("blob {blob_id} of {path}: {}", e.message()),
@@ -321,18 +321,13 @@ impl Source {
         // fix that touches one file re-parses only that file. A one-shot
         // poll keeps none: the snapshot is all it needs.
         if self.retain_parses || all_invalid {
-            self.cache = Some(ParsedTree {
-                tree: Some(object_id(tree_id)),
-                files: files
+            self.cache = Some(ParsedTree::from_contents(
+                Some(tree_bytes),
+                files
                     .iter()
                     .zip(&contents)
-                    .map(|((path, blob), contents)| ParsedFile {
-                        path: path.clone(),
-                        blob: object_id(*blob),
-                        contents: contents.clone(),
-                    })
-                    .collect(),
-            });
+                    .map(|((path, blob), c)| (path.clone(), object_id(*blob), c.clone())),
+            ));
         }
         if all_invalid {
             return Err(SourceError::AllFilesInvalid {
@@ -348,6 +343,44 @@ impl Source {
         };
         self.accept(head)?;
         self.last_good = Some(Arc::new(snapshot));
+        Ok(true)
+    }
+
+    /// A snapshot of an unchanged tree, from its parse results.
+    fn accept_snapshot(
+        &mut self,
+        head: Oid,
+        commit_time: SystemTime,
+        parsed: ParsedTree,
+    ) -> Result<bool, SourceError> {
+        let all_invalid = !parsed.files.is_empty()
+            && parsed.declarations.is_empty()
+            && parsed.files.iter().all(|f| !f.diagnostics.is_empty());
+        if all_invalid {
+            return Err(SourceError::AllFilesInvalid {
+                commit: head.to_string(),
+                files: parsed.files.len(),
+            });
+        }
+        let mut files = Vec::with_capacity(parsed.files.len());
+        let mut diagnostics = Vec::new();
+        for file in parsed.files {
+            diagnostics.extend(file.diagnostics);
+            let blob = Oid::from_bytes(&file.blob).map_err(|e| SourceError::Repository {
+                path: self.repo_dir.display().to_string(),
+                message: e.message().to_string(),
+            })?;
+            files.push((file.path, blob));
+        }
+        let declarations =
+            DeclarationSet::from_parsed(parsed.declarations, diagnostics, files.len());
+        self.accept(head)?;
+        self.last_good = Some(Arc::new(Snapshot {
+            commit: head.to_string(),
+            commit_time,
+            files,
+            declarations,
+        }));
         Ok(true)
     }
 

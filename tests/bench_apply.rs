@@ -1,0 +1,196 @@
+//! Benchmark of `tend apply` over 10,000 declarations on the sandbox
+//! provider (prints figures; asserts only correctness).
+//! Run: `cargo nextest run --release --run-ignored only --test bench_apply --no-capture`
+//! Peak RSS needs GNU time at /usr/bin/time (`apt-get install time`).
+//! Figures go to docs/performance.md.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::git::{TestRepo, manifest};
+
+const DECLARATIONS: usize = 10_000;
+const NO_CHANGE_RUNS: usize = 15;
+const ONE_CHANGE_RUNS: usize = 5;
+
+/// One `tend apply`: wall time, peak RSS in KiB (when GNU time is there),
+/// exit code and stderr.
+struct Run {
+    wall: Duration,
+    rss_kib: Option<u64>,
+    code: i32,
+    stderr: String,
+}
+
+fn apply(dir: &Path, debug: bool) -> Run {
+    let tend = env!("CARGO_BIN_EXE_tend");
+    let gnu_time = Path::new("/usr/bin/time").exists();
+    let mut command = if gnu_time {
+        let mut c = Command::new("/usr/bin/time");
+        c.args(["-f", "rss-kib %M", tend]);
+        c
+    } else {
+        Command::new(tend)
+    };
+    command
+        .args(["--config", "tend.toml", "apply"])
+        .current_dir(dir);
+    if debug {
+        command.env("TEND_LOG", "debug");
+    }
+    let started = Instant::now();
+    let output = command.output().expect("run tend");
+    let wall = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let rss_kib = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("rss-kib "))
+        .and_then(|v| v.trim().parse().ok());
+    Run {
+        wall,
+        rss_kib,
+        code: output.status.code().unwrap_or(-1),
+        stderr,
+    }
+}
+
+/// Seconds since start of a `TEND_LOG=debug` line starting with `message`.
+fn mark(stderr: &str, message: &str) -> Option<f64> {
+    stderr.lines().find_map(|l| {
+        let (time, rest) = l.trim_start().split_once("s DEBUG ")?;
+        rest.starts_with(message).then(|| time.parse().ok())?
+    })
+}
+
+/// The duration a `TEND_LOG=debug` line reports (`… in 1.2ms`).
+fn reported(stderr: &str, message: &str) -> Option<Duration> {
+    let line = stderr.lines().find(|l| l.contains(message))?;
+    // `Duration`'s Debug form: `1.234567ms`, `850.2µs`, `1.02s`.
+    let text = line.rsplit(' ').next()?;
+    let (number, scale) = [("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9), ("s", 1.0)]
+        .into_iter()
+        .find_map(|(unit, scale)| text.strip_suffix(unit).map(|n| (n, scale)))?;
+    Some(Duration::from_secs_f64(number.parse::<f64>().ok()? * scale))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn stats(mut samples: Vec<f64>) -> String {
+    samples.sort_by(f64::total_cmp);
+    let median = samples[samples.len() / 2];
+    format!(
+        "median {median:6.1} ms, min {:6.1}, max {:6.1}",
+        samples[0],
+        samples[samples.len() - 1]
+    )
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly, see docs/performance.md"]
+fn apply_over_10000_declarations() {
+    let repo = TestRepo::new();
+    for i in 0..DECLARATIONS {
+        repo.write(
+            &format!("databases/team-{:02}/db-{i:05}.yaml", i % 100),
+            &manifest(&format!("db-{i:05}"), (i % 500) as u32),
+        );
+    }
+    repo.commit("10k declarations");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tend.toml"),
+        format!(
+            "agent_id = \"bench\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\npath = \"databases\"\n[reconcile]\nmax_concurrency = 16\n[providers.sandbox]\nkind = \"sandbox\"\nrate_limit = 100000\nmax_concurrency = 16\n",
+            repo.url()
+        ),
+    )
+    .unwrap();
+
+    let cold = apply(dir.path(), false);
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
+    assert!(
+        cold.stderr.contains("10000 operations, 10000 done"),
+        "{}",
+        cold.stderr
+    );
+    println!(
+        "cold apply (10,000 creates): {:.2} s, peak RSS {:?} KiB",
+        cold.wall.as_secs_f64(),
+        cold.rss_kib
+    );
+
+    // A run's own time is its wall time less the fetch (libgit2's
+    // initialisation in a new process, and the fetch call: both in the
+    // log) and the provider's observation. The fetch runs beside tend's
+    // reads of its caches, which can slow it; the fastest fetch of all
+    // runs is subtracted, so contention counts as tend's time.
+    let runs: Vec<Run> = (0..NO_CHANGE_RUNS)
+        .map(|_| apply(dir.path(), true))
+        .collect();
+    let mut fetches = Vec::new();
+    let mut observes = Vec::new();
+    for run in &runs {
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(run.stderr.contains("0 operations"), "{}", run.stderr);
+        fetches.push(
+            reported(&run.stderr, "source: libgit2 initialised in").unwrap()
+                + reported(&run.stderr, "source: fetched in").unwrap(),
+        );
+        observes.push(Duration::from_secs_f64(
+            mark(&run.stderr, "observe_all").unwrap() - mark(&run.stderr, "subjects").unwrap(),
+        ));
+    }
+    let fetch = fetches.iter().min().copied().unwrap_or_default();
+    let owns = runs
+        .iter()
+        .zip(&observes)
+        .map(|(run, observe)| ms(run.wall.saturating_sub(fetch + *observe)))
+        .collect();
+    println!("no-change apply, {NO_CHANGE_RUNS} runs:");
+    println!(
+        "  whole process           {}",
+        stats(runs.iter().map(|r| ms(r.wall)).collect())
+    );
+    println!(
+        "  fetch (libgit2 init + fetch call) {}; {:.1} ms subtracted",
+        stats(fetches.iter().copied().map(ms).collect()),
+        ms(fetch)
+    );
+    println!(
+        "  provider observation    {}",
+        stats(observes.iter().copied().map(ms).collect())
+    );
+    println!("  tend's own time         {}", stats(owns));
+    println!(
+        "  peak RSS                {} KiB",
+        runs.iter().filter_map(|r| r.rss_kib).max().unwrap_or(0)
+    );
+
+    let mut walls = Vec::new();
+    let mut rss = 0;
+    for i in 0..ONE_CHANGE_RUNS {
+        repo.write(
+            "databases/team-07/db-00007.yaml",
+            &manifest("db-00007", 100 + i as u32),
+        );
+        repo.commit("raise db-00007");
+        let run = apply(dir.path(), false);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(
+            run.stderr.contains("1 operations, 1 done"),
+            "{}",
+            run.stderr
+        );
+        walls.push(ms(run.wall));
+        rss = rss.max(run.rss_kib.unwrap_or(0));
+    }
+    println!("one-change apply (1 update), {ONE_CHANGE_RUNS} runs:");
+    println!("  whole process           {}", stats(walls));
+    println!("  peak RSS                {rss} KiB");
+}

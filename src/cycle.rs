@@ -305,7 +305,15 @@ fn snapshot_and_memories(
     store: Option<&StateStore>,
 ) -> (Result<Arc<Snapshot>, CycleError>, Option<StoredMemories>) {
     std::thread::scope(|scope| {
-        let reader = store.map(|s| scope.spawn(|| s.read_memories()));
+        let reader = store.map(|s| {
+            scope.spawn(|| {
+                // The executor's rate limiters share a clock that calibrates
+                // itself on first use (a busy loop of a few milliseconds):
+                // done here, off the cycle's path.
+                let _ = governor::clock::DefaultClock::default();
+                s.read_memories()
+            })
+        });
         let snapshot = snapshot_once(config, now, persist);
         let memories = reader.and_then(|r| r.join().ok()).and_then(Result::ok);
         (snapshot, memories)
@@ -412,18 +420,17 @@ pub async fn observe_and_decide(
     preloaded: Option<StoredMemories>,
 ) -> Result<Plan, CycleError> {
     let phase = std::time::Instant::now();
-    let stored = match (preloaded, store) {
-        (Some(stored), _) => Some(stored),
-        (None, Some(s)) => Some(s.read_memories()?),
-        (None, None) => None,
-    };
-    let mut memories = match stored {
-        Some(stored) => {
+    let mut memories = match store {
+        Some(s) => {
+            let stored = match preloaded {
+                Some(stored) => stored,
+                None => s.read_memories()?,
+            };
             let current: std::collections::HashMap<&str, &SpecHash> = declarations
                 .iter()
                 .map(|d| (d.name(), &d.spec_hash))
                 .collect();
-            stored.resolve(&current)
+            stored.resolve(&current, s)?
         }
         None => Default::default(),
     };

@@ -349,40 +349,39 @@ impl StateStore {
         &self,
         current: &std::collections::HashMap<&str, &SpecHash>,
     ) -> Result<std::collections::HashMap<String, Memory>, StateError> {
-        Ok(self.read_memories()?.resolve(current))
+        self.read_memories()?.resolve(current, self)
     }
 
     /// Every resource's memory, read before the declarations are known
     /// (beside the fetch); [`StoredMemories::resolve`] finishes it.
     pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
         let conn = self.conn();
-        let mut out: std::collections::HashMap<String, Memory> = std::collections::HashMap::new();
-        let mut applied_fields = Vec::new();
+        let mut rows_read = Vec::new();
         let mut stmt = conn
-            .prepare("SELECT name, applied_spec_hash, applied_fields, applied_commit, existed, last_write_ms, database_name, provider FROM resources")
+            .prepare("SELECT name, applied_spec_hash, applied_commit, existed, last_write_ms, database_name, provider FROM resources")
             .map_err(|e| self.err(e))?;
         let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let name: String = r.get(0).map_err(|e| self.err(e))?;
-            let fields: String = r.get(2).map_err(|e| self.err(e))?;
-            if fields != "{}" {
-                applied_fields.push((name.clone(), fields));
-            }
-            let memory = out.entry(name).or_default();
-            memory.applied_spec_hash = r
-                .get::<_, Option<String>>(1)
-                .map_err(|e| self.err(e))?
-                .map(SpecHash);
-            memory.applied_commit = r.get(3).map_err(|e| self.err(e))?;
-            memory.existed = r.get::<_, i64>(4).map_err(|e| self.err(e))? != 0;
-            memory.last_write_at = r
-                .get::<_, Option<i64>>(5)
-                .map_err(|e| self.err(e))?
-                .map(time);
-            memory.database_name = Some(r.get(6).map_err(|e| self.err(e))?);
-            memory.provider = Some(r.get(7).map_err(|e| self.err(e))?);
+            let memory = Memory {
+                applied_spec_hash: r
+                    .get::<_, Option<String>>(1)
+                    .map_err(|e| self.err(e))?
+                    .map(SpecHash),
+                applied_commit: r.get(2).map_err(|e| self.err(e))?,
+                existed: r.get::<_, i64>(3).map_err(|e| self.err(e))? != 0,
+                last_write_at: r
+                    .get::<_, Option<i64>>(4)
+                    .map_err(|e| self.err(e))?
+                    .map(time),
+                database_name: Some(r.get(5).map_err(|e| self.err(e))?),
+                provider: Some(r.get(6).map_err(|e| self.err(e))?),
+                ..Memory::default()
+            };
+            rows_read.push((name, memory));
         }
         drop(rows);
+        let mut out: std::collections::HashMap<String, Memory> = rows_read.into_iter().collect();
         let mut stmt = conn
             .prepare("SELECT name, field, first_seen_ms FROM drift_seen")
             .map_err(|e| self.err(e))?;
@@ -408,10 +407,7 @@ impl StateStore {
                 .failed_attempts
                 .insert(field, r.get(2).map_err(|e| self.err(e))?);
         }
-        Ok(StoredMemories {
-            memories: out,
-            applied_fields,
-        })
+        Ok(StoredMemories { memories: out })
     }
 
     /// The last manifest seen of a managed resource, and its file.
@@ -929,34 +925,55 @@ impl StateStore {
     }
 }
 
-/// Every resource's memory as read from the store, with the applied field
-/// values still as stored text: parsing them all would cost more than the
-/// rest of the memory, and only a changed spec needs them.
+/// Every resource's memory as read from the store, without the applied
+/// field values: reading them all would cost more than the rest of the
+/// memory, and only a changed spec needs them.
 #[derive(Debug, Default)]
 pub struct StoredMemories {
     memories: std::collections::HashMap<String, Memory>,
-    applied_fields: Vec<(String, String)>,
 }
 
 impl StoredMemories {
-    /// The memories, with applied field values parsed where the spec
+    /// The memories, with applied field values read where the spec
     /// changed (`current`: each declaration's spec hash; a resource not
     /// declared counts as changed).
     pub fn resolve(
         mut self,
         current: &std::collections::HashMap<&str, &SpecHash>,
-    ) -> std::collections::HashMap<String, Memory> {
-        for (name, fields) in self.applied_fields {
-            let Some(memory) = self.memories.get_mut(&name) else {
-                continue;
-            };
-            let unchanged = memory.applied_spec_hash.is_some()
-                && current.get(name.as_str()).copied() == memory.applied_spec_hash.as_ref();
-            if !unchanged {
-                memory.applied_fields = serde_json::from_str(&fields).unwrap_or_default();
+        store: &StateStore,
+    ) -> Result<std::collections::HashMap<String, Memory>, StateError> {
+        let changed: Vec<&String> = self
+            .memories
+            .iter()
+            .filter(|(name, memory)| {
+                memory.applied_spec_hash.is_some()
+                    && current.get(name.as_str()).copied() != memory.applied_spec_hash.as_ref()
+            })
+            .map(|(name, _)| name)
+            .collect();
+        if changed.is_empty() {
+            return Ok(self.memories);
+        }
+        let mut fields = Vec::with_capacity(changed.len());
+        {
+            let conn = store.conn();
+            let mut stmt = conn
+                .prepare("SELECT applied_fields FROM resources WHERE name = ?1")
+                .map_err(|e| store.err(e))?;
+            for name in changed {
+                let text: Option<String> = stmt
+                    .query_row([name], |r| r.get(0))
+                    .optional()
+                    .map_err(|e| store.err(e))?;
+                fields.push((name.clone(), text));
             }
         }
-        self.memories
+        for (name, text) in fields {
+            if let (Some(memory), Some(text)) = (self.memories.get_mut(&name), text) {
+                memory.applied_fields = serde_json::from_str(&text).unwrap_or_default();
+            }
+        }
+        Ok(self.memories)
     }
 }
 
@@ -1059,7 +1076,11 @@ mod tests {
         let old = SpecHash("old".into());
         let new = SpecHash("new".into());
         let current = std::collections::HashMap::from([("same", &old), ("changed", &new)]);
-        let memories = store.read_memories().unwrap().resolve(&current);
+        let memories = store
+            .read_memories()
+            .unwrap()
+            .resolve(&current, &store)
+            .unwrap();
         assert!(
             memories["same"].applied_fields.is_empty(),
             "unchanged: not needed"

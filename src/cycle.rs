@@ -977,11 +977,18 @@ async fn execute<T>(
         }
         Ok(())
     };
+    // The first error stops new work; operations already running finish
+    // (a call may have reached the provider: its outcome must be recorded),
+    // then the error is returned.
+    let mut failure: Option<CycleError> = None;
     let providers: Vec<String> = queues.keys().cloned().collect();
-    for provider in &providers {
+    'fill: for provider in &providers {
         let slots = contexts.get(provider).map_or(1, |c| c.max_concurrency);
         for _ in 0..slots {
-            start_next(&mut tasks, &mut queues, provider)?;
+            if let Err(e) = start_next(&mut tasks, &mut queues, provider) {
+                failure = Some(e);
+                break 'fill;
+            }
         }
     }
     let mut results = Vec::new();
@@ -989,9 +996,17 @@ async fn execute<T>(
         let Ok((provider, name, kind, id, outcome)) = joined else {
             continue;
         };
-        start_next(&mut tasks, &mut queues, &provider)?;
+        if failure.is_none()
+            && let Err(e) = start_next(&mut tasks, &mut queues, &provider)
+        {
+            failure = Some(e);
+        }
         let outcome = match outcome {
-            Ok(result) => result?,
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => {
+                failure.get_or_insert(e.into());
+                continue;
+            }
             Err(e) => {
                 tracing::error!(
                     "{} {name} ({id}) stopped: {e}; its intent stays pending for the next cycle",
@@ -1002,6 +1017,9 @@ async fn execute<T>(
         };
         progress.step(&name, kind, &outcome);
         results.push((name, kind, id, outcome));
+    }
+    if let Some(e) = failure {
+        return Err(e);
     }
     results.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(results)

@@ -201,8 +201,12 @@ impl SandboxProvider {
         }
         for (sub, table) in [("databases", "databases"), ("operations", "operations")] {
             let dir = self.dir.join(sub);
-            let Ok(entries) = fs::read_dir(&dir) else {
-                continue;
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // An unreadable old sandbox must not look empty (tend would
+                // create everything again).
+                Err(e) => return Err(self.storage_err(format!("{}: {e}", dir.display()))),
             };
             let mut rows = Vec::new();
             for entry in entries.flatten() {
@@ -231,12 +235,24 @@ impl SandboxProvider {
                 rows.push(row);
             }
             let insert = format!("INSERT OR IGNORE INTO {table} VALUES (?1, ?2)");
+            let tx = conn
+                .unchecked_transaction()
+                .map_err(|e| self.storage_err(e))?;
             for (key, body) in &rows {
-                conn.execute(&insert, params![key, body])
+                tx.execute(&insert, params![key, body])
                     .map_err(|e| self.storage_err(e))?;
             }
-            fs::rename(&dir, self.dir.join(format!("{sub}.imported")))
-                .map_err(|e| self.storage_err(e))?;
+            tx.commit().map_err(|e| self.storage_err(e))?;
+            // Never over an earlier import (a rollback may have made a new
+            // directory after one).
+            let mut target = self.dir.join(format!("{sub}.imported"));
+            for n in 2.. {
+                if !target.exists() {
+                    break;
+                }
+                target = self.dir.join(format!("{sub}.imported-{n}"));
+            }
+            fs::rename(&dir, &target).map_err(|e| self.storage_err(e))?;
             tracing::info!(
                 "sandbox `{}`: imported {} {sub} from {} into {}",
                 self.name,

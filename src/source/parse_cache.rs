@@ -29,6 +29,28 @@ use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 /// Bumped whenever the layout below changes.
 const FORMAT: u32 = 2;
 
+/// Which build wrote a cache: the version, and the size and modification
+/// time of the running executable. Parsing rules can change between two
+/// builds of one version; a cache from any other build is ignored. Without
+/// an executable to identify, nothing is ever reused.
+fn build_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let exe = std::env::current_exe().and_then(std::fs::metadata);
+        match exe {
+            Ok(meta) => {
+                let modified = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                format!("{} {} {modified}", env!("CARGO_PKG_VERSION"), meta.len())
+            }
+            Err(_) => format!("unidentified {:?}", std::time::SystemTime::now()),
+        }
+    })
+}
+
 /// The parse results of one tree: every declaration file under the
 /// source path, sorted by path, and their declarations in one list (in
 /// file order), which is what a snapshot of an unchanged tree takes over
@@ -207,7 +229,7 @@ fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Erro
         None => (bytes, &[][..]),
     };
     let header: Header = serde_json::from_slice(header)?;
-    if header.format != FORMAT || header.tend != env!("CARGO_PKG_VERSION") {
+    if header.format != FORMAT || header.tend != build_id() {
         return Ok(None);
     }
     let tree = parse_object_id(&header.tree).filter(|_| header.path == path);
@@ -232,16 +254,19 @@ fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Erro
         tree,
         ..ParsedTree::default()
     };
+    // The header's count is only trusted as far as the lines go.
+    let expected = header.files.min(body.len());
+    let mut entries = 0;
     for part in parts {
         let mut part = part?;
+        entries += part.entries;
         if out.files.is_empty() {
             // The first run's lists are kept (and grown), not copied.
             std::mem::swap(&mut out.files, &mut part.files);
             std::mem::swap(&mut out.declarations, &mut part.declarations);
-            out.files
-                .reserve(header.files.saturating_sub(out.files.len()));
+            out.files.reserve(expected.saturating_sub(out.files.len()));
             out.declarations
-                .reserve(header.files.saturating_sub(out.declarations.len()));
+                .reserve(expected.saturating_sub(out.declarations.len()));
         }
         // An entry that no longer passes is parsed again; the tree cannot
         // then be trusted to be complete.
@@ -250,6 +275,12 @@ fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Erro
         }
         out.files.extend(part.files);
         out.declarations.extend(part.declarations);
+    }
+    // Lines lost at the end (a cut file, a partial copy) must not pass for
+    // files deleted from the tree: the entries stay usable by blob id, but
+    // the tree is listed again.
+    if entries != header.files {
+        out.tree = None;
     }
     Ok(Some(out))
 }
@@ -260,6 +291,8 @@ struct Lines {
     declarations: Vec<Declaration>,
     /// Every entry was usable.
     complete: bool,
+    /// Entries read, usable or not.
+    entries: usize,
 }
 
 /// Threads worth starting for `bytes` of cache: one per 256 KiB, at most
@@ -298,9 +331,11 @@ fn read_lines(bytes: &[u8]) -> Result<Lines, serde_json::Error> {
         files: Vec::with_capacity(entries),
         declarations: Vec::with_capacity(entries),
         complete: true,
+        entries: 0,
     };
     for entry in serde_json::Deserializer::from_slice(bytes).into_iter::<FileIn>() {
         let entry = entry?;
+        lines.entries += 1;
         let file = PathBuf::from(&entry.path);
         let (Some(blob), Some(count)) = (
             parse_object_id(&entry.blob),
@@ -368,7 +403,7 @@ pub fn store<'a>(
     let mut out = Vec::with_capacity(files.len() * 512);
     let header = Header {
         format: FORMAT,
-        tend: env!("CARGO_PKG_VERSION").to_string(),
+        tend: build_id().to_string(),
         path: path.to_string(),
         tree: tree.to_string(),
         files: files.len(),
@@ -496,7 +531,22 @@ mod tests {
         fs::write(&file, cut).unwrap();
         let loaded = load(&file, "");
         assert!(loaded.files.is_empty(), "a truncated entry voids the cache");
-        let foreign = text.replacen(env!("CARGO_PKG_VERSION"), "0.0.0-other", 1);
+        // Cut at a line break: the entries left are usable, the tree is not.
+        let whole_lines = text.lines().take(2).collect::<Vec<_>>().join("\n");
+        fs::write(&file, format!("{whole_lines}\n")).unwrap();
+        let loaded = load(&file, "");
+        assert_eq!(loaded.files.len(), 1);
+        assert_eq!(
+            loaded.tree, None,
+            "a missing line must not pass for a deleted file"
+        );
+        // A header promising far more lines than there are reads the same.
+        let huge = text.replacen("\"files\":2", "\"files\":18446744073709551615", 1);
+        assert_ne!(huge, text);
+        fs::write(&file, huge).unwrap();
+        let loaded = load(&file, "");
+        assert_eq!((loaded.files.len(), loaded.tree), (2, None));
+        let foreign = text.replacen(build_id(), "0.0.0-other", 1);
         assert_ne!(foreign, text);
         fs::write(&file, foreign).unwrap();
         assert!(

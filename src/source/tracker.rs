@@ -228,10 +228,18 @@ impl Source {
             Some(previous) => previous,
             None if !self.cache_loaded => {
                 self.cache_loaded = true;
-                // A reader thread that could not start or died costs parsing.
+                // A reader thread that could not start is replaced by a read
+                // here; one that died (a bug) costs parsing, not the process.
                 let loaded = match self.cache_loading.take().map(|h| h.join()) {
                     Some(Ok(loaded)) => loaded,
-                    _ => parse_cache::load(&self.cache_file, &self.settings.path),
+                    Some(Err(_)) => {
+                        tracing::warn!(
+                            "reading the parse cache {} failed; every file is parsed",
+                            self.cache_file.display()
+                        );
+                        ParsedTree::default()
+                    }
+                    None => parse_cache::load(&self.cache_file, &self.settings.path),
                 };
                 tracing::debug!(
                     "source: parse cache of {} files loaded in {:?}",
@@ -254,7 +262,14 @@ impl Source {
             return self.accept_snapshot(head, commit_time, previous);
         }
         let (files, contents, stale) = {
-            let files = list_files(&repo, tree_id, &self.settings.path)?;
+            let files = match list_files(&repo, tree_id, &self.settings.path) {
+                Ok(files) => files,
+                Err(e) => {
+                    // Keep the parse results for the next attempt.
+                    self.cache = Some(previous);
+                    return Err(e);
+                }
+            };
             // Entries are moved out of the cache; what is left afterwards
             // belongs to files no longer in the tree.
             let mut unused: HashMap<(String, ObjectId), FileContents> = previous
@@ -272,12 +287,19 @@ impl Source {
                             parse_file(Path::new(path), blob.content())
                         }
                         Err(e) => {
-                            // Keep what was parsed for the next attempt.
+                            // Keep what was parsed, and what was not looked
+                            // at yet, for the next attempt.
                             self.cache = Some(ParsedTree::from_contents(
                                 None,
-                                files.iter().zip(contents).map(|((path, blob), contents)| {
-                                    (path.clone(), object_id(*blob), contents)
-                                }),
+                                files
+                                    .iter()
+                                    .zip(contents)
+                                    .map(|((path, blob), contents)| {
+                                        (path.clone(), object_id(*blob), contents)
+                                    })
+                                    .chain(
+                                        unused.into_iter().map(|((path, blob), c)| (path, blob, c)),
+                                    ),
                             ));
                             return Err(SourceError::Repository {
                                 path: self.repo_dir.display().to_string(),

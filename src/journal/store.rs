@@ -957,19 +957,23 @@ impl StoredMemories {
         let mut fields = Vec::with_capacity(changed.len());
         {
             let conn = store.conn();
+            // The hash is read again with the values: a writer beside a
+            // reader (`tend plan` during `tend apply`) may have applied a new
+            // spec since the first read, and the two must describe one apply.
             let mut stmt = conn
-                .prepare("SELECT applied_fields FROM resources WHERE name = ?1")
+                .prepare("SELECT applied_spec_hash, applied_fields FROM resources WHERE name = ?1")
                 .map_err(|e| store.err(e))?;
             for name in changed {
-                let text: Option<String> = stmt
-                    .query_row([name], |r| r.get(0))
+                let row: Option<(Option<String>, String)> = stmt
+                    .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
                     .optional()
                     .map_err(|e| store.err(e))?;
-                fields.push((name.clone(), text));
+                fields.push((name.clone(), row));
             }
         }
-        for (name, text) in fields {
-            if let (Some(memory), Some(text)) = (self.memories.get_mut(&name), text) {
+        for (name, row) in fields {
+            if let (Some(memory), Some((hash, text))) = (self.memories.get_mut(&name), row) {
+                memory.applied_spec_hash = hash.map(SpecHash);
                 memory.applied_fields = serde_json::from_str(&text).unwrap_or_default();
             }
         }

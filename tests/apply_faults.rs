@@ -501,3 +501,33 @@ fn local_overrides_work_beside_a_running_writer_and_expire() {
         10
     );
 }
+
+#[test]
+fn with_one_slot_every_operation_still_runs_once() {
+    // Operations wait in a queue and start as the provider's slots free up:
+    // with one slot and a lost response, each still runs, under its own id.
+    let names = ["a1", "a2", "a3", "a4", "a5", "a6"];
+    let env = Env::new(&names.map(|n| decl(n, 5)));
+    env.configure("lose_responses = 1", "max_concurrency = 1");
+    env.apply(0);
+    let state = env.sandbox_state();
+    assert_eq!(
+        state.databases.keys().cloned().collect::<Vec<_>>(),
+        names.map(|n| n.to_string()),
+        "one database per declaration"
+    );
+    let intents = env.intents();
+    assert_eq!(intents.len(), names.len(), "{intents:#?}");
+    assert!(
+        intents
+            .iter()
+            .all(|i| i.kind == "create" && i.state == IntentState::Done),
+        "{intents:#?}"
+    );
+    assert_eq!(
+        intents.iter().map(|i| i.attempts).sum::<u32>(),
+        names.len() as u32 + 1,
+        "one lost response, retried once with the same id"
+    );
+    assert_eq!(state.operations().len(), names.len(), "one key per create");
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::git::{TestRepo, manifest};
+use support::git::{manifest, repo_with_declarations};
 
 const DECLARATIONS: usize = 10_000;
 const NO_CHANGE_RUNS: usize = 15;
@@ -94,14 +94,7 @@ fn stats(mut samples: Vec<f64>) -> String {
 #[test]
 #[ignore = "benchmark: run explicitly, see docs/performance.md"]
 fn apply_over_10000_declarations() {
-    let repo = TestRepo::new();
-    for i in 0..DECLARATIONS {
-        repo.write(
-            &format!("databases/team-{:02}/db-{i:05}.yaml", i % 100),
-            &manifest(&format!("db-{i:05}"), (i % 500) as u32),
-        );
-    }
-    repo.commit("10k declarations");
+    let repo = repo_with_declarations(DECLARATIONS);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("tend.toml"),

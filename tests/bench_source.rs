@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use support::git::{GitDaemon, TestRepo, git, manifest};
+use support::git::{GitDaemon, git, manifest, repo_with_declarations};
 use tend::source::Source;
 use tend::source::auth::Credentials;
 use tend::source::tracker::SourceSettings;
@@ -21,14 +21,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 #[test]
 #[ignore = "benchmark: run explicitly, see docs/performance.md"]
 fn source_with_10000_declarations() {
-    let repo = TestRepo::new();
-    for i in 0..DECLARATIONS {
-        repo.write(
-            &format!("databases/team-{:02}/db-{i:05}.yaml", i % 100),
-            &manifest(&format!("db-{i:05}"), (i % 500) as u32),
-        );
-    }
-    repo.commit("10k declarations");
+    let repo = repo_with_declarations(DECLARATIONS);
     let served = tempfile::tempdir().unwrap();
     let bare = repo.bare_clone(served.path());
     let daemon = GitDaemon::start(served.path());

@@ -254,40 +254,21 @@ fn strip_positions(message: &str) -> String {
 /// Which database a declaration manages, compared as
 /// `(spec.provider, database_name())` without building the name.
 #[derive(Clone, Copy)]
-struct DatabaseKey<'a> {
-    provider: Option<&'a str>,
-    name: &'a str,
-    /// `name` is `metadata.name`, whose `-` read as `_`.
-    derived: bool,
-}
+struct DatabaseKey<'a>(&'a ManagedDatabase);
 
 impl<'a> DatabaseKey<'a> {
-    fn of(manifest: &'a ManagedDatabase) -> Self {
-        match &manifest.spec.database_name {
-            Some(name) => DatabaseKey {
-                provider: manifest.spec.provider.as_deref(),
-                name,
-                derived: false,
-            },
-            None => DatabaseKey {
-                provider: manifest.spec.provider.as_deref(),
-                name: &manifest.metadata.name,
-                derived: true,
-            },
-        }
+    fn provider(&self) -> Option<&'a str> {
+        self.0.spec.provider.as_deref()
     }
 
-    fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
-        let derived = self.derived;
-        self.name
-            .bytes()
-            .map(move |b| if derived && b == b'-' { b'_' } else { b })
+    fn bytes(&self) -> impl Iterator<Item = u8> + 'a {
+        self.0.database_name_bytes()
     }
 }
 
 impl PartialEq for DatabaseKey<'_> {
     fn eq(&self, other: &Self) -> bool {
-        self.provider == other.provider && self.bytes().eq(other.bytes())
+        self.provider() == other.provider() && self.bytes().eq(other.bytes())
     }
 }
 
@@ -295,7 +276,7 @@ impl Eq for DatabaseKey<'_> {}
 
 impl std::hash::Hash for DatabaseKey<'_> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.provider.hash(state);
+        self.provider().hash(state);
         for b in self.bytes() {
             state.write_u8(b);
         }
@@ -344,7 +325,7 @@ impl DeclarationSet {
             declarations.iter().all(|d| {
                 let sorted = previous.is_none_or(|p| p < d.name());
                 previous = Some(d.name());
-                sorted && names.insert(d.name()) && databases.insert(DatabaseKey::of(&d.manifest))
+                sorted && names.insert(d.name()) && databases.insert(DatabaseKey(&d.manifest))
             })
         };
         if in_order {

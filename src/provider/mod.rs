@@ -31,11 +31,19 @@ pub struct OwnershipMarker {
 impl OwnershipMarker {
     /// Reads the marker from provider labels.
     pub fn from_labels(labels: &BTreeMap<String, String>) -> Option<Self> {
-        Some(OwnershipMarker {
-            agent_id: labels.get(OWNER_AGENT_LABEL)?.clone(),
-            declaration: labels.get(OWNER_DECLARATION_LABEL)?.clone(),
+        marker_labels(labels).map(|(agent_id, declaration)| OwnershipMarker {
+            agent_id: agent_id.to_string(),
+            declaration: declaration.to_string(),
         })
     }
+}
+
+/// The marker's agent id and declaration name in `labels`, borrowed.
+fn marker_labels(labels: &BTreeMap<String, String>) -> Option<(&str, &str)> {
+    Some((
+        labels.get(OWNER_AGENT_LABEL)?,
+        labels.get(OWNER_DECLARATION_LABEL)?,
+    ))
 }
 
 /// Lifecycle of a database at the provider.
@@ -78,10 +86,7 @@ impl Observation {
     /// The marker's agent id and declaration name, borrowed (the decision
     /// core reads them for every resource in every cycle).
     pub fn marker_labels(&self) -> Option<(&str, &str)> {
-        Some((
-            self.labels.get(OWNER_AGENT_LABEL)?,
-            self.labels.get(OWNER_DECLARATION_LABEL)?,
-        ))
+        marker_labels(&self.labels)
     }
 }
 

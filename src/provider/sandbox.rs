@@ -107,6 +107,37 @@ pub enum SandboxError {
     Corrupt { path: PathBuf, message: String },
 }
 
+/// The sandbox file's two tables: a JSON body per key.
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Databases,
+    Operations,
+}
+
+impl Table {
+    fn name(self) -> &'static str {
+        match self {
+            Table::Databases => "databases",
+            Table::Operations => "operations",
+        }
+    }
+
+    fn key_column(self) -> &'static str {
+        match self {
+            Table::Databases => "name",
+            Table::Operations => "key",
+        }
+    }
+
+    /// What a row is, for messages.
+    fn describe(self, key: &str) -> String {
+        match self {
+            Table::Databases => format!("database `{key}`"),
+            Table::Operations => format!("idempotency key {key}"),
+        }
+    }
+}
+
 /// A sandbox provider over its directory in the state dir: one SQLite
 /// file (`sandbox.db`: a row per database and per idempotency key) and the
 /// call log, so a call costs one small transaction and observing every
@@ -289,16 +320,61 @@ impl SandboxProvider {
         serde_json::to_string(value).map_err(|e| self.storage_err(e))
     }
 
+    /// One row's body, decoded.
+    fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+        key: &str,
+    ) -> Result<Option<T>, SandboxError> {
+        let sql = format!(
+            "SELECT body FROM {} WHERE {} = ?1",
+            table.name(),
+            table.key_column()
+        );
+        let body: Option<String> =
+            self.with_conn(|c| c.query_row(&sql, [key], |r| r.get(0)).optional())?;
+        body.map(|b| self.decode(&table.describe(key), &b))
+            .transpose()
+    }
+
+    /// Writes one row (replacing it).
+    fn put(&self, table: Table, key: &str, value: &impl Serialize) -> Result<(), SandboxError> {
+        let body = self.encode(value)?;
+        let sql = format!(
+            "INSERT OR REPLACE INTO {} ({}, body) VALUES (?1, ?2)",
+            table.name(),
+            table.key_column()
+        );
+        self.with_conn(|c| c.execute(&sql, params![key, body]))
+            .map(drop)
+    }
+
+    /// Every row, by key.
+    fn all<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+    ) -> Result<Vec<(String, T)>, SandboxError> {
+        let sql = format!(
+            "SELECT {0}, body FROM {1} ORDER BY {0}",
+            table.key_column(),
+            table.name()
+        );
+        let rows: Vec<(String, String)> = self.with_conn(|c| {
+            let mut stmt = c.prepare(&sql)?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })?;
+        rows.into_iter()
+            .map(|(key, body)| {
+                let value = self.decode(&table.describe(&key), &body)?;
+                Ok((key, value))
+            })
+            .collect()
+    }
+
     /// One database.
     pub fn load_database(&self, name: &str) -> Result<Option<SandboxDatabase>, SandboxError> {
-        let body: Option<String> = self.with_conn(|c| {
-            c.query_row("SELECT body FROM databases WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()
-        })?;
-        body.map(|b| self.decode(&format!("database `{name}`"), &b))
-            .transpose()
+        self.get(Table::Databases, name)
     }
 
     /// Stores one database.
@@ -307,14 +383,7 @@ impl SandboxProvider {
         name: &str,
         database: &SandboxDatabase,
     ) -> Result<(), SandboxError> {
-        let body = self.encode(database)?;
-        self.with_conn(|c| {
-            c.execute(
-                "INSERT OR REPLACE INTO databases (name, body) VALUES (?1, ?2)",
-                params![name, body],
-            )
-        })
-        .map(drop)
+        self.put(Table::Databases, name, database)
     }
 
     /// Drops one database.
@@ -325,59 +394,22 @@ impl SandboxProvider {
 
     /// Every database, by name.
     fn databases(&self) -> Result<Vec<(String, SandboxDatabase)>, SandboxError> {
-        let rows: Vec<(String, String)> = self.with_conn(|c| {
-            let mut stmt = c.prepare("SELECT name, body FROM databases ORDER BY name")?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
-        })?;
-        rows.into_iter()
-            .map(|(name, body)| {
-                let db = self.decode(&format!("database `{name}`"), &body)?;
-                Ok((name, db))
-            })
-            .collect()
+        self.all(Table::Databases)
     }
 
     fn load_operation(&self, key: &str) -> Result<Option<RecordedOperation>, SandboxError> {
-        let body: Option<String> = self.with_conn(|c| {
-            c.query_row("SELECT body FROM operations WHERE key = ?1", [key], |r| {
-                r.get(0)
-            })
-            .optional()
-        })?;
-        body.map(|b| self.decode(&format!("idempotency key {key}"), &b))
-            .transpose()
+        self.get(Table::Operations, key)
     }
 
     fn store_operation(&self, key: &str, op: &RecordedOperation) -> Result<(), SandboxError> {
-        let body = self.encode(op)?;
-        self.with_conn(|c| {
-            c.execute(
-                "INSERT OR REPLACE INTO operations (key, body) VALUES (?1, ?2)",
-                params![key, body],
-            )
-        })
-        .map(drop)
+        self.put(Table::Operations, key, op)
     }
 
     /// Everything in the sandbox (an absent file is an empty sandbox).
     pub fn load(&self) -> Result<SandboxState, SandboxError> {
-        let databases = self.databases()?.into_iter().collect();
-        let rows: Vec<(String, String)> = self.with_conn(|c| {
-            let mut stmt = c.prepare("SELECT key, body FROM operations")?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
-        })?;
-        let operations = rows
-            .into_iter()
-            .map(|(key, body)| {
-                let op = self.decode(&format!("idempotency key {key}"), &body)?;
-                Ok((key, op))
-            })
-            .collect::<Result<_, SandboxError>>()?;
         Ok(SandboxState {
-            databases,
-            operations,
+            databases: self.databases()?.into_iter().collect(),
+            operations: self.all(Table::Operations)?.into_iter().collect(),
             next_id: 0,
         })
     }

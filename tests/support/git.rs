@@ -101,6 +101,20 @@ impl TestRepo {
     }
 }
 
+/// The benchmarks' repository: `count` declarations (`db-00000`, …) in 100
+/// directories under `databases/`, one commit.
+pub fn repo_with_declarations(count: usize) -> TestRepo {
+    let repo = TestRepo::new();
+    for i in 0..count {
+        repo.write(
+            &format!("databases/team-{:02}/db-{i:05}.yaml", i % 100),
+            &manifest(&format!("db-{i:05}"), (i % 500) as u32),
+        );
+    }
+    repo.commit(&format!("{count} declarations"));
+    repo
+}
+
 /// A manifest with a connection limit, for source tests.
 pub fn manifest(name: &str, limit: u32) -> String {
     format!(

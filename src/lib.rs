@@ -1,16 +1,23 @@
 //! tend: a GitOps pull agent for `ManagedDatabase` declarations.
 //!
-//! The modules follow DESIGN.md §2: [`model`] (declarations), [`config`],
-//! [`provider`] (where databases live), [`engine`] (the pure decision core),
-//! [`cycle`] (observe and decide), [`status`] (reports), [`cli`] (commands).
+//! [`model`] (declarations) · [`config`] · [`source`] (the Git branch) ·
+//! [`provider`] (where databases live) · [`engine`] (the pure decision
+//! core) · [`reconcile`] (the one reconcile path: inputs, routing,
+//! observation, planning, effects) · [`executor`] (operations, journalled)
+//! · [`journal`] (the state store) · [`agent`] (the long-lived agent the
+//! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]
+//! and [`time`] (time, injected and overflow-safe).
 
+pub mod agent;
 pub mod cli;
+pub mod clock;
 pub mod config;
-pub mod cycle;
 pub mod engine;
 pub mod executor;
 pub mod journal;
 pub mod model;
 pub mod provider;
+pub mod reconcile;
 pub mod source;
 pub mod status;
+pub mod time;

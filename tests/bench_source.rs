@@ -36,7 +36,7 @@ fn source_with_10000_declarations() {
     };
 
     let state = tempfile::tempdir().unwrap();
-    let mut source = Source::open(state.path(), settings, true).unwrap();
+    let mut source = Source::open(state.path(), settings, tend::journal::Access::Writer).unwrap();
     let started = Instant::now();
     let cold = source.poll(SystemTime::now());
     let cold_time = started.elapsed();

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tend::engine::{
-    Action, DecideInput, Decision, DriftOrigin, Memory, OverrideInput, OverrideSource, Policy,
-    Rule, State, Subject, Tombstone, decide,
+    Action, DecideInput, Decision, DeletionGate, DriftOrigin, Memory, OverrideInput,
+    OverrideSource, Policy, Rule, State, Subject, Tombstone, decide,
 };
 use tend::model::{
     Declaration, DeclarationSet, OnExpiry, OverrideExpiry, OverrideSpec, parse_file,
@@ -99,13 +99,24 @@ fn applied(decl: &Declaration) -> Memory {
     }
 }
 
+/// The guard holding five deletions due together against a limit of two.
+fn held() -> DeletionGate {
+    DeletionGate::Held {
+        due: 5,
+        limit: 2,
+        managed: 9,
+        since: t(0),
+    }
+}
+
 struct Case<'a> {
     subject: Subject<'a>,
     observed: Observed,
     memory: Memory,
     overrides: Vec<OverrideInput>,
     policy: Policy,
-    deletion_allowed: bool,
+    deletion: DeletionGate,
+    provider_override_seen: Option<SystemTime>,
     now: SystemTime,
 }
 
@@ -117,7 +128,8 @@ impl<'a> Case<'a> {
             memory: applied(decl),
             overrides: Vec::new(),
             policy: policy(),
-            deletion_allowed: true,
+            deletion: DeletionGate::Allowed,
+            provider_override_seen: None,
             now: t(100),
         }
     }
@@ -131,7 +143,8 @@ impl<'a> Case<'a> {
             overrides: &self.overrides,
             policy: &self.policy,
             capabilities: &caps,
-            deletion_allowed: self.deletion_allowed,
+            deletion: &self.deletion,
+            provider_override_seen: self.provider_override_seen,
             provider: "main",
             now: self.now,
         })
@@ -552,14 +565,30 @@ fn removal_with_delete_waits_for_delay_guard_and_ownership() {
     );
     case.now = t(3600);
     expect(&case.run(), State::Deleting, Action::Delete, Rule::Delete);
-    case.deletion_allowed = false;
+    case.deletion = held();
+    let d = case.run();
+    expect(&d, State::Deleting, Action::Hold, Rule::DeletionGuard);
+    assert!(
+        d.reason.contains("5 were due together")
+            && d.reason.contains("limit of 2 for 9 managed")
+            && d.reason.contains("tend deletions approve orders"),
+        "the reason gives the counts, the limit and the way out: {}",
+        d.reason
+    );
+    case.deletion = DeletionGate::Approved {
+        reason: "CHG-9".into(),
+    };
+    let d = case.run();
+    expect(&d, State::Deleting, Action::Delete, Rule::DeletionApproved);
+    assert!(d.reason.contains("CHG-9"), "{}", d.reason);
+    case.deletion = DeletionGate::EmptyTree;
     expect(
         &case.run(),
         State::Deleting,
         Action::Hold,
         Rule::DeletionGuard,
     );
-    case.deletion_allowed = true;
+    case.deletion = DeletionGate::Allowed;
     case.observed = observation(&[], None);
     expect(
         &case.run(),
@@ -745,7 +774,7 @@ fn a_stalled_deletion_stays_under_the_guard() {
     let mut case = Case::new(&decl, ours(&[]));
     case.subject = Subject::Removed(&tomb);
     case.now = t(3600 + 3600);
-    case.deletion_allowed = false;
+    case.deletion = held();
     let d = case.run();
     expect(&d, State::Stalled, Action::Hold, Rule::DeletionStalled);
 }

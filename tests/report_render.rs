@@ -5,16 +5,18 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 use tend::config::Config;
-use tend::cycle::{Plan, PlannedResource};
 use tend::engine::{DecideInput, Memory, OverrideInput, Policy, Subject, decide};
+use tend::engine::{DeletionGate, DeletionGuard};
+use tend::model::DeclarationSet;
 use tend::model::{Diagnostic, load_paths};
 use tend::provider::sandbox::SANDBOX_FIELDS;
 use tend::provider::{
     Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
 };
+use tend::reconcile::{Plan, PlannedOperationId, PlannedResource, PlannedSubject};
 use tend::status::{build_report, render};
 
-fn fixed_plan() -> (Config, Plan) {
+fn config() -> Config {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tend.toml");
     std::fs::write(
@@ -22,17 +24,24 @@ fn fixed_plan() -> (Config, Plan) {
         "agent_id = \"snap\"\n[source]\nurl = \"https://git.example/platform/databases.git\"\npath = \"examples/databases\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
     )
     .unwrap();
-    let config = Config::load(&path).unwrap();
+    Config::load(&path).unwrap()
+}
+
+fn examples() -> DeclarationSet {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    load_paths(&[root.join("examples/databases")])
+}
+
+fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let set = load_paths(&[root.join("examples/databases")]);
     let caps = Capabilities::for_fields(SANDBOX_FIELDS, true);
     let policy = Policy {
         agent_id: "snap".into(),
         ..Policy::default()
     };
     let mut resources = Vec::new();
-    for decl in set.declarations {
+    for decl in &set.declarations {
         let name = decl.name().to_string();
         let mut fields = tend::engine::desired::desired_fields(&decl.manifest, &caps);
         let mut labels = std::collections::BTreeMap::from([
@@ -72,32 +81,33 @@ fn fixed_plan() -> (Config, Plan) {
             }
         };
         let memory = Memory::default();
-        let overrides: Vec<OverrideInput> = OverrideInput::from_annotations(&decl, now)
+        let overrides: Vec<OverrideInput> = OverrideInput::from_annotations(decl, now)
             .into_iter()
             .collect();
         let decision = decide(&DecideInput {
-            subject: Subject::Declared(&decl),
+            subject: Subject::Declared(decl),
             observed: &observed,
             memory: &memory,
             overrides: &overrides,
             policy: &policy,
             capabilities: &caps,
-            deletion_allowed: false,
+            deletion: &DeletionGate::Allowed,
+            provider_override_seen: None,
             provider: "sandbox",
             now,
         });
-        let operation = tend::cycle::operation_kind(decision.action).map(|kind| {
-            (
+        let operation =
+            tend::reconcile::plan::operation_kind(decision.action).map(|kind| PlannedOperationId {
                 kind,
-                tend::provider::OperationId::derive("snap", &name, kind, &decl.spec_hash),
-            )
-        });
+                id: tend::provider::OperationId::derive("snap", &name, kind, &decl.spec_hash),
+                generation: 0,
+            });
         resources.push(PlannedResource {
             name: name.clone(),
             file: decl.file.strip_prefix(root).unwrap().display().to_string(),
             provider: "sandbox".into(),
             spec_hash: decl.spec_hash.clone(),
-            subject: tend::cycle::PlannedSubject::Declared(Box::new(decl)),
+            subject: PlannedSubject::Declared(decl),
             observed,
             memory,
             decision,
@@ -110,29 +120,33 @@ fn fixed_plan() -> (Config, Plan) {
         column: 9,
         message: "metadata.name `Broken` is not a lowercase DNS label".into(),
     }];
-    (
-        config,
-        Plan {
-            agent_id: "snap".into(),
-            commit: Some("4b825dc642cb6eb9a060e54bf8d69288fbee4904".into()),
-            resources,
-            errors,
-            unplanned: Vec::new(),
-            now,
+    Plan {
+        agent_id: "snap".into(),
+        commit: Some("4b825dc642cb6eb9a060e54bf8d69288fbee4904".into()),
+        resources,
+        errors,
+        intents: Vec::new(),
+        guard: DeletionGuard {
+            due: 0,
+            managed: 0,
+            limit: 5,
+            trip: None,
+            empty_tree: false,
         },
-    )
+        now,
+    }
 }
 
 #[test]
 fn text_report_snapshot() {
-    let (config, plan) = fixed_plan();
-    let report = build_report(&config, &plan);
+    let set = examples();
+    let report = build_report(&config(), &fixed_plan(&set));
     insta::assert_snapshot!(render::text(&report, false));
 }
 
 #[test]
 fn markdown_report_snapshot() {
-    let (config, plan) = fixed_plan();
-    let report = build_report(&config, &plan);
+    let set = examples();
+    let report = build_report(&config(), &fixed_plan(&set));
     insta::assert_snapshot!(render::markdown(&report));
 }

@@ -22,7 +22,7 @@ fn settings(url: &str, branch: &str, path: &str) -> SourceSettings {
 }
 
 fn open(state: &Path, settings: SourceSettings) -> Source {
-    Source::open(state, settings, true).unwrap()
+    Source::open(state, settings, tend::journal::Access::Writer).unwrap()
 }
 
 fn names(outcome: &PollOutcome) -> Vec<String> {
@@ -117,8 +117,12 @@ fn a_new_process_reuses_the_parse_cache_in_the_state_dir() {
     // A corrupt cache costs parsing, never a wrong snapshot; a read-only
     // source (`tend plan`) does not repair it, a writer does.
     std::fs::write(&cache, b"{\"format\": 1, \"files\": [").unwrap();
-    let mut reader =
-        Source::open(state.path(), settings(&repo.url(), "main", "db"), false).unwrap();
+    let mut reader = Source::open(
+        state.path(),
+        settings(&repo.url(), "main", "db"),
+        tend::journal::Access::ReadOnly,
+    )
+    .unwrap();
     let reparsed = reader.poll(now);
     assert_eq!(reader.parse_count(), 6);
     assert_eq!(declarations(&reparsed), declarations(&changed));

@@ -1,16 +1,19 @@
-//! `tend apply` and `tend state show|check`.
+//! `tend apply`: one full cycle on the shared reconcile path (replay,
+//! observe, decide, execute, confirm), then a report.
 
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 
-use super::exit;
 use super::plan::ReportFormat;
+use super::progress::TerminalProgress;
+use super::{exit, session};
 use crate::config::Config;
-use crate::cycle::apply;
-use crate::executor::OpOutcome;
-use crate::journal::StateStore;
+use crate::executor::{Executed, OpOutcome};
+use crate::journal::Access;
+use crate::reconcile::{Mode, ReconcileError, Scope, reconcile};
 use crate::status::{Report, build_report, render};
 
 #[derive(Debug, Args)]
@@ -18,21 +21,6 @@ pub struct ApplyArgs {
     /// How to print the report of the state after the cycle.
     #[arg(long, value_enum, default_value = "text")]
     pub format: ReportFormat,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum StateCommand {
-    /// A readable summary of the state dir.
-    Show,
-    /// Integrity check (exit 1 on problems).
-    Check,
-}
-
-fn load(config_path: &Path) -> Result<Config, u8> {
-    Config::load(config_path).map_err(|e| {
-        let _ = writeln!(io::stderr(), "tend: {e}");
-        exit::CONFIG
-    })
 }
 
 /// Writes the latest report as JSON and Markdown into `reports_dir`
@@ -54,108 +42,83 @@ fn write_reports(config: &Config, report: &Report) -> io::Result<()> {
     Ok(())
 }
 
-pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
-    let config = match load(config_path) {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
-    let outcome = match apply(&config) {
-        Ok(o) => o,
-        Err(e) => {
-            writeln!(io::stderr(), "tend: {e}")?;
-            return Ok(exit::ERROR);
-        }
-    };
-    let mut failed = false;
-    let mut err = io::stderr().lock();
-    let done = outcome
-        .operations
+/// One line per operation that did not simply finish; whether any failed.
+fn print_operations(err: &mut impl Write, operations: &[Executed]) -> io::Result<bool> {
+    let done = operations
         .iter()
-        .filter(|o| o.3 == OpOutcome::Done)
+        .filter(|o| o.outcome == OpOutcome::Done)
         .count();
-    writeln!(err, "{} operations, {done} done", outcome.operations.len())?;
-    for (name, kind, id, result) in &outcome.operations {
-        let short = id.0.get(..12).unwrap_or(&id.0);
-        let line = match result {
-            OpOutcome::Done => continue,
-            OpOutcome::DoneWithDifferences(fields) => {
-                format!("done, but {} still differ", fields.join(", "))
-            }
-            OpOutcome::Pending(why) => format!("pending: {why}"),
-            OpOutcome::Failed(why) => {
-                failed = true;
-                format!("FAILED: {why}")
-            }
-        };
-        writeln!(err, "{} {name} (op {short}): {line}", kind.as_str())?;
-    }
-    let report = build_report(&config, &outcome.after);
-    tracing::debug!("report built");
-    if let Err(e) = write_reports(&config, &report) {
+    writeln!(err, "{} operations, {done} done", operations.len())?;
+    let mut failed = false;
+    for op in operations {
+        if op.outcome == OpOutcome::Done {
+            continue;
+        }
+        failed |= matches!(op.outcome, OpOutcome::Failed(_));
+        let short = op.id.0.get(..12).unwrap_or(&op.id.0);
         writeln!(
             err,
-            "tend: cannot write reports to {:?}: {e}",
-            config.status.reports_dir
+            "{} {} (op {short}): {}",
+            op.kind.as_str(),
+            op.name,
+            op.outcome.describe()
         )?;
     }
-    drop(err);
-    super::plan::print_report(args.format, &report)?;
-    tracing::debug!("report printed");
-    let code = if failed || report.has_errors() {
+    Ok(failed)
+}
+
+pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
+    let agent = match session::open_agent(config_path, Access::Writer) {
+        Ok(agent) => agent.with_progress(Arc::new(TerminalProgress::new())),
+        Err(code) => return Ok(code),
+    };
+    let runtime = match session::runtime() {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    runtime.block_on(async {
+        let snapshot = match session::snapshot(&agent).await {
+            Ok(s) => s,
+            Err(e) => {
+                session::fail(format!("source: {e}"));
+                return Ok(exit::ERROR);
+            }
+        };
+        let outcome = match reconcile(&agent, &snapshot, Mode::Apply, &Scope::All).await {
+            Ok(o) => o,
+            Err(ReconcileError::State { error, finished }) => {
+                // What ran is journalled; say so before the error.
+                print_operations(&mut io::stderr().lock(), &finished)?;
+                session::fail(error);
+                return Ok(exit::ERROR);
+            }
+            Err(e) => {
+                session::fail(e);
+                return Ok(exit::ERROR);
+            }
+        };
+        let failed = print_operations(&mut io::stderr().lock(), &outcome.operations)?;
+        let report = build_report(agent.config(), outcome.latest());
+        if let Err(e) = write_reports(agent.config(), &report) {
+            session::fail(format!(
+                "cannot write reports to {:?}: {e}",
+                agent.config().status.reports_dir
+            ));
+        }
+        print_report_and_code(args.format, &report, failed).inspect(|_| {
+            super::heap::release_at_exit(outcome);
+            super::heap::release_at_exit(report);
+        })
+    })
+}
+
+fn print_report_and_code(format: ReportFormat, report: &Report, failed: bool) -> io::Result<u8> {
+    super::plan::print_report(format, report)?;
+    Ok(if failed || report.has_errors() {
         exit::ERROR
     } else if report.has_pending() {
         exit::PENDING
     } else {
         exit::OK
-    };
-    super::heap::release_at_exit((outcome, report));
-    Ok(code)
-}
-
-pub fn run_state(config_path: &Path, command: &StateCommand) -> io::Result<u8> {
-    let config = match load(config_path) {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
-    let store = match StateStore::open(&config.state_dir, false) {
-        Ok(Some(store)) => store,
-        Ok(None) => {
-            writeln!(
-                io::stdout(),
-                "no state yet in {} (nothing was applied)",
-                config.state_dir.display()
-            )?;
-            return Ok(exit::OK);
-        }
-        Err(e) => {
-            writeln!(io::stderr(), "tend: {e}")?;
-            return Ok(exit::ERROR);
-        }
-    };
-    let result = match command {
-        StateCommand::Show => store.summary().map(|s| (s, exit::OK)),
-        StateCommand::Check => store.check().map(|problems| {
-            if problems.is_empty() {
-                (format!("{}: ok\n", store.path().display()), exit::OK)
-            } else {
-                (
-                    problems
-                        .iter()
-                        .map(|p| format!("{}: {p}\n", store.path().display()))
-                        .collect(),
-                    exit::ERROR,
-                )
-            }
-        }),
-    };
-    match result {
-        Ok((text, code)) => {
-            write!(io::stdout(), "{text}")?;
-            Ok(code)
-        }
-        Err(e) => {
-            writeln!(io::stderr(), "tend: {e}")?;
-            Ok(exit::ERROR)
-        }
-    }
+    })
 }

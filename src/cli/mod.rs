@@ -7,11 +7,15 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod apply;
+mod deletions;
 mod heap;
 mod overrides;
 mod plan;
+mod progress;
 mod sandbox;
 mod schema;
+mod session;
+mod state;
 mod validate;
 
 /// Exit codes shared by the commands.
@@ -57,7 +61,10 @@ pub enum Command {
     Apply(apply::ApplyArgs),
     /// Inspect the state dir.
     #[command(subcommand)]
-    State(apply::StateCommand),
+    State(state::StateCommand),
+    /// Pending deletions, and approving those the mass-deletion guard holds.
+    #[command(subcommand)]
+    Deletions(deletions::DeletionsCommand),
     /// Break-glass overrides on this host, for when Git is unreachable.
     #[command(subcommand)]
     Override(overrides::OverrideCommand),
@@ -130,7 +137,8 @@ pub fn run(cli: Cli) -> u8 {
         Command::Schema => schema::run(),
         Command::Plan(args) => plan::run_plan(&cli.config, &args),
         Command::Apply(args) => apply::run_apply(&cli.config, &args),
-        Command::State(command) => apply::run_state(&cli.config, &command),
+        Command::State(command) => state::run(&cli.config, &command),
+        Command::Deletions(command) => deletions::run(&cli.config, &command),
         Command::Override(command) => overrides::run(&cli.config, &command),
         Command::Explain(args) => plan::run_explain(&cli.config, &args),
         Command::Sandbox(command) => sandbox::run(&cli.config, &command),

@@ -134,12 +134,23 @@ fn list(store: &StateStore) -> Result<String, String> {
         return Ok("(no local overrides)\n".into());
     }
     let mut out = String::new();
-    for crate::journal::LocalOverride {
-        name,
-        annotations,
-        set_at,
-    } in rows
-    {
+    for row in rows {
+        let crate::journal::LocalOverride {
+            name,
+            annotations,
+            set_at,
+        } = match row {
+            Ok(o) => o,
+            Err(corrupt) => {
+                // An unreadable override is shown, never hidden: the
+                // resource it belongs to is held in `Error` until repaired.
+                out.push_str(&format!(
+                    "{}  UNREADABLE: {}\n",
+                    corrupt.name, corrupt.problem
+                ));
+                continue;
+            }
+        };
         let short = |k: &str| k.strip_prefix("tend.dev/").unwrap_or(k).to_string();
         let details: Vec<String> = annotations
             .iter()
@@ -147,7 +158,7 @@ fn list(store: &StateStore) -> Result<String, String> {
             .collect();
         out.push_str(&format!(
             "{name}  set {}  {}\n",
-            humantime::format_rfc3339_seconds(set_at),
+            crate::time::rfc3339(set_at),
             details.join("  ")
         ));
     }

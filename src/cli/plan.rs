@@ -1,14 +1,16 @@
-//! `tend plan` and `tend explain`.
+//! `tend plan` and `tend explain`: one read-only cycle on the shared
+//! reconcile path, reported.
 
 use std::io::{self, IsTerminal, Write};
 use std::time::SystemTime;
 
 use clap::{Args, ValueEnum};
 
-use super::exit;
-use crate::config::Config;
-use crate::cycle::{PlannedSubject, plan};
+use super::{exit, session};
+use crate::journal::Access;
 use crate::provider::Observed;
+use crate::reconcile::{Mode, Plan, PlannedResource, PlannedSubject, Scope, reconcile};
+use crate::status::render::{origin, value};
 use crate::status::{build_report, render};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -33,13 +35,6 @@ pub struct ExplainArgs {
     pub name: String,
 }
 
-fn load(config_path: &std::path::Path) -> Result<Config, u8> {
-    Config::load(config_path).map_err(|e| {
-        let _ = writeln!(io::stderr(), "tend: {e}");
-        exit::CONFIG
-    })
-}
-
 /// Prints a report on stdout; colour only on a terminal without `NO_COLOR`.
 pub fn print_report(format: ReportFormat, report: &crate::status::Report) -> io::Result<()> {
     let mut out = io::stdout().lock();
@@ -56,77 +51,99 @@ pub fn print_report(format: ReportFormat, report: &crate::status::Report) -> io:
     }
 }
 
-pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8> {
-    let config = match load(config_path) {
-        Ok(c) => c,
+/// Runs `f` on the plan of one read-only cycle; the exit code is `f`'s,
+/// or the failure's.
+fn with_plan(
+    config_path: &std::path::Path,
+    f: impl FnOnce(&crate::agent::Agent, &Plan<'_>) -> io::Result<u8>,
+) -> io::Result<u8> {
+    let agent = match session::open_agent(config_path, Access::ReadOnly) {
+        Ok(agent) => agent,
         Err(code) => return Ok(code),
     };
-    let plan = match plan(&config, SystemTime::now()) {
-        Ok(p) => p,
-        Err(e) => {
-            writeln!(io::stderr(), "tend: {e}")?;
-            return Ok(exit::ERROR);
-        }
+    let runtime = match session::runtime() {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
     };
-    let report = build_report(&config, &plan);
-    print_report(args.format, &report)?;
-    let code = if report.has_errors() {
-        exit::ERROR
-    } else if args.detailed_exitcode && report.has_pending() {
-        exit::PENDING
-    } else {
-        exit::OK
-    };
-    super::heap::release_at_exit((plan, report));
-    Ok(code)
+    runtime.block_on(async {
+        let snapshot = match session::snapshot(&agent).await {
+            Ok(s) => s,
+            Err(e) => {
+                session::fail(format!("source: {e}"));
+                return Ok(exit::ERROR);
+            }
+        };
+        let outcome = match reconcile(&agent, &snapshot, Mode::Plan, &Scope::All).await {
+            Ok(o) => o,
+            Err(e) => {
+                session::fail(e);
+                return Ok(exit::ERROR);
+            }
+        };
+        let code = f(&agent, outcome.latest());
+        super::heap::release_at_exit(outcome);
+        super::heap::release_at_exit(snapshot);
+        code
+    })
+}
+
+pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8> {
+    with_plan(config_path, |agent, plan| {
+        let report = build_report(agent.config(), plan);
+        print_report(args.format, &report)?;
+        let code = if report.has_errors() {
+            exit::ERROR
+        } else if args.detailed_exitcode && report.has_pending() {
+            exit::PENDING
+        } else {
+            exit::OK
+        };
+        super::heap::release_at_exit(report);
+        Ok(code)
+    })
 }
 
 pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Result<u8> {
-    let config = match load(config_path) {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
-    let now = SystemTime::now();
-    let plan = match plan(&config, now) {
-        Ok(p) => p,
-        Err(e) => {
-            writeln!(io::stderr(), "tend: {e}")?;
-            return Ok(exit::ERROR);
-        }
-    };
-    let mut out = io::stdout().lock();
-    let Some(r) = plan.resources.iter().find(|r| r.name == args.name) else {
-        for e in plan.errors.iter() {
+    with_plan(config_path, |agent, plan| {
+        let Some(r) = plan.resources.iter().find(|r| r.name == args.name) else {
+            let mut err = io::stderr().lock();
+            for e in &plan.errors {
+                writeln!(err, "{e}")?;
+            }
+            let source = &agent.config().source;
             writeln!(
-                io::stderr(),
-                "{}:{}:{}: {}",
-                e.file.display(),
-                e.line,
-                e.column,
-                e.message
+                err,
+                "tend: no valid declaration named `{}` under `{}` of {} at {} (errors above, if any, may be why)",
+                args.name,
+                source.path,
+                source.url,
+                plan.commit.as_deref().unwrap_or("?")
             )?;
-        }
-        writeln!(
-            io::stderr(),
-            "tend: no valid declaration named `{}` under `{}` of {} at {} (errors above, if any, may be why)",
-            args.name,
-            config.source.path,
-            config.source.url,
-            plan.commit.as_deref().unwrap_or("?")
-        )?;
-        return Ok(exit::ERROR);
-    };
-    let t = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+            return Ok(exit::ERROR);
+        };
+        explain(&mut io::stdout().lock(), agent, plan, r)?;
+        Ok(exit::OK)
+    })
+}
+
+fn explain(
+    out: &mut impl Write,
+    agent: &crate::agent::Agent,
+    plan: &Plan<'_>,
+    r: &PlannedResource<'_>,
+) -> io::Result<()> {
+    let now = plan.now;
+    let t = crate::time::rfc3339;
     writeln!(out, "{}", r.name)?;
+    let commit = plan.commit.as_deref().unwrap_or("?");
     match &r.subject {
         PlannedSubject::Declared(decl) => {
             writeln!(
                 out,
-                "  declaration: {}:{} at commit {} of {}, provider `{}`",
+                "  declaration: {}:{} at commit {commit} of {}, provider `{}`",
                 r.file,
                 decl.line,
-                plan.commit.as_deref().unwrap_or("?"),
-                config.source.url,
+                agent.config().source.url,
                 r.provider
             )?;
             writeln!(out, "  database:    {}", decl.manifest.database_name())?;
@@ -134,42 +151,23 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
         PlannedSubject::Removed(tomb) => {
             writeln!(
                 out,
-                "  declaration: removed in commit {} (first seen {}), deletionPolicy {:?}, provider `{}`",
+                "  declaration: removed in commit {} (first seen {}), deletionPolicy {}, provider `{}`",
                 tomb.removal_commit,
                 t(tomb.removed_at),
-                tomb.last.spec.deletion_policy,
+                match tomb.last.spec.deletion_policy {
+                    crate::model::DeletionPolicy::Delete => "Delete",
+                    crate::model::DeletionPolicy::Retain => "Retain",
+                },
                 r.provider
             )?;
             writeln!(out, "  database:    {}", tomb.last.database_name())?;
         }
+        PlannedSubject::Unreadable => {
+            writeln!(out, "  declaration: unknown (the state cannot be read)")?
+        }
     }
     writeln!(out, "  spec hash:   {}", r.spec_hash)?;
-    match &r.observed {
-        Observed::Found(o) => {
-            let age = now.duration_since(o.observed_at).unwrap_or_default();
-            writeln!(
-                out,
-                "  observed:    {} ({:?}) at {} ({} ago)",
-                o.external_id,
-                o.status,
-                t(o.observed_at),
-                humantime::format_duration(std::time::Duration::from_secs(age.as_secs()))
-            )?;
-            match o.marker() {
-                Some(m) => writeln!(
-                    out,
-                    "  owner:       agent `{}`, declaration `{}`",
-                    m.agent_id, m.declaration
-                )?,
-                None => writeln!(out, "  owner:       no tend marker")?,
-            }
-            for (field, value) in &o.fields {
-                writeln!(out, "    {field} = {value}")?;
-            }
-        }
-        Observed::NotFound => writeln!(out, "  observed:    not found at the provider")?,
-        Observed::Failed(e) => writeln!(out, "  observed:    FAILED: {e}")?,
-    }
+    explain_observed(out, &r.observed, now)?;
     match &r.memory.applied_spec_hash {
         Some(h) => writeln!(
             out,
@@ -181,57 +179,93 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
             "  remembered:  nothing (first sight: differences count as out-of-band)"
         )?,
     }
-    let ov = &r.decision.overrides;
-    if ov.is_empty() {
-        writeln!(out, "  overrides:   none")?;
-    } else {
-        let sources: Vec<&str> = ov.sources.iter().map(|s| s.as_str()).collect();
-        writeln!(
-            out,
-            "  overrides:   {} from {}: {}{}{}",
-            ov.kind(),
-            sources.join(", "),
-            ov.reasons.join("; "),
-            ov.expires
-                .map(|e| format!("; expires {}", t(e)))
-                .unwrap_or_default(),
-            if ov.expired { " (EXPIRED)" } else { "" }
-        )?;
-        if !ov.ignore_fields.is_empty() {
-            writeln!(
-                out,
-                "               ignored fields: {}",
-                ov.ignore_fields.join(", ")
-            )?;
-        }
-    }
+    explain_overrides(out, r)?;
     let d = &r.decision;
     writeln!(out, "  decision:    {:?} / {:?}", d.state, d.action)?;
-    writeln!(
-        out,
-        "  rule:        {}",
-        serde_json::to_value(d.rule)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default()
-    )?;
+    writeln!(out, "  rule:        {}", d.rule.as_str())?;
     writeln!(out, "  reason:      {}", d.reason)?;
     for x in &d.drift {
         writeln!(
             out,
-            "  drift:       {} declared {} observed {} ({:?}{})",
+            "  drift:       {} declared {} observed {} ({}{})",
             x.field,
-            x.desired,
-            x.observed,
-            x.origin,
+            value(&x.desired),
+            value(&x.observed),
+            origin(x.origin),
             if x.ignored { ", ignored" } else { "" }
         )?;
     }
-    if let Some((kind, id)) = &r.operation {
-        writeln!(out, "  operation:   {} {id}", kind.as_str())?;
+    if let Some(op) = &r.operation {
+        writeln!(out, "  operation:   {} {}", op.kind.as_str(), op.id)?;
+    }
+    for intent in plan.intents.iter().filter(|i| i.name == r.name) {
+        writeln!(
+            out,
+            "  journal:     {} {} ({}): {}",
+            intent.kind.as_str(),
+            intent.id,
+            intent.rule.as_str(),
+            intent.reason
+        )?;
     }
     if let Some(at) = d.act_at {
         writeln!(out, "  acts at:     {}", t(at))?;
     }
-    Ok(exit::OK)
+    Ok(())
+}
+
+fn explain_observed(out: &mut impl Write, observed: &Observed, now: SystemTime) -> io::Result<()> {
+    match observed {
+        Observed::Found(o) => {
+            writeln!(
+                out,
+                "  observed:    {} ({:?}) at {} ({} ago)",
+                o.external_id,
+                o.status,
+                crate::time::rfc3339(o.observed_at),
+                crate::time::duration(crate::time::since(now, o.observed_at))
+            )?;
+            match o.marker() {
+                Some(m) => writeln!(
+                    out,
+                    "  owner:       agent `{}`, declaration `{}`",
+                    m.agent_id, m.declaration
+                )?,
+                None => writeln!(out, "  owner:       no tend marker")?,
+            }
+            for (field, v) in &o.fields {
+                writeln!(out, "    {field} = {}", value(v))?;
+            }
+            Ok(())
+        }
+        Observed::NotFound => writeln!(out, "  observed:    not found at the provider"),
+        Observed::Failed(e) => writeln!(out, "  observed:    FAILED: {e}"),
+    }
+}
+
+fn explain_overrides(out: &mut impl Write, r: &PlannedResource<'_>) -> io::Result<()> {
+    let ov = &r.decision.overrides;
+    if ov.is_empty() {
+        return writeln!(out, "  overrides:   none");
+    }
+    let sources: Vec<&str> = ov.sources.iter().map(|s| s.as_str()).collect();
+    writeln!(
+        out,
+        "  overrides:   {} from {}: {}{}{}",
+        ov.kind(),
+        sources.join(", "),
+        ov.reasons.join("; "),
+        ov.expires
+            .map(|e| format!("; expires {}", crate::time::rfc3339(e)))
+            .unwrap_or_default(),
+        if ov.expired { " (EXPIRED)" } else { "" }
+    )?;
+    if !ov.ignore_fields.is_empty() {
+        writeln!(
+            out,
+            "               ignored fields: {}",
+            ov.ignore_fields.join(", ")
+        )?;
+    }
+    Ok(())
 }

@@ -8,8 +8,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::exit;
-use crate::config::{Config, ProviderKind};
-use crate::cycle::sandbox_provider;
+use crate::config::{Config, ProviderConfig};
 use crate::provider::sandbox::{SandboxDatabase, SandboxProvider};
 
 #[derive(Debug, Subcommand)]
@@ -59,7 +58,7 @@ fn open(config_path: &Path, target: &SandboxTarget) -> Result<SandboxProvider, S
     let sandboxes: Vec<&String> = config
         .providers
         .iter()
-        .filter(|(_, p)| p.kind == ProviderKind::Sandbox)
+        .filter(|(_, p)| matches!(p, ProviderConfig::Sandbox(_)))
         .map(|(n, _)| n)
         .collect();
     let name = match (&target.provider, sandboxes.as_slice()) {
@@ -74,7 +73,15 @@ fn open(config_path: &Path, target: &SandboxTarget) -> Result<SandboxProvider, S
         (None, []) => return Err(format!("no sandbox provider in {}", config_path.display())),
         (None, _) => return Err("several sandbox providers: pass --provider".into()),
     };
-    sandbox_provider(&config, &name).map_err(|e| e.to_string())
+    match &config.providers[&name] {
+        ProviderConfig::Sandbox(c) => Ok(SandboxProvider::new(
+            &name,
+            &config.state_dir,
+            c.provisioning_delay,
+            c.faults.clone(),
+        )),
+        _ => Err(format!("`{name}` is not a sandbox provider")),
+    }
 }
 
 fn split(pair: &str) -> Result<(&str, &str), String> {

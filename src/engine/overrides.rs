@@ -58,10 +58,37 @@ impl OverrideInput {
     pub fn expires_at(&self) -> Option<SystemTime> {
         match self.spec.expires {
             Some(OverrideExpiry::At(t)) => Some(t),
-            Some(OverrideExpiry::After(d)) => self.first_seen.checked_add(d),
+            Some(OverrideExpiry::After(d)) => Some(crate::time::add(self.first_seen, d)),
             None => None,
         }
     }
+}
+
+/// The identity of an override's content, stored with its first sighting:
+/// a changed override starts a new duration, an unchanged one keeps its
+/// clock across cycles and restarts. Canonical JSON of named parts (not
+/// `Debug` output), so renaming a Rust field cannot restart every expiry.
+/// `on-expiry` is not part of it: changing what happens at expiry does not
+/// move the expiry.
+pub fn fingerprint(spec: &OverrideSpec) -> String {
+    serde_json::json!({
+        "v": 1,
+        "paused": spec.paused,
+        "ignoreFields": spec.ignore_fields,
+        "reason": spec.reason,
+        "expires": spec.expires_text,
+    })
+    .to_string()
+}
+
+/// The fingerprint state formats up to 2 stored (`Debug` output). Kept only
+/// to recognise those rows and carry their first sighting over to
+/// [`fingerprint`]; never written.
+pub fn legacy_fingerprint(spec: &OverrideSpec) -> String {
+    format!(
+        "{:?}|{:?}|{}|{:?}",
+        spec.paused, spec.ignore_fields, spec.reason, spec.expires_text
+    )
 }
 
 /// All overrides of a resource folded into one: what is honoured now, and
@@ -146,4 +173,57 @@ pub fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveOverride
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> OverrideSpec {
+        OverrideSpec {
+            paused: true,
+            ignore_fields: vec!["connectionLimit".into()],
+            reason: "INC-7|pipes".into(),
+            expires: Some(OverrideExpiry::After(Duration::from_secs(4 * 3600))),
+            expires_text: Some("4h".into()),
+            on_expiry: OnExpiry::Hold,
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_is_canonical_json_of_named_parts() {
+        // A stored value: changing this string restarts every stored
+        // duration-based expiry, so it changes only with a migration.
+        assert_eq!(
+            fingerprint(&spec()),
+            r#"{"expires":"4h","ignoreFields":["connectionLimit"],"paused":true,"reason":"INC-7|pipes","v":1}"#
+        );
+        let mut resume = spec();
+        resume.on_expiry = OnExpiry::Resume;
+        assert_eq!(fingerprint(&resume), fingerprint(&spec()));
+        let mut other = spec();
+        other.reason = "INC-8".into();
+        assert_ne!(fingerprint(&other), fingerprint(&spec()));
+    }
+
+    #[test]
+    fn the_legacy_fingerprint_is_what_format_2_stored() {
+        assert_eq!(
+            legacy_fingerprint(&spec()),
+            r#"true|["connectionLimit"]|INC-7|pipes|Some("4h")"#
+        );
+    }
+
+    #[test]
+    fn an_absurd_duration_expiry_saturates_instead_of_panicking() {
+        let mut long = spec();
+        long.expires = Some(OverrideExpiry::After(Duration::from_secs(u64::MAX / 4)));
+        let input = OverrideInput {
+            source: OverrideSource::Annotation,
+            spec: long,
+            first_seen: SystemTime::now(),
+        };
+        assert_eq!(input.expires_at(), Some(crate::time::latest()));
+        assert!(!effective(&[input], SystemTime::now()).expired);
+    }
 }

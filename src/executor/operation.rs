@@ -1,12 +1,18 @@
 //! One operation: journal → call (with retries) → confirm → journal done.
 //!
-//! The operation's state machine, by commit point:
-//! * intent journalled, call not sent (crash here): the next cycle replays
-//!   the call with the same id; the provider sees it for the first time.
-//! * call sent, response lost or process died: the replay reaches the
-//!   provider with the same id; it answers with the original result and
-//!   changes nothing.
-//! * call confirmed by an observation: journal done, memory updated.
+//! The operation's state machine, by commit point (each has a pause point
+//! in [`super::hooks`] that the kill tests stop the process at):
+//! * intent journalled, call not sent (`after-intent`): the next cycle
+//!   replays the call with the same id; the provider sees it for the first
+//!   time.
+//! * call sent, response lost or process died (`after-call`): the replay
+//!   reaches the provider with the same id; it answers with the original
+//!   result and changes nothing.
+//! * effect observed, journal not yet done (`after-confirm`): the replay
+//!   sends the same id again (answered from the provider's memory of it)
+//!   and confirms.
+//! * confirmed: the applied spec (or the forgotten resource) and the
+//!   intent's end are committed in one transaction.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,9 +21,10 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::ExecContext;
-use super::hooks::{AFTER_CALL, AFTER_INTENT, pause_point};
-use crate::journal::{IntentState, StateError};
+use super::hooks::{AFTER_CALL, AFTER_CONFIRM, AFTER_INTENT, pause_point};
+use super::{ExecContext, ProviderRuntime};
+use crate::journal::effects::{AppliedRecord, Effect, commit};
+use crate::journal::{IntentState, StateError, blocking};
 use crate::model::SpecHash;
 use crate::provider::{
     ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, OperationId,
@@ -49,7 +56,7 @@ pub struct JournalRequest {
 }
 
 /// An operation to run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlannedOperation {
     pub name: String,
     pub kind: OperationKind,
@@ -72,39 +79,48 @@ pub enum OpOutcome {
     Failed(String),
 }
 
-impl PlannedOperation {
-    /// The operation for a decision, its generation from the journal.
-    pub fn new(
-        store: &crate::journal::StateStore,
-        agent_id: &str,
-        name: &str,
-        kind: OperationKind,
-        spec_hash: &SpecHash,
-        request: JournalRequest,
-    ) -> Result<Self, StateError> {
-        let generation = store.next_generation(name, kind.as_str(), spec_hash)?;
-        Ok(PlannedOperation {
-            name: name.to_string(),
-            kind,
-            spec_hash: spec_hash.clone(),
-            generation,
-            id: OperationId::derive_nth(agent_id, name, kind, spec_hash, generation),
-            request,
-        })
+impl OpOutcome {
+    /// A short phrase for logs and the terminal (`done`, `pending: …`).
+    pub fn describe(&self) -> String {
+        match self {
+            OpOutcome::Done => "done".into(),
+            OpOutcome::DoneWithDifferences(fields) => {
+                format!("done, but {} still differ", fields.join(", "))
+            }
+            OpOutcome::Pending(why) => format!("pending: {why}"),
+            OpOutcome::Failed(why) => format!("failed: {why}"),
+        }
     }
+}
 
+/// A journal row that cannot be turned back into an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableIntent(pub String);
+
+impl PlannedOperation {
     /// Rebuilds a pending intent's operation (same id).
-    pub fn from_intent(intent: &crate::journal::Intent) -> Option<Self> {
-        let request: JournalRequest = serde_json::from_value(intent.request.clone()).ok()?;
+    pub fn from_intent(intent: &crate::journal::Intent) -> Result<Self, UnreadableIntent> {
+        let request: JournalRequest =
+            serde_json::from_value(intent.request.clone()).map_err(|e| {
+                UnreadableIntent(format!(
+                    "intent {}: the request cannot be read ({e})",
+                    intent.op_id
+                ))
+            })?;
         let kind = match intent.kind.as_str() {
             "create" => OperationKind::Create,
             "update" => OperationKind::Update,
             "delete" => OperationKind::Delete,
             "adopt" => OperationKind::Adopt,
             "release" => OperationKind::Release,
-            _ => return None,
+            other => {
+                return Err(UnreadableIntent(format!(
+                    "intent {}: unknown kind `{other}`",
+                    intent.op_id
+                )));
+            }
         };
-        Some(PlannedOperation {
+        Ok(PlannedOperation {
             name: intent.name.clone(),
             kind,
             spec_hash: SpecHash(intent.spec_hash.clone()),
@@ -118,91 +134,101 @@ impl PlannedOperation {
 /// Runs one operation to its outcome. State-store failures are returned:
 /// without the journal, tend must not act.
 pub async fn run<P: Provider>(
-    ctx: Arc<ExecContext<P>>,
+    runtime: Arc<ProviderRuntime<P>>,
+    ctx: ExecContext,
     op: PlannedOperation,
 ) -> Result<OpOutcome, StateError> {
-    let _slot = ctx.slots.acquire().await;
-    let store = &ctx.store;
-    let request_json = serde_json::to_value(&op.request).unwrap_or(Value::Null);
-    store.begin_intent(
-        &op.id.0,
-        &op.name,
-        op.kind.as_str(),
-        &op.spec_hash,
-        op.generation,
-        &request_json,
-        SystemTime::now(),
-    )?;
+    let _slot = runtime.slots.acquire().await;
+    let request_json = serde_json::to_value(&op.request).map_err(|e| StateError::Io {
+        path: ctx.store.path().display().to_string(),
+        message: format!("cannot encode the request of {}: {e}", op.id),
+    })?;
+    {
+        let (id, name, kind, hash, generation, now) = (
+            op.id.0.clone(),
+            op.name.clone(),
+            op.kind.as_str(),
+            op.spec_hash.clone(),
+            op.generation,
+            ctx.clock.now(),
+        );
+        blocking(&ctx.store, move |s| {
+            s.begin_intent(&id, &name, kind, &hash, generation, &request_json, now)
+        })
+        .await?;
+    }
     pause_point(AFTER_INTENT);
 
-    let sent_at = SystemTime::now();
-    let provider = ctx.provider.clone();
-    let result = match &op.request.body {
-        RequestBody::Change(change) => {
-            let create = op.kind == OperationKind::Create;
-            ctx.retry
-                .run(&ctx.limiter, || {
-                    let provider = provider.clone();
-                    let id = op.id.clone();
-                    let change = change.clone();
-                    let noted = store.note_attempt(&op.id.0);
-                    async move {
-                        // Without the journal, tend must not act: nothing is
-                        // sent, and the intent stays pending.
-                        noted.map_err(|e| ProviderError::Retryable {
-                            resource: change.database_name.clone(),
-                            message: format!("journal: {e}"),
-                        })?;
-                        if create {
-                            provider.create(&id, &change).await.map(|_| ())
-                        } else {
-                            provider.update(&id, &change).await.map(|_| ())
-                        }
-                    }
-                })
-                .await
-        }
-        RequestBody::Delete { database_name } => {
-            ctx.retry
-                .run(&ctx.limiter, || {
-                    let provider = provider.clone();
-                    let id = op.id.clone();
-                    let db = database_name.clone();
-                    let noted = store.note_attempt(&op.id.0);
-                    async move {
-                        noted.map_err(|e| ProviderError::Retryable {
-                            resource: db.clone(),
-                            message: format!("journal: {e}"),
-                        })?;
-                        provider.delete(&id, &db).await
-                    }
-                })
-                .await
-        }
-    };
+    let sent_at = ctx.clock.now();
+    let result = call(&runtime, &ctx, &op).await;
     pause_point(AFTER_CALL);
-    store.record_write(&op.name, sent_at)?;
-
+    let wrote = Effect::Wrote {
+        name: op.name.clone(),
+        at: sent_at,
+    };
+    let end = |state: IntentState, error: &ProviderError| Effect::Intent {
+        op_id: op.id.0.clone(),
+        state,
+        error: Some(error.to_string()),
+        at: ctx.clock.now(),
+    };
     match result {
         Ok(()) => {}
         // A create that meets an existing database may meet its own earlier
         // create (sent under another id before a crash): confirmation decides.
         Err(ProviderError::Conflict { .. }) if op.kind == OperationKind::Create => {}
         Err(e) if e.is_transient() => {
-            store.intent_error(&op.id.0, &e.to_string(), SystemTime::now())?;
+            commit_blocking(&ctx, vec![wrote, end(IntentState::Pending, &e)]).await?;
             return Ok(OpOutcome::Pending(e.to_string()));
         }
         Err(e) => {
-            store.finish_intent(
-                &op.id.0,
-                IntentState::Failed,
-                Some(&e.to_string()),
-                SystemTime::now(),
-            )?;
+            commit_blocking(&ctx, vec![wrote, end(IntentState::Failed, &e)]).await?;
             return Ok(OpOutcome::Failed(e.to_string()));
         }
     }
-    confirm(&ctx, &op, sent_at).await
+    commit_blocking(&ctx, vec![wrote]).await?;
+    let (effects, outcome) = confirm(&runtime, &ctx, &op, sent_at).await;
+    if matches!(outcome, OpOutcome::Done | OpOutcome::DoneWithDifferences(_)) {
+        pause_point(AFTER_CONFIRM);
+    }
+    commit_blocking(&ctx, effects).await?;
+    Ok(outcome)
+}
+
+async fn commit_blocking(ctx: &ExecContext, effects: Vec<Effect>) -> Result<(), StateError> {
+    blocking(&ctx.store, move |s| commit(s, &effects)).await
+}
+
+/// The call, retried; every attempt is counted in the journal first
+/// (without the journal, nothing is sent).
+async fn call<P: Provider>(
+    runtime: &ProviderRuntime<P>,
+    ctx: &ExecContext,
+    op: &PlannedOperation,
+) -> Result<(), ProviderError> {
+    runtime
+        .retry
+        .run(&runtime.limiter, || async {
+            let id = op.id.0.clone();
+            blocking(&ctx.store, move |s| s.note_attempt(&id))
+                .await
+                .map_err(|e| ProviderError::Retryable {
+                    resource: op.request.database_name.clone(),
+                    message: format!("journal: {e}"),
+                })?;
+            match (&op.request.body, op.kind) {
+                (RequestBody::Change(change), OperationKind::Create) => {
+                    runtime.provider.create(&op.id, change).await.map(|_| ())
+                }
+                (RequestBody::Change(change), _) => {
+                    runtime.provider.update(&op.id, change).await.map(|_| ())
+                }
+                (RequestBody::Delete { database_name }, _) => {
+                    runtime.provider.delete(&op.id, database_name).await
+                }
+            }
+        })
+        .await
 }
 
 fn ours(obs: &Observation, agent_id: &str, name: &str) -> bool {
@@ -215,113 +241,161 @@ fn ours(obs: &Observation, agent_id: &str, name: &str) -> bool {
             .is_some_and(|d| d == name)
 }
 
-/// Waits for an observation that shows the effect, no older than the call.
+/// What one confirming observation shows.
+enum Verdict {
+    /// The effect is visible: the external id and the fields that still
+    /// differ (`None` for a delete).
+    Confirmed(Option<(String, Vec<String>)>),
+    /// Not visible yet: wait and look again.
+    NotYet(String),
+    /// It cannot become visible (the name is someone else's).
+    Refused(String),
+}
+
+fn judge(
+    observed: &Result<Option<Observation>, ProviderError>,
+    op: &PlannedOperation,
+    agent_id: &str,
+    sent_at: SystemTime,
+) -> Verdict {
+    let db = &op.request.database_name;
+    match (observed, &op.request.body) {
+        (Err(e), _) => Verdict::NotYet(e.to_string()),
+        (Ok(None), RequestBody::Delete { .. }) => Verdict::Confirmed(None),
+        (Ok(Some(obs)), RequestBody::Delete { .. }) => {
+            Verdict::NotYet(format!("`{}` still exists", obs.database_name))
+        }
+        (Ok(None), RequestBody::Change(_)) => Verdict::NotYet(format!("`{db}` is not visible yet")),
+        (Ok(Some(obs)), _) if obs.observed_at < sent_at => {
+            Verdict::NotYet("the observation predates the call".into())
+        }
+        (Ok(Some(obs)), RequestBody::Change(change)) => {
+            let marker_ok = match op.kind {
+                OperationKind::Create | OperationKind::Adopt => ours(obs, agent_id, &op.name),
+                OperationKind::Release => !obs.labels.contains_key(OWNER_AGENT_LABEL),
+                _ => true,
+            };
+            if marker_ok {
+                let differing = change
+                    .fields
+                    .iter()
+                    .filter(|(f, v)| {
+                        !obs.unobserved.contains(f)
+                            && !crate::engine::decide::values_match(
+                                f,
+                                v,
+                                obs.fields.get(*f).unwrap_or(&Value::Null),
+                            )
+                    })
+                    .map(|(f, _)| f.clone())
+                    .collect();
+                Verdict::Confirmed(Some((obs.external_id.clone(), differing)))
+            } else if op.kind == OperationKind::Create {
+                // A fresh observation of the database without this
+                // declaration's marker: the name was taken by someone else
+                // (the create met an existing database). Waiting cannot
+                // change that; the next decision reports it.
+                Verdict::Refused(format!(
+                    "`{db}` exists without this declaration's ownership marker (name taken)"
+                ))
+            } else {
+                Verdict::NotYet("the ownership marker is not as requested yet".into())
+            }
+        }
+    }
+}
+
+/// Waits for an observation that shows the effect, no older than the call,
+/// and returns the effects to commit with the outcome.
 async fn confirm<P: Provider>(
-    ctx: &ExecContext<P>,
+    runtime: &ProviderRuntime<P>,
+    ctx: &ExecContext,
     op: &PlannedOperation,
     sent_at: SystemTime,
-) -> Result<OpOutcome, StateError> {
-    let store = &ctx.store;
-    let deadline = tokio::time::Instant::now() + ctx.confirm_timeout;
+) -> (Vec<Effect>, OpOutcome) {
+    let deadline = tokio::time::Instant::now() + runtime.confirm_timeout;
     let mut wait = Duration::from_millis(50);
     let db = &op.request.database_name;
     loop {
-        let observed = ctx
+        let observed = runtime
             .retry
-            .run(&ctx.limiter, || ctx.provider.observe(db))
+            .run(&runtime.limiter, || runtime.provider.observe(db))
             .await;
-        let now = SystemTime::now();
-        let verdict = match (&observed, &op.request.body) {
-            (Err(e), _) => Err(e.to_string()),
-            (Ok(None), RequestBody::Delete { .. }) => Ok(None),
-            (Ok(Some(obs)), RequestBody::Delete { .. }) => {
-                Err(format!("`{}` still exists", obs.database_name))
-            }
-            (Ok(None), RequestBody::Change(_)) => Err(format!("`{db}` is not visible yet")),
-            (Ok(Some(obs)), _) if obs.observed_at < sent_at => {
-                Err("the observation predates the call".into())
-            }
-            (Ok(Some(obs)), RequestBody::Change(change)) => {
-                let marker_ok = match op.kind {
-                    OperationKind::Create | OperationKind::Adopt => {
-                        ours(obs, &ctx.agent_id, &op.name)
-                    }
-                    OperationKind::Release => !obs.labels.contains_key(OWNER_AGENT_LABEL),
-                    _ => true,
-                };
-                if marker_ok {
-                    let differing: Vec<String> = change
-                        .fields
-                        .iter()
-                        .filter(|(f, v)| {
-                            !obs.unobserved.contains(f)
-                                && !crate::engine::decide::values_match(
-                                    f,
-                                    v,
-                                    obs.fields.get(*f).unwrap_or(&Value::Null),
-                                )
-                        })
-                        .map(|(f, _)| f.clone())
-                        .collect();
-                    Ok(Some((obs.external_id.clone(), differing)))
-                } else if op.kind == OperationKind::Create {
-                    // A fresh observation of the database without this
-                    // declaration's marker: the name was taken by someone
-                    // else (the create met an existing database). Waiting
-                    // cannot change that; the next decision reports it.
-                    store.finish_intent(
-                        &op.id.0,
-                        IntentState::Failed,
-                        Some("the name is taken by a database that is not this declaration's"),
-                        now,
-                    )?;
-                    return Ok(OpOutcome::Failed(format!(
-                        "`{db}` exists without this declaration's ownership marker (name taken)"
-                    )));
-                } else {
-                    Err("the ownership marker is not as requested yet".into())
-                }
-            }
+        let now = ctx.clock.now();
+        let intent = |state: IntentState, error: Option<String>| Effect::Intent {
+            op_id: op.id.0.clone(),
+            state,
+            error,
+            at: now,
         };
-        match verdict {
-            Ok(effect) => {
-                let outcome = match (op.kind, effect) {
-                    (OperationKind::Delete | OperationKind::Release, _) => {
-                        store.forget(&op.name)?;
-                        OpOutcome::Done
-                    }
+        match judge(&observed, op, &ctx.agent_id, sent_at) {
+            Verdict::Confirmed(effect) => {
+                let (mut effects, outcome) = match (op.kind, effect) {
+                    (OperationKind::Delete | OperationKind::Release, _) => (
+                        vec![Effect::Forget {
+                            name: op.name.clone(),
+                        }],
+                        OpOutcome::Done,
+                    ),
                     (_, Some((external_id, differing))) => {
                         let r = &op.request;
-                        store.record_applied(
-                            &op.name,
-                            &r.provider,
-                            &r.database_name,
-                            &r.file,
-                            &r.manifest,
-                            &op.spec_hash,
-                            &r.desired,
-                            r.commit.as_deref(),
-                            &external_id,
-                            now,
-                        )?;
-                        store.record_write(&op.name, sent_at)?;
-                        store.record_attempts(&op.name, &differing)?;
-                        if differing.is_empty() {
+                        let outcome = if differing.is_empty() {
                             OpOutcome::Done
                         } else {
-                            OpOutcome::DoneWithDifferences(differing)
-                        }
+                            OpOutcome::DoneWithDifferences(differing.clone())
+                        };
+                        let record = AppliedRecord {
+                            provider: r.provider.clone(),
+                            database_name: r.database_name.clone(),
+                            file: r.file.clone(),
+                            manifest: r.manifest.clone(),
+                            spec_hash: op.spec_hash.clone(),
+                            fields: r.desired.clone(),
+                            commit: r.commit.clone(),
+                            external_id,
+                            still_different: differing,
+                        };
+                        (
+                            vec![
+                                Effect::Applied {
+                                    name: op.name.clone(),
+                                    record: Box::new(record),
+                                    at: now,
+                                },
+                                Effect::Wrote {
+                                    name: op.name.clone(),
+                                    at: sent_at,
+                                },
+                            ],
+                            outcome,
+                        )
                     }
-                    (_, None) => OpOutcome::Done,
+                    (_, None) => (Vec::new(), OpOutcome::Done),
                 };
-                store.finish_intent(&op.id.0, IntentState::Done, None, now)?;
-                return Ok(outcome);
+                effects.push(intent(IntentState::Done, None));
+                return (effects, outcome);
             }
-            Err(why) => {
+            Verdict::Refused(why) => {
+                return (
+                    vec![intent(
+                        IntentState::Failed,
+                        Some(
+                            "the name is taken by a database that is not this declaration's".into(),
+                        ),
+                    )],
+                    OpOutcome::Failed(why),
+                );
+            }
+            Verdict::NotYet(why) => {
                 if tokio::time::Instant::now() >= deadline {
-                    let message = format!("not confirmed within {:?}: {why}", ctx.confirm_timeout);
-                    store.intent_error(&op.id.0, &message, now)?;
-                    return Ok(OpOutcome::Pending(message));
+                    let message = format!(
+                        "not confirmed within {}: {why}",
+                        humantime::format_duration(runtime.confirm_timeout)
+                    );
+                    return (
+                        vec![intent(IntentState::Pending, Some(message.clone()))],
+                        OpOutcome::Pending(message),
+                    );
                 }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(2));

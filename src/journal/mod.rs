@@ -12,20 +12,51 @@
 //! * Columns and tables this binary does not know are left alone: updates
 //!   name their columns, nothing is rewritten wholesale.
 
+pub mod effects;
 pub mod lock;
 pub mod store;
 
 pub use lock::StateLock;
 pub use store::{
-    Intent, IntentState, LocalOverride, ManagedResource, StateStore, StoredMemories, TombstoneRow,
+    Applied, Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StateStore,
+    StoredMemories, TombstoneRow, Tx,
 };
 
+use std::sync::Arc;
+
+/// How a process uses the state dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads only (`plan`, `explain`, `state show`): no lock, no writes,
+    /// safe beside a running writer.
+    ReadOnly,
+    /// The one writer (`apply`, `run`): holds the state dir's lock.
+    Writer,
+}
+
 /// The state format this binary writes (see `store::MIGRATIONS`).
-pub const FORMAT: i64 = 2;
-/// The newest `min_reader_format` this binary can read. Format 2 only
-/// added an index, so a format-1 reader still reads it: new files keep
-/// `min_reader_format` 1.
-pub const READABLE_FORMAT: i64 = 1;
+pub const FORMAT: i64 = 3;
+/// The newest `min_reader_format` this binary can read, and the one it
+/// writes: format 3 holds deletions (the mass-deletion guard) in a table
+/// an older reader would ignore, and deleting what is held is exactly what
+/// the guard exists to prevent, so readers older than format 3 are refused.
+/// (Format 2 only added an index and kept 1.)
+pub const READABLE_FORMAT: i64 = 3;
+
+/// Runs a state-store call off the async worker threads (SQLite blocks,
+/// and a journal write waits for an fsync).
+pub async fn blocking<T, F>(store: &Arc<StateStore>, f: F) -> Result<T, StateError>
+where
+    T: Send + 'static,
+    F: FnOnce(&StateStore) -> Result<T, StateError> + Send + 'static,
+{
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .map_err(|e| StateError::Worker {
+            message: e.to_string(),
+        })?
+}
 
 /// A state-dir problem.
 #[derive(Debug, thiserror::Error)]
@@ -46,4 +77,8 @@ pub enum StateError {
     Sqlite { path: String, message: String },
     #[error("state dir {path}: {message}")]
     Io { path: String, message: String },
+    /// The thread running a state-store call stopped (a bug): what it was
+    /// writing is not known to have happened.
+    #[error("a state-store call stopped before it finished: {message}")]
+    Worker { message: String },
 }

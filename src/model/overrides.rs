@@ -217,7 +217,9 @@ pub fn parse_expiry(text: &str) -> Result<OverrideExpiry, String> {
                 "`{OVERRIDE_EXPIRES}` duration \"{text}\" is zero: give a positive duration such as \"4h\""
             ));
         }
-        return Ok(OverrideExpiry::After(duration));
+        return crate::time::check_duration(text, duration)
+            .map(OverrideExpiry::After)
+            .map_err(|why| format!("`{OVERRIDE_EXPIRES}` duration {why}"));
     }
     parse_rfc3339(text).map(OverrideExpiry::At).ok_or_else(|| {
         format!(
@@ -319,6 +321,15 @@ mod tests {
             Some(OverrideExpiry::After(Duration::from_secs(4 * 3600)))
         );
         assert_eq!(o.on_expiry, OnExpiry::Resume);
+    }
+
+    #[test]
+    fn absurd_expiry_durations_are_refused() {
+        for text in ["999999999y", "8000y", "11y"] {
+            let err = parse_expiry(text).unwrap_err();
+            assert!(err.contains("10 years"), "{text}: {err}");
+        }
+        assert!(parse_expiry("9y").is_ok());
     }
 
     #[test]

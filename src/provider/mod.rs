@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::model::hash::sha256_hex;
 use crate::model::{FIELDS, Mutability, SpecHash};
 
+pub mod build;
 pub mod postgres;
 pub mod sandbox;
 pub mod tls;

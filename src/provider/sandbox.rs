@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -22,6 +22,7 @@ use super::{
     Capabilities, ChangeRequest, OWNER_AGENT_LABEL, Observation, OperationId, Provider,
     ProviderError, ResourceStatus,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::config::FaultConfig;
 use crate::model::hash::sha256_hex;
 
@@ -148,18 +149,10 @@ pub struct SandboxProvider {
     dir: PathBuf,
     provisioning_delay: Duration,
     faults: Mutex<FaultConfig>,
+    /// The service's own clock (observation and write times).
+    clock: Arc<dyn Clock>,
     /// Opened on first use (a provider that is never called creates no file).
     conn: Mutex<Option<Connection>>,
-}
-
-fn now_secs() -> u64 {
-    now_ms() / 1000
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl SandboxProvider {
@@ -174,8 +167,22 @@ impl SandboxProvider {
             dir: state_dir.join("sandbox").join(name),
             provisioning_delay,
             faults: Mutex::new(faults),
+            clock: Arc::new(SystemClock),
             conn: Mutex::new(None),
         }
+    }
+
+    /// The same sandbox reading `clock` (tests and the simulation drive it).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock
+            .now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// The sandbox's directory.
@@ -447,7 +454,7 @@ impl SandboxProvider {
     /// What a read shows of `db`: with `stale_reads`, the state before a
     /// write younger than the lag, stamped with the time it reflects.
     fn read(&self, name: String, db: SandboxDatabase, lag: Duration) -> Option<Observation> {
-        let now = now_ms();
+        let now = self.now_ms();
         let lag_ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
         if lag_ms > 0 && now.saturating_sub(db.written_at_ms) < lag_ms {
             let old = db.previous?;
@@ -467,11 +474,11 @@ impl SandboxProvider {
     }
 
     /// Remembers the state before an API write, for stale reads.
-    fn before_write(db: &mut SandboxDatabase) {
+    fn before_write(&self, db: &mut SandboxDatabase) {
         let mut old = db.clone();
         old.previous = None;
         db.previous = Some(Box::new(old));
-        db.written_at_ms = now_ms();
+        db.written_at_ms = self.now_ms();
     }
 
     /// Answers a committed write, unless a lost response is injected: the
@@ -484,7 +491,7 @@ impl SandboxProvider {
             .ok_or_else(|| ProviderError::NotFound {
                 resource: name.to_string(),
             })?;
-        Ok(Self::observation(name.to_string(), db, now_ms()))
+        Ok(Self::observation(name.to_string(), db, self.now_ms()))
     }
 
     fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {
@@ -531,7 +538,7 @@ impl SandboxProvider {
             let _ = fs::create_dir_all(dir);
         }
         if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{} {call} {resource} {outcome}", now_ms());
+            let _ = writeln!(f, "{} {call} {resource} {outcome}", self.now_ms());
         }
     }
 
@@ -684,17 +691,17 @@ impl Provider for SandboxProvider {
                     message: "a database of that name already exists".into(),
                 });
             }
-            let now = now_secs();
+            let now = self.now_ms() / 1000;
             let mut db = SandboxDatabase {
                 id: format!(
                     "sbx-{}",
-                    &sha256_hex(format!("{name}:{}", now_ms()).as_bytes())[..10]
+                    &sha256_hex(format!("{name}:{}", self.now_ms()).as_bytes())[..10]
                 ),
                 fields: BTreeMap::new(),
                 labels: BTreeMap::new(),
                 created_at: now,
                 ready_at: now + self.provisioning_delay.as_secs(),
-                written_at_ms: now_ms(),
+                written_at_ms: self.now_ms(),
                 previous: None,
             };
             Self::apply_fields(&mut db, request);
@@ -725,7 +732,7 @@ impl Provider for SandboxProvider {
         };
         let digest = Self::digest("update", request);
         if !self.seen_key(op, &digest, name)? {
-            Self::before_write(&mut db);
+            self.before_write(&mut db);
             Self::apply_fields(&mut db, request);
             self.store_database(name, &db)
                 .map_err(|e| self.to_provider_error(name, e))?;

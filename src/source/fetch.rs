@@ -27,6 +27,27 @@ pub fn tracking_ref(branch: &str) -> String {
     format!("refs/tend/source/heads/{branch}")
 }
 
+/// Where a fetch puts the branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchInto {
+    /// The writer's tracking ref ([`tracking_ref`]).
+    Tracking,
+    /// A ref of this process alone, deleted after the fetch: a reader
+    /// (`tend plan`) beside a running writer never takes the writer's ref
+    /// locks, and never moves what the writer last fetched.
+    Private,
+}
+
+fn private_ref(branch: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "refs/tend/readers/{}-{nanos}/heads/{branch}",
+        std::process::id()
+    )
+}
+
 /// Opens the bare repository at `dir`, creating it on first use.
 pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
     let unusable = |e: git2::Error| SourceError::Repository {
@@ -42,10 +63,18 @@ pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
 
 /// Fetches the branch; returns its commit, or `None` when the remote does
 /// not have the branch (the tracking ref is pruned, never left stale).
-pub fn fetch(dir: &Path, settings: &FetchSettings<'_>) -> Result<Option<Oid>, SourceError> {
+pub fn fetch(
+    dir: &Path,
+    settings: &FetchSettings<'_>,
+    into: FetchInto,
+) -> Result<Option<Oid>, SourceError> {
     let repo = open_or_init(dir)?;
-    let local = tracking_ref(settings.branch);
-    let first = repo.find_reference(&local).is_err();
+    let tracking = tracking_ref(settings.branch);
+    let first = repo.find_reference(&tracking).is_err();
+    let local = match into {
+        FetchInto::Tracking => tracking,
+        FetchInto::Private => private_ref(settings.branch),
+    };
     let refspec = format!("+refs/heads/{}:{local}", settings.branch);
 
     let host_error: RefCell<Option<SourceError>> = RefCell::new(None);
@@ -73,6 +102,7 @@ pub fn fetch(dir: &Path, settings: &FetchSettings<'_>) -> Result<Option<Oid>, So
         .remote_callbacks(callbacks)
         .download_tags(AutotagOption::None)
         .prune(FetchPrune::On)
+        .update_fetchhead(false)
         .custom_headers(&header_refs);
     if first && let Some(depth) = settings.depth {
         options.depth(i32::try_from(depth).unwrap_or(i32::MAX));
@@ -93,7 +123,14 @@ pub fn fetch(dir: &Path, settings: &FetchSettings<'_>) -> Result<Option<Oid>, So
     }
     drop(options);
     match repo.find_reference(&local) {
-        Ok(r) => Ok(r.target()),
+        Ok(mut r) => {
+            let target = r.target();
+            if into == FetchInto::Private {
+                // The objects stay; only this process's name for them goes.
+                let _ = r.delete();
+            }
+            Ok(target)
+        }
         Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(SourceError::Repository {
             path: dir.display().to_string(),

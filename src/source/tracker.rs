@@ -12,9 +12,10 @@ use git2::{Oid, Repository};
 
 use super::SourceError;
 use super::auth::Credentials;
-use super::fetch::{FetchSettings, fetch};
+use super::fetch::{FetchInto, FetchSettings, fetch};
 use super::parse_cache::{self, ObjectId, ParsedTree, object_id};
 use super::snapshot::{Snapshot, declarations_tree, list_files};
+use crate::journal::Access;
 use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
 
@@ -54,8 +55,9 @@ pub struct Source {
     settings: SourceSettings,
     repo_dir: PathBuf,
     accepted_file: PathBuf,
-    /// Record accepted commits in the state dir (writers do; `plan` does not).
-    persist: bool,
+    /// Writers record accepted commits and the parse cache in the state
+    /// dir and fetch into the tracking ref; readers (`plan`) do neither.
+    access: Access,
     accepted: Option<Oid>,
     /// Parse results of the last snapshot, for the next poll.
     cache: Option<ParsedTree>,
@@ -77,7 +79,7 @@ impl Source {
     pub fn open(
         state_dir: &Path,
         settings: SourceSettings,
-        persist: bool,
+        access: Access,
     ) -> Result<Self, SourceError> {
         let dir = state_dir.join("source");
         fs::create_dir_all(&dir).map_err(|e| SourceError::Io {
@@ -124,7 +126,7 @@ impl Source {
             settings,
             repo_dir: dir.join("repo.git"),
             accepted_file,
-            persist,
+            access,
             accepted,
             cache: None,
             cache_file,
@@ -195,7 +197,11 @@ impl Source {
             credentials: &self.settings.credentials,
         };
         let fetch_started = std::time::Instant::now();
-        let fetched = fetch(&self.repo_dir, &settings);
+        let into = match self.access {
+            Access::Writer => FetchInto::Tracking,
+            Access::ReadOnly => FetchInto::Private,
+        };
+        let fetched = fetch(&self.repo_dir, &settings, into);
         tracing::debug!("source: fetched in {:?}", fetch_started.elapsed());
         let head = fetched?.ok_or_else(|| SourceError::BranchMissing {
             url: self.settings.url.clone(),
@@ -324,7 +330,8 @@ impl Source {
                 .all(|c| c.declarations.is_empty() && !c.diagnostics.is_empty());
         // Written only when it changed; a failure costs the next process
         // some parsing, nothing else.
-        if self.persist && (cached_tree != Some(tree_bytes) || self.parses > parses_before || stale)
+        if self.access == Access::Writer
+            && (cached_tree != Some(tree_bytes) || self.parses > parses_before || stale)
         {
             let entries = files
                 .iter()
@@ -407,7 +414,7 @@ impl Source {
     }
 
     fn accept(&mut self, head: Oid) -> Result<(), SourceError> {
-        if self.persist && self.accepted != Some(head) {
+        if self.access == Access::Writer && self.accepted != Some(head) {
             let io = |e: std::io::Error| SourceError::Io {
                 path: self.accepted_file.display().to_string(),
                 message: e.to_string(),

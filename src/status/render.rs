@@ -7,7 +7,8 @@ use serde_json::Value;
 use super::report::{Report, ResourceReport};
 use crate::engine::{DriftOrigin, State};
 
-fn value(v: &Value) -> String {
+/// A field value as every human-facing output shows it.
+pub fn value(v: &Value) -> String {
     match v {
         Value::Null => "(unset)".into(),
         Value::String(s) => s.clone(),
@@ -15,7 +16,8 @@ fn value(v: &Value) -> String {
     }
 }
 
-fn origin(o: DriftOrigin) -> &'static str {
+/// A drift origin as every human-facing output shows it.
+pub fn origin(o: DriftOrigin) -> &'static str {
     match o {
         DriftOrigin::Declared => "declared",
         DriftOrigin::OutOfBand => "out-of-band",

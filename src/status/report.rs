@@ -7,10 +7,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::cycle::Plan;
 use crate::engine::{Action, DriftOrigin, State};
 use crate::model::Diagnostic;
 use crate::provider::{OperationId, OperationKind};
+use crate::reconcile::Plan;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -112,7 +112,7 @@ impl From<&Diagnostic> for ErrorReport {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    crate::time::rfc3339(t)
 }
 
 impl Report {
@@ -130,7 +130,7 @@ impl Report {
 }
 
 /// Builds the report of a plan.
-pub fn build_report(config: &Config, plan: &Plan) -> Report {
+pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
     let agent_id = plan.agent_id.clone();
     let mut summary = Summary {
         total: plan.resources.len(),
@@ -180,11 +180,24 @@ pub fn build_report(config: &Config, plan: &Plan) -> Report {
                 expires: ov.expires.map(rfc3339),
                 expired: ov.expired,
             }),
-            operation: r.operation.as_ref().map(|(kind, id)| OperationReport {
-                id: id.clone(),
-                kind: *kind,
-                state: "planned".into(),
-            }),
+            operation: match &r.operation {
+                Some(op) => Some(OperationReport {
+                    id: op.id.clone(),
+                    kind: op.kind,
+                    state: "planned".into(),
+                }),
+                // Held behind a journalled intent: that operation is the
+                // resource's, and it is pending.
+                None => plan
+                    .intents
+                    .iter()
+                    .find(|i| i.name == r.name && i.rule == crate::engine::Rule::PendingIntent)
+                    .map(|i| OperationReport {
+                        id: i.id.clone(),
+                        kind: i.kind,
+                        state: "pending".into(),
+                    }),
+            },
         });
     }
     Report {

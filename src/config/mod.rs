@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use crate::engine::Policy;
 use crate::model::DriftPolicy;
@@ -20,21 +20,43 @@ use crate::source::tracker::SourceSettings;
 /// A configuration problem. Exit code 78 (`EX_CONFIG`).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file cannot be read.
     #[error("cannot read configuration {path}: {source} (pass --config or set TEND_CONFIG)")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The file parses but a value is wrong.
     #[error("invalid configuration {path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// A provider kind this build cannot run.
+    #[error(
+        "[providers.{provider}] kind = \"{kind}\" is not available in this build yet: use kind = \"sandbox\" or \"postgres\""
+    )]
+    UnsupportedProvider {
+        provider: String,
+        kind: &'static str,
+    },
+    /// A provider's settings do not make a working provider.
+    #[error("[providers.{provider}]: {message}")]
+    Provider { provider: String, message: String },
+    /// A secret file is missing, unreadable, empty or too large.
+    #[error("{setting} = {}: {message}", path.display())]
+    Secret {
+        setting: String,
+        path: PathBuf,
+        message: String,
+    },
 }
 
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    humantime::parse_duration(&text).map_err(|e| {
-        serde::de::Error::custom(format!("`{text}` is not a duration like \"10m\" ({e})"))
-    })
-}
+mod providers;
+pub mod secret;
+mod values;
+
+pub use providers::{
+    FaultConfig, HttpConfig, PostgresConfig, ProviderConfig, ProviderKind, ProviderLimits,
+    SandboxConfig,
+};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,7 +93,7 @@ pub struct SourceConfig {
     /// Directory of declarations inside the repository.
     #[serde(default = "default_path")]
     pub path: String,
-    #[serde(default = "default_interval", deserialize_with = "duration")]
+    #[serde(default = "default_interval", deserialize_with = "values::duration")]
     pub interval: Duration,
     pub depth: Option<u32>,
     /// File holding an HTTP token (systemd `LoadCredential=`).
@@ -101,99 +123,34 @@ fn default_interval() -> Duration {
     Duration::from_secs(60)
 }
 
-/// Kind of provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    Sandbox,
-    Postgres,
-    Http,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    pub kind: ProviderKind,
-    /// Sandbox: how long a new database stays `provisioning`.
-    #[serde(default, deserialize_with = "duration")]
-    pub provisioning_delay: Duration,
-    /// Sandbox: deterministic fault injection, for tests.
-    #[serde(default)]
-    pub faults: FaultConfig,
-    #[serde(default = "default_concurrency")]
-    pub max_concurrency: usize,
-    /// Calls per second to this provider.
-    #[serde(default = "default_rate_limit")]
-    pub rate_limit: u32,
-    /// postgres: libpq-style URL of the maintenance database.
-    pub url: Option<String>,
-    /// postgres: file holding the password (systemd `LoadCredential=`).
-    pub password_file: Option<PathBuf>,
-    /// postgres: create a missing owner role (NOLOGIN).
-    #[serde(default)]
-    pub create_owner: bool,
-    /// postgres: `DROP DATABASE … WITH (FORCE)` when connections remain.
-    #[serde(default)]
-    pub force_drop: bool,
-    /// postgres: CA certificates (PEM) that verify the server's TLS
-    /// certificate; TLS itself follows the URL's `sslmode`.
-    pub tls_ca_file: Option<PathBuf>,
-}
-
-fn default_rate_limit() -> u32 {
-    20
-}
-
-fn default_concurrency() -> usize {
-    4
-}
-
-/// Faults the sandbox provider injects (counts are per process).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultConfig {
-    /// Commit the next N creates/updates/deletes, then lose the response.
-    #[serde(default)]
-    pub lose_responses: u32,
-    /// Fail the next N calls with a 5xx-like retryable error.
-    #[serde(default)]
-    pub fail_calls: u32,
-    /// Answer the next N calls with 429 and this retry-after.
-    #[serde(default)]
-    pub rate_limit_calls: u32,
-    #[serde(default, deserialize_with = "duration")]
-    pub retry_after: Duration,
-    /// Serve reads that lag writes by this long (a stale cache): within this
-    /// time after a write, observations show the state before it.
-    #[serde(default, deserialize_with = "duration")]
-    pub stale_reads: Duration,
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileConfig {
     #[serde(default)]
     pub drift_policy: DriftPolicyConfig,
-    #[serde(default = "ten_minutes", deserialize_with = "duration")]
+    #[serde(default = "ten_minutes", deserialize_with = "values::duration")]
     pub drift_grace: Duration,
-    #[serde(default = "ten_minutes", deserialize_with = "duration")]
+    #[serde(default = "ten_minutes", deserialize_with = "values::duration")]
     pub resync: Duration,
-    #[serde(default = "default_concurrency")]
+    #[serde(
+        default = "providers::default_concurrency",
+        deserialize_with = "values::concurrency"
+    )]
     pub max_concurrency: usize,
-    #[serde(default = "one_hour", deserialize_with = "duration")]
+    #[serde(default = "one_hour", deserialize_with = "values::duration")]
     pub deletion_delay: Duration,
     #[serde(default = "default_max_deletions")]
     pub max_deletions: usize,
     #[serde(default = "default_max_deletion_percent")]
     pub max_deletion_percent: u8,
-    #[serde(default = "one_hour", deserialize_with = "duration")]
+    #[serde(default = "one_hour", deserialize_with = "values::duration")]
     pub deletion_stall: Duration,
     /// How long an operation waits for an observation confirming it before
     /// it is left pending for the next cycle.
-    #[serde(default = "thirty_seconds", deserialize_with = "duration")]
+    #[serde(default = "thirty_seconds", deserialize_with = "values::duration")]
     pub confirm_timeout: Duration,
     /// First delay of the exponential backoff of a failing provider call.
-    #[serde(default = "two_hundred_ms", deserialize_with = "duration")]
+    #[serde(default = "two_hundred_ms", deserialize_with = "values::duration")]
     pub retry_min_delay: Duration,
     /// Retries of a failing call within one cycle.
     #[serde(default = "default_max_retries")]
@@ -218,7 +175,7 @@ impl Default for ReconcileConfig {
             drift_policy: DriftPolicyConfig::Correct,
             drift_grace: ten_minutes(),
             resync: ten_minutes(),
-            max_concurrency: default_concurrency(),
+            max_concurrency: providers::default_concurrency(),
             deletion_delay: one_hour(),
             max_deletions: default_max_deletions(),
             max_deletion_percent: default_max_deletion_percent(),
@@ -313,18 +270,8 @@ impl Config {
         {
             *file = resolve(file);
         }
-        for (name, provider) in config.providers.iter_mut() {
-            if let Some(file) = &provider.password_file {
-                provider.password_file = Some(resolve(file));
-            }
-            if let Some(file) = &provider.tls_ca_file {
-                provider.tls_ca_file = Some(resolve(file));
-            }
-            if provider.kind == ProviderKind::Postgres && provider.url.is_none() {
-                return Err(invalid(format!(
-                    "[providers.{name}] kind = \"postgres\" needs url = \"postgres://USER@HOST:PORT/postgres\""
-                )));
-            }
+        for provider in config.providers.values_mut() {
+            provider.resolve_paths(&|p: &PathBuf| resolve(p));
         }
         if !config.source.url.contains("://") && !config.source.url.contains('@') {
             config.source.url = resolve(Path::new(&config.source.url)).display().to_string();
@@ -339,15 +286,13 @@ impl Config {
         {
             return Err(invalid("agent_id must be 1 to 63 characters".into()));
         }
+        if config.reconcile.max_deletion_percent > 100 {
+            return Err(invalid(format!(
+                "[reconcile] max_deletion_percent = {} is not a percentage: give 0 to 100",
+                config.reconcile.max_deletion_percent
+            )));
+        }
         Ok(config)
-    }
-
-    /// The agent id: configured, or `host-default` until the state store
-    /// generates and keeps one.
-    pub fn agent_id(&self) -> String {
-        self.agent_id
-            .clone()
-            .unwrap_or_else(|| "tend-default".into())
     }
 
     /// How failing provider calls are retried.
@@ -359,10 +304,10 @@ impl Config {
         }
     }
 
-    /// The decision policy.
-    pub fn policy(&self) -> Policy {
+    /// The decision policy of the agent `agent_id`.
+    pub fn policy(&self, agent_id: &str) -> Policy {
         Policy {
-            agent_id: self.agent_id(),
+            agent_id: agent_id.to_string(),
             drift_policy: match self.reconcile.drift_policy {
                 DriftPolicyConfig::Correct => DriftPolicy::Correct,
                 DriftPolicyConfig::Report => DriftPolicy::Report,

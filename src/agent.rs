@@ -1,0 +1,214 @@
+//! The long-lived agent: everything a reconcile needs that outlives one
+//! cycle, opened once.
+//!
+//! `plan` and `explain` open it read-only, `apply` and `run` as the writer.
+//! It holds the state store (and, for the writer, the state dir's lock for
+//! its whole life), one [`ProviderRuntime`] per configured provider (the
+//! provider, its rate limiter, concurrency slots and retry policy, shared
+//! by observation and operations), the decision policy, the agent id and
+//! the clock every time read goes through.
+//!
+//! # Guarantees
+//! * `plan` and `apply` choose the agent id the same way: the configured
+//!   one, else the one kept in the state dir, else (the writer only) a new
+//!   one generated once and kept.
+//! * A provider that cannot be built (an unsupported kind, a missing
+//!   secret file, an invalid URL) is a configuration error before any
+//!   work starts.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError};
+use crate::engine::{DeletionLimits, Policy};
+use crate::executor::queue::{Progress, Silent};
+use crate::executor::{ExecContext, ExecLimits, ProviderRuntime};
+use crate::journal::{Access, StateError, StateLock, StateStore, StoredMemories};
+use crate::source::{Source, SourceError};
+
+/// Why the agent could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration cannot be turned into a running agent (exit 78).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The state dir cannot be opened or locked.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// The agent id a reader reports before any writer generated one (no
+/// resource can carry it yet, so no decision depends on it).
+pub const UNSET_AGENT_ID: &str = "(generated at the first apply)";
+
+/// One installation of tend, opened.
+pub struct Agent {
+    config: Config,
+    access: Access,
+    store: Option<Arc<StateStore>>,
+    /// Held for the agent's life (the writer only).
+    _lock: Option<StateLock>,
+    agent_id: String,
+    policy: Policy,
+    runtimes: BTreeMap<String, Arc<ProviderRuntime>>,
+    clock: Arc<dyn Clock>,
+    progress: Arc<dyn Progress>,
+    /// Memories read ahead (beside the fetch) for the next reconcile.
+    preloaded: Mutex<Option<StoredMemories>>,
+}
+
+impl Agent {
+    /// Opens the state dir (taking its lock for a writer) and builds every
+    /// provider.
+    pub fn open(
+        config: Config,
+        access: Access,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Agent, AgentError> {
+        let lock = match access {
+            Access::Writer => Some(StateLock::acquire(&config.state_dir)?),
+            Access::ReadOnly => None,
+        };
+        let store = StateStore::open(&config.state_dir, access == Access::Writer)?.map(Arc::new);
+        let agent_id = match (&store, access) {
+            (Some(store), Access::Writer) => store.agent_id(config.agent_id.as_deref())?,
+            (Some(store), Access::ReadOnly) => match &config.agent_id {
+                Some(id) => id.clone(),
+                None => store
+                    .meta("agent_id")?
+                    .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
+            },
+            (None, _) => config
+                .agent_id
+                .clone()
+                .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
+        };
+        let mut runtimes = BTreeMap::new();
+        for (name, provider) in &config.providers {
+            let built = crate::provider::build::build(name, provider, &config.state_dir, &clock)?;
+            let limits = provider.limits();
+            let runtime = ProviderRuntime::new(
+                name,
+                built,
+                ExecLimits {
+                    max_concurrency: limits.max_concurrency.min(config.reconcile.max_concurrency),
+                    rate_per_second: limits.rate_limit,
+                    retry: config.retry_policy(),
+                    confirm_timeout: config.reconcile.confirm_timeout,
+                },
+            );
+            runtimes.insert(name.clone(), Arc::new(runtime));
+        }
+        Ok(Agent {
+            policy: config.policy(&agent_id),
+            config,
+            access,
+            store,
+            _lock: lock,
+            agent_id,
+            runtimes,
+            clock,
+            progress: Arc::new(Silent),
+            preloaded: Mutex::new(None),
+        })
+    }
+
+    /// Reports each finished operation to `progress`.
+    pub fn with_progress(mut self, progress: Arc<dyn Progress>) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn deletion_limits(&self) -> DeletionLimits {
+        DeletionLimits {
+            max_deletions: self.config.reconcile.max_deletions,
+            max_percent: self.config.reconcile.max_deletion_percent,
+        }
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn progress(&self) -> &dyn Progress {
+        self.progress.as_ref()
+    }
+
+    /// The state store; `None` for a reader of a state dir nothing was
+    /// ever applied from.
+    pub fn store(&self) -> Option<&Arc<StateStore>> {
+        self.store.as_ref()
+    }
+
+    pub fn runtimes(&self) -> &BTreeMap<String, Arc<ProviderRuntime>> {
+        &self.runtimes
+    }
+
+    /// What the executor needs; `None` for a reader.
+    pub fn exec_context(&self) -> Option<ExecContext> {
+        match (self.access, &self.store) {
+            (Access::Writer, Some(store)) => Some(ExecContext {
+                store: store.clone(),
+                agent_id: Arc::from(self.agent_id.as_str()),
+                clock: self.clock.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The tracked branch, opened with this agent's access (a reader
+    /// fetches into a private ref and records nothing).
+    pub fn source(&self) -> Result<Source, SourceError> {
+        Source::open(
+            &self.config.state_dir,
+            self.config.source_settings()?,
+            self.access,
+        )
+    }
+
+    /// Reads every resource's memory now (on a blocking thread), so the
+    /// next reconcile does not wait for it: called beside the fetch, it
+    /// costs nothing. The rate limiters' clock calibrates itself on first
+    /// use (a busy loop of a few milliseconds): done here too.
+    pub async fn preload(&self) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let read = tokio::task::spawn_blocking(move || {
+            let _ = governor::clock::DefaultClock::default();
+            store.read_memories()
+        })
+        .await;
+        // A failed read is not an error here: the reconcile reads again
+        // and reports it.
+        if let Ok(Ok(memories)) = read {
+            *self.lock_preloaded() = Some(memories);
+        }
+    }
+
+    /// The memories read ahead, if any (taken: they are valid once).
+    pub(crate) fn take_preloaded(&self) -> Option<StoredMemories> {
+        self.lock_preloaded().take()
+    }
+
+    fn lock_preloaded(&self) -> std::sync::MutexGuard<'_, Option<StoredMemories>> {
+        self.preloaded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

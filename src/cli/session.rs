@@ -1,0 +1,73 @@
+//! What the cycle commands share: loading the configuration, opening the
+//! agent, building the runtime and fetching the snapshot. Errors are
+//! printed here and become exit codes (78 for configuration).
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::exit;
+use crate::agent::{Agent, AgentError};
+use crate::clock::SystemClock;
+use crate::config::Config;
+use crate::journal::Access;
+use crate::source::{Snapshot, SourceError};
+
+/// Prints `tend: {error}` on stderr.
+pub fn fail(error: impl std::fmt::Display) {
+    let _ = writeln!(io::stderr(), "tend: {error}");
+}
+
+/// Loads the configuration, or the exit code after saying why.
+pub fn load_config(path: &Path) -> Result<Config, u8> {
+    Config::load(path).map_err(|e| {
+        fail(&e);
+        exit::CONFIG
+    })
+}
+
+/// Opens the agent, or the exit code after saying why.
+pub fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
+    let config = load_config(path)?;
+    Agent::open(config, access, Arc::new(SystemClock)).map_err(|e| {
+        fail(&e);
+        match e {
+            AgentError::Config(_) => exit::CONFIG,
+            AgentError::State(_) => exit::ERROR,
+        }
+    })
+}
+
+/// The runtime a one-shot command runs the library on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            fail(format!("cannot start the async runtime: {e}"));
+            exit::ERROR
+        })
+}
+
+/// Fetches the snapshot once, reading the state's memories beside the
+/// fetch (the fetch waits on the network; the read does not need the
+/// declarations).
+pub async fn snapshot(agent: &Agent) -> Result<Arc<Snapshot>, SourceError> {
+    let source = agent.source()?;
+    let now = agent.clock().now();
+    let url = agent.config().source.url.clone();
+    let fetch = tokio::task::spawn_blocking(move || source.poll_once(now));
+    let (polled, ()) = tokio::join!(fetch, agent.preload());
+    let outcome = polled.map_err(|e| SourceError::Fetch {
+        url: url.clone(),
+        message: format!("the fetch stopped: {e}"),
+    })?;
+    match (outcome.snapshot, outcome.failure) {
+        (Some(snapshot), _) => Ok(snapshot),
+        (None, Some(failure)) => Err(failure.error),
+        (None, None) => Err(SourceError::Fetch {
+            url,
+            message: "no snapshot and no error".into(),
+        }),
+    }
+}

@@ -1,0 +1,77 @@
+//! Secret files (`*_file`, systemd `LoadCredential=`): read with a bound,
+//! so `/dev/zero` cannot hang the agent, and never echoed in a message.
+
+use std::io::Read;
+use std::path::Path;
+
+use super::ConfigError;
+
+/// The most a secret file may hold.
+pub const MAX_SECRET_BYTES: u64 = 64 * 1024;
+
+/// Reads a secret: the file's text without its trailing line break.
+/// Missing, unreadable, empty or oversized files are configuration errors
+/// naming the setting and the path, never the content.
+pub fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
+    let fail = |message: String| ConfigError::Secret {
+        setting: setting.to_string(),
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open it: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_SECRET_BYTES {
+        return Err(fail(format!(
+            "it holds more than {MAX_SECRET_BYTES} bytes; a secret file holds one secret"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| fail("it is not UTF-8 text".into()))?;
+    let secret = text.trim_end_matches(['\n', '\r']);
+    if secret.is_empty() {
+        return Err(fail("it is empty".into()));
+    }
+    Ok(secret.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_bounded_and_never_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, "s3cret\n").unwrap();
+        assert_eq!(read("password_file", &good).unwrap(), "s3cret");
+
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let err = read("password_file", &empty).unwrap_err().to_string();
+        assert!(
+            err.contains("is empty") && err.contains("password_file"),
+            "{err}"
+        );
+
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 70_000]).unwrap();
+        assert!(
+            read("password_file", &big)
+                .unwrap_err()
+                .to_string()
+                .contains("more than")
+        );
+
+        let zero = read("token_file", Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(zero.contains("more than"), "{zero}");
+
+        let missing = read("token_file", &dir.path().join("nope"))
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("cannot open"), "{missing}");
+    }
+}

@@ -1,0 +1,237 @@
+//! A declaration in Git: identity and ownership, then a missing database
+//! or field-level drift.
+
+use serde_json::Value;
+
+use super::drift::{compute_drift, decide_drift};
+use super::{
+    Action, DecideInput, Decision, Drift, DriftOrigin, Rule, State, duration, observation_failed,
+    report_only, time,
+};
+use crate::engine::desired::desired_fields_of;
+use crate::engine::overrides::EffectiveOverride;
+use crate::model::Declaration;
+use crate::provider::{Observed, ResourceStatus};
+
+pub(super) fn decide_declared(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    ov: &EffectiveOverride,
+) -> Decision {
+    let name = decl.name();
+    let policy = input.policy;
+    // Where a managed database lives is its identity: a new name or
+    // provider would be a second database, never a move.
+    // (Compared without building the name: this runs for every resource.)
+    let same_database = |was: &str| decl.manifest.is_database_name(was);
+    if input.memory.existed
+        && !(input
+            .memory
+            .database_name
+            .as_deref()
+            .is_none_or(same_database)
+            && input
+                .memory
+                .provider
+                .as_deref()
+                .is_none_or(|p| p == input.provider))
+    {
+        let db = decl.manifest.database_name();
+        let moved = [
+            (
+                "databaseName",
+                input.memory.database_name.as_deref(),
+                db.as_str(),
+            ),
+            ("provider", input.memory.provider.as_deref(), input.provider),
+        ]
+        .into_iter()
+        .find(|(_, was, now)| was.is_some_and(|was| was != *now));
+        if let Some((field, Some(was), now)) = moved {
+            return Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::RequiresReplacement,
+                format!(
+                    "requires replacement: {field} changed from `{was}` to `{now}`; tend manages `{name}` at `{was}` and never creates a second database for one declaration (restore {field}, or remove the declaration and add a new one)"
+                ),
+            );
+        }
+    }
+    let obs = match input.observed {
+        Observed::Failed(message) => return observation_failed(name, message),
+        Observed::NotFound => return decide_missing(input, decl, ov),
+        Observed::Found(obs) => obs,
+    };
+
+    // Ownership (DESIGN.md §3).
+    let adopting = match obs.marker_labels() {
+        Some((agent_id, declaration)) if agent_id == policy.agent_id => {
+            if declaration != name {
+                return Decision::new(
+                    State::Blocked,
+                    Action::None,
+                    Rule::OwnedByOtherDeclaration,
+                    format!(
+                        "database `{}` belongs to declaration `{declaration}` of this agent, not to `{name}`: give `{name}` another databaseName",
+                        obs.database_name
+                    ),
+                );
+            }
+            false
+        }
+        Some((agent_id, _)) => {
+            return Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::OwnedByOtherAgent,
+                format!(
+                    "database `{}` is owned by another tend agent (`{agent_id}`); release it there before this agent can manage it",
+                    obs.database_name
+                ),
+            );
+        }
+        None if decl.annotations.adopt => true,
+        None => {
+            return Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::NameTaken,
+                format!(
+                    "name taken: database `{}` exists without tend's ownership marker; tend will not touch it unless the declaration says `tend.dev/adopt: \"true\"`",
+                    obs.database_name
+                ),
+            );
+        }
+    };
+
+    if obs.status == ResourceStatus::Provisioning {
+        return Decision::new(
+            State::Missing,
+            Action::Hold,
+            Rule::Provisioning,
+            format!(
+                "`{}` is still being provisioned at the provider; waiting for it to become ready",
+                obs.database_name
+            ),
+        );
+    }
+
+    let drift = compute_drift(input, decl, obs, ov);
+    if let Some(written) = input.memory.last_write_at
+        && obs.observed_at < written
+    {
+        // A lagging cache must not turn tend's own write into "drift".
+        let mut d = Decision::new(
+            if drift.is_empty() {
+                State::InSync
+            } else {
+                State::Drifted
+            },
+            Action::Hold,
+            Rule::StaleObservation,
+            format!(
+                "the observation ({}) is older than tend's last write to `{}` ({}); waiting for a fresh one before deciding a new write",
+                time(obs.observed_at),
+                obs.database_name,
+                time(written)
+            ),
+        );
+        d.drift = drift;
+        return d;
+    }
+    let mut decision = decide_drift(input, decl, ov, drift);
+    if adopting && !ov.paused && decision.state != State::Blocked {
+        decision.action = Action::Adopt;
+        decision.rule = Rule::Adopt;
+        decision.reason = format!(
+            "`tend.dev/adopt` is set: tend takes ownership of the existing database `{}` by adding its marker{}",
+            obs.database_name,
+            if decision.drift.iter().any(|d| !d.ignored) {
+                "; drift is then corrected under the normal rules"
+            } else {
+                ""
+            }
+        );
+        decision.changes.clear();
+    }
+    decision
+}
+
+fn decide_missing(input: &DecideInput<'_>, decl: &Declaration, ov: &EffectiveOverride) -> Decision {
+    let name = decl.name();
+    let db = decl.manifest.database_name();
+    if ov.paused {
+        return Decision::new(
+            State::Overridden,
+            Action::None,
+            Rule::PausedMissing,
+            format!(
+                "`{db}` does not exist, but `{name}` is paused: nothing is created until the override is removed or expires"
+            ),
+        );
+    }
+    let create = |rule, reason| {
+        let mut d = Decision::new(State::Missing, Action::Create, rule, reason);
+        // Ignored fields are left to the provider's default even at creation:
+        // an override means hands off, whatever the action.
+        d.changes = desired_fields_of(&decl.normalized_spec, input.capabilities)
+            .into_iter()
+            .filter(|(field, _)| !ov.ignores(field))
+            .collect();
+        d
+    };
+    if !input.memory.existed {
+        return create(
+            Rule::Create,
+            format!("`{db}` does not exist at the provider: create it"),
+        );
+    }
+    // It existed and was dropped behind tend's back: out-of-band drift.
+    let first_seen = input
+        .memory
+        .drift_first_seen
+        .get("")
+        .copied()
+        .unwrap_or(input.now);
+    // Reported as out-of-band drift of the whole database.
+    let gone = |mut d: Decision| {
+        d.drift.push(Drift {
+            field: "databaseName".into(),
+            desired: Value::String(db.clone()),
+            observed: Value::Null,
+            origin: DriftOrigin::OutOfBand,
+            ignored: false,
+        });
+        d
+    };
+    if report_only(input.policy, &decl.manifest) {
+        return gone(Decision::new(
+            State::Missing,
+            Action::None,
+            Rule::DriftReportOnly,
+            format!(
+                "`{db}` was deleted outside tend (out-of-band); driftPolicy Report: tend only reports it"
+            ),
+        ));
+    }
+    let due = crate::time::add(first_seen, input.policy.drift_grace);
+    if input.now < due {
+        let mut d = Decision::new(
+            State::Missing,
+            Action::Hold,
+            Rule::MissingOutOfBand,
+            format!(
+                "`{db}` was deleted outside tend (out-of-band); it is recreated after drift_grace ({}) at {} unless an override is added",
+                duration(input.policy.drift_grace),
+                time(due)
+            ),
+        );
+        d.act_at = Some(due);
+        return gone(d);
+    }
+    gone(create(
+        Rule::MissingOutOfBand,
+        format!("`{db}` was deleted outside tend and drift_grace has passed: recreate it"),
+    ))
+}

@@ -1,0 +1,295 @@
+//! Field-level drift: what differs, where the difference came from, and
+//! which differences may be corrected now.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::{
+    Action, DecideInput, Decision, Drift, DriftOrigin, Rule, State, duration, join_fields,
+    report_only, show, time,
+};
+use crate::engine::desired::manages_parameters;
+use crate::engine::overrides::EffectiveOverride;
+use crate::model::{Declaration, Mutability};
+use crate::provider::Observation;
+
+pub(super) fn compute_drift(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    obs: &Observation,
+    ov: &EffectiveOverride,
+) -> Vec<Drift> {
+    // Walks the normalised spec in place (no per-decision copy of the
+    // desired values): this runs for every resource in every cycle.
+    let empty = serde_json::Map::new();
+    let spec = decl.normalized_spec.as_object().unwrap_or(&empty);
+    let declared_parameters = spec.get("parameters").and_then(Value::as_object);
+    let mut drift = Vec::new();
+    let mut push = |field: &str, want: &Value, have: &Value| {
+        if values_match(field, want, have) || obs.unobserved.iter().any(|u| u == field) {
+            return;
+        }
+        // The spec unchanged since the last apply: nothing is a declared change
+        // (and the applied field values need not even be loaded).
+        let unchanged = input.memory.applied_spec_hash.as_ref() == Some(&decl.spec_hash);
+        let declared = !unchanged
+            && (input
+                .memory
+                .applied_fields
+                .get(field)
+                .is_some_and(|applied| applied != want)
+                || (input.memory.applied_spec_hash.is_some()
+                    && !input.memory.applied_fields.contains_key(field)
+                    && want != &Value::Null));
+        drift.push(Drift {
+            field: field.to_string(),
+            desired: want.clone(),
+            observed: have.clone(),
+            origin: if declared {
+                DriftOrigin::Declared
+            } else {
+                DriftOrigin::OutOfBand
+            },
+            ignored: ov.ignores(field),
+        });
+    };
+    let mut key = String::new();
+    for (name, want) in spec {
+        if !input.capabilities.fields.contains_key(name.as_str()) {
+            continue;
+        }
+        match (name.as_str(), want) {
+            ("parameters", Value::Object(map)) => {
+                for (setting, want) in map {
+                    key.clear();
+                    key.push_str("parameters.");
+                    key.push_str(setting);
+                    push(&key, want, obs.fields.get(&key).unwrap_or(&Value::Null));
+                }
+            }
+            _ => push(name, want, obs.fields.get(name).unwrap_or(&Value::Null)),
+        }
+    }
+    if manages_parameters(&decl.manifest, input.capabilities) {
+        for (field, have) in obs.fields.range::<str, _>((
+            std::ops::Bound::Included("parameters."),
+            std::ops::Bound::Unbounded,
+        )) {
+            let Some(setting) = field.strip_prefix("parameters.") else {
+                break;
+            };
+            if !declared_parameters.is_some_and(|p| p.contains_key(setting)) {
+                push(field, &Value::Null, have);
+            }
+        }
+    }
+    drift
+}
+
+/// Whether an observed value satisfies a declared one. Extensions match by
+/// name, and only the version and schema the declaration states are
+/// compared (the server fills in the rest; extensions it has beyond the
+/// declared ones are not tend's to remove).
+pub fn values_match(field: &str, want: &Value, have: &Value) -> bool {
+    if want == have {
+        return true;
+    }
+    match (field, want, have) {
+        ("extensions", Value::Array(wanted), Value::Array(present)) => wanted.iter().all(|w| {
+            let name = w.get("name");
+            present.iter().any(|p| {
+                p.get("name") == name
+                    && w.as_object()
+                        .is_some_and(|o| o.iter().all(|(k, v)| p.get(k) == Some(v)))
+            })
+        }),
+        _ => false,
+    }
+}
+
+pub(super) fn decide_drift(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    ov: &EffectiveOverride,
+    drift: Vec<Drift>,
+) -> Decision {
+    let name = decl.name();
+    let policy = input.policy;
+    let with = |mut d: Decision, drift: Vec<Drift>| {
+        d.drift = drift;
+        d
+    };
+    let active: Vec<&Drift> = drift.iter().filter(|d| !d.ignored).collect();
+
+    let immutable: Vec<&&Drift> = active
+        .iter()
+        .filter(|d| input.capabilities.mutability(&d.field) == Some(Mutability::Immutable))
+        .collect();
+    if !immutable.is_empty() {
+        let list = immutable
+            .iter()
+            .map(|d| format!("{} {} → {}", d.field, show(&d.observed), show(&d.desired)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return with(
+            Decision::new(
+                State::Blocked,
+                Action::None,
+                Rule::RequiresReplacement,
+                format!(
+                    "requires replacement: {list} cannot be changed in place, and tend never drops and recreates a database on its own"
+                ),
+            ),
+            drift,
+        );
+    }
+    if ov.paused {
+        let what = if active.is_empty() {
+            "no drift"
+        } else {
+            "drift is reported only"
+        };
+        return with(
+            Decision::new(
+                State::Overridden,
+                Action::None,
+                Rule::Paused,
+                format!(
+                    "`{name}` is paused by an override ({}): {what}; nothing is changed",
+                    ov.reasons.join("; ")
+                ),
+            ),
+            drift,
+        );
+    }
+    let stuck: Vec<&&Drift> = active
+        .iter()
+        .filter(|d| {
+            input
+                .memory
+                .failed_attempts
+                .get(&d.field)
+                .copied()
+                .unwrap_or(0)
+                >= policy.max_update_attempts
+        })
+        .collect();
+    if !stuck.is_empty() {
+        let fields = join_fields(stuck.iter().map(|d| d.field.as_str()));
+        return with(
+            Decision::new(
+                State::Unconvergeable,
+                Action::None,
+                Rule::Unconvergeable,
+                format!(
+                    "{fields} still differ after {} confirmed updates; tend stops retrying until the declaration or the observed value changes",
+                    policy.max_update_attempts
+                ),
+            ),
+            drift,
+        );
+    }
+    if active.is_empty() {
+        if drift.is_empty() {
+            return Decision::new(
+                State::InSync,
+                Action::None,
+                Rule::InSync,
+                "in sync with the declaration".into(),
+            );
+        }
+        let fields = join_fields(drift.iter().map(|d| d.field.as_str()));
+        return with(
+            Decision::new(
+                State::Overridden,
+                Action::None,
+                Rule::IgnoredDrift,
+                format!(
+                    "{fields} differ but are left alone by an override ({})",
+                    ov.reasons.join("; ")
+                ),
+            ),
+            drift,
+        );
+    }
+
+    // Declared changes apply now; out-of-band drift waits for drift_grace.
+    let mut changes = BTreeMap::new();
+    let mut held: Vec<(&str, SystemTime)> = Vec::new();
+    let report = report_only(policy, &decl.manifest);
+    for d in &active {
+        match d.origin {
+            DriftOrigin::Declared => {
+                changes.insert(d.field.clone(), d.desired.clone());
+            }
+            DriftOrigin::OutOfBand if report => {}
+            DriftOrigin::OutOfBand => {
+                let first = input
+                    .memory
+                    .drift_first_seen
+                    .get(&d.field)
+                    .copied()
+                    .unwrap_or(input.now);
+                let due = crate::time::add(first, policy.drift_grace);
+                if input.now >= due {
+                    changes.insert(d.field.clone(), d.desired.clone());
+                } else {
+                    held.push((&d.field, due));
+                }
+            }
+        }
+    }
+    let out_of_band: Vec<&str> = active
+        .iter()
+        .filter(|d| d.origin == DriftOrigin::OutOfBand)
+        .map(|d| d.field.as_str())
+        .collect();
+    let act_at = held.iter().map(|(_, t)| *t).min();
+    let mut decision = if !changes.is_empty() {
+        let declared = active
+            .iter()
+            .any(|d| d.origin == DriftOrigin::Declared && changes.contains_key(&d.field));
+        let fields = join_fields(changes.keys().map(String::as_str));
+        let (rule, why) = if declared {
+            (Rule::DeclaredChange, "the declaration changed in Git")
+        } else {
+            (Rule::DriftCorrect, "out-of-band drift outlived drift_grace")
+        };
+        let mut reason = format!("update {fields}: {why}");
+        if let Some(t) = act_at {
+            let fields = join_fields(held.iter().map(|(f, _)| *f));
+            reason.push_str(&format!(
+                "; out-of-band drift on {fields} is held until {}",
+                time(t)
+            ));
+        }
+        Decision::new(State::Drifted, Action::Update, rule, reason)
+    } else if report {
+        Decision::new(
+            State::Drifted,
+            Action::None,
+            Rule::DriftReportOnly,
+            format!(
+                "out-of-band drift on {}; driftPolicy Report: tend only reports it",
+                out_of_band.join(", ")
+            ),
+        )
+    } else {
+        let fields = join_fields(held.iter().map(|(f, _)| *f));
+        Decision::new(
+            State::Drifted,
+            Action::Hold,
+            Rule::DriftGrace,
+            format!(
+                "out-of-band drift on {fields} is held for drift_grace ({}) so an operator can add an override; tend corrects it at {}",
+                duration(policy.drift_grace),
+                act_at.map(time).unwrap_or_default()
+            ),
+        )
+    };
+    decision.changes = changes;
+    decision.act_at = act_at;
+    with(decision, drift)
+}

@@ -1,0 +1,404 @@
+//! `decide`: one resource, one decision.
+//!
+//! The rules: identity and ownership, drift and overrides, deletion. Each
+//! decision names the [`Rule`] that produced it, so `tend explain` can say
+//! why, and carries a `reason` sentence for operators.
+//!
+//! Split by subject: [`declared`] (a declaration in Git, present or
+//! missing at the provider), [`drift`] (field-level differences and what
+//! may be corrected), [`removed`] (a tombstone: release or delete).
+
+mod declared;
+mod drift;
+mod removed;
+
+pub use drift::values_match;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::deletion::DeletionGate;
+use super::overrides::{EffectiveOverride, OverrideInput, effective};
+use crate::model::{Declaration, DriftPolicy, ManagedDatabase, SpecHash};
+use crate::provider::{Capabilities, Observation, Observed};
+
+/// What tend reports about a resource (DESIGN.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum State {
+    InSync,
+    Drifted,
+    Missing,
+    Overridden,
+    Blocked,
+    Unconvergeable,
+    Deleting,
+    Stalled,
+    Released,
+    Error,
+}
+
+/// What tend will do about it (DESIGN.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Action {
+    None,
+    Create,
+    Update,
+    Delete,
+    Release,
+    Adopt,
+    Hold,
+}
+
+/// The rule that produced a decision, for `tend explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    ObservationFailed,
+    InvalidProviderOverride,
+    PausedMissing,
+    Create,
+    MissingOutOfBand,
+    Provisioning,
+    StaleObservation,
+    NameTaken,
+    OwnedByOtherAgent,
+    OwnedByOtherDeclaration,
+    Adopt,
+    RequiresReplacement,
+    Paused,
+    Unconvergeable,
+    InSync,
+    IgnoredDrift,
+    DeclaredChange,
+    DriftReportOnly,
+    DriftGrace,
+    DriftCorrect,
+    Release,
+    Released,
+    DeletionPaused,
+    DeletionNotOurs,
+    DeletionDelay,
+    DeletionGuard,
+    Delete,
+    DeletionStalled,
+    Deleted,
+    /// The mass-deletion guard tripped, and an operator approved this one.
+    DeletionApproved,
+    /// An earlier operation on the resource is journalled and not yet
+    /// confirmed: no new work until it is (it is replayed first).
+    PendingIntent,
+    /// A journalled operation the repository has since overtaken is
+    /// dropped instead of replayed.
+    Superseded,
+    /// What tend remembers of the resource cannot be read: no action
+    /// without evidence.
+    CorruptState,
+    /// A removed declaration's provider is no longer configured.
+    ProviderNotConfigured,
+}
+
+impl Rule {
+    /// The rule's name as `explain` and the reports show it (`drift-grace`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::ObservationFailed => "observation-failed",
+            Rule::InvalidProviderOverride => "invalid-provider-override",
+            Rule::PausedMissing => "paused-missing",
+            Rule::Create => "create",
+            Rule::MissingOutOfBand => "missing-out-of-band",
+            Rule::Provisioning => "provisioning",
+            Rule::StaleObservation => "stale-observation",
+            Rule::NameTaken => "name-taken",
+            Rule::OwnedByOtherAgent => "owned-by-other-agent",
+            Rule::OwnedByOtherDeclaration => "owned-by-other-declaration",
+            Rule::Adopt => "adopt",
+            Rule::RequiresReplacement => "requires-replacement",
+            Rule::Paused => "paused",
+            Rule::Unconvergeable => "unconvergeable",
+            Rule::InSync => "in-sync",
+            Rule::IgnoredDrift => "ignored-drift",
+            Rule::DeclaredChange => "declared-change",
+            Rule::DriftReportOnly => "drift-report-only",
+            Rule::DriftGrace => "drift-grace",
+            Rule::DriftCorrect => "drift-correct",
+            Rule::Release => "release",
+            Rule::Released => "released",
+            Rule::DeletionPaused => "deletion-paused",
+            Rule::DeletionNotOurs => "deletion-not-ours",
+            Rule::DeletionDelay => "deletion-delay",
+            Rule::DeletionGuard => "deletion-guard",
+            Rule::Delete => "delete",
+            Rule::DeletionStalled => "deletion-stalled",
+            Rule::Deleted => "deleted",
+            Rule::DeletionApproved => "deletion-approved",
+            Rule::PendingIntent => "pending-intent",
+            Rule::Superseded => "superseded",
+            Rule::CorruptState => "corrupt-state",
+            Rule::ProviderNotConfigured => "provider-not-configured",
+        }
+    }
+}
+
+/// Whether a difference was made in Git or behind tend's back (DESIGN.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriftOrigin {
+    Declared,
+    OutOfBand,
+}
+
+/// One field that differs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Drift {
+    pub field: String,
+    /// `null` when the declaration removes the field (a parameter to reset).
+    pub desired: Value,
+    /// `null` when the provider does not have it.
+    pub observed: Value,
+    pub origin: DriftOrigin,
+    /// Left alone by an override.
+    pub ignored: bool,
+}
+
+/// What tend remembers of a resource (the state dir; empty on first sight).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Memory {
+    /// Hash of the last spec applied and confirmed.
+    pub applied_spec_hash: Option<SpecHash>,
+    /// Field values of the last applied spec (may be left empty when the
+    /// declaration's spec hash equals `applied_spec_hash`: then they are the
+    /// declared values).
+    pub applied_fields: BTreeMap<String, Value>,
+    /// The commit of the last applied spec.
+    pub applied_commit: Option<String>,
+    /// tend created or adopted this resource and saw it exist.
+    pub existed: bool,
+    /// When each out-of-band drift (or the resource going missing, as field
+    /// `""`) was first seen.
+    pub drift_first_seen: BTreeMap<String, SystemTime>,
+    /// Confirmed updates of a field that still left it different.
+    pub failed_attempts: BTreeMap<String, u32>,
+    /// When tend last wrote to the resource: an observation older than this
+    /// is not used to decide a new write (a cache may lag).
+    pub last_write_at: Option<SystemTime>,
+    /// The database name and provider tend manages the resource at.
+    pub database_name: Option<String>,
+    pub provider: Option<String>,
+}
+
+/// A declaration removed from Git, kept until the provider confirms the
+/// outcome (DESIGN.md §5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tombstone {
+    pub last: ManagedDatabase,
+    /// When tend first saw the removal (in a commit on the tracked branch).
+    pub removed_at: SystemTime,
+    pub removal_commit: String,
+    /// When the delete was first requested, if it was.
+    pub delete_requested_at: Option<SystemTime>,
+    pub last_error: Option<String>,
+}
+
+/// What a decision is about.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    Declared(&'a Declaration),
+    Removed(&'a Tombstone),
+}
+
+/// Agent-wide policy (from `[reconcile]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub agent_id: String,
+    /// `report` here overrides every declaration's `driftPolicy`.
+    pub drift_policy: DriftPolicy,
+    pub drift_grace: Duration,
+    pub deletion_delay: Duration,
+    pub deletion_stall: Duration,
+    /// Confirmed attempts before a field is `Unconvergeable`.
+    pub max_update_attempts: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            agent_id: String::new(),
+            drift_policy: DriftPolicy::Correct,
+            drift_grace: Duration::from_secs(600),
+            deletion_delay: Duration::from_secs(3600),
+            deletion_stall: Duration::from_secs(3600),
+            max_update_attempts: 3,
+        }
+    }
+}
+
+/// Everything `decide` needs.
+#[derive(Debug, Clone)]
+pub struct DecideInput<'a> {
+    pub subject: Subject<'a>,
+    pub observed: &'a Observed,
+    pub memory: &'a Memory,
+    /// Annotation and local overrides (provider-label overrides are read
+    /// from the observation).
+    pub overrides: &'a [OverrideInput],
+    pub policy: &'a Policy,
+    pub capabilities: &'a Capabilities,
+    /// What the mass-deletion guard says about deleting this resource now.
+    pub deletion: &'a DeletionGate,
+    /// When tend first saw the override labels the observation carries
+    /// (a duration expiry counts from here); `None` when never seen.
+    pub provider_override_seen: Option<SystemTime>,
+    /// The provider the subject is planned at.
+    pub provider: &'a str,
+    pub now: SystemTime,
+}
+
+/// The outcome for one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub state: State,
+    pub action: Action,
+    pub rule: Rule,
+    /// A sentence for operators naming the rule.
+    pub reason: String,
+    pub drift: Vec<Drift>,
+    pub overrides: EffectiveOverride,
+    /// Field values to set when `action` is `Create`, `Update` or `Adopt`.
+    pub changes: BTreeMap<String, Value>,
+    /// When a held action becomes due.
+    pub act_at: Option<SystemTime>,
+}
+
+impl Decision {
+    /// A decision with no drift, override or changes.
+    pub fn new(state: State, action: Action, rule: Rule, reason: String) -> Self {
+        Decision {
+            state,
+            action,
+            rule,
+            reason,
+            drift: Vec::new(),
+            overrides: EffectiveOverride::default(),
+            changes: BTreeMap::new(),
+            act_at: None,
+        }
+    }
+
+    /// Whether this decision leaves work pending (for exit code 2).
+    pub fn is_pending(&self) -> bool {
+        self.action != Action::None || !matches!(self.state, State::InSync | State::Released)
+    }
+}
+
+fn time(t: SystemTime) -> String {
+    crate::time::rfc3339(t)
+}
+
+fn duration(d: Duration) -> String {
+    crate::time::duration(d)
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Null => "unset".into(),
+        Value::String(s) => format!("\"{s}\""),
+        other => other.to_string(),
+    }
+}
+
+/// Decides what may happen to one resource. Pure: same input, same output.
+pub fn decide(input: &DecideInput<'_>) -> Decision {
+    // Overrides at the provider travel with the observation.
+    let mut override_inputs = input.overrides.to_vec();
+    if let Observed::Found(obs) = input.observed
+        && input.capabilities.labels
+    {
+        match provider_override(obs, input.provider_override_seen, input.now) {
+            Ok(Some(o)) => override_inputs.push(o),
+            Ok(None) => {}
+            Err(message) => {
+                return Decision::new(
+                    State::Error,
+                    Action::None,
+                    Rule::InvalidProviderOverride,
+                    format!(
+                        "the override labels at the provider are invalid ({message}); tend changes nothing until they are fixed, because a broken override must never be ignored"
+                    ),
+                );
+            }
+        }
+    }
+    let overrides = effective(&override_inputs, input.now);
+    let mut decision = match input.subject {
+        Subject::Declared(decl) => declared::decide_declared(input, decl, &overrides),
+        Subject::Removed(tomb) => removed::decide_removed(input, tomb, &overrides),
+    };
+    decision.overrides = overrides;
+    decision
+}
+
+fn provider_override(
+    obs: &Observation,
+    first_seen: Option<SystemTime>,
+    now: SystemTime,
+) -> Result<Option<OverrideInput>, String> {
+    // The common case: no override labels at all.
+    if !obs
+        .labels
+        .keys()
+        .any(|k| k.starts_with("tend.dev/") && !k.starts_with("tend.dev/owner-"))
+    {
+        return Ok(None);
+    }
+    let labels = obs
+        .labels
+        .iter()
+        .filter(|(k, _)| k.starts_with("tend.dev/") && !k.starts_with("tend.dev/owner-"))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                crate::model::declaration::ScalarString(v.clone()),
+            )
+        })
+        .collect();
+    let parsed = crate::model::overrides::parse_annotations(&labels).map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|p| p.message)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    Ok(parsed.overrides.map(|spec| OverrideInput {
+        source: super::OverrideSource::Provider,
+        spec,
+        first_seen: first_seen.unwrap_or(now),
+    }))
+}
+
+fn report_only(policy: &Policy, decl: &ManagedDatabase) -> bool {
+    policy.drift_policy == DriftPolicy::Report || decl.spec.drift_policy == DriftPolicy::Report
+}
+
+/// Never act without evidence.
+fn observation_failed(name: &str, message: &str) -> Decision {
+    Decision::new(
+        State::Error,
+        Action::None,
+        Rule::ObservationFailed,
+        format!(
+            "could not observe `{name}` at the provider ({message}); no action is taken without an observation"
+        ),
+    )
+}
+
+/// Field names for a reason sentence: `a, b, c`.
+fn join_fields<'a>(fields: impl Iterator<Item = &'a str>) -> String {
+    fields.collect::<Vec<_>>().join(", ")
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}

@@ -1,0 +1,140 @@
+//! Running many operations: at most each provider's `max_concurrency` at a
+//! time, and a slow provider never delays another provider's operations.
+//!
+//! Work waits in a queue per provider and becomes an operation (`build`:
+//! the journal request, kilobytes of JSON) and a task only when one of the
+//! provider's slots frees: ten thousand built and spawned at once held
+//! well over 100 MB while they waited.
+//!
+//! # Guarantees
+//! * Every operation that started is waited for, even after an error: a
+//!   call may have reached the provider, and its outcome must be recorded.
+//! * An error stops new work; what finished before and after it is still
+//!   returned ([`Execution::finished`]) beside the error.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+
+use super::operation::{self, OpOutcome, PlannedOperation};
+use super::{ExecContext, ProviderRuntime};
+use crate::journal::StateError;
+use crate::provider::{OperationId, OperationKind, Provider};
+
+/// One operation's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Executed {
+    pub name: String,
+    pub kind: OperationKind,
+    pub id: OperationId,
+    pub outcome: OpOutcome,
+}
+
+/// What running a batch of operations did.
+#[derive(Debug, Default)]
+pub struct Execution {
+    /// Finished operations, by name.
+    pub finished: Vec<Executed>,
+    /// The first state-store failure; no new operation started after it.
+    pub error: Option<StateError>,
+}
+
+/// Told of each finished operation (the CLI draws a progress bar).
+pub trait Progress: Send + Sync {
+    fn finished(&self, done: usize, total: usize, executed: &Executed);
+}
+
+/// No progress reporting.
+#[derive(Debug, Default)]
+pub struct Silent;
+
+impl Progress for Silent {
+    fn finished(&self, _: usize, _: usize, _: &Executed) {}
+}
+
+type Joined = (String, Executed, Option<StateError>);
+
+/// Runs `queued` work; `provider_of` routes an item, `build` turns it into
+/// an operation when a slot is free (`None`: nothing to run).
+pub async fn execute<T, P: Provider>(
+    runtimes: &BTreeMap<String, Arc<ProviderRuntime<P>>>,
+    ctx: &ExecContext,
+    queued: Vec<T>,
+    provider_of: impl Fn(&T) -> &str,
+    mut build: impl FnMut(T) -> Option<PlannedOperation>,
+    progress: &dyn Progress,
+) -> Execution {
+    let total = queued.len();
+    let mut queues: BTreeMap<String, VecDeque<T>> = BTreeMap::new();
+    for item in queued {
+        let provider = provider_of(&item);
+        if runtimes.contains_key(provider) {
+            queues
+                .entry(provider.to_string())
+                .or_default()
+                .push_back(item);
+        }
+    }
+    let mut tasks: JoinSet<Joined> = JoinSet::new();
+    let mut start_next = |tasks: &mut JoinSet<Joined>,
+                          queues: &mut BTreeMap<String, VecDeque<T>>,
+                          provider: &str| {
+        let Some(runtime) = runtimes.get(provider).cloned() else {
+            return;
+        };
+        while let Some(item) = queues.get_mut(provider).and_then(VecDeque::pop_front) {
+            let Some(op) = build(item) else { continue };
+            let (provider, ctx) = (provider.to_string(), ctx.clone());
+            tasks.spawn(async move {
+                let (name, kind, id) = (op.name.clone(), op.kind, op.id.clone());
+                // Its own task, so a panic still tells which provider's slot
+                // came free (the intent stays pending for the next cycle).
+                let (outcome, error) = match tokio::spawn(operation::run(runtime, ctx, op)).await {
+                    Ok(Ok(outcome)) => (outcome, None),
+                    Ok(Err(e)) => (OpOutcome::Pending(format!("journal: {e}")), Some(e)),
+                    Err(e) => {
+                        let message =
+                            format!("stopped: {e}; the intent stays pending for the next cycle");
+                        tracing::error!("{} {name} ({id}) {message}", kind.as_str());
+                        (OpOutcome::Pending(message), None)
+                    }
+                };
+                (
+                    provider,
+                    Executed {
+                        name,
+                        kind,
+                        id,
+                        outcome,
+                    },
+                    error,
+                )
+            });
+            break;
+        }
+    };
+    let providers: Vec<String> = queues.keys().cloned().collect();
+    for provider in &providers {
+        let slots = runtimes.get(provider).map_or(1, |r| r.max_concurrency);
+        for _ in 0..slots {
+            start_next(&mut tasks, &mut queues, provider);
+        }
+    }
+    let mut execution = Execution::default();
+    while let Some(joined) = tasks.join_next().await {
+        let Ok((provider, executed, error)) = joined else {
+            continue;
+        };
+        if let Some(e) = error {
+            execution.error.get_or_insert(e);
+        }
+        if execution.error.is_none() {
+            start_next(&mut tasks, &mut queues, &provider);
+        }
+        progress.finished(execution.finished.len() + 1, total, &executed);
+        execution.finished.push(executed);
+    }
+    execution.finished.sort_by(|a, b| a.name.cmp(&b.name));
+    execution
+}

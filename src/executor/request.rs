@@ -1,0 +1,86 @@
+//! The call a decision makes: the request body and everything the journal
+//! keeps to replay it and to record its effect.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::operation::{JournalRequest, RequestBody};
+use crate::engine::desired::desired_fields;
+use crate::model::ManagedDatabase;
+use crate::provider::{
+    Capabilities, ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, OperationKind,
+};
+
+/// Where a resource is and what it is declared as.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestSubject<'a> {
+    pub name: &'a str,
+    pub manifest: &'a ManagedDatabase,
+    /// The declaration's file, relative to the repository root.
+    pub file: &'a str,
+    pub provider: &'a str,
+    /// The commit the decision was made from.
+    pub commit: Option<&'a str>,
+}
+
+fn marker(agent_id: &str, name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (OWNER_AGENT_LABEL.to_string(), agent_id.to_string()),
+        (OWNER_DECLARATION_LABEL.to_string(), name.to_string()),
+    ])
+}
+
+/// The request of `kind` for `subject`; `changes` are the decision's field
+/// values (create and update).
+pub fn build(
+    kind: OperationKind,
+    agent_id: &str,
+    subject: RequestSubject<'_>,
+    changes: &BTreeMap<String, Value>,
+    capabilities: &Capabilities,
+) -> JournalRequest {
+    let manifest = subject.manifest;
+    let database_name = manifest.database_name();
+    let change = |fields: BTreeMap<String, Value>, labels: BTreeMap<String, String>| {
+        RequestBody::Change(ChangeRequest {
+            database_name: database_name.clone(),
+            fields,
+            labels,
+        })
+    };
+    let body = match kind {
+        OperationKind::Create => {
+            let mut labels: BTreeMap<String, String> = manifest
+                .metadata
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect();
+            labels.extend(marker(agent_id, subject.name));
+            change(changes.clone(), labels)
+        }
+        OperationKind::Update => change(changes.clone(), BTreeMap::new()),
+        OperationKind::Adopt => change(BTreeMap::new(), marker(agent_id, subject.name)),
+        // A label with an empty value is removed.
+        OperationKind::Release => change(
+            BTreeMap::new(),
+            marker("", "")
+                .into_keys()
+                .map(|k| (k, String::new()))
+                .collect(),
+        ),
+        OperationKind::Delete => RequestBody::Delete {
+            database_name: database_name.clone(),
+        },
+    };
+    JournalRequest {
+        provider: subject.provider.to_string(),
+        database_name,
+        file: subject.file.to_string(),
+        commit: subject.commit.map(str::to_string),
+        manifest: serde_json::to_value(manifest).unwrap_or(Value::Null),
+        desired: desired_fields(manifest, capabilities),
+        body,
+    }
+}

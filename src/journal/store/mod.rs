@@ -1,0 +1,590 @@
+//! The SQLite state store: opening, formats and migrations, `meta`, and
+//! the integrity check. Reads are in [`read`], writes in [`write`].
+
+mod read;
+mod write;
+
+pub use read::{
+    Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StoredMemories,
+    TombstoneRow,
+};
+pub use write::{Applied, Tx};
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use super::{FORMAT, READABLE_FORMAT, StateError};
+use crate::model::hash::sha256_hex;
+
+/// Migrations, applied in order; index + 1 is the format they produce.
+const MIGRATIONS: &[&str] = &[
+    // 1: the first layout.
+    r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE resources (
+    name TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    database_name TEXT NOT NULL,
+    file TEXT NOT NULL,
+    applied_spec_hash TEXT,
+    applied_fields TEXT NOT NULL DEFAULT '{}',
+    applied_commit TEXT,
+    external_id TEXT,
+    existed INTEGER NOT NULL DEFAULT 0,
+    manifest TEXT NOT NULL DEFAULT '{}',
+    last_write_ms INTEGER,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE drift_seen (
+    name TEXT NOT NULL, field TEXT NOT NULL, first_seen_ms INTEGER NOT NULL,
+    PRIMARY KEY (name, field)
+);
+CREATE TABLE attempts (
+    name TEXT NOT NULL, field TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (name, field)
+);
+CREATE TABLE intents (
+    op_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    spec_hash TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    request TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE INDEX intents_by_name ON intents (name, state);
+CREATE TABLE tombstones (
+    name TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    removed_ms INTEGER NOT NULL,
+    removal_commit TEXT NOT NULL,
+    delete_requested_ms INTEGER,
+    last_error TEXT
+);
+CREATE TABLE local_overrides (
+    name TEXT PRIMARY KEY,
+    annotations TEXT NOT NULL,
+    set_ms INTEGER NOT NULL
+);
+CREATE TABLE override_seen (
+    name TEXT NOT NULL, source TEXT NOT NULL, fingerprint TEXT NOT NULL, first_seen_ms INTEGER NOT NULL,
+    PRIMARY KEY (name, source)
+);
+"#,
+    // 2: finding the pending intents (every cycle) must not scan the whole
+    // journal; format-1 readers ignore the index.
+    r#"
+CREATE INDEX IF NOT EXISTS intents_pending ON intents (state) WHERE state = 'pending';
+"#,
+    // 3: the mass-deletion guard remembers its holds and the operator's
+    // approvals; every open intent (pending, or a state this binary does
+    // not know) is found through an index. A reader that ignored these
+    // tables would delete what this format holds: min_reader_format 3.
+    r#"
+CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state);
+CREATE TABLE IF NOT EXISTS deletion_holds (
+    name TEXT PRIMARY KEY, since_ms INTEGER NOT NULL, due_together INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS deletion_approvals (
+    name TEXT PRIMARY KEY, reason TEXT NOT NULL, approved_ms INTEGER NOT NULL
+);
+"#,
+];
+
+/// How much of a state database is read through a memory map.
+pub const MMAP_BYTES: i64 = 1 << 30;
+
+fn ms(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn time(ms: i64) -> SystemTime {
+    crate::time::add(
+        SystemTime::UNIX_EPOCH,
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+    )
+}
+
+/// The state database. Statements are short; one connection behind a mutex.
+#[derive(Debug)]
+pub struct StateStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl StateStore {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: rusqlite::Error) -> StateError {
+        sql_err(&self.path, e)
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks compatibility without writing a byte: `immutable=1` makes
+    /// SQLite touch neither the file nor a WAL or journal.
+    fn check_readable(path: &Path) -> Result<(), StateError> {
+        let uri = format!("file:{}?immutable=1", path.display());
+        let conn = Connection::open_with_flags(
+            &uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| sql_err(path, e))?;
+        let has_meta: bool = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(|e| sql_err(path, e))?
+            > 0;
+        if !has_meta {
+            return Ok(());
+        }
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'min_reader_format'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| sql_err(path, e))?;
+        let found = found.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        if found > READABLE_FORMAT {
+            return Err(StateError::TooNew {
+                path: path.display().to_string(),
+                found,
+                supported: READABLE_FORMAT,
+            });
+        }
+        Ok(())
+    }
+
+    /// Opens (and for a writer creates and migrates) `state_dir/state.db`.
+    /// A reader on a state dir without a database gets `None`.
+    pub fn open(state_dir: &Path, writer: bool) -> Result<Option<Self>, StateError> {
+        let path = state_dir.join("state.db");
+        if path.exists() {
+            Self::check_readable(&path)?;
+        } else if !writer {
+            return Ok(None);
+        }
+        std::fs::create_dir_all(state_dir).map_err(|e| StateError::Io {
+            path: state_dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let flags = if writer {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+        };
+        let conn = Connection::open_with_flags(&path, flags).map_err(|e| sql_err(&path, e))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(|e| sql_err(&path, e))?;
+        // Reads through a memory map: a cycle reads every resource's row,
+        // which through read(2) is thousands of page-sized system calls.
+        conn.pragma_update(None, "mmap_size", MMAP_BYTES)
+            .map_err(|e| sql_err(&path, e))?;
+        let store = StateStore {
+            conn: Mutex::new(conn),
+            path,
+        };
+        if writer {
+            store.migrate()?;
+        }
+        Ok(Some(store))
+    }
+
+    /// The `meta` values a migration looks at, read without a
+    /// transaction (a fresh file has no `meta` table yet: all `None`).
+    fn format_meta(conn: &Connection) -> (i64, i64, Option<String>) {
+        let read = |key: &str| -> Option<String> {
+            conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                .ok()
+        };
+        let number = |key: &str| read(key).and_then(|v| v.parse().ok()).unwrap_or(0);
+        (
+            number("format"),
+            number("min_reader_format"),
+            read("writer_version"),
+        )
+    }
+
+    /// Brings the file to this binary's format. Nothing is written when it
+    /// is already there: every writer open (an operator's `override set`
+    /// beside a running agent included) would otherwise take the write lock
+    /// just to rewrite `meta`.
+    fn migrate(&self) -> Result<(), StateError> {
+        let mut conn = self.conn();
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| sql_err(&self.path, e))?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| sql_err(&self.path, e))?;
+        let version = env!("CARGO_PKG_VERSION");
+        let (format, min_reader, writer) = Self::format_meta(&conn);
+        if format >= FORMAT && min_reader >= READABLE_FORMAT && writer.as_deref() == Some(version) {
+            return Ok(());
+        }
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| sql_err(&self.path, e))?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+        )
+        .map_err(|e| sql_err(&self.path, e))?;
+        // Read again under the write lock: another writer may have migrated.
+        let (current, min_reader, _) = Self::format_meta(&tx);
+        for (i, sql) in MIGRATIONS.iter().enumerate() {
+            let format = i as i64 + 1;
+            if format > current {
+                tx.execute_batch(sql).map_err(|e| sql_err(&self.path, e))?;
+            }
+        }
+        // A newer writer's higher format and reader requirement stay: this
+        // binary only raises them.
+        for (key, value) in [
+            ("format", current.max(FORMAT).to_string()),
+            (
+                "min_reader_format",
+                min_reader.max(READABLE_FORMAT).to_string(),
+            ),
+            ("writer_version", version.to_string()),
+        ] {
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        }
+        tx.commit().map_err(|e| sql_err(&self.path, e))
+    }
+
+    /// A `meta` value.
+    pub fn meta(&self, key: &str) -> Result<Option<String>, StateError> {
+        self.conn()
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The agent id: the configured one (kept), else the kept one, else a
+    /// new one generated once and kept.
+    pub fn agent_id(&self, configured: Option<&str>) -> Result<String, StateError> {
+        let kept = self.meta("agent_id")?;
+        if let Some(id) = configured {
+            if kept.as_deref() != Some(id) {
+                self.set_meta("agent_id", id)?;
+            }
+            return Ok(id.to_string());
+        }
+        if let Some(id) = kept {
+            return Ok(id);
+        }
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_i64(ms(SystemTime::now()));
+        h.write_u32(std::process::id());
+        let id = format!("tend-{}", &sha256_hex(&h.finish().to_le_bytes())[..12]);
+        self.set_meta("agent_id", &id)?;
+        Ok(id)
+    }
+
+    fn set_meta(&self, key: &str, value: &str) -> Result<(), StateError> {
+        self.conn()
+            .execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Opens the state database for a local override change: read-write but
+    /// without the writer lock (an operator must be able to pause a resource
+    /// while `tend run` or `tend apply` holds it). Creates the state if none.
+    pub fn open_for_overrides(state_dir: &Path) -> Result<Self, StateError> {
+        Self::open(state_dir, true)?.ok_or_else(|| StateError::Io {
+            path: state_dir.display().to_string(),
+            message: "the state database could not be created".into(),
+        })
+    }
+
+    /// `PRAGMA integrity_check` plus tend's own invariants; each problem is
+    /// one line.
+    pub fn check(&self) -> Result<Vec<String>, StateError> {
+        let conn = self.conn();
+        let mut problems = Vec::new();
+        let integrity: Vec<String> = conn
+            .prepare("PRAGMA integrity_check")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(|e| self.err(e))?;
+        problems.extend(integrity.into_iter().filter(|l| l != "ok"));
+        for key in ["format", "min_reader_format"] {
+            let found: Option<String> = conn
+                .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+                .optional()
+                .map_err(|e| self.err(e))?;
+            if found.is_none() {
+                problems.push(format!("meta.{key} is missing"));
+            }
+        }
+        let bad_states: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM intents WHERE state NOT IN ('pending', 'done', 'failed')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if bad_states > 0 {
+            problems.push(format!("{bad_states} intents have an unknown state"));
+        }
+        drop(conn);
+        let corrupt = self
+            .open_intents()?
+            .into_iter()
+            .filter_map(Result::err)
+            .chain(self.tombstones()?.into_iter().filter_map(Result::err))
+            .chain(self.local_overrides()?.into_iter().filter_map(Result::err));
+        problems.extend(corrupt.map(|row| row.to_string()));
+        Ok(problems)
+    }
+
+    /// A readable summary for `tend state show`.
+    pub fn summary(&self) -> Result<String, StateError> {
+        let conn = self.conn();
+        let count = |sql: &str| {
+            conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                .map_err(|e| sql_err(&self.path, e))
+        };
+        let mut out = String::new();
+        let meta: Vec<(String, String)> = conn
+            .prepare("SELECT key, value FROM meta ORDER BY key")
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .map_err(|e| self.err(e))?;
+        out.push_str(&format!("state: {}\n", self.path.display()));
+        for (k, v) in meta {
+            out.push_str(&format!("  {k}: {v}\n"));
+        }
+        out.push_str(&format!(
+            "  resources managed: {}\n  intents: {} pending, {} done, {} failed\n  tombstones: {}\n  local overrides: {}\n  deletions held by the guard: {}\n  deletions approved: {}\n",
+            count("SELECT count(*) FROM resources WHERE existed = 1")?,
+            count("SELECT count(*) FROM intents WHERE state = 'pending'")?,
+            count("SELECT count(*) FROM intents WHERE state = 'done'")?,
+            count("SELECT count(*) FROM intents WHERE state = 'failed'")?,
+            count("SELECT count(*) FROM tombstones")?,
+            count("SELECT count(*) FROM local_overrides")?,
+            count("SELECT count(*) FROM deletion_holds")?,
+            count("SELECT count(*) FROM deletion_approvals")?,
+        ));
+        Ok(out)
+    }
+}
+
+fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
+    StateError::Sqlite {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SpecHash;
+    use serde_json::Value;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_newer_min_reader_format_is_refused_and_the_file_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+            store.set_meta("min_reader_format", "99").unwrap();
+            let conn = store.conn();
+            conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+        }
+        let path = dir.path().join("state.db");
+        let before = std::fs::read(&path).unwrap();
+        for writer in [true, false] {
+            let err = StateStore::open(dir.path(), writer).unwrap_err();
+            let message = err.to_string();
+            assert!(
+                message.contains("min_reader_format is 99")
+                    && message.contains(&format!("reads up to {READABLE_FORMAT}")),
+                "{message}"
+            );
+            assert!(message.contains("docs/runbooks/rollback.md"), "{message}");
+        }
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "the state file must not change"
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "no WAL or journal files appear: {names:?}");
+    }
+
+    #[test]
+    fn generations_count_finished_operations() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let h = SpecHash("h".into());
+        let now = SystemTime::now();
+        assert_eq!(store.next_generation("a", "update", &h).unwrap(), 0);
+        assert_eq!(
+            store
+                .begin_intent("op1", "a", "update", &h, 0, &Value::Null, now)
+                .unwrap(),
+            0
+        );
+        store.note_attempt("op1").unwrap();
+        assert_eq!(
+            store
+                .begin_intent("op1", "a", "update", &h, 0, &Value::Null, now)
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            store.next_generation("a", "update", &h).unwrap(),
+            0,
+            "a pending intent is retried, not replaced"
+        );
+        store
+            .finish_intent("op1", IntentState::Done, None, now)
+            .unwrap();
+        assert_eq!(store.next_generation("a", "update", &h).unwrap(), 1);
+        assert!(store.pending_intents().unwrap().is_empty());
+    }
+
+    #[test]
+    fn applied_fields_are_read_by_name_and_a_corrupt_value_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let fields = BTreeMap::from([("owner".to_string(), Value::from("app"))]);
+        let hash = SpecHash("old".into());
+        for name in ["good", "bad"] {
+            let applied = Applied {
+                provider: "p",
+                database_name: name,
+                file: "f.yaml",
+                manifest: &Value::Null,
+                spec_hash: &hash,
+                fields: &fields,
+                commit: None,
+                external_id: "id",
+            };
+            store
+                .write(|tx| tx.record_applied(name, &applied, SystemTime::now()))
+                .unwrap();
+        }
+        store
+            .conn()
+            .execute(
+                "UPDATE resources SET applied_fields = '{not json' WHERE name = 'bad'",
+                [],
+            )
+            .unwrap();
+        let read = store
+            .applied_fields(&["good".into(), "bad".into(), "absent".into()])
+            .unwrap();
+        assert_eq!(read.len(), 2, "an absent resource has no row");
+        assert_eq!(read[0].1, Some(hash.clone()));
+        assert_eq!(read[0].2.as_ref().unwrap(), &fields);
+        let corrupt = read[1].2.as_ref().unwrap_err();
+        assert_eq!(corrupt.name, "bad");
+        assert!(corrupt.problem.contains("not a JSON object"), "{corrupt}");
+        assert!(
+            store
+                .read_memories()
+                .unwrap()
+                .memories
+                .values()
+                .all(|m| m.existed)
+        );
+    }
+
+    #[test]
+    fn unknown_intent_states_are_open_and_corrupt_not_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let h = SpecHash("h".into());
+        let now = SystemTime::now();
+        for op in ["p", "d", "x", "j"] {
+            store
+                .begin_intent(op, op, "update", &h, 0, &Value::Null, now)
+                .unwrap();
+        }
+        store
+            .finish_intent("d", IntentState::Done, None, now)
+            .unwrap();
+        let conn = store.conn();
+        conn.execute("UPDATE intents SET state = 'frozen' WHERE op_id = 'x'", [])
+            .unwrap();
+        conn.execute("UPDATE intents SET request = '{' WHERE op_id = 'j'", [])
+            .unwrap();
+        drop(conn);
+        let open = store.open_intents().unwrap();
+        let names: Vec<String> = open
+            .iter()
+            .map(|r| match r {
+                Ok(i) => format!("ok:{}", i.name),
+                Err(c) => format!("corrupt:{}", c.name),
+            })
+            .collect();
+        assert_eq!(
+            names,
+            ["corrupt:j", "ok:p", "corrupt:x"],
+            "oldest first, then by id"
+        );
+        assert_eq!(store.pending_intents().unwrap().len(), 1);
+        let problems = store.check().unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("unknown state `frozen`")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn an_open_at_the_current_format_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(StateStore::open(dir.path(), true).unwrap().unwrap());
+        let reader = StateStore::open(dir.path(), false).unwrap().unwrap();
+        let before = reader
+            .conn()
+            .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+            .unwrap();
+        drop(StateStore::open(dir.path(), true).unwrap().unwrap());
+        let after = reader
+            .conn()
+            .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+            .unwrap();
+        assert_eq!(before, after, "a second writer open changed the file");
+    }
+
+    #[test]
+    fn the_agent_id_is_generated_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let id = store.agent_id(None).unwrap();
+        assert!(id.starts_with("tend-"));
+        assert_eq!(store.agent_id(None).unwrap(), id);
+        assert_eq!(store.agent_id(Some("configured")).unwrap(), "configured");
+    }
+}

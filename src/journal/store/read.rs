@@ -1,0 +1,464 @@
+//! Reading the state: every read a cycle needs, in a handful of queries.
+//!
+//! A row that fails to parse is returned as a [`CorruptRow`], never turned
+//! into a default: an empty memory, "no override" or "pending" would turn
+//! corruption into action (or inaction) on a production database.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::SystemTime;
+
+use rusqlite::{OptionalExtension, params_from_iter};
+use serde_json::Value;
+
+use super::{StateStore, time};
+use crate::engine::{HeldDeletion, Memory};
+use crate::journal::StateError;
+use crate::model::{ManagedDatabase, SpecHash};
+
+/// A row of the state that cannot be read. Its resource gets no action
+/// until the row is repaired or removed (`tend state check` lists them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptRow {
+    /// The table the row is in.
+    pub table: &'static str,
+    /// The resource (declaration name) the row belongs to.
+    pub name: String,
+    pub problem: String,
+}
+
+impl std::fmt::Display for CorruptRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} row of `{}`: {}", self.table, self.name, self.problem)
+    }
+}
+
+/// State of a journalled intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentState {
+    /// Journalled; the call may or may not have reached the provider.
+    Pending,
+    /// Confirmed by an observation.
+    Done,
+    /// The provider refused it permanently, or it was superseded.
+    Failed,
+}
+
+impl IntentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentState::Pending => "pending",
+            IntentState::Done => "done",
+            IntentState::Failed => "failed",
+        }
+    }
+
+    /// A state this binary knows; anything else is a corrupt row (or a
+    /// newer format's state, which `min_reader_format` already refuses).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(IntentState::Pending),
+            "done" => Some(IntentState::Done),
+            "failed" => Some(IntentState::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// One journalled operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    pub op_id: String,
+    pub name: String,
+    pub kind: String,
+    pub spec_hash: String,
+    pub generation: u32,
+    /// The request as JSON, replayed with the same id after a crash.
+    pub request: Value,
+    pub state: IntentState,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub created: SystemTime,
+}
+
+/// An override set on this host (`tend override set`), in annotation form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalOverride {
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+    pub set_at: SystemTime,
+}
+
+/// A removed declaration awaiting its outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TombstoneRow {
+    pub name: String,
+    pub last: ManagedDatabase,
+    pub removed_at: SystemTime,
+    pub removal_commit: String,
+    pub delete_requested_at: Option<SystemTime>,
+    pub last_error: Option<String>,
+}
+
+/// An operator's approval of one held deletion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    pub reason: String,
+    pub approved_at: SystemTime,
+}
+
+/// When an override from one source was first seen, and with what content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverrideSeen {
+    pub fingerprint: String,
+    pub first_seen: SystemTime,
+}
+
+/// Every resource's memory as read from the store, without the applied
+/// field values: reading them all would cost more than the rest of the
+/// memory, and only a changed spec needs them (see
+/// [`StateStore::applied_fields`]).
+#[derive(Debug, Default)]
+pub struct StoredMemories {
+    pub memories: HashMap<String, Memory>,
+}
+
+const INTENT_COLUMNS: &str =
+    "op_id, name, kind, spec_hash, generation, request, state, attempts, last_error, created_ms";
+
+fn intent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Intent, CorruptRow>> {
+    let name: String = r.get(1)?;
+    let op_id: String = r.get(0)?;
+    let corrupt = |problem: String| CorruptRow {
+        table: "intents",
+        name: name.clone(),
+        problem: format!("intent {op_id}: {problem}"),
+    };
+    let state_text: String = r.get(6)?;
+    let Some(state) = IntentState::parse(&state_text) else {
+        return Ok(Err(corrupt(format!("unknown state `{state_text}`"))));
+    };
+    let request = match serde_json::from_str(&r.get::<_, String>(5)?) {
+        Ok(v) => v,
+        Err(e) => return Ok(Err(corrupt(format!("the request is not JSON ({e})")))),
+    };
+    Ok(Ok(Intent {
+        op_id,
+        name: name.clone(),
+        kind: r.get(2)?,
+        spec_hash: r.get(3)?,
+        generation: r.get(4)?,
+        request,
+        state,
+        attempts: r.get(7)?,
+        last_error: r.get(8)?,
+        created: time(r.get(9)?),
+    }))
+}
+
+impl StateStore {
+    /// Every resource's memory (without applied field values), in three
+    /// queries: a cycle over thousands of resources must not pay three
+    /// queries each.
+    pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
+        let conn = self.conn();
+        let mut out: HashMap<String, Memory> = HashMap::new();
+        let mut stmt = conn
+            .prepare("SELECT name, applied_spec_hash, applied_commit, existed, last_write_ms, database_name, provider FROM resources")
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let name: String = r.get(0).map_err(|e| self.err(e))?;
+            let memory = Memory {
+                applied_spec_hash: r
+                    .get::<_, Option<String>>(1)
+                    .map_err(|e| self.err(e))?
+                    .map(SpecHash),
+                applied_commit: r.get(2).map_err(|e| self.err(e))?,
+                existed: r.get::<_, i64>(3).map_err(|e| self.err(e))? != 0,
+                last_write_at: r
+                    .get::<_, Option<i64>>(4)
+                    .map_err(|e| self.err(e))?
+                    .map(time),
+                database_name: Some(r.get(5).map_err(|e| self.err(e))?),
+                provider: Some(r.get(6).map_err(|e| self.err(e))?),
+                ..Memory::default()
+            };
+            out.insert(name, memory);
+        }
+        drop(rows);
+        for (sql, attempts) in [
+            ("SELECT name, field, first_seen_ms FROM drift_seen", false),
+            ("SELECT name, field, count FROM attempts", true),
+        ] {
+            let mut stmt = conn.prepare(sql).map_err(|e| self.err(e))?;
+            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+            while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+                let name: String = r.get(0).map_err(|e| self.err(e))?;
+                let field: String = r.get(1).map_err(|e| self.err(e))?;
+                let value: i64 = r.get(2).map_err(|e| self.err(e))?;
+                let memory = out.entry(name).or_default();
+                if attempts {
+                    memory
+                        .failed_attempts
+                        .insert(field, u32::try_from(value).unwrap_or(u32::MAX));
+                } else {
+                    memory.drift_first_seen.insert(field, time(value));
+                }
+            }
+        }
+        Ok(StoredMemories { memories: out })
+    }
+
+    /// The applied spec hash and field values of `names`, read together
+    /// (a writer beside a reader may have applied a new spec since the
+    /// memories were read, and the two must describe one apply). A value
+    /// that does not parse is a [`CorruptRow`].
+    #[allow(clippy::type_complexity)]
+    pub fn applied_fields(
+        &self,
+        names: &[String],
+    ) -> Result<
+        Vec<(
+            String,
+            Option<SpecHash>,
+            Result<BTreeMap<String, Value>, CorruptRow>,
+        )>,
+        StateError,
+    > {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT applied_spec_hash, applied_fields FROM resources WHERE name = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let row: Option<(Option<String>, String)> = stmt
+                .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+                .map_err(|e| self.err(e))?;
+            let Some((hash, text)) = row else { continue };
+            let fields = serde_json::from_str(&text).map_err(|e| CorruptRow {
+                table: "resources",
+                name: name.clone(),
+                problem: format!("the applied field values are not a JSON object ({e})"),
+            });
+            out.push((name.clone(), hash.map(SpecHash), fields));
+        }
+        Ok(out)
+    }
+
+    /// The last declaration seen of a managed resource, and its file.
+    #[allow(clippy::type_complexity)]
+    pub fn manifest_and_file(
+        &self,
+        name: &str,
+    ) -> Result<Option<Result<(ManagedDatabase, String), CorruptRow>>, StateError> {
+        let row: Option<(String, String)> = self
+            .conn()
+            .query_row(
+                "SELECT manifest, file FROM resources WHERE name = ?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(row.map(|(manifest, file)| {
+            serde_json::from_str(&manifest)
+                .map(|m| (m, file))
+                .map_err(|e| CorruptRow {
+                    table: "resources",
+                    name: name.to_string(),
+                    problem: format!("the last declaration seen cannot be read ({e})"),
+                })
+        }))
+    }
+
+    /// Every tombstone.
+    pub fn tombstones(&self) -> Result<Vec<Result<TombstoneRow, CorruptRow>>, StateError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, manifest, removed_ms, removal_commit, delete_requested_ms, last_error FROM tombstones ORDER BY name")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| {
+            let name: String = r.get(0)?;
+            let manifest: String = r.get(1)?;
+            Ok(match serde_json::from_str::<ManagedDatabase>(&manifest) {
+                Ok(last) => Ok(TombstoneRow {
+                    name,
+                    last,
+                    removed_at: time(r.get(2)?),
+                    removal_commit: r.get(3)?,
+                    delete_requested_at: r.get::<_, Option<i64>>(4)?.map(time),
+                    last_error: r.get(5)?,
+                }),
+                Err(e) => Err(CorruptRow {
+                    table: "tombstones",
+                    name,
+                    problem: format!("the removed declaration cannot be read ({e})"),
+                }),
+            })
+        })
+        .map_err(|e| self.err(e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| self.err(e))
+    }
+
+    /// Every local override.
+    pub fn local_overrides(&self) -> Result<Vec<Result<LocalOverride, CorruptRow>>, StateError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, annotations, set_ms FROM local_overrides ORDER BY name")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| {
+            let name: String = r.get(0)?;
+            let text: String = r.get(1)?;
+            Ok(match serde_json::from_str(&text) {
+                Ok(annotations) => Ok(LocalOverride {
+                    name,
+                    annotations,
+                    set_at: time(r.get(2)?),
+                }),
+                Err(e) => Err(CorruptRow {
+                    table: "local_overrides",
+                    name,
+                    problem: format!("the override cannot be read ({e})"),
+                }),
+            })
+        })
+        .map_err(|e| self.err(e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| self.err(e))
+    }
+
+    /// When each override (by resource and source) was first seen.
+    pub fn overrides_seen(&self) -> Result<HashMap<(String, String), OverrideSeen>, StateError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, source, fingerprint, first_seen_ms FROM override_seen")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| {
+            Ok((
+                (r.get(0)?, r.get(1)?),
+                OverrideSeen {
+                    fingerprint: r.get(2)?,
+                    first_seen: time(r.get(3)?),
+                },
+            ))
+        })
+        .map_err(|e| self.err(e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| self.err(e))
+    }
+
+    fn intents_where(
+        &self,
+        clause: &str,
+        args: &[&str],
+    ) -> Result<Vec<Result<Intent, CorruptRow>>, StateError> {
+        let conn = self.conn();
+        let sql = format!(
+            "SELECT {INTENT_COLUMNS} FROM intents WHERE {clause} ORDER BY created_ms, op_id"
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        stmt.query_map(params_from_iter(args), intent_row)
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Intents not finished: pending ones, and rows whose state this binary
+    /// does not know (corrupt). Index range scans only: the journal holds
+    /// every finished intent too.
+    pub fn open_intents(&self) -> Result<Vec<Result<Intent, CorruptRow>>, StateError> {
+        self.intents_where(
+            "state < 'done' OR (state > 'done' AND state < 'failed') OR state > 'failed'",
+            &[],
+        )
+    }
+
+    /// Intents journalled but not confirmed (readable ones only).
+    pub fn pending_intents(&self) -> Result<Vec<Intent>, StateError> {
+        Ok(self
+            .open_intents()?
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|i| i.state == IntentState::Pending)
+            .collect())
+    }
+
+    /// Every intent of one resource (`explain`), unreadable rows included.
+    pub fn intents_of(&self, name: &str) -> Result<Vec<Result<Intent, CorruptRow>>, StateError> {
+        self.intents_where("name = ?1", &[name])
+    }
+
+    /// Every readable intent (tests, `state show`).
+    pub fn all_intents(&self) -> Result<Vec<Intent>, StateError> {
+        Ok(self
+            .intents_where("1 = 1", &[])?
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect())
+    }
+
+    /// Approvals of held deletions, by resource.
+    pub fn approvals(&self) -> Result<HashMap<String, Approval>, StateError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, reason, approved_ms FROM deletion_approvals")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                Approval {
+                    reason: r.get(1)?,
+                    approved_at: time(r.get(2)?),
+                },
+            ))
+        })
+        .map_err(|e| self.err(e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| self.err(e))
+    }
+
+    /// Deletions the mass-deletion guard holds, by resource.
+    pub fn held_deletions(&self) -> Result<HashMap<String, HeldDeletion>, StateError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, since_ms, due_together FROM deletion_holds")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                HeldDeletion {
+                    since: time(r.get(1)?),
+                    due_together: usize::try_from(r.get::<_, i64>(2)?).unwrap_or(usize::MAX),
+                },
+            ))
+        })
+        .map_err(|e| self.err(e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| self.err(e))
+    }
+
+    /// How many operations of this kind on this spec were completed: the
+    /// generation of the next one (a new correction of recurring drift must
+    /// not reuse the id of the last one).
+    pub fn next_generation(
+        &self,
+        name: &str,
+        kind: &str,
+        spec_hash: &SpecHash,
+    ) -> Result<u32, StateError> {
+        self.conn()
+            .prepare_cached(
+                "SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending'",
+            )
+            .and_then(|mut s| {
+                s.query_row(rusqlite::params![name, kind, spec_hash.0], |r| {
+                    r.get::<_, u32>(0)
+                })
+            })
+            .map_err(|e| self.err(e))
+    }
+}

@@ -1,0 +1,378 @@
+//! Writing the state. Memory changes go through [`Tx`], one transaction
+//! per batch (`StateStore::write`): a cycle's effects commit together or
+//! not at all, and an operation's confirmation records the applied spec
+//! and finishes its intent atomically.
+//!
+//! Transactions start `IMMEDIATE`: a transaction that starts reading and
+//! later writes cannot take the write lock while another connection holds
+//! it, and SQLite then fails at once instead of waiting out the busy
+//! timeout ("database is locked" beside a running writer).
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use rusqlite::{Transaction, TransactionBehavior, params};
+use serde_json::Value;
+
+use super::{StateStore, ms, sql_err};
+use crate::engine::HeldDeletion;
+use crate::journal::{IntentState, StateError};
+use crate::model::SpecHash;
+
+/// A write transaction on the state database.
+pub struct Tx<'c> {
+    tx: Transaction<'c>,
+    store: &'c StateStore,
+}
+
+/// What a confirmed create, update or adopt put at the provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied<'a> {
+    pub provider: &'a str,
+    pub database_name: &'a str,
+    pub file: &'a str,
+    pub manifest: &'a Value,
+    pub spec_hash: &'a SpecHash,
+    pub fields: &'a BTreeMap<String, Value>,
+    pub commit: Option<&'a str>,
+    pub external_id: &'a str,
+}
+
+impl StateStore {
+    /// Runs `f` in one `IMMEDIATE` transaction and commits it.
+    pub fn write<T>(
+        &self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| sql_err(&self.path, e))?;
+        let wrapped = Tx { tx, store: self };
+        let value = f(&wrapped)?;
+        wrapped.tx.commit().map_err(|e| sql_err(&self.path, e))?;
+        Ok(value)
+    }
+
+    /// Journals an intent (a replay keeps the existing row) and commits it
+    /// durably before the provider call. Returns the calls sent so far.
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin_intent(
+        &self,
+        op_id: &str,
+        name: &str,
+        kind: &str,
+        spec_hash: &SpecHash,
+        generation: u32,
+        request: &Value,
+        now: SystemTime,
+    ) -> Result<u32, StateError> {
+        self.write(|tx| {
+            tx.exec(
+                "INSERT INTO intents (op_id, name, kind, spec_hash, generation, request, state, attempts, created_ms, updated_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7)
+                 ON CONFLICT(op_id) DO UPDATE SET updated_ms = excluded.updated_ms",
+                params![op_id, name, kind, spec_hash.0, generation, request.to_string(), ms(now)],
+            )?;
+            tx.tx
+                .query_row("SELECT attempts FROM intents WHERE op_id = ?1", [op_id], |r| {
+                    r.get(0)
+                })
+                .map_err(|e| tx.err(e))
+        })
+    }
+
+    /// Counts one call sent under an intent's id (every retry counts).
+    pub fn note_attempt(&self, op_id: &str) -> Result<(), StateError> {
+        self.write(|tx| {
+            tx.exec(
+                "UPDATE intents SET attempts = attempts + 1 WHERE op_id = ?1",
+                params![op_id],
+            )
+        })
+    }
+
+    /// Records an error on a still-pending intent.
+    pub fn intent_error(
+        &self,
+        op_id: &str,
+        error: &str,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        self.write(|tx| tx.intent_error(op_id, error, now))
+    }
+
+    /// Marks an intent's outcome.
+    pub fn finish_intent(
+        &self,
+        op_id: &str,
+        state: IntentState,
+        error: Option<&str>,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        self.write(|tx| tx.finish_intent(op_id, state, error, now))
+    }
+
+    /// Sets (replaces) the local override of `name`: annotation-style keys
+    /// (`tend.dev/paused`, …) and their values.
+    pub fn set_local_override(
+        &self,
+        name: &str,
+        annotations: &BTreeMap<String, String>,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        let text = serde_json::to_string(annotations).map_err(|e| StateError::Io {
+            path: self.path.display().to_string(),
+            message: format!("cannot encode the override: {e}"),
+        })?;
+        self.write(|tx| {
+            tx.exec(
+                "INSERT INTO local_overrides (name, annotations, set_ms) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(name) DO UPDATE SET annotations = excluded.annotations, set_ms = excluded.set_ms",
+                params![name, text, ms(now)],
+            )
+        })
+    }
+
+    /// Removes the local override of `name`; whether there was one.
+    pub fn clear_local_override(&self, name: &str) -> Result<bool, StateError> {
+        self.write(|tx| {
+            tx.tx
+                .execute("DELETE FROM local_overrides WHERE name = ?1", [name])
+                .map(|n| n > 0)
+                .map_err(|e| tx.err(e))
+        })
+    }
+
+    /// Approves the deletion of `name` although the mass-deletion guard
+    /// holds it (`tend deletions approve`).
+    pub fn approve_deletion(
+        &self,
+        name: &str,
+        reason: &str,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        self.write(|tx| {
+            tx.exec(
+                "INSERT INTO deletion_approvals (name, reason, approved_ms) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(name) DO UPDATE SET reason = excluded.reason, approved_ms = excluded.approved_ms",
+                params![name, reason, ms(now)],
+            )
+        })
+    }
+}
+
+impl Tx<'_> {
+    fn err(&self, e: rusqlite::Error) -> StateError {
+        sql_err(&self.store.path, e)
+    }
+
+    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<(), StateError> {
+        self.tx
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params))
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Records a confirmed apply: the spec and fields now at the provider.
+    /// Out-of-band drift first-seen times go (the provider now shows what
+    /// tend wrote).
+    pub fn record_applied(
+        &self,
+        name: &str,
+        a: &Applied<'_>,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        let fields = serde_json::to_string(a.fields).map_err(|e| StateError::Io {
+            path: self.store.path.display().to_string(),
+            message: format!("cannot encode the applied fields of {name}: {e}"),
+        })?;
+        self.exec(
+            "INSERT INTO resources (name, provider, database_name, file, applied_spec_hash, applied_fields, applied_commit, external_id, existed, manifest, updated_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10)
+             ON CONFLICT(name) DO UPDATE SET provider = excluded.provider, database_name = excluded.database_name, file = excluded.file,
+               applied_spec_hash = excluded.applied_spec_hash, applied_fields = excluded.applied_fields, applied_commit = excluded.applied_commit,
+               external_id = excluded.external_id, existed = 1, manifest = excluded.manifest, updated_ms = excluded.updated_ms",
+            params![name, a.provider, a.database_name, a.file, a.spec_hash.0, fields, a.commit, a.external_id, a.manifest.to_string(), ms(now)],
+        )?;
+        self.exec("DELETE FROM drift_seen WHERE name = ?1", [name])
+    }
+
+    /// Keeps the declaration's file and manifest current for a managed
+    /// resource (a future tombstone needs the last one seen).
+    pub fn touch(&self, name: &str, file: &str, manifest: &Value) -> Result<(), StateError> {
+        self.exec(
+            "UPDATE resources SET file = ?2, manifest = ?3 WHERE name = ?1 AND (file != ?2 OR manifest != ?3)",
+            params![name, file, manifest.to_string()],
+        )
+    }
+
+    /// Records when tend last wrote to `name` (for the stale-read rule).
+    pub fn record_write(&self, name: &str, at: SystemTime) -> Result<(), StateError> {
+        self.exec(
+            "UPDATE resources SET last_write_ms = ?2 WHERE name = ?1",
+            params![name, ms(at)],
+        )
+    }
+
+    /// Keeps first-seen times for exactly the `fields` now drifting out of
+    /// band (`""` stands for "the resource went missing").
+    pub fn sync_drift(
+        &self,
+        name: &str,
+        fields: &[String],
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        let known: Vec<String> = self
+            .tx
+            .prepare_cached("SELECT field FROM drift_seen WHERE name = ?1")
+            .and_then(|mut s| s.query_map([name], |r| r.get(0))?.collect())
+            .map_err(|e| self.err(e))?;
+        for field in known.iter().filter(|f| !fields.contains(f)) {
+            self.exec(
+                "DELETE FROM drift_seen WHERE name = ?1 AND field = ?2",
+                params![name, field],
+            )?;
+        }
+        for field in fields.iter().filter(|f| !known.contains(f)) {
+            self.exec(
+                "INSERT INTO drift_seen (name, field, first_seen_ms) VALUES (?1, ?2, ?3)",
+                params![name, field, ms(now)],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Counts a confirmed update that left `fields` still different; a
+    /// field not listed converged and its count is cleared.
+    pub fn record_attempts(
+        &self,
+        name: &str,
+        still_different: &[String],
+    ) -> Result<(), StateError> {
+        if still_different.is_empty() {
+            return self.exec("DELETE FROM attempts WHERE name = ?1", [name]);
+        }
+        for field in still_different {
+            self.exec(
+                "INSERT INTO attempts (name, field, count) VALUES (?1, ?2, 1) ON CONFLICT(name, field) DO UPDATE SET count = count + 1",
+                params![name, field],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Marks an intent's outcome.
+    pub fn finish_intent(
+        &self,
+        op_id: &str,
+        state: IntentState,
+        error: Option<&str>,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        self.exec(
+            "UPDATE intents SET state = ?2, last_error = ?3, updated_ms = ?4 WHERE op_id = ?1",
+            params![op_id, state.as_str(), error, ms(now)],
+        )
+    }
+
+    /// Records an error on a still-pending intent.
+    pub fn intent_error(
+        &self,
+        op_id: &str,
+        error: &str,
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        self.exec(
+            "UPDATE intents SET last_error = ?2, updated_ms = ?3 WHERE op_id = ?1",
+            params![op_id, error, ms(now)],
+        )
+    }
+
+    /// A managed resource left Git: keep its last declaration until the
+    /// provider confirms the outcome.
+    pub fn add_tombstone(
+        &self,
+        name: &str,
+        manifest: &Value,
+        now: SystemTime,
+        commit: &str,
+    ) -> Result<(), StateError> {
+        self.exec(
+            "INSERT OR IGNORE INTO tombstones (name, manifest, removed_ms, removal_commit) VALUES (?1, ?2, ?3, ?4)",
+            params![name, manifest.to_string(), ms(now), commit],
+        )
+    }
+
+    /// A declaration came back: its tombstone, and what the deletion guard
+    /// remembered of it, go.
+    pub fn remove_tombstone(&self, name: &str) -> Result<(), StateError> {
+        for table in ["tombstones", "deletion_holds", "deletion_approvals"] {
+            self.exec(&format!("DELETE FROM {table} WHERE name = ?1"), [name])?;
+        }
+        Ok(())
+    }
+
+    /// A deletion was requested (first time kept) or failed (`error`).
+    pub fn tombstone_progress(
+        &self,
+        name: &str,
+        requested: SystemTime,
+        error: Option<&str>,
+    ) -> Result<(), StateError> {
+        self.exec(
+            "UPDATE tombstones SET delete_requested_ms = coalesce(delete_requested_ms, ?2), last_error = ?3 WHERE name = ?1",
+            params![name, ms(requested), error],
+        )
+    }
+
+    /// The outcome of a removal is confirmed: forget the resource.
+    pub fn forget(&self, name: &str) -> Result<(), StateError> {
+        for table in [
+            "tombstones",
+            "resources",
+            "drift_seen",
+            "attempts",
+            "override_seen",
+            "deletion_holds",
+            "deletion_approvals",
+        ] {
+            self.exec(&format!("DELETE FROM {table} WHERE name = ?1"), [name])?;
+        }
+        Ok(())
+    }
+
+    /// Records when an override of `name` from `source` with this content
+    /// was first seen (replacing an older content's record).
+    pub fn override_seen(
+        &self,
+        name: &str,
+        source: &str,
+        fingerprint: &str,
+        first_seen: SystemTime,
+    ) -> Result<(), StateError> {
+        self.exec(
+            "INSERT INTO override_seen (name, source, fingerprint, first_seen_ms) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(name, source) DO UPDATE SET fingerprint = excluded.fingerprint, first_seen_ms = excluded.first_seen_ms",
+            params![name, source, fingerprint, ms(first_seen)],
+        )
+    }
+
+    /// Remembers that the guard holds these deletions.
+    pub fn hold_deletions(&self, names: &[String], hold: HeldDeletion) -> Result<(), StateError> {
+        for name in names {
+            self.exec(
+                "INSERT INTO deletion_holds (name, since_ms, due_together) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(name) DO UPDATE SET since_ms = excluded.since_ms, due_together = excluded.due_together",
+                params![name, ms(hold.since), i64::try_from(hold.due_together).unwrap_or(i64::MAX)],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The guard no longer holds anything.
+    pub fn release_deletions(&self) -> Result<(), StateError> {
+        self.exec("DELETE FROM deletion_holds", [])
+    }
+}

@@ -1,0 +1,55 @@
+//! Building providers from their configuration: secrets are read from
+//! their files here, and a kind this build cannot run is refused as a
+//! configuration error (exit 78), before any work starts.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::AnyProvider;
+use super::postgres::{PostgresProvider, PostgresSettings};
+use super::sandbox::SandboxProvider;
+use crate::clock::Clock;
+use crate::config::{ConfigError, ProviderConfig, secret};
+
+/// Builds the provider `name` as configured. `state_dir` holds the
+/// sandbox's data; `clock` is the sandbox's clock.
+pub fn build(
+    name: &str,
+    config: &ProviderConfig,
+    state_dir: &Path,
+    clock: &Arc<dyn Clock>,
+) -> Result<AnyProvider, ConfigError> {
+    match config {
+        ProviderConfig::Sandbox(c) => Ok(AnyProvider::Sandbox(Box::new(
+            SandboxProvider::new(name, state_dir, c.provisioning_delay, c.faults.clone())
+                .with_clock(clock.clone()),
+        ))),
+        ProviderConfig::Postgres(c) => {
+            let password = match &c.password_file {
+                Some(file) => Some(secret::read(
+                    &format!("[providers.{name}] password_file"),
+                    file,
+                )?),
+                None => None,
+            };
+            let settings = PostgresSettings {
+                url: c.url.clone(),
+                password,
+                create_owner: c.create_owner,
+                force_drop: c.force_drop,
+                max_connections: c.max_concurrency,
+                tls_ca_file: c.tls_ca_file.clone(),
+            };
+            PostgresProvider::new(settings)
+                .map(|p| AnyProvider::Postgres(Box::new(p)))
+                .map_err(|message| ConfigError::Provider {
+                    provider: name.to_string(),
+                    message,
+                })
+        }
+        ProviderConfig::Http(_) => Err(ConfigError::UnsupportedProvider {
+            provider: name.to_string(),
+            kind: config.kind().as_str(),
+        }),
+    }
+}

@@ -1,0 +1,190 @@
+//! What a cycle reads from the state store, in one pass on a blocking
+//! thread: memories, tombstones, the last declarations of resources that
+//! left Git, local overrides, override first-sightings, open intents, and
+//! the deletion guard's holds and approvals.
+//!
+//! `plan` and `apply` read through this one loader; only `apply` commits
+//! what the planner derives from it.
+//!
+//! # Guarantees
+//! * Nothing unreadable becomes a default. A row that fails to parse is
+//!   kept in [`Inputs::corrupt`] under its resource, and that resource is
+//!   reported `Error` and left alone: no action without evidence.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::engine::{HeldDeletion, Memory};
+use crate::executor::PlannedOperation;
+use crate::journal::{
+    Approval, CorruptRow, LocalOverride, OverrideSeen, StateError, StateStore, StoredMemories,
+    TombstoneRow,
+};
+use crate::model::{Declaration, ManagedDatabase};
+use crate::source::Snapshot;
+
+/// A managed resource no longer declared and without a tombstone yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeftGit {
+    pub name: String,
+    pub last: ManagedDatabase,
+    /// The file it was last declared in.
+    pub file: String,
+}
+
+/// A journalled operation not confirmed yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingIntent {
+    pub op: PlannedOperation,
+    pub last_error: Option<String>,
+}
+
+/// Everything a cycle reads from the state.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    pub memories: HashMap<String, Memory>,
+    pub tombstones: Vec<TombstoneRow>,
+    pub left_git: Vec<LeftGit>,
+    pub local_overrides: HashMap<String, LocalOverride>,
+    /// First sightings by (resource, override source).
+    pub overrides_seen: HashMap<(String, String), OverrideSeen>,
+    /// Pending intents, oldest first.
+    pub pending: Vec<PendingIntent>,
+    pub approvals: HashMap<String, Approval>,
+    pub held_deletions: HashMap<String, HeldDeletion>,
+    /// Unreadable rows, by resource.
+    pub corrupt: BTreeMap<String, Vec<String>>,
+}
+
+/// The declaration named `name` in a snapshot (declarations are sorted by
+/// name).
+pub fn declared<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s Declaration> {
+    let list = &snapshot.declarations.declarations;
+    list.binary_search_by(|d| d.name().cmp(name))
+        .ok()
+        .map(|i| &list[i])
+}
+
+impl Inputs {
+    fn corrupt_row(&mut self, row: CorruptRow) {
+        self.corrupt
+            .entry(row.name.clone())
+            .or_default()
+            .push(row.to_string());
+    }
+
+    /// Reads the inputs of a cycle over `snapshot`. `preloaded`: memories
+    /// read ahead (beside the fetch), if still valid.
+    pub fn load(
+        store: &StateStore,
+        snapshot: &Snapshot,
+        preloaded: Option<StoredMemories>,
+    ) -> Result<Inputs, StateError> {
+        let mut inputs = Inputs::default();
+        let stored = match preloaded {
+            Some(stored) => stored,
+            None => store.read_memories()?,
+        };
+        inputs.memories = stored.memories;
+        inputs.read_applied_fields(store, snapshot)?;
+        let tombstoned: std::collections::HashSet<String> = store
+            .tombstones()?
+            .into_iter()
+            .map(|row| match row {
+                Ok(t) => {
+                    let name = t.name.clone();
+                    inputs.tombstones.push(t);
+                    name
+                }
+                Err(corrupt) => {
+                    let name = corrupt.name.clone();
+                    inputs.corrupt_row(corrupt);
+                    name
+                }
+            })
+            .collect();
+        // Managed and no longer declared: found from the memory already
+        // loaded, so only those few rows are read again.
+        let mut left: Vec<String> = inputs
+            .memories
+            .iter()
+            .filter(|(name, m)| {
+                m.existed && !tombstoned.contains(*name) && declared(snapshot, name).is_none()
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        left.sort_unstable();
+        for name in left {
+            match store.manifest_and_file(&name)? {
+                Some(Ok((last, file))) => inputs.left_git.push(LeftGit { name, last, file }),
+                Some(Err(corrupt)) => inputs.corrupt_row(corrupt),
+                None => {}
+            }
+        }
+        for row in store.local_overrides()? {
+            match row {
+                Ok(o) => {
+                    inputs.local_overrides.insert(o.name.clone(), o);
+                }
+                Err(corrupt) => inputs.corrupt_row(corrupt),
+            }
+        }
+        inputs.overrides_seen = store.overrides_seen()?;
+        for row in store.open_intents()? {
+            match row.map(|intent| {
+                PlannedOperation::from_intent(&intent)
+                    .map(|op| PendingIntent {
+                        op,
+                        last_error: intent.last_error.clone(),
+                    })
+                    .map_err(|e| (intent.name, e))
+            }) {
+                Ok(Ok(pending)) => inputs.pending.push(pending),
+                Ok(Err((name, unreadable))) => inputs.corrupt_row(CorruptRow {
+                    table: "intents",
+                    name,
+                    problem: unreadable.0,
+                }),
+                Err(corrupt) => inputs.corrupt_row(corrupt),
+            }
+        }
+        inputs.approvals = store.approvals()?;
+        inputs.held_deletions = store.held_deletions()?;
+        Ok(inputs)
+    }
+
+    /// Applied field values, read only where the spec changed since the
+    /// last apply (or the resource is no longer declared): an unchanged
+    /// spec's applied values are its declared values, and reading them all
+    /// would cost more than the rest of the memory.
+    fn read_applied_fields(
+        &mut self,
+        store: &StateStore,
+        snapshot: &Snapshot,
+    ) -> Result<(), StateError> {
+        let changed: Vec<String> = self
+            .memories
+            .iter()
+            .filter(|(name, memory)| {
+                memory.applied_spec_hash.is_some()
+                    && declared(snapshot, name).map(|d| &d.spec_hash)
+                        != memory.applied_spec_hash.as_ref()
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        for (name, hash, fields) in store.applied_fields(&changed)? {
+            match fields {
+                Ok(fields) => {
+                    if let Some(memory) = self.memories.get_mut(&name) {
+                        memory.applied_spec_hash = hash;
+                        memory.applied_fields = fields;
+                    }
+                }
+                Err(corrupt) => self.corrupt_row(corrupt),
+            }
+        }
+        Ok(())
+    }
+}

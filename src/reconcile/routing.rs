@@ -1,0 +1,300 @@
+//! Subjects of a cycle and where they live: the snapshot's declarations,
+//! the tombstones of removed ones, and managed resources that just left
+//! Git, each routed to its provider.
+//!
+//! Pure: reads the configuration, the snapshot and the inputs; returns the
+//! routed subjects, the diagnostics of declarations that cannot be routed,
+//! the resources that cannot be decided at all (reported `Error`), and the
+//! tombstone effects for the planner to commit.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::inputs::{Inputs, declared};
+use super::{PlannedResource, PlannedSubject, Scope};
+use crate::config::{Config, ProviderKind};
+use crate::engine::deletion::is_due;
+use crate::engine::{Action, Decision, Memory, Policy, Rule, State, Tombstone};
+use crate::journal::effects::Effect;
+use crate::model::{Diagnostic, ManagedDatabase, SpecHash};
+use crate::provider::Observed;
+use crate::source::Snapshot;
+
+/// A subject and the database it is about at its provider.
+#[derive(Debug)]
+pub struct Routed<'s> {
+    pub subject: PlannedSubject<'s>,
+    pub database_name: String,
+}
+
+/// The subjects of a cycle, routed.
+#[derive(Debug, Default)]
+pub struct Routing<'s> {
+    pub by_provider: BTreeMap<String, Vec<Routed<'s>>>,
+    /// Declarations that cannot be planned (no such provider, a field the
+    /// provider does not manage).
+    pub diagnostics: Vec<Diagnostic>,
+    /// Resources decided `Error` without observing (unreadable state, a
+    /// removed declaration whose provider is gone).
+    pub undecidable: Vec<PlannedResource<'s>>,
+    /// Removed declarations whose deletion is due, in or out of scope (the
+    /// mass-deletion guard counts the whole fleet).
+    pub due_deletions: Vec<String>,
+    pub effects: Vec<Effect>,
+}
+
+fn provider_names(config: &Config) -> String {
+    config
+        .providers
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which provider a declaration uses (`spec.provider`, or the only one).
+pub fn provider_name_of<'c>(
+    config: &'c Config,
+    manifest: &ManagedDatabase,
+) -> Result<&'c str, String> {
+    match &manifest.spec.provider {
+        Some(name) => config
+            .providers
+            .get_key_value(name)
+            .map(|(k, _)| k.as_str())
+            .ok_or_else(|| {
+                format!(
+                    "spec.provider `{name}` is not configured: configured providers are {}",
+                    provider_names(config)
+                )
+            }),
+        None if config.providers.len() == 1 => Ok(config
+            .providers
+            .keys()
+            .next()
+            .map(String::as_str)
+            .unwrap_or("")),
+        None => Err(format!(
+            "spec.provider is required when several providers are configured ({})",
+            provider_names(config)
+        )),
+    }
+}
+
+/// [`provider_name_of`], and whether that provider manages every field the
+/// declaration sets.
+pub fn provider_of<'c>(config: &'c Config, manifest: &ManagedDatabase) -> Result<&'c str, String> {
+    let name = provider_name_of(config, manifest)?;
+    if config.providers[name].kind() == ProviderKind::Postgres
+        && let Ok(Value::Object(spec)) = serde_json::to_value(&manifest.spec)
+    {
+        let dbaas: Vec<&str> = crate::model::FIELDS
+            .iter()
+            .filter(|f| f.scope == crate::model::fields::Scope::Dbaas && spec.contains_key(f.name))
+            .map(|f| f.name)
+            .collect();
+        if !dbaas.is_empty() {
+            let (verb, pronoun) = if dbaas.len() == 1 {
+                ("is", "it")
+            } else {
+                ("are", "them")
+            };
+            return Err(format!(
+                "spec.{} {verb} DBaaS-only: provider `{name}` (postgres) does not manage {pronoun}; remove {pronoun} or use an http provider",
+                dbaas.join(", spec."),
+            ));
+        }
+    }
+    Ok(name)
+}
+
+/// A resource decided `Error` by `rule` without being observed.
+pub fn undecidable<'s>(
+    name: &str,
+    provider: &str,
+    rule: Rule,
+    reason: String,
+) -> PlannedResource<'s> {
+    PlannedResource {
+        name: name.to_string(),
+        subject: PlannedSubject::Unreadable,
+        file: String::new(),
+        provider: provider.to_string(),
+        spec_hash: SpecHash(String::new()),
+        observed: Observed::Failed("not observed".into()),
+        memory: Memory::default(),
+        decision: Decision::new(State::Error, Action::None, rule, reason),
+        operation: None,
+    }
+}
+
+impl<'s> Routing<'s> {
+    fn push(&mut self, provider: &str, subject: PlannedSubject<'s>, database_name: String) {
+        self.by_provider
+            .entry(provider.to_string())
+            .or_default()
+            .push(Routed {
+                subject,
+                database_name,
+            });
+    }
+
+    /// Routes the subjects of a cycle over `snapshot` at `now`.
+    pub fn route(
+        config: &Config,
+        policy: &Policy,
+        snapshot: &'s Snapshot,
+        inputs: &mut Inputs,
+        scope: &Scope,
+        now: SystemTime,
+    ) -> Self {
+        let mut routing = Routing::default();
+        for decl in &snapshot.declarations.declarations {
+            if !scope.contains(decl.name()) {
+                continue;
+            }
+            match provider_of(config, &decl.manifest) {
+                Ok(provider) => {
+                    let db = decl.manifest.database_name();
+                    routing.push(provider, PlannedSubject::Declared(decl), db);
+                }
+                Err(message) => routing.diagnostics.push(Diagnostic {
+                    file: decl.file.clone(),
+                    line: decl.line,
+                    column: decl.column,
+                    message,
+                }),
+            }
+        }
+        routing.route_tombstones(config, policy, snapshot, inputs, scope, now);
+        routing.route_corrupt(inputs, scope);
+        routing
+    }
+
+    /// Existing tombstones (a declaration that came back clears its own),
+    /// and new ones for managed resources that left Git.
+    fn route_tombstones(
+        &mut self,
+        config: &Config,
+        policy: &Policy,
+        snapshot: &'s Snapshot,
+        inputs: &mut Inputs,
+        scope: &Scope,
+        now: SystemTime,
+    ) {
+        let mut tombstones: Vec<Tombstone> = Vec::new();
+        for row in std::mem::take(&mut inputs.tombstones) {
+            if declared(snapshot, &row.name).is_some() {
+                self.effects
+                    .push(Effect::RemoveTombstone { name: row.name });
+                continue;
+            }
+            tombstones.push(Tombstone {
+                last: row.last,
+                removed_at: row.removed_at,
+                removal_commit: row.removal_commit,
+                delete_requested_at: row.delete_requested_at,
+                last_error: row.last_error,
+            });
+        }
+        // An empty tree never removes anything: it is far more likely a
+        // mistake than the end of every database. A file that fails to
+        // parse (or holds a duplicate) does not prove its declarations
+        // were removed either.
+        let tree_empty = snapshot.declarations.declarations.is_empty();
+        for left in std::mem::take(&mut inputs.left_git) {
+            let unreadable = snapshot
+                .declarations
+                .diagnostics
+                .iter()
+                .any(|d| d.file.to_string_lossy() == left.file);
+            if tree_empty || unreadable {
+                continue;
+            }
+            let manifest = serde_json::to_value(&left.last).unwrap_or(Value::Null);
+            self.effects.push(Effect::AddTombstone {
+                name: left.name.clone(),
+                manifest,
+                at: now,
+                commit: snapshot.commit.clone(),
+            });
+            tombstones.push(Tombstone {
+                last: left.last,
+                removed_at: now,
+                removal_commit: snapshot.commit.clone(),
+                delete_requested_at: None,
+                last_error: None,
+            });
+        }
+        self.due_deletions.extend(
+            tombstones
+                .iter()
+                .filter(|t| is_due(t, policy, now))
+                .map(|t| t.last.metadata.name.clone()),
+        );
+        for tomb in tombstones {
+            let name = tomb.last.metadata.name.clone();
+            if !scope.contains(&name) {
+                continue;
+            }
+            // Where tend manages it, else where the declaration said.
+            let remembered = inputs.memories.get(&name).and_then(|m| m.provider.clone());
+            let provider = match remembered {
+                Some(p) if config.providers.contains_key(&p) => Ok(p),
+                Some(p) => Err(p),
+                None => provider_name_of(config, &tomb.last)
+                    .map(str::to_string)
+                    .map_err(|_| tomb.last.spec.provider.clone().unwrap_or_default()),
+            };
+            match provider {
+                Ok(provider) => {
+                    let db = tomb.last.database_name();
+                    self.push(&provider, PlannedSubject::Removed(Box::new(tomb)), db);
+                }
+                Err(gone) => self.undecidable.push(undecidable(
+                    &name,
+                    &gone,
+                    Rule::ProviderNotConfigured,
+                    format!(
+                        "`{name}` was removed from Git, but its provider `{gone}` is no longer configured; nothing is released or deleted until [providers.{gone}] is configured again"
+                    ),
+                )),
+            }
+        }
+    }
+
+    /// Resources whose remembered state cannot be read.
+    fn route_corrupt(&mut self, inputs: &Inputs, scope: &Scope) {
+        for (name, problems) in &inputs.corrupt {
+            if !scope.contains(name) {
+                continue;
+            }
+            // A declared resource is still observed (the report shows what
+            // is there); the planner decides it `Error`. Others have no
+            // subject to observe.
+            let subject_routed = self
+                .by_provider
+                .values()
+                .flatten()
+                .any(|r| r.subject.name() == name);
+            if !subject_routed {
+                self.undecidable.push(undecidable(
+                    name,
+                    "",
+                    Rule::CorruptState,
+                    corrupt_reason(name, problems),
+                ));
+            }
+        }
+    }
+}
+
+/// The reason of a resource whose state cannot be read.
+pub fn corrupt_reason(name: &str, problems: &[String]) -> String {
+    format!(
+        "what tend remembers of `{name}` cannot be read ({}); tend takes no action on it until the state is repaired: run `tend state check`, see docs/runbooks/rollback.md",
+        problems.join("; ")
+    )
+}

@@ -12,7 +12,9 @@ const BAD: &str = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadat
 
 #[test]
 fn validate_accepts_the_examples() {
-    let run = TendCommand::new(&["validate", "examples/databases"]).expect_code(0);
+    let run = TendCommand::new(&["validate", "examples/databases"])
+        .current_dir(&repo_root())
+        .expect_code(0);
     assert_eq!(run.stdout.trim(), "6 declarations, 0 errors");
     assert_eq!(run.stderr, "");
 }

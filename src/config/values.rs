@@ -15,18 +15,21 @@ pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     crate::time::check_duration(&text, parsed).map_err(serde::de::Error::custom)
 }
 
-/// A count of at least 1 and at most 1,024 (concurrency).
+/// `max_concurrency`: at least 1, at most 1,024.
 pub fn concurrency<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    bounded(d, 1, 1024, "concurrent operations")
+    bounded(d, "max_concurrency", 1, 1024, "concurrent operations")
 }
 
-/// Calls per second: at least 1, at most 10,000.
+/// `rate_limit` (calls per second): at least 1, at most 10,000.
 pub fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    bounded(d, 1, 10_000, "calls per second").map(|v| v as u32)
+    bounded(d, "rate_limit", 1, 10_000, "calls per second").map(|v| v as u32)
 }
 
+/// The key is named in the message: inside a `[providers.NAME]` table
+/// toml can only point at the table, not at the key.
 fn bounded<'de, D: Deserializer<'de>>(
     d: D,
+    key: &str,
     min: u64,
     max: u64,
     what: &str,
@@ -34,7 +37,7 @@ fn bounded<'de, D: Deserializer<'de>>(
     let value = i64::deserialize(d)?;
     if value < min as i64 || value > max as i64 {
         return Err(serde::de::Error::custom(format!(
-            "{value} is out of range: give {min} to {max} {what}"
+            "{key} = {value} is out of range: give {min} to {max} {what}"
         )));
     }
     Ok(value as usize)

@@ -454,6 +454,11 @@ async fn plan_cycle<'s>(
         })
         .collect();
     let mut routing = Routing::route(agent.config(), policy, snapshot, &mut inputs, scope, now);
+    // A restored declaration's hold goes with its tombstone (an effect of
+    // this cycle): it must not keep the guard tripped meanwhile.
+    inputs
+        .held_deletions
+        .retain(|name, _| declared(snapshot, name).is_none());
     let mut memories = std::mem::take(&mut inputs.memories);
     let managed = memories.values().filter(|m| m.existed).count();
     let due: Vec<DueDeletion<'_>> = routing

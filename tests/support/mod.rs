@@ -2,6 +2,7 @@
 //! environment, and paths into the repository.
 #![allow(dead_code)]
 
+pub mod config;
 pub mod git;
 pub mod postgres;
 
@@ -13,28 +14,35 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A `tend` invocation whose environment cannot leak the developer's config.
+/// A `tend` invocation whose environment cannot leak the developer's
+/// config, run in a temporary directory of its own unless told otherwise
+/// (a relative path in a test then cannot touch the repository).
 pub struct TendCommand {
     command: Command,
     display: String,
+    _cwd: Option<tempfile::TempDir>,
 }
 
 impl TendCommand {
     pub fn new(args: &[&str]) -> Self {
+        let cwd = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_tend"));
         command
             .args(args)
             .env_remove("TEND_CONFIG")
+            .env_remove("TEND_LOG")
             .env("NO_COLOR", "1")
-            .current_dir(repo_root());
+            .current_dir(cwd.path());
         TendCommand {
             command,
             display: format!("tend {}", args.join(" ")),
+            _cwd: Some(cwd),
         }
     }
 
     pub fn current_dir(mut self, dir: &Path) -> Self {
         self.command.current_dir(dir);
+        self._cwd = None;
         self
     }
 
@@ -51,6 +59,7 @@ impl TendCommand {
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.display));
         let run = RunOutput {
+            command: self.display.clone(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
             output,
@@ -75,6 +84,7 @@ pub fn paused_apply(config: &Path, point: &str, marker: &Path) -> std::process::
     use std::time::{Duration, Instant};
     let child = Command::new(env!("CARGO_BIN_EXE_tend"))
         .args(["--config", &config.display().to_string(), "apply"])
+        .current_dir(config.parent().unwrap())
         .env_remove("TEND_CONFIG")
         .env("TEND_LOG", "warn")
         .env("TEND_TEST_PAUSE_AT", point)
@@ -95,7 +105,20 @@ pub fn paused_apply(config: &Path, point: &str, marker: &Path) -> std::process::
 }
 
 pub struct RunOutput {
+    pub command: String,
     pub output: Output,
     pub stdout: String,
     pub stderr: String,
+}
+
+impl RunOutput {
+    /// stdout as JSON (a report), or a panic naming the command.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "`{}` did not print JSON ({e})\n--- stdout\n{}\n--- stderr\n{}",
+                self.command, self.stdout, self.stderr
+            )
+        })
+    }
 }

@@ -138,3 +138,146 @@ pub async fn execute<T, P: Provider>(
     execution.finished.sort_by(|a, b| a.name.cmp(&b.name));
     execution
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use crate::clock::SystemClock;
+    use crate::executor::{ExecLimits, JournalRequest, RequestBody, RetryPolicy};
+    use crate::journal::StateStore;
+    use crate::model::SpecHash;
+    use crate::provider::{Capabilities, ChangeRequest, Observation, ProviderError};
+
+    /// Deletes whatever it is asked to and observes nothing (so every
+    /// delete is confirmed at once); records the calls.
+    #[derive(Default)]
+    struct Deleter {
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Provider for Deleter {
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::for_fields(&[], false)
+        }
+        async fn observe_all(
+            &self,
+            _: &[String],
+            _: &[String],
+        ) -> Result<Vec<Observation>, ProviderError> {
+            Ok(Vec::new())
+        }
+        async fn observe(&self, _: &str) -> Result<Option<Observation>, ProviderError> {
+            Ok(None)
+        }
+        async fn create(
+            &self,
+            _: &OperationId,
+            r: &ChangeRequest,
+        ) -> Result<Observation, ProviderError> {
+            Err(ProviderError::Permanent {
+                resource: r.database_name.clone(),
+                message: "not in this test".into(),
+            })
+        }
+        async fn update(
+            &self,
+            op: &OperationId,
+            r: &ChangeRequest,
+        ) -> Result<Observation, ProviderError> {
+            self.create(op, r).await
+        }
+        async fn delete(&self, _: &OperationId, name: &str) -> Result<(), ProviderError> {
+            self.calls.lock().unwrap().push(name.to_string());
+            Ok(())
+        }
+    }
+
+    fn delete(name: &str) -> PlannedOperation {
+        PlannedOperation {
+            name: name.into(),
+            kind: OperationKind::Delete,
+            spec_hash: SpecHash("h".into()),
+            generation: 0,
+            id: OperationId(format!("op-{name}")),
+            request: JournalRequest {
+                provider: "fake".into(),
+                database_name: name.into(),
+                file: String::new(),
+                commit: None,
+                manifest: serde_json::Value::Null,
+                desired: BTreeMap::new(),
+                body: RequestBody::Delete {
+                    database_name: name.into(),
+                },
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_journal_failure_stops_new_work_and_keeps_what_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(StateStore::open(dir.path(), true).unwrap().unwrap());
+        // The journal refuses b's intent, as a full disk would.
+        rusqlite::Connection::open(dir.path().join("state.db"))
+            .unwrap()
+            .execute_batch(
+                "CREATE TRIGGER refuse_b BEFORE INSERT ON intents WHEN NEW.name = 'b'
+                 BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END;",
+            )
+            .unwrap();
+        let runtime = Arc::new(ProviderRuntime::new(
+            "fake",
+            Deleter::default(),
+            ExecLimits {
+                max_concurrency: 1,
+                rate_per_second: 1000,
+                retry: RetryPolicy::default(),
+                confirm_timeout: Duration::from_secs(1),
+            },
+        ));
+        let runtimes = BTreeMap::from([("fake".to_string(), runtime.clone())]);
+        let ctx = ExecContext {
+            store: store.clone(),
+            agent_id: Arc::from("agent"),
+            clock: Arc::new(SystemClock),
+        };
+        let execution = execute(
+            &runtimes,
+            &ctx,
+            vec![delete("a"), delete("b"), delete("c")],
+            |op| op.request.provider.as_str(),
+            Some,
+            &Silent,
+        )
+        .await;
+        let finished: Vec<(&str, &OpOutcome)> = execution
+            .finished
+            .iter()
+            .map(|e| (e.name.as_str(), &e.outcome))
+            .collect();
+        assert_eq!(
+            finished[0],
+            ("a", &OpOutcome::Done),
+            "a finished before the failure"
+        );
+        assert_eq!(finished[1].0, "b");
+        assert!(matches!(finished[1].1, OpOutcome::Pending(why) if why.contains("journal")));
+        assert_eq!(finished.len(), 2, "c never started");
+        assert!(
+            execution
+                .error
+                .unwrap()
+                .to_string()
+                .contains("injected: disk full")
+        );
+        assert_eq!(
+            *runtime.provider.calls.lock().unwrap(),
+            ["a"],
+            "b was never sent"
+        );
+    }
+}

@@ -70,3 +70,107 @@ impl RetryPolicy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use governor::{Quota, RateLimiter};
+
+    fn limiter() -> DefaultDirectRateLimiter {
+        RateLimiter::direct(Quota::per_second(
+            std::num::NonZeroU32::new(10_000).unwrap(),
+        ))
+    }
+
+    fn transient(n: u32) -> ProviderError {
+        ProviderError::Retryable {
+            resource: "db".into(),
+            message: format!("503 #{n}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_back_off_exponentially_then_succeed() {
+        let policy = RetryPolicy {
+            min_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(30),
+            max_retries: 6,
+        };
+        let calls = AtomicU32::new(0);
+        let started = tokio::time::Instant::now();
+        let result = policy
+            .run(&limiter(), || async {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                if n < 3 { Err(transient(n)) } else { Ok(n) }
+            })
+            .await;
+        assert_eq!(result, Ok(3));
+        let waited = started.elapsed();
+        // 200 + 400 + 800 ms, each with up to as much again of jitter.
+        assert!(
+            waited >= Duration::from_millis(1400) && waited < Duration::from_millis(2800),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_obeyed_and_permanent_errors_are_not_retried() {
+        let policy = RetryPolicy::default();
+        let calls = AtomicU32::new(0);
+        let started = tokio::time::Instant::now();
+        let result = policy
+            .run(&limiter(), || async {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    Err(ProviderError::RateLimited {
+                        resource: "db".into(),
+                        retry_after: Duration::from_secs(7),
+                    })
+                } else {
+                    Ok(())
+                }
+            })
+            .await;
+        assert_eq!(result, Ok(()));
+        assert!(
+            started.elapsed() >= Duration::from_secs(7),
+            "{:?}",
+            started.elapsed()
+        );
+
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = policy
+            .run(&limiter(), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(ProviderError::Permanent {
+                    resource: "db".into(),
+                    message: "invalid owner".into(),
+                })
+            })
+            .await;
+        assert!(matches!(result, Err(ProviderError::Permanent { .. })));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_run_out_with_the_last_error() {
+        let policy = RetryPolicy {
+            max_retries: 2,
+            ..RetryPolicy::default()
+        };
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = policy
+            .run(&limiter(), || async {
+                Err(transient(calls.fetch_add(1, Ordering::SeqCst)))
+            })
+            .await;
+        assert_eq!(result, Err(transient(2)));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            3,
+            "the first attempt and two retries"
+        );
+    }
+}

@@ -434,19 +434,23 @@ impl SandboxProvider {
         Ok(())
     }
 
-    /// `now` in milliseconds: observations are compared with write times.
-    fn observation(name: String, db: SandboxDatabase, now: u64) -> Observation {
+    /// The observation of `db` at `now` (full precision: it is compared
+    /// with the time a call was sent, on the same clock).
+    fn observation(name: String, db: SandboxDatabase, now: SystemTime) -> Observation {
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         Observation {
             database_name: name,
             external_id: db.id,
-            status: if now / 1000 < db.ready_at {
+            status: if secs < db.ready_at {
                 ResourceStatus::Provisioning
             } else {
                 ResourceStatus::Ready
             },
             fields: db.fields,
             labels: db.labels,
-            observed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(now),
+            observed_at: now,
             unobserved: Vec::new(),
         }
     }
@@ -454,13 +458,14 @@ impl SandboxProvider {
     /// What a read shows of `db`: with `stale_reads`, the state before a
     /// write younger than the lag, stamped with the time it reflects.
     fn read(&self, name: String, db: SandboxDatabase, lag: Duration) -> Option<Observation> {
-        let now = self.now_ms();
+        let now = self.clock.now();
+        let now_ms = self.now_ms();
         let lag_ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
-        if lag_ms > 0 && now.saturating_sub(db.written_at_ms) < lag_ms {
+        if lag_ms > 0 && now_ms.saturating_sub(db.written_at_ms) < lag_ms {
             let old = db.previous?;
             let mut obs = Self::observation(name, *old, now);
             obs.observed_at =
-                SystemTime::UNIX_EPOCH + Duration::from_millis(now.saturating_sub(lag_ms));
+                SystemTime::UNIX_EPOCH + Duration::from_millis(now_ms.saturating_sub(lag_ms));
             return Some(obs);
         }
         Some(Self::observation(name, db, now))
@@ -491,7 +496,7 @@ impl SandboxProvider {
             .ok_or_else(|| ProviderError::NotFound {
                 resource: name.to_string(),
             })?;
-        Ok(Self::observation(name.to_string(), db, self.now_ms()))
+        Ok(Self::observation(name.to_string(), db, self.clock.now()))
     }
 
     fn to_provider_error(&self, resource: &str, e: SandboxError) -> ProviderError {

@@ -135,37 +135,7 @@ fn explain(
     let now = plan.now;
     let t = crate::time::rfc3339;
     writeln!(out, "{}", r.name)?;
-    let commit = plan.commit.as_deref().unwrap_or("?");
-    match &r.subject {
-        PlannedSubject::Declared(decl) => {
-            writeln!(
-                out,
-                "  declaration: {}:{} at commit {commit} of {}, provider `{}`",
-                r.file,
-                decl.line,
-                agent.config().source.url,
-                r.provider
-            )?;
-            writeln!(out, "  database:    {}", decl.manifest.database_name())?;
-        }
-        PlannedSubject::Removed(tomb) => {
-            writeln!(
-                out,
-                "  declaration: removed in commit {} (first seen {}), deletionPolicy {}, provider `{}`",
-                tomb.removal_commit,
-                t(tomb.removed_at),
-                match tomb.last.spec.deletion_policy {
-                    crate::model::DeletionPolicy::Delete => "Delete",
-                    crate::model::DeletionPolicy::Retain => "Retain",
-                },
-                r.provider
-            )?;
-            writeln!(out, "  database:    {}", tomb.last.database_name())?;
-        }
-        PlannedSubject::Unreadable => {
-            writeln!(out, "  declaration: unknown (the state cannot be read)")?
-        }
-    }
+    explain_subject(out, agent, plan, r)?;
     writeln!(out, "  spec hash:   {}", r.spec_hash)?;
     explain_observed(out, &r.observed, now)?;
     match &r.memory.applied_spec_hash {
@@ -210,6 +180,47 @@ fn explain(
     }
     if let Some(at) = d.act_at {
         writeln!(out, "  acts at:     {}", t(at))?;
+    }
+    Ok(())
+}
+
+fn explain_subject(
+    out: &mut impl Write,
+    agent: &crate::agent::Agent,
+    plan: &Plan<'_>,
+    r: &PlannedResource<'_>,
+) -> io::Result<()> {
+    let t = crate::time::rfc3339;
+    let commit = plan.commit.as_deref().unwrap_or("?");
+    match &r.subject {
+        PlannedSubject::Declared(decl) => {
+            writeln!(
+                out,
+                "  declaration: {}:{} at commit {commit} of {}, provider `{}`",
+                r.file,
+                decl.line,
+                agent.config().source.url,
+                r.provider
+            )?;
+            writeln!(out, "  database:    {}", decl.manifest.database_name())?;
+        }
+        PlannedSubject::Removed(tomb) => {
+            writeln!(
+                out,
+                "  declaration: removed in commit {} (first seen {}), deletionPolicy {}, provider `{}`",
+                tomb.removal_commit,
+                t(tomb.removed_at),
+                match tomb.last.spec.deletion_policy {
+                    crate::model::DeletionPolicy::Delete => "Delete",
+                    crate::model::DeletionPolicy::Retain => "Retain",
+                },
+                r.provider
+            )?;
+            writeln!(out, "  database:    {}", tomb.last.database_name())?;
+        }
+        PlannedSubject::Unreadable => {
+            writeln!(out, "  declaration: unknown (the state cannot be read)")?
+        }
     }
     Ok(())
 }

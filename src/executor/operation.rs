@@ -305,6 +305,57 @@ fn judge(
     }
 }
 
+/// What a confirmed operation changes in memory: a delete or release
+/// forgets the resource; a create, update or adopt records the applied
+/// spec (and the fields that still differ).
+fn confirmed(
+    op: &PlannedOperation,
+    effect: Option<(String, Vec<String>)>,
+    now: SystemTime,
+    sent_at: SystemTime,
+) -> (Vec<Effect>, OpOutcome) {
+    match (op.kind, effect) {
+        (OperationKind::Delete | OperationKind::Release, _) => (
+            vec![Effect::Forget {
+                name: op.name.clone(),
+            }],
+            OpOutcome::Done,
+        ),
+        (_, Some((external_id, differing))) => {
+            let r = &op.request;
+            let outcome = if differing.is_empty() {
+                OpOutcome::Done
+            } else {
+                OpOutcome::DoneWithDifferences(differing.clone())
+            };
+            let record = AppliedRecord {
+                provider: r.provider.clone(),
+                database_name: r.database_name.clone(),
+                file: r.file.clone(),
+                manifest: r.manifest.clone(),
+                spec_hash: op.spec_hash.clone(),
+                fields: r.desired.clone(),
+                commit: r.commit.clone(),
+                external_id,
+                still_different: differing,
+            };
+            let effects = vec![
+                Effect::Applied {
+                    name: op.name.clone(),
+                    record: Box::new(record),
+                    at: now,
+                },
+                Effect::Wrote {
+                    name: op.name.clone(),
+                    at: sent_at,
+                },
+            ];
+            (effects, outcome)
+        }
+        (_, None) => (Vec::new(), OpOutcome::Done),
+    }
+}
+
 /// Waits for an observation that shows the effect, no older than the call,
 /// and returns the effects to commit with the outcome.
 async fn confirm<P: Provider>(
@@ -330,48 +381,7 @@ async fn confirm<P: Provider>(
         };
         match judge(&observed, op, &ctx.agent_id, sent_at) {
             Verdict::Confirmed(effect) => {
-                let (mut effects, outcome) = match (op.kind, effect) {
-                    (OperationKind::Delete | OperationKind::Release, _) => (
-                        vec![Effect::Forget {
-                            name: op.name.clone(),
-                        }],
-                        OpOutcome::Done,
-                    ),
-                    (_, Some((external_id, differing))) => {
-                        let r = &op.request;
-                        let outcome = if differing.is_empty() {
-                            OpOutcome::Done
-                        } else {
-                            OpOutcome::DoneWithDifferences(differing.clone())
-                        };
-                        let record = AppliedRecord {
-                            provider: r.provider.clone(),
-                            database_name: r.database_name.clone(),
-                            file: r.file.clone(),
-                            manifest: r.manifest.clone(),
-                            spec_hash: op.spec_hash.clone(),
-                            fields: r.desired.clone(),
-                            commit: r.commit.clone(),
-                            external_id,
-                            still_different: differing,
-                        };
-                        (
-                            vec![
-                                Effect::Applied {
-                                    name: op.name.clone(),
-                                    record: Box::new(record),
-                                    at: now,
-                                },
-                                Effect::Wrote {
-                                    name: op.name.clone(),
-                                    at: sent_at,
-                                },
-                            ],
-                            outcome,
-                        )
-                    }
-                    (_, None) => (Vec::new(), OpOutcome::Done),
-                };
+                let (mut effects, outcome) = confirmed(op, effect, now, sent_at);
                 effects.push(intent(IntentState::Done, None));
                 return (effects, outcome);
             }

@@ -173,8 +173,9 @@ impl<'s> Routing<'s> {
         routing
     }
 
-    /// Existing tombstones (a declaration that came back clears its own),
-    /// and new ones for managed resources that left Git.
+    /// Routes every removed declaration in scope to where tend manages it
+    /// (a provider no longer configured is reported); counts the fleet's
+    /// due deletions.
     fn route_tombstones(
         &mut self,
         config: &Config,
@@ -184,6 +185,53 @@ impl<'s> Routing<'s> {
         scope: &Scope,
         now: SystemTime,
     ) {
+        let tombstones = self.tombstones(snapshot, inputs, now);
+        self.due_deletions.extend(
+            tombstones
+                .iter()
+                .filter(|t| is_due(t, policy, now))
+                .map(|t| t.last.metadata.name.clone()),
+        );
+        for tomb in tombstones {
+            let name = tomb.last.metadata.name.clone();
+            if !scope.contains(&name) {
+                continue;
+            }
+            // Where tend manages it, else where the declaration said.
+            let remembered = inputs.memories.get(&name).and_then(|m| m.provider.clone());
+            let provider = match remembered {
+                Some(p) if config.providers.contains_key(&p) => Ok(p),
+                Some(p) => Err(p),
+                None => provider_name_of(config, &tomb.last)
+                    .map(str::to_string)
+                    .map_err(|_| tomb.last.spec.provider.clone().unwrap_or_default()),
+            };
+            match provider {
+                Ok(provider) => {
+                    let db = tomb.last.database_name();
+                    self.push(&provider, PlannedSubject::Removed(Box::new(tomb)), db);
+                }
+                Err(gone) => self.undecidable.push(undecidable(
+                    &name,
+                    &gone,
+                    Rule::ProviderNotConfigured,
+                    format!(
+                        "`{name}` was removed from Git, but its provider `{gone}` is no longer configured; nothing is released or deleted until [providers.{gone}] is configured again"
+                    ),
+                )),
+            }
+        }
+    }
+
+    /// Every removed declaration: the stored tombstones (a declaration that
+    /// came back clears its own), and new ones for managed resources that
+    /// left Git.
+    fn tombstones(
+        &mut self,
+        snapshot: &Snapshot,
+        inputs: &mut Inputs,
+        now: SystemTime,
+    ) -> Vec<Tombstone> {
         let mut tombstones: Vec<Tombstone> = Vec::new();
         for row in std::mem::take(&mut inputs.tombstones) {
             if declared(snapshot, &row.name).is_some() {
@@ -228,41 +276,7 @@ impl<'s> Routing<'s> {
                 last_error: None,
             });
         }
-        self.due_deletions.extend(
-            tombstones
-                .iter()
-                .filter(|t| is_due(t, policy, now))
-                .map(|t| t.last.metadata.name.clone()),
-        );
-        for tomb in tombstones {
-            let name = tomb.last.metadata.name.clone();
-            if !scope.contains(&name) {
-                continue;
-            }
-            // Where tend manages it, else where the declaration said.
-            let remembered = inputs.memories.get(&name).and_then(|m| m.provider.clone());
-            let provider = match remembered {
-                Some(p) if config.providers.contains_key(&p) => Ok(p),
-                Some(p) => Err(p),
-                None => provider_name_of(config, &tomb.last)
-                    .map(str::to_string)
-                    .map_err(|_| tomb.last.spec.provider.clone().unwrap_or_default()),
-            };
-            match provider {
-                Ok(provider) => {
-                    let db = tomb.last.database_name();
-                    self.push(&provider, PlannedSubject::Removed(Box::new(tomb)), db);
-                }
-                Err(gone) => self.undecidable.push(undecidable(
-                    &name,
-                    &gone,
-                    Rule::ProviderNotConfigured,
-                    format!(
-                        "`{name}` was removed from Git, but its provider `{gone}` is no longer configured; nothing is released or deleted until [providers.{gone}] is configured again"
-                    ),
-                )),
-            }
-        }
+        tombstones
     }
 
     /// Resources whose remembered state cannot be read.
@@ -300,231 +314,5 @@ pub fn corrupt_reason(name: &str, problems: &[String]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::journal::TombstoneRow;
-    use crate::model::{DeclarationSet, parse_file};
-    use crate::reconcile::inputs::LeftGit;
-    use std::path::Path;
-    use std::time::Duration;
-
-    fn t(s: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s)
-    }
-
-    fn config(providers: &str) -> Config {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tend.toml");
-        std::fs::write(&path, format!("[source]\nurl = \"/x\"\n{providers}")).unwrap();
-        Config::load(&path).unwrap()
-    }
-
-    fn manifest(name: &str, extra: &str) -> String {
-        format!(
-            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  owner: app\n{extra}"
-        )
-    }
-
-    fn snapshot(files: &[(&str, String)]) -> Snapshot {
-        Snapshot {
-            commit: "c0ffee".into(),
-            commit_time: t(0),
-            files: Vec::new(),
-            declarations: DeclarationSet::from_files(
-                files
-                    .iter()
-                    .map(|(f, text)| parse_file(Path::new(f), text.as_bytes()))
-                    .collect(),
-            ),
-        }
-    }
-
-    fn parsed(name: &str, extra: &str) -> ManagedDatabase {
-        serde_norway::from_str(&manifest(name, extra)).unwrap()
-    }
-
-    const SANDBOX: &str = "[providers.sandbox]\nkind = \"sandbox\"\n";
-
-    fn names(routing: &Routing<'_>) -> Vec<String> {
-        routing
-            .by_provider
-            .values()
-            .flatten()
-            .map(|r| r.subject.name().to_string())
-            .collect()
-    }
-
-    #[test]
-    fn a_declaration_that_came_back_clears_its_tombstone() {
-        let config = config(SANDBOX);
-        let snapshot = snapshot(&[("a.yaml", manifest("a", ""))]);
-        let mut inputs = Inputs::default();
-        inputs.tombstones.push(TombstoneRow {
-            name: "a".into(),
-            last: parsed("a", ""),
-            removed_at: t(0),
-            removal_commit: "old".into(),
-            delete_requested_at: None,
-            last_error: None,
-        });
-        let routing = Routing::route(
-            &config,
-            &Policy::default(),
-            &snapshot,
-            &mut inputs,
-            &Scope::All,
-            t(10),
-        );
-        assert_eq!(
-            routing.effects,
-            [Effect::RemoveTombstone { name: "a".into() }]
-        );
-        assert_eq!(names(&routing), ["a"]);
-        assert!(routing.due_deletions.is_empty());
-    }
-
-    #[test]
-    fn a_managed_resource_that_left_git_gets_a_tombstone_unless_its_file_is_unreadable() {
-        let config = config(SANDBOX);
-        let snapshot = snapshot(&[
-            ("a.yaml", manifest("a", "")),
-            ("broken.yaml", "kind: [".into()),
-        ]);
-        let mut inputs = Inputs {
-            left_git: vec![
-                LeftGit {
-                    name: "gone".into(),
-                    last: parsed("gone", "  deletionPolicy: Delete\n"),
-                    file: "gone.yaml".into(),
-                },
-                LeftGit {
-                    name: "hidden".into(),
-                    last: parsed("hidden", ""),
-                    file: "broken.yaml".into(),
-                },
-            ],
-            ..Inputs::default()
-        };
-        let policy = Policy {
-            deletion_delay: Duration::ZERO,
-            ..Policy::default()
-        };
-        let routing = Routing::route(&config, &policy, &snapshot, &mut inputs, &Scope::All, t(10));
-        assert!(
-            matches!(&routing.effects[..], [Effect::AddTombstone { name, at, commit, .. }] if name == "gone" && *at == t(10) && commit == "c0ffee")
-        );
-        assert_eq!(names(&routing), ["a", "gone"]);
-        assert_eq!(routing.due_deletions, ["gone"]);
-    }
-
-    #[test]
-    fn an_empty_tree_removes_nothing() {
-        let config = config(SANDBOX);
-        let snapshot = snapshot(&[]);
-        let mut inputs = Inputs {
-            left_git: vec![LeftGit {
-                name: "gone".into(),
-                last: parsed("gone", "  deletionPolicy: Delete\n"),
-                file: "gone.yaml".into(),
-            }],
-            ..Inputs::default()
-        };
-        let routing = Routing::route(
-            &config,
-            &Policy::default(),
-            &snapshot,
-            &mut inputs,
-            &Scope::All,
-            t(10),
-        );
-        assert!(routing.effects.is_empty());
-        assert!(names(&routing).is_empty());
-    }
-
-    #[test]
-    fn a_tombstone_is_routed_where_tend_manages_it_or_reported() {
-        let config =
-            config("[providers.one]\nkind = \"sandbox\"\n[providers.two]\nkind = \"sandbox\"\n");
-        let snapshot = snapshot(&[("a.yaml", manifest("a", "  provider: one\n"))]);
-        let mut inputs = Inputs::default();
-        for (name, provider) in [("kept", "two"), ("orphan", "three")] {
-            inputs.tombstones.push(TombstoneRow {
-                name: name.into(),
-                last: parsed(name, "  provider: one\n"),
-                removed_at: t(0),
-                removal_commit: "old".into(),
-                delete_requested_at: None,
-                last_error: None,
-            });
-            inputs.memories.insert(
-                name.into(),
-                Memory {
-                    existed: true,
-                    provider: Some(provider.into()),
-                    ..Memory::default()
-                },
-            );
-        }
-        let routing = Routing::route(
-            &config,
-            &Policy::default(),
-            &snapshot,
-            &mut inputs,
-            &Scope::All,
-            t(10),
-        );
-        assert_eq!(
-            routing.by_provider["two"][0].subject.name(),
-            "kept",
-            "where tend manages it"
-        );
-        assert_eq!(routing.undecidable.len(), 1);
-        let orphan = &routing.undecidable[0];
-        assert_eq!(
-            (orphan.name.as_str(), orphan.decision.rule),
-            ("orphan", Rule::ProviderNotConfigured)
-        );
-        assert_eq!(orphan.decision.state, State::Error);
-    }
-
-    #[test]
-    fn unroutable_declarations_are_diagnostics_and_unreadable_state_is_undecidable() {
-        let config =
-            config("[providers.one]\nkind = \"sandbox\"\n[providers.two]\nkind = \"sandbox\"\n");
-        let snapshot = snapshot(&[
-            ("a.yaml", manifest("a", "")),
-            ("b.yaml", manifest("b", "  provider: one\n")),
-        ]);
-        let mut inputs = Inputs::default();
-        inputs
-            .corrupt
-            .insert("lost".into(), vec!["tombstones row of `lost`: x".into()]);
-        let routing = Routing::route(
-            &config,
-            &Policy::default(),
-            &snapshot,
-            &mut inputs,
-            &Scope::All,
-            t(10),
-        );
-        assert_eq!(routing.diagnostics.len(), 1);
-        assert!(
-            routing.diagnostics[0]
-                .message
-                .contains("spec.provider is required")
-        );
-        assert_eq!(names(&routing), ["b"]);
-        assert_eq!(routing.undecidable[0].decision.rule, Rule::CorruptState);
-
-        let scoped = Routing::route(
-            &config,
-            &Policy::default(),
-            &snapshot,
-            &mut Inputs::default(),
-            &Scope::Only(["b".to_string()].into()),
-            t(10),
-        );
-        assert_eq!(names(&scoped), ["b"]);
-        assert!(scoped.diagnostics.is_empty(), "out of scope: not looked at");
-    }
-}
+#[path = "routing_tests.rs"]
+mod tests;

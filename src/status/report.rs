@@ -150,55 +150,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             State::Error => summary.errors += 1,
             State::Released => {}
         }
-        let ov = &d.overrides;
-        resources.push(ResourceReport {
-            name: r.name.clone(),
-            file: r.file.clone(),
-            state: d.state,
-            action: d.action,
-            reason: d.reason.clone(),
-            drift: d
-                .drift
-                .iter()
-                .map(|x| DriftReport {
-                    field: x.field.clone(),
-                    desired: x.desired.clone(),
-                    observed: x.observed.clone(),
-                    origin: x.origin,
-                })
-                .collect(),
-            override_: (!ov.is_empty()).then(|| OverrideReport {
-                source: ov
-                    .sources
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                kind: ov.kind().to_string(),
-                fields: ov.ignore_fields.clone(),
-                reason: ov.reasons.join("; "),
-                expires: ov.expires.map(rfc3339),
-                expired: ov.expired,
-            }),
-            operation: match &r.operation {
-                Some(op) => Some(OperationReport {
-                    id: op.id.clone(),
-                    kind: op.kind,
-                    state: "planned".into(),
-                }),
-                // Held behind a journalled intent: that operation is the
-                // resource's, and it is pending.
-                None => plan
-                    .intents
-                    .iter()
-                    .find(|i| i.name == r.name && i.rule == crate::engine::Rule::PendingIntent)
-                    .map(|i| OperationReport {
-                        id: i.id.clone(),
-                        kind: i.kind,
-                        state: "pending".into(),
-                    }),
-            },
-        });
+        resources.push(resource_report(plan, r));
     }
     Report {
         format_version: 1,
@@ -214,5 +166,59 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
         summary,
         resources,
         errors: plan.errors.iter().map(ErrorReport::from).collect(),
+    }
+}
+
+/// One resource as the report shows it.
+fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -> ResourceReport {
+    let d = &r.decision;
+    let ov = &d.overrides;
+    ResourceReport {
+        name: r.name.clone(),
+        file: r.file.clone(),
+        state: d.state,
+        action: d.action,
+        reason: d.reason.clone(),
+        drift: d
+            .drift
+            .iter()
+            .map(|x| DriftReport {
+                field: x.field.clone(),
+                desired: x.desired.clone(),
+                observed: x.observed.clone(),
+                origin: x.origin,
+            })
+            .collect(),
+        override_: (!ov.is_empty()).then(|| OverrideReport {
+            source: ov
+                .sources
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            kind: ov.kind().to_string(),
+            fields: ov.ignore_fields.clone(),
+            reason: ov.reasons.join("; "),
+            expires: ov.expires.map(rfc3339),
+            expired: ov.expired,
+        }),
+        operation: match &r.operation {
+            Some(op) => Some(OperationReport {
+                id: op.id.clone(),
+                kind: op.kind,
+                state: "planned".into(),
+            }),
+            // Held behind a journalled intent: that operation is the
+            // resource's, and it is pending.
+            None => plan
+                .intents
+                .iter()
+                .find(|i| i.name == r.name && i.rule == crate::engine::Rule::PendingIntent)
+                .map(|i| OperationReport {
+                    id: i.id.clone(),
+                    kind: i.kind,
+                    state: "pending".into(),
+                }),
+        },
     }
 }

@@ -13,19 +13,14 @@ use crate::engine::overrides::EffectiveOverride;
 use crate::model::Declaration;
 use crate::provider::{Observed, ResourceStatus};
 
-pub(super) fn decide_declared(
-    input: &DecideInput<'_>,
-    decl: &Declaration,
-    ov: &EffectiveOverride,
-) -> Decision {
+/// Where a managed database lives is its identity: a new name or provider
+/// would be a second database, never a move.
+fn moved(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> {
     let name = decl.name();
-    let policy = input.policy;
-    // Where a managed database lives is its identity: a new name or
-    // provider would be a second database, never a move.
     // (Compared without building the name: this runs for every resource.)
     let same_database = |was: &str| decl.manifest.is_database_name(was);
-    if input.memory.existed
-        && !(input
+    if !input.memory.existed
+        || input
             .memory
             .database_name
             .as_deref()
@@ -34,41 +29,46 @@ pub(super) fn decide_declared(
                 .memory
                 .provider
                 .as_deref()
-                .is_none_or(|p| p == input.provider))
+                .is_none_or(|p| p == input.provider)
     {
-        let db = decl.manifest.database_name();
-        let moved = [
-            (
-                "databaseName",
-                input.memory.database_name.as_deref(),
-                db.as_str(),
-            ),
-            ("provider", input.memory.provider.as_deref(), input.provider),
-        ]
-        .into_iter()
-        .find(|(_, was, now)| was.is_some_and(|was| was != *now));
-        if let Some((field, Some(was), now)) = moved {
-            return Decision::new(
-                State::Blocked,
-                Action::None,
-                Rule::RequiresReplacement,
-                format!(
-                    "requires replacement: {field} changed from `{was}` to `{now}`; tend manages `{name}` at `{was}` and never creates a second database for one declaration (restore {field}, or remove the declaration and add a new one)"
-                ),
-            );
-        }
+        return None;
     }
-    let obs = match input.observed {
-        Observed::Failed(message) => return observation_failed(name, message),
-        Observed::NotFound => return decide_missing(input, decl, ov),
-        Observed::Found(obs) => obs,
+    let db = decl.manifest.database_name();
+    let moved = [
+        (
+            "databaseName",
+            input.memory.database_name.as_deref(),
+            db.as_str(),
+        ),
+        ("provider", input.memory.provider.as_deref(), input.provider),
+    ]
+    .into_iter()
+    .find(|(_, was, now)| was.is_some_and(|was| was != *now));
+    let (field, Some(was), now) = moved? else {
+        return None;
     };
+    Some(Decision::new(
+        State::Blocked,
+        Action::None,
+        Rule::RequiresReplacement,
+        format!(
+            "requires replacement: {field} changed from `{was}` to `{now}`; tend manages `{name}` at `{was}` and never creates a second database for one declaration (restore {field}, or remove the declaration and add a new one)"
+        ),
+    ))
+}
 
-    // Ownership (DESIGN.md §3).
-    let adopting = match obs.marker_labels() {
-        Some((agent_id, declaration)) if agent_id == policy.agent_id => {
+/// Ownership: this agent's marker for this declaration, or an adoption.
+/// A database owned by anyone else is `Blocked` (`Some`).
+fn ownership(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    obs: &crate::provider::Observation,
+) -> Option<Decision> {
+    let name = decl.name();
+    match obs.marker_labels() {
+        Some((agent_id, declaration)) if agent_id == input.policy.agent_id => {
             if declaration != name {
-                return Decision::new(
+                return Some(Decision::new(
                     State::Blocked,
                     Action::None,
                     Rule::OwnedByOtherDeclaration,
@@ -76,34 +76,50 @@ pub(super) fn decide_declared(
                         "database `{}` belongs to declaration `{declaration}` of this agent, not to `{name}`: give `{name}` another databaseName",
                         obs.database_name
                     ),
-                );
+                ));
             }
-            false
+            None
         }
-        Some((agent_id, _)) => {
-            return Decision::new(
-                State::Blocked,
-                Action::None,
-                Rule::OwnedByOtherAgent,
-                format!(
-                    "database `{}` is owned by another tend agent (`{agent_id}`); release it there before this agent can manage it",
-                    obs.database_name
-                ),
-            );
-        }
-        None if decl.annotations.adopt => true,
-        None => {
-            return Decision::new(
-                State::Blocked,
-                Action::None,
-                Rule::NameTaken,
-                format!(
-                    "name taken: database `{}` exists without tend's ownership marker; tend will not touch it unless the declaration says `tend.dev/adopt: \"true\"`",
-                    obs.database_name
-                ),
-            );
-        }
+        Some((agent_id, _)) => Some(Decision::new(
+            State::Blocked,
+            Action::None,
+            Rule::OwnedByOtherAgent,
+            format!(
+                "database `{}` is owned by another tend agent (`{agent_id}`); release it there before this agent can manage it",
+                obs.database_name
+            ),
+        )),
+        None if decl.annotations.adopt => None,
+        None => Some(Decision::new(
+            State::Blocked,
+            Action::None,
+            Rule::NameTaken,
+            format!(
+                "name taken: database `{}` exists without tend's ownership marker; tend will not touch it unless the declaration says `tend.dev/adopt: \"true\"`",
+                obs.database_name
+            ),
+        )),
+    }
+}
+
+pub(super) fn decide_declared(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    ov: &EffectiveOverride,
+) -> Decision {
+    let name = decl.name();
+    if let Some(blocked) = moved(input, decl) {
+        return blocked;
+    }
+    let obs = match input.observed {
+        Observed::Failed(message) => return observation_failed(name, message),
+        Observed::NotFound => return decide_missing(input, decl, ov),
+        Observed::Found(obs) => obs,
     };
+    if let Some(blocked) = ownership(input, decl, obs) {
+        return blocked;
+    }
+    let adopting = obs.marker_labels().is_none() && decl.annotations.adopt;
 
     if obs.status == ResourceStatus::Provisioning {
         return Decision::new(

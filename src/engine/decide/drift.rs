@@ -109,20 +109,33 @@ pub fn values_match(field: &str, want: &Value, have: &Value) -> bool {
     }
 }
 
+/// Decides what to do about `drift` (empty when in sync). The decision
+/// carries the drift, whatever it decides.
 pub(super) fn decide_drift(
     input: &DecideInput<'_>,
     decl: &Declaration,
     ov: &EffectiveOverride,
     drift: Vec<Drift>,
 ) -> Decision {
+    let active: Vec<&Drift> = drift.iter().filter(|d| !d.ignored).collect();
+    let mut decision = hands_off(input, decl, ov, &drift, &active)
+        .unwrap_or_else(|| corrections(input, decl, &active));
+    decision.drift = drift;
+    decision
+}
+
+/// The rules under which nothing is changed, in order: a difference that
+/// needs replacement, a pause, a field that did not converge, nothing (left)
+/// to change.
+fn hands_off(
+    input: &DecideInput<'_>,
+    decl: &Declaration,
+    ov: &EffectiveOverride,
+    drift: &[Drift],
+    active: &[&Drift],
+) -> Option<Decision> {
     let name = decl.name();
     let policy = input.policy;
-    let with = |mut d: Decision, drift: Vec<Drift>| {
-        d.drift = drift;
-        d
-    };
-    let active: Vec<&Drift> = drift.iter().filter(|d| !d.ignored).collect();
-
     let immutable: Vec<&&Drift> = active
         .iter()
         .filter(|d| input.capabilities.mutability(&d.field) == Some(Mutability::Immutable))
@@ -133,17 +146,14 @@ pub(super) fn decide_drift(
             .map(|d| format!("{} {} → {}", d.field, show(&d.observed), show(&d.desired)))
             .collect::<Vec<_>>()
             .join(", ");
-        return with(
-            Decision::new(
-                State::Blocked,
-                Action::None,
-                Rule::RequiresReplacement,
-                format!(
-                    "requires replacement: {list} cannot be changed in place, and tend never drops and recreates a database on its own"
-                ),
+        return Some(Decision::new(
+            State::Blocked,
+            Action::None,
+            Rule::RequiresReplacement,
+            format!(
+                "requires replacement: {list} cannot be changed in place, and tend never drops and recreates a database on its own"
             ),
-            drift,
-        );
+        ));
     }
     if ov.paused {
         let what = if active.is_empty() {
@@ -151,18 +161,15 @@ pub(super) fn decide_drift(
         } else {
             "drift is reported only"
         };
-        return with(
-            Decision::new(
-                State::Overridden,
-                Action::None,
-                Rule::Paused,
-                format!(
-                    "`{name}` is paused by an override ({}): {what}; nothing is changed",
-                    ov.reasons.join("; ")
-                ),
+        return Some(Decision::new(
+            State::Overridden,
+            Action::None,
+            Rule::Paused,
+            format!(
+                "`{name}` is paused by an override ({}): {what}; nothing is changed",
+                ov.reasons.join("; ")
             ),
-            drift,
-        );
+        ));
     }
     let stuck: Vec<&&Drift> = active
         .iter()
@@ -178,48 +185,47 @@ pub(super) fn decide_drift(
         .collect();
     if !stuck.is_empty() {
         let fields = join_fields(stuck.iter().map(|d| d.field.as_str()));
-        return with(
-            Decision::new(
-                State::Unconvergeable,
-                Action::None,
-                Rule::Unconvergeable,
-                format!(
-                    "{fields} still differ after {} confirmed updates; tend stops retrying until the declaration or the observed value changes",
-                    policy.max_update_attempts
-                ),
+        return Some(Decision::new(
+            State::Unconvergeable,
+            Action::None,
+            Rule::Unconvergeable,
+            format!(
+                "{fields} still differ after {} confirmed updates; tend stops retrying until the declaration or the observed value changes",
+                policy.max_update_attempts
             ),
-            drift,
-        );
+        ));
     }
-    if active.is_empty() {
-        if drift.is_empty() {
-            return Decision::new(
-                State::InSync,
-                Action::None,
-                Rule::InSync,
-                "in sync with the declaration".into(),
-            );
-        }
-        let fields = join_fields(drift.iter().map(|d| d.field.as_str()));
-        return with(
-            Decision::new(
-                State::Overridden,
-                Action::None,
-                Rule::IgnoredDrift,
-                format!(
-                    "{fields} differ but are left alone by an override ({})",
-                    ov.reasons.join("; ")
-                ),
-            ),
-            drift,
-        );
+    if !active.is_empty() {
+        return None;
     }
+    if drift.is_empty() {
+        return Some(Decision::new(
+            State::InSync,
+            Action::None,
+            Rule::InSync,
+            "in sync with the declaration".into(),
+        ));
+    }
+    let fields = join_fields(drift.iter().map(|d| d.field.as_str()));
+    Some(Decision::new(
+        State::Overridden,
+        Action::None,
+        Rule::IgnoredDrift,
+        format!(
+            "{fields} differ but are left alone by an override ({})",
+            ov.reasons.join("; ")
+        ),
+    ))
+}
 
-    // Declared changes apply now; out-of-band drift waits for drift_grace.
+/// Declared changes apply now; out-of-band drift waits for `drift_grace`
+/// (or, with `driftPolicy: Report`, is only reported).
+fn corrections(input: &DecideInput<'_>, decl: &Declaration, active: &[&Drift]) -> Decision {
+    let policy = input.policy;
     let mut changes = BTreeMap::new();
     let mut held: Vec<(&str, SystemTime)> = Vec::new();
     let report = report_only(policy, &decl.manifest);
-    for d in &active {
+    for d in active {
         match d.origin {
             DriftOrigin::Declared => {
                 changes.insert(d.field.clone(), d.desired.clone());
@@ -241,12 +247,8 @@ pub(super) fn decide_drift(
             }
         }
     }
-    let out_of_band: Vec<&str> = active
-        .iter()
-        .filter(|d| d.origin == DriftOrigin::OutOfBand)
-        .map(|d| d.field.as_str())
-        .collect();
     let act_at = held.iter().map(|(_, t)| *t).min();
+    let held_fields = join_fields(held.iter().map(|(f, _)| *f));
     let mut decision = if !changes.is_empty() {
         let declared = active
             .iter()
@@ -259,31 +261,32 @@ pub(super) fn decide_drift(
         };
         let mut reason = format!("update {fields}: {why}");
         if let Some(t) = act_at {
-            let fields = join_fields(held.iter().map(|(f, _)| *f));
             reason.push_str(&format!(
-                "; out-of-band drift on {fields} is held until {}",
+                "; out-of-band drift on {held_fields} is held until {}",
                 time(t)
             ));
         }
         Decision::new(State::Drifted, Action::Update, rule, reason)
     } else if report {
+        let out_of_band = join_fields(
+            active
+                .iter()
+                .filter(|d| d.origin == DriftOrigin::OutOfBand)
+                .map(|d| d.field.as_str()),
+        );
         Decision::new(
             State::Drifted,
             Action::None,
             Rule::DriftReportOnly,
-            format!(
-                "out-of-band drift on {}; driftPolicy Report: tend only reports it",
-                out_of_band.join(", ")
-            ),
+            format!("out-of-band drift on {out_of_band}; driftPolicy Report: tend only reports it"),
         )
     } else {
-        let fields = join_fields(held.iter().map(|(f, _)| *f));
         Decision::new(
             State::Drifted,
             Action::Hold,
             Rule::DriftGrace,
             format!(
-                "out-of-band drift on {fields} is held for drift_grace ({}) so an operator can add an override; tend corrects it at {}",
+                "out-of-band drift on {held_fields} is held for drift_grace ({}) so an operator can add an override; tend corrects it at {}",
                 duration(policy.drift_grace),
                 act_at.map(time).unwrap_or_default()
             ),
@@ -291,5 +294,5 @@ pub(super) fn decide_drift(
     };
     decision.changes = changes;
     decision.act_at = act_at;
-    with(decision, drift)
+    decision
 }

@@ -40,141 +40,165 @@ pub(super) fn decide_removed(
         .marker_labels()
         .is_some_and(|(agent_id, declaration)| agent_id == policy.agent_id && declaration == name);
     match tomb.last.spec.deletion_policy {
-        DeletionPolicy::Retain => {
-            if ours && ov.paused {
-                Decision::new(
-                    State::Overridden,
-                    Action::None,
-                    Rule::DeletionPaused,
-                    format!(
-                        "`{name}` was removed from Git, but it is paused ({}): ownership is kept until the override goes",
-                        ov.reasons.join("; ")
-                    ),
-                )
-            } else if ours {
-                Decision::new(
-                    State::Released,
-                    Action::Release,
-                    Rule::Release,
-                    format!(
-                        "`{name}` was removed from Git with deletionPolicy Retain: release ownership and leave the database"
-                    ),
-                )
+        DeletionPolicy::Retain => release(name, ours, ov),
+        DeletionPolicy::Delete => delete(input, tomb, ov, ours, &obs.database_name),
+    }
+}
+
+/// `deletionPolicy: Retain`: give the database up, keep it.
+fn release(name: &str, ours: bool, ov: &EffectiveOverride) -> Decision {
+    if ours && ov.paused {
+        Decision::new(
+            State::Overridden,
+            Action::None,
+            Rule::DeletionPaused,
+            format!(
+                "`{name}` was removed from Git, but it is paused ({}): ownership is kept until the override goes",
+                ov.reasons.join("; ")
+            ),
+        )
+    } else if ours {
+        Decision::new(
+            State::Released,
+            Action::Release,
+            Rule::Release,
+            format!(
+                "`{name}` was removed from Git with deletionPolicy Retain: release ownership and leave the database"
+            ),
+        )
+    } else {
+        Decision::new(
+            State::Released,
+            Action::None,
+            Rule::Released,
+            format!("`{name}` was removed from Git and released; the database stays"),
+        )
+    }
+}
+
+/// `deletionPolicy: Delete`: delete only what carries this agent's marker,
+/// with no override, after `deletion_delay`, under the guard.
+fn delete(
+    input: &DecideInput<'_>,
+    tomb: &Tombstone,
+    ov: &EffectiveOverride,
+    ours: bool,
+    database_name: &str,
+) -> Decision {
+    let name = &tomb.last.metadata.name;
+    let policy = input.policy;
+    if !ours {
+        return Decision::new(
+            State::Blocked,
+            Action::None,
+            Rule::DeletionNotOurs,
+            format!(
+                "`{name}` was removed with deletionPolicy Delete, but `{}` does not carry this agent's marker: tend never deletes what it cannot prove it owns",
+                database_name
+            ),
+        );
+    }
+    if !ov.is_empty() && (ov.paused || !ov.ignore_fields.is_empty()) {
+        return Decision::new(
+            State::Deleting,
+            Action::None,
+            Rule::DeletionPaused,
+            format!(
+                "`{name}` would be deleted, but an override is set ({}): nothing is deleted while it holds",
+                ov.reasons.join("; ")
+            ),
+        );
+    }
+    if let Some(since) = tomb.delete_requested_at
+        && input.now >= crate::time::add(since, policy.deletion_stall)
+    {
+        let error = tomb.last_error.as_deref().unwrap_or("no error reported");
+        // Still under the guards: a stalled deletion is retried only
+        // where a fresh one would be allowed.
+        return Decision::new(
+            State::Stalled,
+            if input.deletion.allows() {
+                Action::Delete
             } else {
-                Decision::new(
-                    State::Released,
-                    Action::None,
-                    Rule::Released,
-                    format!("`{name}` was removed from Git and released; the database stays"),
-                )
-            }
-        }
-        DeletionPolicy::Delete => {
-            if !ours {
-                return Decision::new(
-                    State::Blocked,
-                    Action::None,
-                    Rule::DeletionNotOurs,
-                    format!(
-                        "`{name}` was removed with deletionPolicy Delete, but `{}` does not carry this agent's marker: tend never deletes what it cannot prove it owns",
-                        obs.database_name
-                    ),
-                );
-            }
-            if !ov.is_empty() && (ov.paused || !ov.ignore_fields.is_empty()) {
-                return Decision::new(
-                    State::Deleting,
-                    Action::None,
-                    Rule::DeletionPaused,
-                    format!(
-                        "`{name}` would be deleted, but an override is set ({}): nothing is deleted while it holds",
-                        ov.reasons.join("; ")
-                    ),
-                );
-            }
-            if let Some(since) = tomb.delete_requested_at
-                && input.now >= crate::time::add(since, policy.deletion_stall)
-            {
-                let error = tomb.last_error.as_deref().unwrap_or("no error reported");
-                // Still under the guards: a stalled deletion is retried only
-                // where a fresh one would be allowed.
-                return Decision::new(
-                    State::Stalled,
-                    if input.deletion.allows() {
-                        Action::Delete
-                    } else {
-                        Action::Hold
-                    },
-                    Rule::DeletionStalled,
-                    format!(
-                        "the deletion of `{name}` has not been confirmed for {} (last error: {error})",
-                        duration(crate::time::since(input.now, since))
-                    ),
-                );
-            }
-            let due = crate::time::add(tomb.removed_at, policy.deletion_delay);
-            if input.now < due {
-                let mut d = Decision::new(
-                    State::Deleting,
-                    Action::Hold,
-                    Rule::DeletionDelay,
-                    format!(
-                        "`{name}` was removed in {} with deletionPolicy Delete; it is deleted after deletion_delay ({}) at {}",
-                        short(&tomb.removal_commit),
-                        duration(policy.deletion_delay),
-                        time(due)
-                    ),
-                );
-                d.act_at = Some(due);
-                return d;
-            }
-            match input.deletion {
-                DeletionGate::Allowed => {}
-                DeletionGate::Approved { reason } => {
-                    return Decision::new(
-                        State::Deleting,
-                        Action::Delete,
-                        Rule::DeletionApproved,
-                        format!(
-                            "`{name}` was removed in {} with deletionPolicy Delete; the mass-deletion guard holds deletions, but an operator approved this one ({reason}): delete it",
-                            short(&tomb.removal_commit)
-                        ),
-                    );
-                }
-                DeletionGate::Held {
-                    due,
-                    limit,
-                    managed,
-                    since,
-                } => {
-                    return Decision::new(
-                        State::Deleting,
-                        Action::Hold,
-                        Rule::DeletionGuard,
-                        format!(
-                            "the mass-deletion guard holds every deletion since {}: {due} were due together, more than the limit of {limit} for {managed} managed resources (max_deletions / max_deletion_percent); nothing is deleted until the limits allow all {due}, the declarations are restored, or `tend deletions approve {name} --reason …`",
-                            time(*since)
-                        ),
-                    );
-                }
-                DeletionGate::EmptyTree => {
-                    return Decision::new(
-                        State::Deleting,
-                        Action::Hold,
-                        Rule::DeletionGuard,
-                        "the tracked tree declares nothing; an empty tree never deletes anything (it is more likely a mistake than the end of every database)".into(),
-                    );
-                }
-            }
-            Decision::new(
+                Action::Hold
+            },
+            Rule::DeletionStalled,
+            format!(
+                "the deletion of `{name}` has not been confirmed for {} (last error: {error})",
+                duration(crate::time::since(input.now, since))
+            ),
+        );
+    }
+    let due = crate::time::add(tomb.removed_at, policy.deletion_delay);
+    if input.now < due {
+        let mut d = Decision::new(
+            State::Deleting,
+            Action::Hold,
+            Rule::DeletionDelay,
+            format!(
+                "`{name}` was removed in {} with deletionPolicy Delete; it is deleted after deletion_delay ({}) at {}",
+                short(&tomb.removal_commit),
+                duration(policy.deletion_delay),
+                time(due)
+            ),
+        );
+        d.act_at = Some(due);
+        return d;
+    }
+    if let Some(held) = gate(input, tomb) {
+        return held;
+    }
+    Decision::new(
+        State::Deleting,
+        Action::Delete,
+        Rule::Delete,
+        format!(
+            "`{name}` was removed in {} with deletionPolicy Delete and deletion_delay has passed: delete it",
+            short(&tomb.removal_commit)
+        ),
+    )
+}
+
+/// What the mass-deletion guard says, as a decision unless it says go
+/// (`None`: a plain `Delete` follows).
+fn gate(input: &DecideInput<'_>, tomb: &Tombstone) -> Option<Decision> {
+    let name = &tomb.last.metadata.name;
+    match input.deletion {
+        DeletionGate::Allowed => None,
+        DeletionGate::Approved { reason } => {
+            Some(Decision::new(
                 State::Deleting,
                 Action::Delete,
-                Rule::Delete,
+                Rule::DeletionApproved,
                 format!(
-                    "`{name}` was removed in {} with deletionPolicy Delete and deletion_delay has passed: delete it",
+                    "`{name}` was removed in {} with deletionPolicy Delete; the mass-deletion guard holds deletions, but an operator approved this one ({reason}): delete it",
                     short(&tomb.removal_commit)
                 ),
-            )
+            ))
+        }
+        DeletionGate::Held {
+            due,
+            limit,
+            managed,
+            since,
+        } => {
+            Some(Decision::new(
+                State::Deleting,
+                Action::Hold,
+                Rule::DeletionGuard,
+                format!(
+                    "the mass-deletion guard holds every deletion since {}: {due} were due together, more than the limit of {limit} for {managed} managed resources (max_deletions / max_deletion_percent); nothing is deleted until the limits allow all {due}, the declarations are restored, or `tend deletions approve {name} --reason …`",
+                    time(*since)
+                ),
+            ))
+        }
+        DeletionGate::EmptyTree => {
+            Some(Decision::new(
+                State::Deleting,
+                Action::Hold,
+                Rule::DeletionGuard,
+                "the tracked tree declares nothing; an empty tree never deletes anything (it is more likely a mistake than the end of every database)".into(),
+            ))
         }
     }
 }

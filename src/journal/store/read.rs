@@ -88,6 +88,15 @@ pub struct LocalOverride {
     pub set_at: SystemTime,
 }
 
+impl LocalOverride {
+    /// Whether it pauses the resource (`tend override set --pause`).
+    pub fn is_pause(&self) -> bool {
+        self.annotations
+            .get(crate::model::overrides::PAUSED)
+            .is_some_and(|v| v == "true")
+    }
+}
+
 /// A removed declaration awaiting its outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TombstoneRow {

@@ -1,0 +1,209 @@
+//! `Mode::Apply`: replay what the journal left pending, decide (and commit
+//! the effects), execute the decisions, observe again for the report.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::cycle::plan_cycle;
+use super::inputs::Inputs;
+use super::{Mode, Outcome, Plan, PlannedResource, ReconcileError, Scope};
+use crate::agent::Agent;
+use crate::executor::queue::execute;
+use crate::executor::replay::Replay;
+use crate::executor::request::{self, RequestSubject};
+use crate::executor::{ExecContext, Executed, OpOutcome, PlannedOperation};
+use crate::journal::effects::{Effect, commit};
+use crate::journal::{StateError, StoredMemories, blocking};
+use crate::model::Declaration;
+use crate::provider::OperationKind;
+use crate::source::Snapshot;
+
+pub(super) async fn apply_cycle<'s>(
+    agent: &Agent,
+    snapshot: &'s Arc<Snapshot>,
+    scope: &Scope,
+) -> Result<Outcome<'s>, ReconcileError> {
+    let ctx = agent.exec_context().ok_or(ReconcileError::ReadOnly)?;
+    let mut preloaded = agent.take_preloaded();
+    let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot).await?;
+    if !replayed.is_empty() {
+        // Replayed intents change what is remembered: read it again.
+        preloaded = None;
+    }
+    let plan = plan_cycle(agent, snapshot, Mode::Apply, scope, &replayed, preloaded).await?;
+    let run = execute_decisions(agent, &ctx, &plan).await;
+    operations.extend(run.0);
+    operations.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(error) = run.1 {
+        return Err(ReconcileError::State {
+            error,
+            finished: operations,
+        });
+    }
+    let after = if operations.is_empty() {
+        None
+    } else {
+        Some(plan_cycle(agent, snapshot, Mode::Plan, scope, &HashSet::new(), None).await?)
+    };
+    Ok(Outcome {
+        plan,
+        operations,
+        after,
+    })
+}
+
+/// Pending intents first: finish what a lost response or a crash left,
+/// with the same ids, before any new work; supersede (end without
+/// replaying) what the repository has overtaken. Returns the names whose
+/// intents were replayed and the replays' outcomes.
+async fn replay_pending(
+    agent: &Agent,
+    ctx: &ExecContext,
+    snapshot: &Arc<Snapshot>,
+) -> Result<(HashSet<String>, Vec<Executed>), ReconcileError> {
+    let replay = {
+        let snapshot = snapshot.clone();
+        blocking(&ctx.store, move |store| {
+            // Only the journal and the local pauses are needed here.
+            let inputs = Inputs::load(store, &snapshot, Some(StoredMemories::default()))?;
+            let declarations: HashMap<&str, &Declaration> = snapshot
+                .declarations
+                .declarations
+                .iter()
+                .map(|d| (d.name(), d))
+                .collect();
+            let paused: HashSet<&str> = inputs
+                .local_overrides
+                .values()
+                .filter(|o| o.is_pause())
+                .map(|o| o.name.as_str())
+                .collect();
+            let pending = inputs.pending.iter().map(|p| p.op.clone()).collect();
+            Ok(Replay::sort(pending, &declarations, &paused))
+        })
+        .await?
+    };
+    for (op, why) in &replay.superseded {
+        tracing::warn!(
+            resource = %op.name,
+            operation = %op.id,
+            "not replaying {} {}: {why}",
+            op.kind.as_str(),
+            op.name
+        );
+    }
+    let superseded = replay.superseded_effects(agent.clock().now());
+    blocking(&ctx.store, move |s| commit(s, &superseded)).await?;
+    let replayed: HashSet<String> = replay.replay.iter().map(|op| op.name.clone()).collect();
+    let run = execute(
+        agent.runtimes(),
+        ctx,
+        replay.replay,
+        |op| op.request.provider.as_str(),
+        Some,
+        agent.progress(),
+    )
+    .await;
+    match run.error {
+        Some(error) => Err(ReconcileError::State {
+            error,
+            finished: run.finished,
+        }),
+        None => Ok((replayed, run.finished)),
+    }
+}
+
+/// Runs every decision that has an operation; a deletion's request and
+/// its failure are remembered on its tombstone (for `Stalled`). Returns
+/// the outcomes, and the state-store failure that stopped new work, if
+/// one did.
+async fn execute_decisions(
+    agent: &Agent,
+    ctx: &ExecContext,
+    plan: &Plan<'_>,
+) -> (Vec<Executed>, Option<StateError>) {
+    let now = agent.clock().now();
+    let work: Vec<&PlannedResource<'_>> = plan
+        .resources
+        .iter()
+        .filter(|r| r.operation.is_some())
+        .collect();
+    let requested: Vec<Effect> = work
+        .iter()
+        .filter(|r| {
+            r.operation
+                .as_ref()
+                .is_some_and(|o| o.kind == OperationKind::Delete)
+        })
+        .map(|r| Effect::DeletionProgress {
+            name: r.name.clone(),
+            at: now,
+            error: None,
+        })
+        .collect();
+    if let Err(e) = blocking(&ctx.store, move |s| commit(s, &requested)).await {
+        return (Vec::new(), Some(e));
+    }
+    let run = execute(
+        agent.runtimes(),
+        ctx,
+        work,
+        |r| r.provider.as_str(),
+        |r| planned_operation(agent, plan.commit.as_deref(), r),
+        agent.progress(),
+    )
+    .await;
+    if run.error.is_some() {
+        return (run.finished, run.error);
+    }
+    let failed_deletes: Vec<Effect> = run
+        .finished
+        .iter()
+        .filter_map(|e| match (&e.kind, &e.outcome) {
+            (OperationKind::Delete, OpOutcome::Pending(error) | OpOutcome::Failed(error)) => {
+                Some(Effect::DeletionProgress {
+                    name: e.name.clone(),
+                    at: now,
+                    error: Some(error.clone()),
+                })
+            }
+            _ => None,
+        })
+        .collect();
+    let error = blocking(&ctx.store, move |s| commit(s, &failed_deletes))
+        .await
+        .err();
+    (run.finished, error)
+}
+
+/// The operation that carries out a planned resource's decision.
+fn planned_operation(
+    agent: &Agent,
+    commit: Option<&str>,
+    r: &PlannedResource<'_>,
+) -> Option<PlannedOperation> {
+    let op = r.operation.as_ref()?;
+    let manifest = r.subject.manifest()?;
+    let capabilities = &agent.runtimes().get(&r.provider)?.capabilities;
+    let request = request::build(
+        op.kind,
+        agent.agent_id(),
+        RequestSubject {
+            name: &r.name,
+            manifest,
+            file: &r.file,
+            provider: &r.provider,
+            commit,
+        },
+        &r.decision.changes,
+        capabilities,
+    );
+    Some(PlannedOperation {
+        name: r.name.clone(),
+        kind: op.kind,
+        spec_hash: r.spec_hash.clone(),
+        generation: op.generation,
+        id: op.id.clone(),
+        request,
+    })
+}

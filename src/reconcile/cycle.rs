@@ -1,0 +1,255 @@
+//! One planning pass, shared by both modes: read the inputs, route the
+//! subjects, count the fleet's due deletions against the guard, observe,
+//! decide; `Mode::Apply` commits the effects on memory, `Mode::Plan` drops
+//! them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use super::inputs::{Inputs, declared};
+use super::observe::{self, ProviderView};
+use super::plan::{self, PlanContext};
+use super::routing::{Routed, Routing};
+use super::{IntentReport, Mode, Plan, PlannedResource, Scope};
+use crate::agent::Agent;
+use crate::engine::deletion::DueDeletion;
+use crate::engine::intents::{IntentVerdict, PendingWork, verdict};
+use crate::engine::{DeletionGuard, Memory};
+use crate::journal::effects::{Effect, commit};
+use crate::journal::{StateError, StateStore, StoredMemories, blocking};
+use crate::model::SpecHash;
+use crate::provider::{OperationId, OperationKind};
+use crate::source::Snapshot;
+
+/// Reads, routes, guards, observes and decides.
+pub(super) async fn plan_cycle<'s>(
+    agent: &Agent,
+    snapshot: &'s Arc<Snapshot>,
+    mode: Mode,
+    scope: &Scope,
+    just_replayed: &HashSet<String>,
+    preloaded: Option<StoredMemories>,
+) -> Result<Plan<'s>, StateError> {
+    let now = agent.clock().now();
+    let started = std::time::Instant::now();
+    let mut inputs = match agent.store() {
+        Some(store) => {
+            let snapshot = snapshot.clone();
+            blocking(store, move |s| Inputs::load(s, &snapshot, preloaded)).await?
+        }
+        None => Inputs::default(),
+    };
+    tracing::debug!("inputs read in {:?}", started.elapsed());
+    let (intents, gates) = pending_work(snapshot, &inputs);
+    let policy = agent.policy();
+    let mut routing = Routing::route(agent.config(), policy, snapshot, &mut inputs, scope, now);
+    let mut memories = std::mem::take(&mut inputs.memories);
+    let (guard, guard_effect) = guard(agent, snapshot, &routing, &mut inputs, &memories);
+    let mut effects = std::mem::take(&mut routing.effects);
+    effects.extend(guard_effect);
+
+    let views = observe::observe_all(agent.runtimes(), &routing.by_provider).await;
+    tracing::debug!("observed in {:?}", started.elapsed());
+    let ctx = PlanContext {
+        policy,
+        now,
+        guard: &guard,
+        inputs: &inputs,
+        gates: &gates,
+        just_replayed,
+    };
+    let by_provider = std::mem::take(&mut routing.by_provider);
+    let mut resources = decide_all(agent, &ctx, by_provider, views, &mut memories, &mut effects);
+    resources.append(&mut routing.undecidable);
+    // Declarations arrive sorted; only tombstones or several providers
+    // leave anything to sort (and moving large entries is not free).
+    if !resources.is_sorted_by(|a, b| a.name <= b.name) {
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    tracing::debug!("decided in {:?}", started.elapsed());
+    if let Some(store) = agent.store() {
+        if mode == Mode::Apply {
+            blocking(store, move |s| commit(s, &effects)).await?;
+        }
+        assign_generations(store, agent.agent_id(), &mut resources).await?;
+    }
+    let mut errors = snapshot.declarations.diagnostics.clone();
+    errors.append(&mut routing.diagnostics);
+    Ok(Plan {
+        agent_id: agent.agent_id().to_string(),
+        commit: Some(snapshot.commit.clone()),
+        resources,
+        errors,
+        intents,
+        guard,
+        now,
+    })
+}
+
+/// Each pending intent with its verdict, and the work it holds back (a
+/// replayed intent gates its resource; a superseded one does not).
+fn pending_work(
+    snapshot: &Snapshot,
+    inputs: &Inputs,
+) -> (Vec<IntentReport>, HashMap<String, PendingWork>) {
+    let mut reports = Vec::new();
+    let mut gates = HashMap::new();
+    for p in &inputs.pending {
+        let paused_locally = inputs
+            .local_overrides
+            .get(&p.op.name)
+            .is_some_and(|o| o.is_pause());
+        let v = verdict(
+            p.op.kind,
+            &p.op.spec_hash,
+            declared(snapshot, &p.op.name),
+            paused_locally,
+        );
+        let last_error = p
+            .last_error
+            .as_deref()
+            .map(|e| format!(" (last error: {e})"))
+            .unwrap_or_default();
+        reports.push(IntentReport {
+            name: p.op.name.clone(),
+            kind: p.op.kind,
+            id: p.op.id.clone(),
+            rule: v.rule(),
+            reason: match v {
+                IntentVerdict::Replay => {
+                    format!("replayed with the same id before any new work{last_error}")
+                }
+                IntentVerdict::Supersede(why) => format!("superseded, not replayed: {why}"),
+            },
+        });
+        if v == IntentVerdict::Replay {
+            gates.insert(
+                p.op.name.clone(),
+                PendingWork {
+                    kind: p.op.kind,
+                    id: p.op.id.clone(),
+                    last_error: p.last_error.clone(),
+                },
+            );
+        }
+    }
+    (reports, gates)
+}
+
+/// The mass-deletion guard over the whole fleet's due deletions, and the
+/// effect that remembers (or ends) its hold.
+fn guard(
+    agent: &Agent,
+    snapshot: &Snapshot,
+    routing: &Routing<'_>,
+    inputs: &mut Inputs,
+    memories: &HashMap<String, Memory>,
+) -> (DeletionGuard, Option<Effect>) {
+    // A restored declaration's hold goes with its tombstone (an effect of
+    // this cycle): it must not keep the guard tripped meanwhile.
+    inputs
+        .held_deletions
+        .retain(|name, _| declared(snapshot, name).is_none());
+    let due: Vec<DueDeletion<'_>> = routing
+        .due_deletions
+        .iter()
+        .map(|name| DueDeletion {
+            name,
+            approved: inputs.approvals.contains_key(name),
+        })
+        .collect();
+    let guard = DeletionGuard::evaluate(
+        &due,
+        &inputs.held_deletions,
+        memories.values().filter(|m| m.existed).count(),
+        agent.deletion_limits(),
+        snapshot.declarations.declarations.is_empty(),
+        agent.clock().now(),
+    );
+    let effect = match guard.trip {
+        Some(hold) => {
+            let mut names: Vec<String> = due
+                .iter()
+                .filter(|d| !d.approved)
+                .map(|d| d.name.to_string())
+                .chain(inputs.held_deletions.keys().cloned())
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            Some(Effect::HoldDeletions { names, hold })
+        }
+        None if !inputs.held_deletions.is_empty() => Some(Effect::ReleaseDeletions),
+        None => None,
+    };
+    (guard, effect)
+}
+
+/// One decision per routed subject, provider by provider.
+fn decide_all<'s>(
+    agent: &Agent,
+    ctx: &PlanContext<'_>,
+    by_provider: BTreeMap<String, Vec<Routed<'s>>>,
+    mut views: HashMap<String, ProviderView>,
+    memories: &mut HashMap<String, Memory>,
+    effects: &mut Vec<Effect>,
+) -> Vec<PlannedResource<'s>> {
+    let mut resources = Vec::with_capacity(by_provider.values().map(Vec::len).sum());
+    for (provider, subjects) in by_provider {
+        let Some(runtime) = agent.runtimes().get(&provider) else {
+            continue;
+        };
+        let observed = observe::distribute(&subjects, views.remove(&provider));
+        for (routed, observed) in subjects.into_iter().zip(observed) {
+            let memory = memories.remove(routed.subject.name()).unwrap_or_default();
+            resources.push(plan::plan_subject(
+                ctx,
+                &provider,
+                &runtime.capabilities,
+                routed,
+                observed,
+                memory,
+                effects,
+            ));
+        }
+    }
+    resources
+}
+
+/// Gives each planned operation its generation and id (the journal counts
+/// the finished operations of the same kind on the same spec).
+async fn assign_generations(
+    store: &Arc<StateStore>,
+    agent_id: &str,
+    resources: &mut [PlannedResource<'_>],
+) -> Result<(), StateError> {
+    let wanted: Vec<(usize, String, OperationKind, SpecHash)> = resources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            r.operation
+                .as_ref()
+                .map(|o| (i, r.name.clone(), o.kind, r.spec_hash.clone()))
+        })
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let generations = blocking(store, move |s| {
+        wanted
+            .into_iter()
+            .map(|(i, name, kind, hash)| {
+                s.next_generation(&name, kind.as_str(), &hash)
+                    .map(|g| (i, g))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await?;
+    for (i, generation) in generations {
+        let r = &mut resources[i];
+        if let Some(op) = &mut r.operation {
+            op.generation = generation;
+            op.id = OperationId::derive_nth(agent_id, &r.name, op.kind, &r.spec_hash, generation);
+        }
+    }
+    Ok(())
+}

@@ -183,22 +183,31 @@ impl Agent {
         )
     }
 
-    /// Reads every resource's memory now (on a blocking thread), so the
-    /// next reconcile does not wait for it: called beside the fetch, it
+    /// Starts reading every resource's memory on a blocking thread, so the
+    /// next reconcile does not wait for it: started before the fetch, it
     /// costs nothing. The rate limiters' clock calibrates itself on first
-    /// use (a busy loop of a few milliseconds): done here too.
-    pub async fn preload(&self) {
-        let Some(store) = self.store.clone() else {
-            return;
-        };
-        let read = tokio::task::spawn_blocking(move || {
+    /// use (a busy loop of a few milliseconds): done there too. Hand the
+    /// handle to [`Agent::finish_preload`].
+    pub fn start_preload(
+        &self,
+    ) -> Option<tokio::task::JoinHandle<Result<StoredMemories, StateError>>> {
+        let store = self.store.clone()?;
+        Some(tokio::task::spawn_blocking(move || {
             let _ = governor::clock::DefaultClock::default();
             store.read_memories()
-        })
-        .await;
-        // A failed read is not an error here: the reconcile reads again
-        // and reports it.
-        if let Ok(Ok(memories)) = read {
+        }))
+    }
+
+    /// Keeps what [`Agent::start_preload`] read for the next reconcile. A
+    /// failed read is not an error here: the reconcile reads again and
+    /// reports it.
+    pub async fn finish_preload(
+        &self,
+        handle: Option<tokio::task::JoinHandle<Result<StoredMemories, StateError>>>,
+    ) {
+        if let Some(handle) = handle
+            && let Ok(Ok(memories)) = handle.await
+        {
             *self.lock_preloaded() = Some(memories);
         }
     }

@@ -136,7 +136,7 @@ fn apply_over_10000_declarations() {
                 + reported(&run.stderr, "source: fetched in").unwrap(),
         );
         observes.push(Duration::from_secs_f64(
-            mark(&run.stderr, "observe_all").unwrap() - mark(&run.stderr, "subjects").unwrap(),
+            mark(&run.stderr, "observed").unwrap() - mark(&run.stderr, "observing").unwrap(),
         ));
     }
     let fetch = fetches.iter().min().copied().unwrap_or_default();

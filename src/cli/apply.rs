@@ -97,18 +97,22 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
                 return Ok(exit::ERROR);
             }
         };
+        tracing::debug!("reconciled");
         let failed = print_operations(&mut io::stderr().lock(), &outcome.operations)?;
         let report = build_report(agent.config(), outcome.latest());
+        tracing::debug!("report built");
         if let Err(e) = write_reports(agent.config(), &report) {
             session::fail(format!(
                 "cannot write reports to {:?}: {e}",
                 agent.config().status.reports_dir
             ));
         }
-        print_report_and_code(args.format, &report, failed).inspect(|_| {
-            super::heap::release_at_exit(outcome);
-            super::heap::release_at_exit(report);
-        })
+        let code = print_report_and_code(args.format, &report, failed);
+        tracing::debug!("report printed");
+        super::heap::release_at_exit(report);
+        super::heap::release_at_exit(outcome);
+        super::heap::release_at_exit(snapshot);
+        code
     })
 }
 

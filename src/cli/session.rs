@@ -38,9 +38,14 @@ pub fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
     })
 }
 
-/// The runtime a one-shot command runs the library on.
+/// The runtime a one-shot command runs the library on: one thread for the
+/// async work, and few for blocking calls (SQLite, fsync, libgit2). The
+/// state store has one connection, so more would only wait, and every
+/// thread that allocates gets a malloc arena of its own: with 16 of them a
+/// cold apply of 10,000 creates peaked 40% higher.
 pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
     tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(BLOCKING_THREADS)
         .enable_all()
         .build()
         .map_err(|e| {
@@ -49,19 +54,26 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
         })
 }
 
+/// Threads for blocking calls: the fetch and the memory read run side by
+/// side at start; later, journal writes and reads.
+const BLOCKING_THREADS: usize = 2;
+
 /// Fetches the snapshot once, reading the state's memories beside the
 /// fetch (the fetch waits on the network; the read does not need the
 /// declarations).
+///
+/// The fetch runs on this thread, not the blocking pool: a one-shot command
+/// has nothing else to run meanwhile, and what libgit2 and the parser
+/// allocate then sits in the main malloc arena, where the cycle reuses it.
+/// On a pool thread it stayed in that thread's arena beside the cycle's:
+/// a cold apply of 10,000 declarations peaked 25 MB higher.
 pub async fn snapshot(agent: &Agent) -> Result<Arc<Snapshot>, SourceError> {
     let source = agent.source()?;
     let now = agent.clock().now();
     let url = agent.config().source.url.clone();
-    let fetch = tokio::task::spawn_blocking(move || source.poll_once(now));
-    let (polled, ()) = tokio::join!(fetch, agent.preload());
-    let outcome = polled.map_err(|e| SourceError::Fetch {
-        url: url.clone(),
-        message: format!("the fetch stopped: {e}"),
-    })?;
+    let preload = agent.start_preload();
+    let outcome = source.poll_once(now);
+    agent.finish_preload(preload).await;
     match (outcome.snapshot, outcome.failure) {
         (Some(snapshot), _) => Ok(snapshot),
         (None, Some(failure)) => Err(failure.error),

@@ -40,16 +40,13 @@ pub(super) async fn apply_cycle<'s>(
             finished: operations,
         });
     }
-    let after = if operations.is_empty() {
-        None
+    let plan = if operations.is_empty() {
+        plan
     } else {
-        Some(plan_cycle(agent, snapshot, Mode::Plan, scope, &HashSet::new(), None).await?)
+        drop(plan);
+        plan_cycle(agent, snapshot, Mode::Plan, scope, &HashSet::new(), None).await?
     };
-    Ok(Outcome {
-        plan,
-        operations,
-        after,
-    })
+    Ok(Outcome { plan, operations })
 }
 
 /// Pending intents first: finish what a lost response or a crash left,

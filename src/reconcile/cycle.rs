@@ -48,8 +48,9 @@ pub(super) async fn plan_cycle<'s>(
     let mut effects = std::mem::take(&mut routing.effects);
     effects.extend(guard_effect);
 
+    tracing::debug!("observing, {:?} into the cycle", started.elapsed());
     let views = observe::observe_all(agent.runtimes(), &routing.by_provider).await;
-    tracing::debug!("observed in {:?}", started.elapsed());
+    tracing::debug!("observed, {:?} into the cycle", started.elapsed());
     let ctx = PlanContext {
         policy,
         now,
@@ -66,9 +67,10 @@ pub(super) async fn plan_cycle<'s>(
     if !resources.is_sorted_by(|a, b| a.name <= b.name) {
         resources.sort_by(|a, b| a.name.cmp(&b.name));
     }
-    tracing::debug!("decided in {:?}", started.elapsed());
+    tracing::debug!("decided, {:?} into the cycle", started.elapsed());
     if let Some(store) = agent.store() {
-        if mode == Mode::Apply {
+        if mode == Mode::Apply && !effects.is_empty() {
+            tracing::debug!("committing {} effects", effects.len());
             blocking(store, move |s| commit(s, &effects)).await?;
         }
         assign_generations(store, agent.agent_id(), &mut resources).await?;

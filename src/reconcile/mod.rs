@@ -183,19 +183,19 @@ pub struct Plan<'s> {
 /// What a reconcile did.
 #[derive(Debug, Clone)]
 pub struct Outcome<'s> {
-    /// The decisions (for `apply`: before executing them).
+    /// The state after the cycle, decided: for `apply`, observed and
+    /// decided again when operations ran (the decisions that led to them
+    /// are dropped first: at 10,000 resources two plans at once doubled
+    /// the peak memory).
     pub plan: Plan<'s>,
     /// Operations run (pending intents replayed first), by name.
     pub operations: Vec<Executed>,
-    /// The state after the operations, observed again (`None` when none
-    /// ran: then `plan` is that state).
-    pub after: Option<Plan<'s>>,
 }
 
 impl<'s> Outcome<'s> {
     /// The plan that describes the state after the cycle.
     pub fn latest(&self) -> &Plan<'s> {
-        self.after.as_ref().unwrap_or(&self.plan)
+        &self.plan
     }
 
     /// When each held action falls due (`drift_grace`, `deletion_delay`,
@@ -234,7 +234,6 @@ pub async fn reconcile<'s>(
             Ok(Outcome {
                 plan,
                 operations: Vec::new(),
-                after: None,
             })
         }
         Mode::Apply => apply::apply_cycle(agent, snapshot, scope).await,

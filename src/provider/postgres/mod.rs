@@ -1,0 +1,298 @@
+//! The PostgreSQL provider: a `ManagedDatabase` is a real database on a
+//! PostgreSQL server (13 or newer).
+//!
+//! # Ownership and lost responses
+//! tend keeps a catalog in the maintenance database (`tend.databases`): which
+//! database belongs to which agent and declaration, and the operation id that
+//! created it. The name is reserved there *before* `CREATE DATABASE`, so after
+//! a lost response or a crash, "exists + our reservation" is success and
+//! "exists + not ours" is a conflict (the engine reports `Blocked`).
+//!
+//! # Quoting
+//! Every identifier and value goes through [`quote_ident`] or
+//! [`quote_literal`] (with `standard_conforming_strings` on for the session);
+//! nothing from a declaration is interpolated unquoted.
+
+mod observe;
+mod write;
+
+use std::sync::Mutex;
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::{Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError};
+
+/// Fields this provider observes and manages.
+pub const POSTGRES_FIELDS: &[&str] = &[
+    "databaseName",
+    "owner",
+    "encoding",
+    "locale",
+    "connectionLimit",
+    "allowConnections",
+    "extensions",
+    "parameters",
+    "comment",
+];
+
+/// `"name"` with embedded quotes doubled: safe for any identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `'value'` with embedded quotes doubled (with standard_conforming_strings
+/// on, backslashes are ordinary characters).
+pub fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+const CATALOG: &str = "
+CREATE SCHEMA IF NOT EXISTS tend;
+CREATE TABLE IF NOT EXISTS tend.databases (
+    database_name text PRIMARY KEY,
+    agent_id text NOT NULL,
+    declaration text NOT NULL,
+    operation_id text NOT NULL,
+    reserved_at timestamptz NOT NULL DEFAULT now()
+);";
+
+/// Settings of a `postgres` provider.
+#[derive(Debug, Clone)]
+pub struct PostgresSettings {
+    /// libpq-style URL of the maintenance database.
+    pub url: String,
+    pub password: Option<String>,
+    /// Create a missing owner role (NOLOGIN) instead of failing.
+    pub create_owner: bool,
+    /// `DROP DATABASE … WITH (FORCE)` when connections remain.
+    pub force_drop: bool,
+    pub max_connections: usize,
+    /// CA certificates (PEM) that verify the server; without, TLS (when the
+    /// URL's sslmode asks for it) encrypts but does not authenticate.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+}
+
+/// The provider: a small bounded pool of connections to the maintenance
+/// database.
+pub struct PostgresProvider {
+    settings: PostgresSettings,
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    idle: Mutex<Vec<Client>>,
+    slots: Semaphore,
+    catalog_ready: tokio::sync::OnceCell<()>,
+}
+
+/// A pooled connection, returned on drop.
+pub(super) struct Pooled<'a> {
+    client: Option<Client>,
+    pool: &'a PostgresProvider,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl std::ops::Deref for Pooled<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take()
+            && !client.is_closed()
+        {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(client);
+        }
+    }
+}
+
+pub(super) fn retryable(resource: &str, e: impl std::fmt::Display) -> ProviderError {
+    ProviderError::Retryable {
+        resource: resource.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Classifies a server error: connection trouble is retryable, a refused
+/// statement is permanent.
+pub(super) fn classify(resource: &str, e: tokio_postgres::Error) -> ProviderError {
+    // Connection trouble (08), operator intervention (57), serialization and
+    // deadlock (40001, 40P01), "in use" and lock waits (55006, 55P03) pass.
+    const TRANSIENT: &[&str] = &["40001", "40P01", "55006", "55P03"];
+    match e.as_db_error() {
+        Some(db)
+            if db.code().code().starts_with("08")
+                || db.code().code().starts_with("57")
+                || TRANSIENT.contains(&db.code().code()) =>
+        {
+            retryable(resource, db.message())
+        }
+        Some(db) => ProviderError::Permanent {
+            resource: resource.to_string(),
+            message: format!("{} ({})", db.message(), db.code().code()),
+        },
+        None => retryable(resource, e),
+    }
+}
+
+/// Opens a session with the settings tend relies on (TLS as the URL's
+/// `sslmode` says).
+pub(super) async fn open(
+    config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
+    resource: &str,
+) -> Result<Client, ProviderError> {
+    let (client, connection) = config
+        .connect(tls.clone())
+        .await
+        .map_err(|e| retryable(resource, connect_error(e)))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+        .batch_execute("SET standard_conforming_strings = on")
+        .await
+        .map_err(|e| classify(resource, e))?;
+    Ok(client)
+}
+
+/// A connection error with its cause (TLS failures hide in the source).
+fn connect_error(e: tokio_postgres::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    message
+}
+
+impl PostgresProvider {
+    pub fn new(settings: PostgresSettings) -> Result<Self, String> {
+        let mut config: tokio_postgres::Config = settings
+            .url
+            .parse()
+            .map_err(|e| format!("invalid postgres url: {e}"))?;
+        if let Some(password) = &settings.password {
+            config.password(password.as_bytes());
+        }
+        config.application_name("tend");
+        let slots = Semaphore::new(settings.max_connections.max(1));
+        let tls = super::tls::connector(settings.tls_ca_file.as_deref())?;
+        Ok(PostgresProvider {
+            settings,
+            config,
+            tls,
+            idle: Mutex::new(Vec::new()),
+            slots,
+            catalog_ready: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    async fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+        resource: &str,
+    ) -> Result<Client, ProviderError> {
+        open(config, &self.tls, resource).await
+    }
+
+    pub(super) async fn client(&self, resource: &str) -> Result<Pooled<'_>, ProviderError> {
+        let permit = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|e| retryable(resource, e))?;
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let client = match idle {
+            Some(c) if !c.is_closed() => c,
+            _ => self.connect(&self.config, resource).await?,
+        };
+        let pooled = Pooled {
+            client: Some(client),
+            pool: self,
+            _permit: permit,
+        };
+        self.catalog_ready
+            .get_or_try_init(|| async {
+                pooled
+                    .batch_execute(CATALOG)
+                    .await
+                    .map_err(|e| classify(resource, e))
+            })
+            .await?;
+        Ok(pooled)
+    }
+
+    /// A connection to one database (extensions live per database).
+    pub(super) async fn client_in(&self, database: &str) -> Result<Client, ProviderError> {
+        let mut config = self.config.clone();
+        config.dbname(database);
+        self.connect(&config, database).await
+    }
+
+    fn capabilities_static() -> Capabilities {
+        Capabilities::for_fields(POSTGRES_FIELDS, false)
+    }
+}
+
+impl Provider for PostgresProvider {
+    fn capabilities(&self) -> Capabilities {
+        Self::capabilities_static()
+    }
+
+    async fn observe_all(
+        &self,
+        names: &[String],
+        deep: &[String],
+    ) -> Result<Vec<Observation>, ProviderError> {
+        self.observe_where(names, true, Some(deep)).await
+    }
+
+    async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
+        Ok(self
+            .observe_where(&[database_name.to_string()], false, None)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn create(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError> {
+        self.create_reserved(op, request).await
+    }
+
+    async fn update(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError> {
+        self.alter(op, request).await
+    }
+
+    async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
+        self.drop_database(op, database_name).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_doubles_quotes() {
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal("back\\slash"), "'back\\slash'");
+    }
+}

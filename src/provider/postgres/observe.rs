@@ -1,0 +1,177 @@
+//! Observing: one catalog query for every server-level field of every
+//! named or marked database; extensions only where a declaration manages
+//! them (a connection per database).
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use tokio::sync::Semaphore;
+
+use super::{PostgresProvider, classify, open, retryable};
+use crate::provider::{
+    OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, ProviderError, ResourceStatus,
+};
+
+/// The extensions installed in one database.
+async fn extensions_in(
+    config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
+    database: &str,
+) -> Result<Value, ProviderError> {
+    let client = open(config, tls, database).await?;
+    let rows = client
+        .query(
+            "SELECT e.extname, e.extversion, n.nspname FROM pg_extension e \
+             JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname <> 'plpgsql' ORDER BY e.extname",
+            &[],
+        )
+        .await
+        .map_err(|e| classify(database, e))?;
+    Ok(Value::Array(
+        rows.iter()
+            .map(|r| json!({"name": r.get::<_, String>(0), "version": r.get::<_, String>(1), "schema": r.get::<_, String>(2)}))
+            .collect(),
+    ))
+}
+
+impl PostgresProvider {
+    /// `deep`: databases whose extensions are observed (`None`: every named
+    /// one). Extension queries run concurrently, bounded by the pool size.
+    pub(super) async fn observe_where(
+        &self,
+        names: &[String],
+        all_marked: bool,
+        deep: Option<&[String]>,
+    ) -> Result<Vec<Observation>, ProviderError> {
+        let client = self.client("*").await?;
+        let rows = client
+            .query(
+                "SELECT d.datname, d.oid::text, r.rolname, pg_encoding_to_char(d.encoding), d.datcollate, \
+                        d.datconnlimit, d.datallowconn, sd.description, coalesce(s.setconfig, '{}'::text[]), \
+                        t.agent_id, t.declaration \
+                 FROM pg_database d \
+                 JOIN pg_roles r ON r.oid = d.datdba \
+                 LEFT JOIN pg_shdescription sd ON sd.objoid = d.oid AND sd.classoid = 'pg_database'::regclass \
+                 LEFT JOIN pg_db_role_setting s ON s.setdatabase = d.oid AND s.setrole = 0 \
+                 LEFT JOIN tend.databases t ON t.database_name = d.datname \
+                 WHERE d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)",
+                &[&names, &all_marked],
+            )
+            .await
+            .map_err(|e| classify("*", e))?;
+        drop(client);
+        let mut out = Vec::with_capacity(rows.len());
+        let mut extension_queries = Vec::new();
+        for row in rows {
+            let (name, fields, labels, allow) = server_fields(&row);
+            // Extensions need a connection to the database itself: only for
+            // databases that accept connections and whose extensions are
+            // wanted; otherwise they are unknown, not absent.
+            let wanted = match deep {
+                Some(deep) => deep.contains(&name),
+                None => names.contains(&name),
+            };
+            let unobserved = if allow && wanted {
+                extension_queries.push(name.clone());
+                Vec::new()
+            } else {
+                vec!["extensions".to_string()]
+            };
+            out.push(Observation {
+                database_name: name,
+                external_id: row.get(1),
+                status: ResourceStatus::Ready,
+                fields,
+                labels,
+                observed_at: SystemTime::now(),
+                unobserved,
+            });
+        }
+        self.observe_extensions(&mut out, extension_queries).await?;
+        Ok(out)
+    }
+
+    /// Adds the extensions of `databases` (one connection each, at most the
+    /// pool size at once) to their observations.
+    async fn observe_extensions(
+        &self,
+        out: &mut [Observation],
+        databases: Vec<String>,
+    ) -> Result<(), ProviderError> {
+        let limit = std::sync::Arc::new(Semaphore::new(self.settings.max_connections.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        for name in databases {
+            let mut config = self.config.clone();
+            config.dbname(&name);
+            let limit = limit.clone();
+            let tls = self.tls.clone();
+            tasks.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                let result = extensions_in(&config, &tls, &name).await;
+                (name, result)
+            });
+        }
+        let mut found = BTreeMap::new();
+        while let Some(joined) = tasks.join_next().await {
+            let (name, result) = joined.map_err(|e| retryable("*", e))?;
+            found.insert(name, result);
+        }
+        for obs in out.iter_mut() {
+            match found.remove(&obs.database_name) {
+                Some(Ok(extensions)) => {
+                    obs.fields.insert("extensions".into(), extensions);
+                }
+                // One database that cannot be reached (CONNECT revoked,
+                // dropped meanwhile) leaves its extensions unknown; it does
+                // not make every other database unobservable.
+                Some(Err(e)) => {
+                    tracing::warn!("extensions of {}: {e}", obs.database_name);
+                    obs.unobserved.push("extensions".into());
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The server-level fields of one `pg_database` row, its ownership marker
+/// (from tend's catalog) and whether it accepts connections.
+fn server_fields(
+    row: &tokio_postgres::Row,
+) -> (
+    String,
+    BTreeMap<String, Value>,
+    BTreeMap<String, String>,
+    bool,
+) {
+    let name: String = row.get(0);
+    let mut fields = BTreeMap::new();
+    fields.insert("databaseName".into(), json!(name));
+    fields.insert("owner".into(), json!(row.get::<_, String>(2)));
+    fields.insert("encoding".into(), json!(row.get::<_, String>(3)));
+    fields.insert("locale".into(), json!(row.get::<_, String>(4)));
+    fields.insert("connectionLimit".into(), json!(row.get::<_, i32>(5)));
+    let allow: bool = row.get(6);
+    fields.insert("allowConnections".into(), json!(allow));
+    if let Some(comment) = row.get::<_, Option<String>>(7) {
+        fields.insert("comment".into(), json!(comment));
+    }
+    for setting in row.get::<_, Vec<String>>(8) {
+        if let Some((k, v)) = setting.split_once('=') {
+            fields.insert(format!("parameters.{k}"), json!(v));
+        }
+    }
+    let mut labels = BTreeMap::new();
+    if let (Some(agent), Some(decl)) = (
+        row.get::<_, Option<String>>(9),
+        row.get::<_, Option<String>>(10),
+    ) {
+        labels.insert(OWNER_AGENT_LABEL.to_string(), agent);
+        labels.insert(OWNER_DECLARATION_LABEL.to_string(), decl);
+    }
+    (name, fields, labels, allow)
+}

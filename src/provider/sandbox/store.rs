@@ -1,0 +1,285 @@
+//! The sandbox's storage: one SQLite file (`sandbox.db`) with a JSON body
+//! per database and per idempotency key, and the import of the older
+//! file-per-database layout.
+
+use std::fs;
+use std::sync::MutexGuard;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::{RecordedOperation, SandboxDatabase, SandboxError, SandboxProvider, SandboxState};
+
+/// The sandbox file's two tables: a JSON body per key.
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Databases,
+    Operations,
+}
+
+impl Table {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Table::Databases => "databases",
+            Table::Operations => "operations",
+        }
+    }
+
+    pub(super) fn key_column(self) -> &'static str {
+        match self {
+            Table::Databases => "name",
+            Table::Operations => "key",
+        }
+    }
+
+    /// What a row is, for messages.
+    pub(super) fn describe(self, key: &str) -> String {
+        match self {
+            Table::Databases => format!("database `{key}`"),
+            Table::Operations => format!("idempotency key {key}"),
+        }
+    }
+}
+
+impl SandboxProvider {
+    /// The connection, opened (and the schema created) on first use.
+    /// No fsync (`synchronous = NORMAL` in WAL mode): the sandbox stands for
+    /// a remote service, whose durability a killed tend cannot touch, and
+    /// a committed row survives the death of the process that wrote it.
+    pub(super) fn conn(&self) -> Result<MutexGuard<'_, Option<Connection>>, SandboxError> {
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            fs::create_dir_all(&self.dir).map_err(|e| self.storage_err(e))?;
+            let conn = Connection::open(self.db_path()).map_err(|e| self.storage_err(e))?;
+            conn.busy_timeout(Duration::from_secs(10))
+                .map_err(|e| self.storage_err(e))?;
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .map_err(|e| self.storage_err(e))?;
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(|e| self.storage_err(e))?;
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS databases (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS operations (key TEXT PRIMARY KEY, body TEXT NOT NULL);",
+            )
+            .map_err(|e| self.storage_err(e))?;
+            self.import_files(&conn)?;
+            *guard = Some(conn);
+        }
+        Ok(guard)
+    }
+
+    /// Moves a sandbox written by tend 0.1 before the SQLite layout (a JSON
+    /// file per database in `databases/`, per key in `operations/`) into
+    /// the database, once; the old directories are renamed, not deleted.
+    pub(super) fn import_files(&self, conn: &Connection) -> Result<(), SandboxError> {
+        #[derive(Deserialize)]
+        struct DatabaseFile {
+            name: String,
+            #[serde(flatten)]
+            database: SandboxDatabase,
+        }
+        for (sub, table) in [("databases", "databases"), ("operations", "operations")] {
+            let dir = self.dir.join(sub);
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // An unreadable old sandbox must not look empty (tend would
+                // create everything again).
+                Err(e) => return Err(self.storage_err(format!("{}: {e}", dir.display()))),
+            };
+            let mut rows = Vec::new();
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_none_or(|e| e != "json") {
+                    continue;
+                }
+                let corrupt = |message: String| SandboxError::Corrupt {
+                    path: path.clone(),
+                    message,
+                };
+                let bytes = fs::read(&path).map_err(|e| corrupt(e.to_string()))?;
+                let stem = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let row = if table == "databases" {
+                    let file: DatabaseFile =
+                        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+                    (file.name, self.encode(&file.database)?)
+                } else {
+                    let op: RecordedOperation =
+                        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+                    (stem, self.encode(&op)?)
+                };
+                rows.push(row);
+            }
+            let insert = format!("INSERT OR IGNORE INTO {table} VALUES (?1, ?2)");
+            let tx = conn
+                .unchecked_transaction()
+                .map_err(|e| self.storage_err(e))?;
+            for (key, body) in &rows {
+                tx.execute(&insert, params![key, body])
+                    .map_err(|e| self.storage_err(e))?;
+            }
+            tx.commit().map_err(|e| self.storage_err(e))?;
+            // Never over an earlier import (a rollback may have made a new
+            // directory after one).
+            let mut target = self.dir.join(format!("{sub}.imported"));
+            for n in 2.. {
+                if !target.exists() {
+                    break;
+                }
+                target = self.dir.join(format!("{sub}.imported-{n}"));
+            }
+            fs::rename(&dir, &target).map_err(|e| self.storage_err(e))?;
+            tracing::info!(
+                "sandbox `{}`: imported {} {sub} from {} into {}",
+                self.name,
+                rows.len(),
+                dir.display(),
+                self.db_path().display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the open connection.
+    pub(super) fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, SandboxError> {
+        let guard = self.conn()?;
+        let conn = guard.as_ref().ok_or_else(|| self.storage_err("not open"))?;
+        f(conn).map_err(|e| self.storage_err(e))
+    }
+
+    pub(super) fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        body: &str,
+    ) -> Result<T, SandboxError> {
+        serde_json::from_str(body).map_err(|e| SandboxError::Corrupt {
+            path: self.db_path(),
+            message: format!("{what}: {e}"),
+        })
+    }
+
+    pub(super) fn encode(&self, value: &impl Serialize) -> Result<String, SandboxError> {
+        serde_json::to_string(value).map_err(|e| self.storage_err(e))
+    }
+
+    /// One row's body, decoded.
+    fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+        key: &str,
+    ) -> Result<Option<T>, SandboxError> {
+        let sql = format!(
+            "SELECT body FROM {} WHERE {} = ?1",
+            table.name(),
+            table.key_column()
+        );
+        let body: Option<String> =
+            self.with_conn(|c| c.query_row(&sql, [key], |r| r.get(0)).optional())?;
+        body.map(|b| self.decode(&table.describe(key), &b))
+            .transpose()
+    }
+
+    /// Writes one row (replacing it).
+    fn put(&self, table: Table, key: &str, value: &impl Serialize) -> Result<(), SandboxError> {
+        let body = self.encode(value)?;
+        let sql = format!(
+            "INSERT OR REPLACE INTO {} ({}, body) VALUES (?1, ?2)",
+            table.name(),
+            table.key_column()
+        );
+        self.with_conn(|c| c.execute(&sql, params![key, body]))
+            .map(drop)
+    }
+
+    /// Every row, by key.
+    fn all<T: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+    ) -> Result<Vec<(String, T)>, SandboxError> {
+        let sql = format!(
+            "SELECT {0}, body FROM {1} ORDER BY {0}",
+            table.key_column(),
+            table.name()
+        );
+        let rows: Vec<(String, String)> = self.with_conn(|c| {
+            let mut stmt = c.prepare(&sql)?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })?;
+        rows.into_iter()
+            .map(|(key, body)| {
+                let value = self.decode(&table.describe(&key), &body)?;
+                Ok((key, value))
+            })
+            .collect()
+    }
+
+    /// One database.
+    pub fn load_database(&self, name: &str) -> Result<Option<SandboxDatabase>, SandboxError> {
+        self.get(Table::Databases, name)
+    }
+
+    /// Stores one database.
+    pub fn store_database(
+        &self,
+        name: &str,
+        database: &SandboxDatabase,
+    ) -> Result<(), SandboxError> {
+        self.put(Table::Databases, name, database)
+    }
+
+    /// Drops one database.
+    pub fn remove_database(&self, name: &str) -> Result<(), SandboxError> {
+        self.with_conn(|c| c.execute("DELETE FROM databases WHERE name = ?1", [name]))
+            .map(drop)
+    }
+
+    /// Every database, by name.
+    pub(super) fn databases(&self) -> Result<Vec<(String, SandboxDatabase)>, SandboxError> {
+        self.all(Table::Databases)
+    }
+
+    pub(super) fn load_operation(
+        &self,
+        key: &str,
+    ) -> Result<Option<RecordedOperation>, SandboxError> {
+        self.get(Table::Operations, key)
+    }
+
+    pub(super) fn store_operation(
+        &self,
+        key: &str,
+        op: &RecordedOperation,
+    ) -> Result<(), SandboxError> {
+        self.put(Table::Operations, key, op)
+    }
+
+    /// Everything in the sandbox (an absent file is an empty sandbox).
+    pub fn load(&self) -> Result<SandboxState, SandboxError> {
+        Ok(SandboxState {
+            databases: self.databases()?.into_iter().collect(),
+            operations: self.all(Table::Operations)?.into_iter().collect(),
+            next_id: 0,
+        })
+    }
+
+    /// Makes the databases exactly `state.databases` (the dashboard's edits).
+    pub fn save(&self, state: &SandboxState) -> Result<(), SandboxError> {
+        for (name, _) in self.databases()? {
+            if !state.databases.contains_key(&name) {
+                self.remove_database(&name)?;
+            }
+        }
+        for (name, database) in &state.databases {
+            self.store_database(name, database)?;
+        }
+        Ok(())
+    }
+}

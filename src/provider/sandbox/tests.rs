@@ -1,0 +1,133 @@
+//! Tests of the sandbox provider.
+
+use super::*;
+use crate::model::SpecHash;
+use crate::provider::OperationKind;
+use std::fs;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn request(limit: i64) -> ChangeRequest {
+    ChangeRequest {
+        database_name: "orders".into(),
+        fields: BTreeMap::from([("connectionLimit".to_string(), Value::from(limit))]),
+        labels: BTreeMap::from([(OWNER_AGENT_LABEL.to_string(), "a".to_string())]),
+    }
+}
+
+#[test]
+fn a_lost_create_response_retried_with_the_same_key_creates_one_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultConfig {
+        lose_responses: 1,
+        ..FaultConfig::default()
+    };
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
+    let op = OperationId::derive("a", "orders", OperationKind::Create, &SpecHash("h".into()));
+    rt().block_on(async {
+        assert!(
+            sandbox
+                .create(&op, &request(5))
+                .await
+                .unwrap_err()
+                .is_transient()
+        );
+        let obs = sandbox.create(&op, &request(5)).await.unwrap();
+        assert_eq!(obs.fields["connectionLimit"], Value::from(5));
+        let other = OperationId("other".into());
+        assert!(matches!(
+            sandbox.create(&other, &request(5)).await,
+            Err(ProviderError::Conflict { .. })
+        ));
+        assert!(matches!(
+            sandbox.create(&op, &request(6)).await,
+            Err(ProviderError::Permanent { .. })
+        ));
+    });
+    let state = sandbox.load().unwrap();
+    assert_eq!(state.databases.len(), 1);
+    assert_eq!(state.key_uses(&op.0), 2);
+}
+
+#[test]
+fn a_sandbox_in_the_old_file_layout_is_imported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sandbox").join("s");
+    fs::create_dir_all(root.join("databases")).unwrap();
+    fs::create_dir_all(root.join("operations")).unwrap();
+    fs::write(
+        root.join("databases").join("6f7264657273.json"),
+        r#"{"name": "orders", "id": "sbx-1", "fields": {"connectionLimit": 5},
+            "labels": {"tend.dev/owner-agent": "a"}, "created_at": 1, "ready_at": 1}"#,
+    )
+    .unwrap();
+    fs::write(
+        root.join("operations").join("abc123.json"),
+        r#"{"request_digest": "d", "database_name": "orders", "kind": "create", "uses": 2}"#,
+    )
+    .unwrap();
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+    let state = sandbox.load().unwrap();
+    assert_eq!(
+        state.databases["orders"].fields["connectionLimit"],
+        Value::from(5)
+    );
+    assert_eq!(state.key_uses("abc123"), 2);
+    assert!(!root.join("databases").exists());
+    assert!(root.join("databases.imported").exists(), "kept, renamed");
+    // A second open does not import again (nor fail on the renamed dirs).
+    let again = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+    assert_eq!(again.load().unwrap(), state);
+}
+
+#[test]
+fn stale_reads_show_the_state_before_a_recent_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultConfig {
+        stale_reads: Duration::from_secs(3600),
+        ..FaultConfig::default()
+    };
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
+    let create = OperationId("c".into());
+    let update = OperationId("u".into());
+    rt().block_on(async {
+        sandbox.create(&create, &request(5)).await.unwrap();
+        assert_eq!(
+            sandbox.observe("orders").await.unwrap(),
+            None,
+            "a new database is not visible yet"
+        );
+        sandbox.update(&update, &request(9)).await.unwrap();
+        let stale = sandbox.observe("orders").await.unwrap().unwrap();
+        assert_eq!(stale.fields["connectionLimit"], Value::from(5));
+        assert!(stale.observed_at < SystemTime::now() - Duration::from_secs(3000));
+    });
+    let fresh = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+    let obs = rt().block_on(fresh.observe("orders")).unwrap().unwrap();
+    assert_eq!(obs.fields["connectionLimit"], Value::from(9));
+}
+
+#[test]
+fn rate_limits_and_failures_are_injected_before_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultConfig {
+        rate_limit_calls: 1,
+        fail_calls: 1,
+        retry_after: Duration::from_secs(2),
+        ..FaultConfig::default()
+    };
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
+    rt().block_on(async {
+        assert!(matches!(
+            sandbox.observe("x").await,
+            Err(ProviderError::RateLimited { retry_after, .. }) if retry_after == Duration::from_secs(2)
+        ));
+        assert!(matches!(sandbox.observe("x").await, Err(ProviderError::Retryable { .. })));
+        assert_eq!(sandbox.observe("x").await.unwrap(), None);
+    });
+}

@@ -310,6 +310,10 @@ impl DeclarationSet {
 
     /// [`Self::from_files`] over declarations and diagnostics already
     /// gathered from `files` files.
+    ///
+    /// Long on purpose: a fast path (everything distinct and in order, no
+    /// copy) and the slow path that reports duplicates on both sides, kept
+    /// together so the two cannot disagree.
     pub fn from_parsed(
         declarations: Vec<Declaration>,
         mut diagnostics: Vec<Diagnostic>,

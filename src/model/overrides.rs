@@ -82,6 +82,9 @@ pub struct TendAnnotations {
 
 /// Parses and validates the `tend.dev/*` annotations; other annotations are
 /// left alone. Returns every problem, not just the first.
+///
+/// Long on purpose: one pass over the annotation keys, then one short
+/// check per annotation, every problem collected into one list.
 pub fn parse_annotations(
     annotations: &BTreeMap<String, ScalarString>,
 ) -> Result<TendAnnotations, Vec<AnnotationProblem>> {

@@ -93,6 +93,10 @@ fn check_identifier(path: &[&str], what: &str, value: &str, problems: &mut Vec<P
 
 /// Every semantic rule of one declaration. Returns the parsed `tend.dev/*`
 /// annotations when they are valid.
+///
+/// Long on purpose: a flat list of independent checks, each a few lines,
+/// in the order the declaration's fields appear; split up, a reader would
+/// hunt for the rule of one field across functions.
 pub fn validate(decl: &ManagedDatabase) -> (Option<TendAnnotations>, Vec<Problem>) {
     let mut problems = check_type(Some(&decl.api_version), Some(&decl.kind));
     let name = &decl.metadata.name;

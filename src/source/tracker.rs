@@ -19,6 +19,10 @@ use crate::journal::Access;
 use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
 
+/// A tree's declaration files (path, blob id), their parse results, and
+/// whether parse results of files no longer in the tree were dropped.
+type ParsedFiles = (Vec<(String, Oid)>, Vec<FileContents>, bool);
+
 /// What to track.
 #[derive(Debug, Clone)]
 pub struct SourceSettings {
@@ -190,23 +194,7 @@ impl Source {
     }
 
     fn try_poll(&mut self) -> Result<bool, SourceError> {
-        let settings = FetchSettings {
-            url: &self.settings.url,
-            branch: &self.settings.branch,
-            depth: self.settings.depth,
-            credentials: &self.settings.credentials,
-        };
-        let fetch_started = std::time::Instant::now();
-        let into = match self.access {
-            Access::Writer => FetchInto::Tracking,
-            Access::ReadOnly => FetchInto::Private,
-        };
-        let fetched = fetch(&self.repo_dir, &settings, into);
-        tracing::debug!("source: fetched in {:?}", fetch_started.elapsed());
-        let head = fetched?.ok_or_else(|| SourceError::BranchMissing {
-            url: self.settings.url.clone(),
-            branch: self.settings.branch.clone(),
-        })?;
+        let head = self.fetch_head()?;
         if self
             .last_good
             .as_ref()
@@ -230,32 +218,7 @@ impl Source {
         }
         let started = std::time::Instant::now();
         let (commit_time, tree_id) = declarations_tree(&repo, head, &self.settings.path)?;
-        let previous = match self.cache.take() {
-            Some(previous) => previous,
-            None if !self.cache_loaded => {
-                self.cache_loaded = true;
-                // A reader thread that could not start is replaced by a read
-                // here; one that died (a bug) costs parsing, not the process.
-                let loaded = match self.cache_loading.take().map(|h| h.join()) {
-                    Some(Ok(loaded)) => loaded,
-                    Some(Err(_)) => {
-                        tracing::warn!(
-                            "reading the parse cache {} failed; every file is parsed",
-                            self.cache_file.display()
-                        );
-                        ParsedTree::default()
-                    }
-                    None => parse_cache::load(&self.cache_file, &self.settings.path),
-                };
-                tracing::debug!(
-                    "source: parse cache of {} files loaded in {:?}",
-                    loaded.files.len(),
-                    started.elapsed()
-                );
-                loaded
-            }
-            None => ParsedTree::default(),
-        };
+        let previous = self.take_previous_parses(started);
         let parses_before = self.parses;
         let cached_tree = previous.tree;
         let tree_bytes = object_id(tree_id);
@@ -267,57 +230,7 @@ impl Source {
             }
             return self.accept_snapshot(head, commit_time, previous);
         }
-        let (files, contents, stale) = {
-            let files = match list_files(&repo, tree_id, &self.settings.path) {
-                Ok(files) => files,
-                Err(e) => {
-                    // Keep the parse results for the next attempt.
-                    self.cache = Some(previous);
-                    return Err(e);
-                }
-            };
-            // Entries are moved out of the cache; what is left afterwards
-            // belongs to files no longer in the tree.
-            let mut unused: HashMap<(String, ObjectId), FileContents> = previous
-                .into_contents()
-                .into_iter()
-                .map(|(path, blob, contents)| ((path, blob), contents))
-                .collect();
-            let mut contents = Vec::with_capacity(files.len());
-            for (path, blob_id) in &files {
-                let parsed = match unused.remove(&(path.clone(), object_id(*blob_id))) {
-                    Some(parsed) => parsed,
-                    None => match repo.find_blob(*blob_id) {
-                        Ok(blob) => {
-                            self.parses += 1;
-                            parse_file(Path::new(path), blob.content())
-                        }
-                        Err(e) => {
-                            // Keep what was parsed, and what was not looked
-                            // at yet, for the next attempt.
-                            self.cache = Some(ParsedTree::from_contents(
-                                None,
-                                files
-                                    .iter()
-                                    .zip(contents)
-                                    .map(|((path, blob), contents)| {
-                                        (path.clone(), object_id(*blob), contents)
-                                    })
-                                    .chain(
-                                        unused.into_iter().map(|((path, blob), c)| (path, blob, c)),
-                                    ),
-                            ));
-                            return Err(SourceError::Repository {
-                                path: self.repo_dir.display().to_string(),
-                                message: format!("blob {blob_id} of {path}: {}", e.message()),
-                            });
-                        }
-                    },
-                };
-                contents.push(parsed);
-            }
-            (files, contents, !unused.is_empty())
-        };
+        let (files, contents, stale) = self.parse_tree(&repo, tree_id, previous)?;
         tracing::debug!(
             "source: {} files parsed, {} from the cache, in {:?}",
             self.parses - parses_before,
@@ -373,6 +286,118 @@ impl Source {
         self.accept(head)?;
         self.last_good = Some(Arc::new(snapshot));
         Ok(true)
+    }
+
+    /// Lists the files under the tree and parses those whose blob changed
+    /// (the rest come from `previous`). Returns the files, their contents
+    /// and whether `previous` held files no longer in the tree. On a
+    /// failure the parse results are kept for the next attempt.
+    fn parse_tree(
+        &mut self,
+        repo: &Repository,
+        tree_id: Oid,
+        previous: ParsedTree,
+    ) -> Result<ParsedFiles, SourceError> {
+        let files = match list_files(repo, tree_id, &self.settings.path) {
+            Ok(files) => files,
+            Err(e) => {
+                // Keep the parse results for the next attempt.
+                self.cache = Some(previous);
+                return Err(e);
+            }
+        };
+        // Entries are moved out of the cache; what is left afterwards
+        // belongs to files no longer in the tree.
+        let mut unused: HashMap<(String, ObjectId), FileContents> = previous
+            .into_contents()
+            .into_iter()
+            .map(|(path, blob, contents)| ((path, blob), contents))
+            .collect();
+        let mut contents = Vec::with_capacity(files.len());
+        for (path, blob_id) in &files {
+            let parsed = match unused.remove(&(path.clone(), object_id(*blob_id))) {
+                Some(parsed) => parsed,
+                None => match repo.find_blob(*blob_id) {
+                    Ok(blob) => {
+                        self.parses += 1;
+                        parse_file(Path::new(path), blob.content())
+                    }
+                    Err(e) => {
+                        // Keep what was parsed, and what was not looked
+                        // at yet, for the next attempt.
+                        self.cache = Some(ParsedTree::from_contents(
+                            None,
+                            files
+                                .iter()
+                                .zip(contents)
+                                .map(|((path, blob), contents)| {
+                                    (path.clone(), object_id(*blob), contents)
+                                })
+                                .chain(unused.into_iter().map(|((path, blob), c)| (path, blob, c))),
+                        ));
+                        return Err(SourceError::Repository {
+                            path: self.repo_dir.display().to_string(),
+                            message: format!("blob {blob_id} of {path}: {}", e.message()),
+                        });
+                    }
+                },
+            };
+            contents.push(parsed);
+        }
+        Ok((files, contents, !unused.is_empty()))
+    }
+
+    /// Fetches the branch and returns its head (a missing branch is an
+    /// error: an empty result must never read as "no declarations").
+    fn fetch_head(&self) -> Result<Oid, SourceError> {
+        let settings = FetchSettings {
+            url: &self.settings.url,
+            branch: &self.settings.branch,
+            depth: self.settings.depth,
+            credentials: &self.settings.credentials,
+        };
+        let fetch_started = std::time::Instant::now();
+        let into = match self.access {
+            Access::Writer => FetchInto::Tracking,
+            Access::ReadOnly => FetchInto::Private,
+        };
+        let fetched = fetch(&self.repo_dir, &settings, into);
+        tracing::debug!("source: fetched in {:?}", fetch_started.elapsed());
+        fetched?.ok_or_else(|| SourceError::BranchMissing {
+            url: self.settings.url.clone(),
+            branch: self.settings.branch.clone(),
+        })
+    }
+
+    /// The parse results to reuse: the last poll's, else (first poll of
+    /// the process) the parse cache read beside the fetch.
+    fn take_previous_parses(&mut self, started: std::time::Instant) -> ParsedTree {
+        match self.cache.take() {
+            Some(previous) => previous,
+            None if !self.cache_loaded => {
+                self.cache_loaded = true;
+                // A reader thread that could not start is replaced by a read
+                // here; one that died (a bug) costs parsing, not the process.
+                let loaded = match self.cache_loading.take().map(|h| h.join()) {
+                    Some(Ok(loaded)) => loaded,
+                    Some(Err(_)) => {
+                        tracing::warn!(
+                            "reading the parse cache {} failed; every file is parsed",
+                            self.cache_file.display()
+                        );
+                        ParsedTree::default()
+                    }
+                    None => parse_cache::load(&self.cache_file, &self.settings.path),
+                };
+                tracing::debug!(
+                    "source: parse cache of {} files loaded in {:?}",
+                    loaded.files.len(),
+                    started.elapsed()
+                );
+                loaded
+            }
+            None => ParsedTree::default(),
+        }
     }
 
     /// A snapshot of an unchanged tree, from its parse results.

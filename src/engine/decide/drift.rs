@@ -126,7 +126,7 @@ pub(super) fn decide_drift(
 
 /// The rules under which nothing is changed, in order: a difference that
 /// needs replacement, a pause, a field that did not converge, nothing (left)
-/// to change.
+/// to change. (One function: the order of these rules is the decision.)
 fn hands_off(
     input: &DecideInput<'_>,
     decl: &Declaration,

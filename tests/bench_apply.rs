@@ -99,7 +99,7 @@ fn apply_over_10000_declarations() {
     std::fs::write(
         dir.path().join("tend.toml"),
         format!(
-            "agent_id = \"bench\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\npath = \"databases\"\n[reconcile]\nmax_concurrency = 16\n[providers.sandbox]\nkind = \"sandbox\"\nrate_limit = 100000\nmax_concurrency = 16\n",
+            "agent_id = \"bench\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\npath = \"databases\"\n[reconcile]\nmax_concurrency = 16\n[providers.sandbox]\nkind = \"sandbox\"\nrate_limit = 10000\nmax_concurrency = 16\n",
             repo.url()
         ),
     )

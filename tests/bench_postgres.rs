@@ -16,7 +16,7 @@ fn config(dir: &std::path::Path, repo: &TestRepo, pg: &Postgres, concurrency: us
     std::fs::write(
         &path,
         format!(
-            "agent_id = \"bench\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\nmax_concurrency = {concurrency}\n[providers.main]\nkind = \"postgres\"\nurl = \"{}\"\nmax_concurrency = {concurrency}\nrate_limit = 100000\n",
+            "agent_id = \"bench\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\nmax_concurrency = {concurrency}\n[providers.main]\nkind = \"postgres\"\nurl = \"{}\"\nmax_concurrency = {concurrency}\nrate_limit = 10000\n",
             repo.url(),
             pg.url()
         ),

@@ -13,7 +13,7 @@ use super::{exit, session};
 use crate::config::Config;
 use crate::executor::{Executed, OpOutcome};
 use crate::journal::Access;
-use crate::reconcile::{Mode, ReconcileError, Scope, reconcile};
+use crate::reconcile::Mode;
 use crate::status::{Report, build_report, render};
 
 #[derive(Debug, Args)]
@@ -72,32 +72,8 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         Ok(agent) => agent.with_progress(Arc::new(TerminalProgress::new())),
         Err(code) => return Ok(code),
     };
-    let runtime = match session::runtime() {
-        Ok(r) => r,
-        Err(code) => return Ok(code),
-    };
-    runtime.block_on(async {
-        let snapshot = match session::snapshot(&agent).await {
-            Ok(s) => s,
-            Err(e) => {
-                session::fail(format!("source: {e}"));
-                return Ok(exit::ERROR);
-            }
-        };
-        let outcome = match reconcile(&agent, &snapshot, Mode::Apply, &Scope::All).await {
-            Ok(o) => o,
-            Err(ReconcileError::State { error, finished }) => {
-                // What ran is journalled; say so before the error.
-                print_operations(&mut io::stderr().lock(), &finished)?;
-                session::fail(error);
-                return Ok(exit::ERROR);
-            }
-            Err(e) => {
-                session::fail(e);
-                return Ok(exit::ERROR);
-            }
-        };
-        tracing::debug!("reconciled");
+    let finished = |ran: &[Executed]| print_operations(&mut io::stderr().lock(), ran).map(|_| ());
+    session::one_cycle(&agent, Mode::Apply, finished, |outcome| {
         let failed = print_operations(&mut io::stderr().lock(), &outcome.operations)?;
         let report = build_report(agent.config(), outcome.latest());
         tracing::debug!("report built");
@@ -110,8 +86,6 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         let code = print_report_and_code(args.format, &report, failed);
         tracing::debug!("report printed");
         super::heap::release_at_exit(report);
-        super::heap::release_at_exit(outcome);
-        super::heap::release_at_exit(snapshot);
         code
     })
 }

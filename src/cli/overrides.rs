@@ -12,9 +12,9 @@ use clap::{Args, Subcommand};
 use super::exit;
 use crate::config::Config;
 use crate::journal::StateStore;
-use crate::model::declaration::ScalarString;
 use crate::model::overrides::{
-    IGNORE_FIELDS, OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY, OVERRIDE_REASON, PAUSED, parse_annotations,
+    IGNORE_FIELDS, OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY, OVERRIDE_REASON, PAUSED,
+    parse_override_strings,
 };
 
 #[derive(Debug, Subcommand)]
@@ -105,17 +105,7 @@ fn set(store: &StateStore, args: &SetArgs) -> Result<String, String> {
         annotations.insert(OVERRIDE_ON_EXPIRY.to_string(), on_expiry.clone());
     }
     // The same rules as annotations in Git: a typo is refused, never stored.
-    let as_scalars: BTreeMap<String, ScalarString> = annotations
-        .iter()
-        .map(|(k, v)| (k.clone(), ScalarString(v.clone())))
-        .collect();
-    let parsed = parse_annotations(&as_scalars).map_err(|problems| {
-        problems
-            .into_iter()
-            .map(|p| p.message)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?;
+    let parsed = parse_override_strings(&annotations)?;
     if parsed.overrides.is_none() {
         return Err("give --pause or --ignore-fields".into());
     }

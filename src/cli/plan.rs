@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use super::{exit, session};
 use crate::journal::Access;
 use crate::provider::Observed;
-use crate::reconcile::{Mode, Plan, PlannedResource, PlannedSubject, Scope, reconcile};
+use crate::reconcile::{Mode, Plan, PlannedResource, PlannedSubject};
 use crate::status::render::{origin, value};
 use crate::status::{build_report, render};
 
@@ -61,30 +61,12 @@ fn with_plan(
         Ok(agent) => agent,
         Err(code) => return Ok(code),
     };
-    let runtime = match session::runtime() {
-        Ok(r) => r,
-        Err(code) => return Ok(code),
-    };
-    runtime.block_on(async {
-        let snapshot = match session::snapshot(&agent).await {
-            Ok(s) => s,
-            Err(e) => {
-                session::fail(format!("source: {e}"));
-                return Ok(exit::ERROR);
-            }
-        };
-        let outcome = match reconcile(&agent, &snapshot, Mode::Plan, &Scope::All).await {
-            Ok(o) => o,
-            Err(e) => {
-                session::fail(e);
-                return Ok(exit::ERROR);
-            }
-        };
-        let code = f(&agent, outcome.latest());
-        super::heap::release_at_exit(outcome);
-        super::heap::release_at_exit(snapshot);
-        code
-    })
+    session::one_cycle(
+        &agent,
+        Mode::Plan,
+        |_| Ok(()),
+        |outcome| f(&agent, outcome.latest()),
+    )
 }
 
 pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8> {

@@ -83,3 +83,50 @@ pub async fn snapshot(agent: &Agent) -> Result<Arc<Snapshot>, SourceError> {
         }),
     }
 }
+
+/// Runs one cycle in `mode` and hands its outcome to `report`, whose exit
+/// code is the command's. Failures before an outcome are printed here; a
+/// state failure after operations ran first shows them through
+/// `finished` (what ran is journalled, and the operator must see it).
+pub fn one_cycle(
+    agent: &Agent,
+    mode: crate::reconcile::Mode,
+    finished: impl FnOnce(&[crate::executor::Executed]) -> std::io::Result<()>,
+    report: impl FnOnce(&crate::reconcile::Outcome<'_>) -> std::io::Result<u8>,
+) -> std::io::Result<u8> {
+    use crate::reconcile::{ReconcileError, Scope, reconcile};
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    runtime.block_on(async {
+        let snapshot = match snapshot(agent).await {
+            Ok(s) => s,
+            Err(e) => {
+                fail(format!("source: {e}"));
+                return Ok(exit::ERROR);
+            }
+        };
+        let outcome = match reconcile(agent, &snapshot, mode, &Scope::All).await {
+            Ok(o) => o,
+            Err(ReconcileError::State {
+                error,
+                finished: ran,
+            }) => {
+                finished(&ran)?;
+                fail(error);
+                return Ok(exit::ERROR);
+            }
+            Err(e) => {
+                fail(e);
+                return Ok(exit::ERROR);
+            }
+        };
+        tracing::debug!("reconciled");
+        let code = report(&outcome);
+        // A one-shot command's results go with the process (see heap.rs).
+        super::heap::release_at_exit(outcome);
+        super::heap::release_at_exit(snapshot);
+        code
+    })
+}

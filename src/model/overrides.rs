@@ -211,6 +211,24 @@ pub fn parse_annotations(
     })
 }
 
+/// [`parse_annotations`] over plain strings (local overrides, provider
+/// labels): the same rules, every problem in one message.
+pub fn parse_override_strings<'a>(
+    pairs: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Result<TendAnnotations, String> {
+    let annotations = pairs
+        .into_iter()
+        .map(|(k, v)| (k.clone(), ScalarString(v.clone())))
+        .collect();
+    parse_annotations(&annotations).map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|p| p.message)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
 /// Parses `tend.dev/override-expires`: RFC 3339 (with `Z` or a numeric
 /// offset) or a duration such as `4h` or `2d 12h`.
 pub fn parse_expiry(text: &str) -> Result<OverrideExpiry, String> {

@@ -21,7 +21,6 @@ use crate::engine::{
     OverrideSource, Policy, Rule, State, Subject, decide,
 };
 use crate::journal::effects::Effect;
-use crate::model::declaration::ScalarString;
 use crate::model::{OnExpiry, OverrideSpec};
 use crate::provider::{Capabilities, Observed, OperationKind};
 
@@ -210,24 +209,12 @@ fn first_seen(
 /// parses must not be ignored: it is honoured as a pause.
 fn local_override(ctx: &PlanContext<'_>, name: &str) -> Option<OverrideInput> {
     let local = ctx.inputs.local_overrides.get(name)?;
-    let annotations = local
-        .annotations
-        .iter()
-        .map(|(k, v)| (k.clone(), ScalarString(v.clone())))
-        .collect();
-    let spec = match crate::model::overrides::parse_annotations(&annotations) {
+    let spec = match crate::model::overrides::parse_override_strings(&local.annotations) {
         Ok(parsed) => parsed.overrides?,
         Err(problems) => OverrideSpec {
             paused: true,
             ignore_fields: Vec::new(),
-            reason: format!(
-                "invalid local override, treated as a pause: {}",
-                problems
-                    .into_iter()
-                    .map(|p| p.message)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
+            reason: format!("invalid local override, treated as a pause: {problems}"),
             expires: None,
             expires_text: None,
             on_expiry: OnExpiry::Hold,

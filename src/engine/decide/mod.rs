@@ -353,24 +353,11 @@ fn provider_override(
     {
         return Ok(None);
     }
-    let labels = obs
-        .labels
-        .iter()
-        .filter(|(k, _)| k.starts_with("tend.dev/") && !k.starts_with("tend.dev/owner-"))
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                crate::model::declaration::ScalarString(v.clone()),
-            )
-        })
-        .collect();
-    let parsed = crate::model::overrides::parse_annotations(&labels).map_err(|problems| {
-        problems
-            .into_iter()
-            .map(|p| p.message)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?;
+    let parsed = crate::model::overrides::parse_override_strings(
+        obs.labels
+            .iter()
+            .filter(|(k, _)| k.starts_with("tend.dev/") && !k.starts_with("tend.dev/owner-")),
+    )?;
     Ok(parsed.overrides.map(|spec| OverrideInput {
         source: super::OverrideSource::Provider,
         spec,

@@ -48,7 +48,7 @@ pub struct Agent {
     access: Access,
     store: Option<Arc<StateStore>>,
     /// Held for the agent's life (the writer only).
-    _lock: Option<StateLock>,
+    lock: Option<StateLock>,
     agent_id: String,
     policy: Policy,
     runtimes: BTreeMap<String, Arc<ProviderRuntime>>,
@@ -56,6 +56,8 @@ pub struct Agent {
     progress: Arc<dyn Progress>,
     /// Memories read ahead (beside the fetch) for the next reconcile.
     preloaded: Mutex<Option<StoredMemories>>,
+    /// Set by [`Agent::drain`]: no new operation starts.
+    draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Agent {
@@ -69,6 +71,21 @@ impl Agent {
         let lock = match access {
             Access::Writer => Some(StateLock::acquire(&config.state_dir)?),
             Access::ReadOnly => None,
+        };
+        Self::open_locked(config, lock, clock)
+    }
+
+    /// Opens the writer with a lock it already holds (`tend run` keeps its
+    /// lock across a configuration reload); `None`: a reader.
+    pub fn open_locked(
+        config: Config,
+        lock: Option<StateLock>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Agent, AgentError> {
+        let access = if lock.is_some() {
+            Access::Writer
+        } else {
+            Access::ReadOnly
         };
         let store = StateStore::open(&config.state_dir, access == Access::Writer)?.map(Arc::new);
         let agent_id = match (&store, access) {
@@ -105,13 +122,26 @@ impl Agent {
             config,
             access,
             store,
-            _lock: lock,
+            lock,
             agent_id,
             runtimes,
             clock,
             progress: Arc::new(Silent),
             preloaded: Mutex::new(None),
+            draining: Arc::default(),
         })
+    }
+
+    /// Gives the state dir's lock back (to reopen with a new configuration).
+    pub fn into_lock(self) -> Option<StateLock> {
+        self.lock
+    }
+
+    /// Stops starting operations: those running finish, the rest wait for
+    /// the next cycle (shutdown, reload).
+    pub fn drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Reports each finished operation to `progress`.
@@ -168,6 +198,7 @@ impl Agent {
                 store: store.clone(),
                 agent_id: Arc::from(self.agent_id.as_str()),
                 clock: self.clock.clone(),
+                draining: self.draining.clone(),
             }),
             _ => None,
         }

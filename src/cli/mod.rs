@@ -50,6 +50,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the agent: follow the branch, reconcile continuously, serve
+    /// metrics, status and webhooks (the systemd service runs this).
+    Run,
     /// Check declaration files and report every problem with file:line:column.
     Validate(validate::ValidateArgs),
     /// Print the JSON Schema (draft-07) of a declaration, for editors.
@@ -133,6 +136,7 @@ fn init_logging() {
 /// Runs a parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> u8 {
     let result = match cli.command {
+        Command::Run => Ok(crate::daemon::run(&cli.config)),
         Command::Validate(args) => validate::run(&args),
         Command::Schema => schema::run(),
         Command::Plan(args) => plan::run_plan(&cli.config, &args),

@@ -76,7 +76,33 @@ pub struct Config {
     #[serde(default)]
     pub notify: Vec<toml::Table>,
     #[serde(default)]
-    pub server: Option<toml::Table>,
+    pub server: ServerConfig,
+}
+
+/// `[server]`: the daemon's HTTP endpoint (metrics, health, status,
+/// webhooks).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address and port; beyond loopback only with a webhook secret.
+    #[serde(default = "default_listen")]
+    pub listen: std::net::SocketAddr,
+    /// File holding the secret webhooks are signed with (GitHub, Gitea) or
+    /// carry as a token (GitLab).
+    pub webhook_secret_file: Option<PathBuf>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: default_listen(),
+            webhook_secret_file: None,
+        }
+    }
+}
+
+fn default_listen() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 9477))
 }
 
 fn default_state_dir() -> PathBuf {
@@ -155,6 +181,11 @@ pub struct ReconcileConfig {
     /// Retries of a failing call within one cycle.
     #[serde(default = "default_max_retries")]
     pub max_retries: usize,
+    /// `tend run`: how long in-flight operations may take to finish after
+    /// SIGTERM before the agent exits anyway (what is left stays
+    /// journalled).
+    #[serde(default = "thirty_seconds", deserialize_with = "values::duration")]
+    pub shutdown_timeout: Duration,
 }
 
 fn two_hundred_ms() -> Duration {
@@ -183,6 +214,7 @@ impl Default for ReconcileConfig {
             confirm_timeout: thirty_seconds(),
             retry_min_delay: two_hundred_ms(),
             max_retries: default_max_retries(),
+            shutdown_timeout: thirty_seconds(),
         }
     }
 }
@@ -269,6 +301,15 @@ impl Config {
         .flatten()
         {
             *file = resolve(file);
+        }
+        if let Some(file) = &config.server.webhook_secret_file {
+            config.server.webhook_secret_file = Some(resolve(file));
+        }
+        if !config.server.listen.ip().is_loopback() && config.server.webhook_secret_file.is_none() {
+            return Err(invalid(format!(
+                "[server] listen = \"{}\" is beyond loopback: set webhook_secret_file too, or listen on 127.0.0.1",
+                config.server.listen
+            )));
         }
         for provider in config.providers.values_mut() {
             provider.resolve_paths(&|p: &PathBuf| resolve(p));

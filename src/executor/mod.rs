@@ -36,4 +36,8 @@ pub struct ExecContext {
     pub store: Arc<StateStore>,
     pub agent_id: Arc<str>,
     pub clock: Arc<dyn Clock>,
+    /// Set when the agent is shutting down: operations already running
+    /// finish, no new one starts (what is left is decided again, or stays
+    /// journalled, at the next start).
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }

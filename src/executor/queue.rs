@@ -83,6 +83,9 @@ pub async fn execute<T, P: Provider>(
         let Some(runtime) = runtimes.get(provider).cloned() else {
             return;
         };
+        if ctx.draining.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         while let Some(item) = queues.get_mut(provider).and_then(VecDeque::pop_front) {
             let Some(op) = build(item) else { continue };
             let (provider, ctx) = (provider.to_string(), ctx.clone());
@@ -244,6 +247,7 @@ mod tests {
             store: store.clone(),
             agent_id: Arc::from("agent"),
             clock: Arc::new(SystemClock),
+            draining: Arc::default(),
         };
         let execution = execute(
             &runtimes,

@@ -25,7 +25,7 @@ pub(super) async fn apply_cycle<'s>(
 ) -> Result<Outcome<'s>, ReconcileError> {
     let ctx = agent.exec_context().ok_or(ReconcileError::ReadOnly)?;
     let mut preloaded = agent.take_preloaded();
-    let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot).await?;
+    let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot, scope).await?;
     if !replayed.is_empty() {
         // Replayed intents change what is remembered: read it again.
         preloaded = None;
@@ -57,7 +57,9 @@ async fn replay_pending(
     agent: &Agent,
     ctx: &ExecContext,
     snapshot: &Arc<Snapshot>,
+    scope: &Scope,
 ) -> Result<(HashSet<String>, Vec<Executed>), ReconcileError> {
+    let scope = scope.clone();
     let replay = {
         let snapshot = snapshot.clone();
         blocking(&ctx.store, move |store| {
@@ -75,7 +77,13 @@ async fn replay_pending(
                 .filter(|o| o.is_pause())
                 .map(|o| o.name.as_str())
                 .collect();
-            let pending = inputs.pending.iter().map(|p| p.op.clone()).collect();
+            // Only this scope's intents: two workers must never replay one.
+            let pending = inputs
+                .pending
+                .iter()
+                .filter(|p| scope.admits(&p.op.name, &p.op.request.provider))
+                .map(|p| p.op.clone())
+                .collect();
             Ok(Replay::sort(pending, &declarations, &paused))
         })
         .await?

@@ -53,14 +53,35 @@ pub enum Scope {
     /// These names only (the daemon's due resources). The mass-deletion
     /// guard still counts the whole fleet.
     Only(BTreeSet<String>),
+    /// The resources of one provider (all of them, or these names): the
+    /// daemon runs one worker per provider, so a slow provider never
+    /// delays another's resources.
+    Provider {
+        provider: String,
+        names: Option<BTreeSet<String>>,
+    },
 }
 
 impl Scope {
+    /// Whether a resource of this name may be in scope (its provider is
+    /// checked by [`Scope::admits`] once it is known).
     pub fn contains(&self, name: &str) -> bool {
         match self {
-            Scope::All => true,
-            Scope::Only(names) => names.contains(name),
+            Scope::All | Scope::Provider { names: None, .. } => true,
+            Scope::Only(names)
+            | Scope::Provider {
+                names: Some(names), ..
+            } => names.contains(name),
         }
+    }
+
+    /// Whether the resource `name` at `provider` is in scope.
+    pub fn admits(&self, name: &str, provider: &str) -> bool {
+        self.contains(name)
+            && match self {
+                Scope::Provider { provider: p, .. } => p == provider,
+                _ => true,
+            }
     }
 }
 

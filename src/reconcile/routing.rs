@@ -156,6 +156,7 @@ impl<'s> Routing<'s> {
                 continue;
             }
             match provider_of(config, &decl.manifest) {
+                Ok(provider) if !scope.admits(decl.name(), provider) => {}
                 Ok(provider) => {
                     let db = decl.manifest.database_name();
                     routing.push(provider, PlannedSubject::Declared(decl), db);
@@ -207,6 +208,7 @@ impl<'s> Routing<'s> {
                     .map_err(|_| tomb.last.spec.provider.clone().unwrap_or_default()),
             };
             match provider {
+                Ok(provider) if !scope.admits(&name, &provider) => {}
                 Ok(provider) => {
                     let db = tomb.last.database_name();
                     self.push(&provider, PlannedSubject::Removed(Box::new(tomb)), db);

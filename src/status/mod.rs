@@ -1,6 +1,7 @@
 //! What tend tells operators: the report (DESIGN.md §7, §9) and its
 //! renderings.
 
+pub mod board;
 pub mod render;
 pub mod report;
 

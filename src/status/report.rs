@@ -129,33 +129,66 @@ impl Report {
     }
 }
 
+impl Summary {
+    /// The counts of `resources` and `errors` declaration errors.
+    pub fn of(resources: &[ResourceReport], errors: usize) -> Self {
+        let mut summary = Summary {
+            total: resources.len(),
+            errors,
+            ..Summary::default()
+        };
+        for r in resources {
+            match r.state {
+                State::InSync => summary.in_sync += 1,
+                State::Drifted | State::Unconvergeable => summary.drifted += 1,
+                State::Missing => summary.missing += 1,
+                State::Blocked => summary.blocked += 1,
+                State::Overridden => summary.overridden += 1,
+                State::Deleting | State::Stalled => summary.deleting += 1,
+                State::Error => summary.errors += 1,
+                State::Released => {}
+            }
+        }
+        summary
+    }
+}
+
+impl Report {
+    /// One report from the reports of disjoint parts of the fleet (the
+    /// daemon's provider workers): resources by name (a name reported by
+    /// several parts — an unreadable state row has no provider — once),
+    /// declaration errors once, the newest commit.
+    pub fn merge<'a>(parts: impl IntoIterator<Item = &'a Report>) -> Option<Report> {
+        let mut parts = parts.into_iter();
+        let mut merged = parts.next()?.clone();
+        for part in parts {
+            merged.resources.extend(part.resources.iter().cloned());
+            merged.errors.extend(part.errors.iter().cloned());
+        }
+        merged.resources.sort_by(|a, b| a.name.cmp(&b.name));
+        merged.resources.dedup_by(|a, b| a.name == b.name);
+        merged.errors.sort_by(|a, b| {
+            (&a.file, a.line, a.column, &a.message).cmp(&(&b.file, b.line, b.column, &b.message))
+        });
+        merged.errors.dedup_by(|a, b| {
+            (&a.file, a.line, a.column, &a.message) == (&b.file, b.line, b.column, &b.message)
+        });
+        merged.summary = Summary::of(&merged.resources, merged.errors.len());
+        Some(merged)
+    }
+}
+
 /// Builds the report of a plan.
 pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
-    let agent_id = plan.agent_id.clone();
-    let mut summary = Summary {
-        total: plan.resources.len(),
-        errors: plan.errors.len(),
-        ..Summary::default()
-    };
-    let mut resources = Vec::with_capacity(plan.resources.len());
-    for r in &plan.resources {
-        let d = &r.decision;
-        match d.state {
-            State::InSync => summary.in_sync += 1,
-            State::Drifted | State::Unconvergeable => summary.drifted += 1,
-            State::Missing => summary.missing += 1,
-            State::Blocked => summary.blocked += 1,
-            State::Overridden => summary.overridden += 1,
-            State::Deleting | State::Stalled => summary.deleting += 1,
-            State::Error => summary.errors += 1,
-            State::Released => {}
-        }
-        resources.push(resource_report(plan, r));
-    }
+    let resources: Vec<ResourceReport> = plan
+        .resources
+        .iter()
+        .map(|r| resource_report(plan, r))
+        .collect();
     Report {
         format_version: 1,
         agent: AgentInfo {
-            id: agent_id,
+            id: plan.agent_id.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         source: SourceInfo {
@@ -163,7 +196,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             branch: config.source.branch.clone(),
             commit: plan.commit.clone(),
         },
-        summary,
+        summary: Summary::of(&resources, plan.errors.len()),
         resources,
         errors: plan.errors.iter().map(ErrorReport::from).collect(),
     }

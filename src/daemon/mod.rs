@@ -1,0 +1,448 @@
+//! `tend run`: the agent as a long-running service.
+//!
+//! Stages: load the configuration (an error exits 78) → open the state and
+//! take the writer lock for the daemon's life → bind the HTTP server →
+//! follow the source and start one worker per provider ([`worker`]) → the
+//! coordinator loop: signals, the systemd watchdog and status line.
+//!
+//! # Guarantees
+//! * SIGTERM/SIGINT: no new operation starts; running ones get
+//!   `shutdown_timeout` to finish; whatever is left stays journalled and is
+//!   replayed at the next start. A second signal exits at once.
+//! * SIGHUP reloads the configuration; an invalid one is refused (logged,
+//!   `tend_config_reload_failed` 1) and the agent keeps running on the old.
+//! * `WATCHDOG=1` is sent only while every provider worker is alive.
+
+mod health;
+mod hooks;
+pub mod queue;
+mod signals;
+mod systemd;
+pub mod worker;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::agent::{Agent, AgentError};
+use crate::cli::exit;
+use crate::clock::SystemClock;
+use crate::config::{Config, ConfigError, secret};
+use crate::journal::{Access, StateLock};
+use crate::server::{Metrics, ServerState};
+use crate::source::{PollOutcome, Snapshot, SourceError, Wakeups};
+use crate::status::board::{SourceStatus, StatusBoard};
+use health::Heartbeats;
+use signals::{Request, Signals};
+
+/// Exit code when a second signal cuts the shutdown short.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+fn fail(error: impl std::fmt::Display) {
+    eprintln!("tend: {error}");
+}
+
+/// Runs the agent until a signal stops it; the process exit code.
+pub fn run(config_path: &Path) -> u8 {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            fail(e);
+            return exit::CONFIG;
+        }
+    };
+    let secret = match webhook_secret(&config) {
+        Ok(s) => s,
+        Err(e) => {
+            fail(e);
+            return exit::CONFIG;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(4)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            fail(format!("cannot start the async runtime: {e}"));
+            return exit::ERROR;
+        }
+    };
+    runtime.block_on(lifecycle(config_path, config, secret))
+}
+
+fn webhook_secret(config: &Config) -> Result<Option<Vec<u8>>, ConfigError> {
+    config
+        .server
+        .webhook_secret_file
+        .as_deref()
+        .map(|file| secret::read("[server] webhook_secret_file", file).map(String::into_bytes))
+        .transpose()
+}
+
+/// What every incarnation of the running agent shares (across reloads).
+struct Shared {
+    board: Arc<StatusBoard>,
+    metrics: Arc<Metrics>,
+    heartbeats: Arc<Heartbeats>,
+    server: Arc<ServerState>,
+    resync: watch::Sender<u64>,
+}
+
+async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) -> u8 {
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            fail(format!("cannot install signal handlers: {e}"));
+            return exit::ERROR;
+        }
+    };
+    let listen = config.server.listen;
+    let heartbeats = Arc::new(Heartbeats::default());
+    let agent = match Agent::open(config, Access::Writer, Arc::new(SystemClock)) {
+        Ok(agent) => agent.with_progress(heartbeats.clone()),
+        Err(e) => {
+            fail(&e);
+            return match e {
+                AgentError::Config(_) => exit::CONFIG,
+                AgentError::State(_) => exit::ERROR,
+            };
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            fail(format!("cannot listen on {listen} ([server] listen): {e}"));
+            return exit::ERROR;
+        }
+    };
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let board = Arc::new(StatusBoard::default());
+    let metrics = Arc::new(Metrics::new());
+    let resync = watch::Sender::new(0);
+    let shared = Shared {
+        server: Arc::new(ServerState {
+            board: board.clone(),
+            metrics: metrics.clone(),
+            fetch: Mutex::new(None),
+            resync: resync.clone(),
+            webhook_secret: Mutex::new(secret),
+            ready: ready_rx,
+        }),
+        board,
+        metrics,
+        heartbeats,
+        resync,
+    };
+    let (server_stop, server_stop_rx) = watch::channel(false);
+    let server = tokio::spawn(crate::server::serve(
+        listener,
+        shared.server.clone(),
+        server_stop_rx,
+    ));
+    tracing::info!("listening on http://{listen}");
+    let running = match Running::start(Arc::new(agent), &shared) {
+        Ok(r) => r,
+        Err(e) => {
+            fail(format!("source: {e}"));
+            return exit::CONFIG;
+        }
+    };
+    let stopped = coordinate(config_path, running, &shared, &mut signals, &ready_tx).await;
+    systemd::stopping();
+    let code = match stopped {
+        Err(code) => code,
+        Ok(running) => {
+            tracing::info!("stopping: no new operations; waiting for running ones");
+            let shutdown_timeout = running.agent.config().reconcile.shutdown_timeout;
+            tokio::select! {
+                _ = running.stop(shutdown_timeout) => exit::OK,
+                _ = signals.next() => {
+                    tracing::warn!("second signal: exiting now; unfinished operations stay journalled");
+                    EXIT_INTERRUPTED
+                }
+            }
+        }
+    };
+    let _ = server_stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    tracing::info!("stopped");
+    code
+}
+
+/// The coordinator loop: signals, readiness, the status line and the
+/// watchdog. Returns the running agent to stop when a signal asks for it;
+/// `Err(code)` when it can no longer run (a reload that failed half-way).
+async fn coordinate(
+    config_path: &Path,
+    mut running: Running,
+    shared: &Shared,
+    signals: &mut Signals,
+    ready: &watch::Sender<bool>,
+) -> Result<Running, u8> {
+    let mut changes = shared.board.subscribe();
+    let watchdog = systemd::watchdog_interval();
+    let mut watchdog_tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+    loop {
+        tokio::select! {
+            request = signals.next() => match request {
+                Request::Shutdown => return Ok(running),
+                Request::Reload => {
+                    systemd::reloading();
+                    running = running.reload(config_path, shared).await?;
+                    systemd::ready();
+                }
+            },
+            _ = watchdog_tick.tick(), if watchdog.is_some() => {
+                // Alive means a beat within the watchdog's whole timeout.
+                if shared.heartbeats.all_alive(watchdog.unwrap_or_default() * 2) {
+                    systemd::watchdog();
+                } else {
+                    tracing::error!("a provider worker is not making progress: the watchdog is not pinged");
+                }
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return Ok(running);
+                }
+                on_status_change(&running, shared, ready);
+            }
+        }
+    }
+}
+
+fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bool>) {
+    let providers = running.agent.runtimes().len();
+    if !*ready.borrow() && shared.board.reported() >= providers {
+        ready.send_replace(true);
+        shared.metrics.ready(true);
+        systemd::ready();
+        tracing::info!("ready: the first snapshot is reconciled");
+    }
+    let source = shared.board.source();
+    let commit = source
+        .commit
+        .as_deref()
+        .map_or("none", |c| c.get(..12).unwrap_or(c));
+    let line = match shared.board.latest() {
+        Some(r) => {
+            let s = &r.summary;
+            format!(
+                "commit {commit}: {} resources, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors{}",
+                s.total,
+                s.in_sync,
+                s.drifted,
+                s.missing,
+                s.blocked,
+                s.overridden,
+                s.deleting,
+                s.errors,
+                if source.failure.is_some() {
+                    "; source failing"
+                } else {
+                    ""
+                }
+            )
+        }
+        None => match &source.failure {
+            Some((message, _)) => format!("waiting for the source: {message}"),
+            None => "starting".into(),
+        },
+    };
+    systemd::status(&line);
+}
+
+/// One incarnation of the agent: its source follower and its workers.
+struct Running {
+    agent: Arc<Agent>,
+    stop: watch::Sender<bool>,
+    workers: JoinSet<()>,
+    source: tokio::task::JoinHandle<()>,
+    bridge: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(agent: Arc<Agent>, shared: &Shared) -> Result<Self, SourceError> {
+        let source = agent.source()?;
+        let config = agent.config();
+        let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;
+        *shared
+            .server
+            .fetch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(wakeups.trigger());
+        let (outcomes_tx, outcomes) = watch::channel(None);
+        let source = tokio::spawn(crate::source::follow(source, wakeups, outcomes_tx));
+        let (snapshots_tx, snapshots) = watch::channel(None);
+        let bridge = tokio::spawn(bridge(
+            outcomes,
+            snapshots_tx,
+            shared.board.clone(),
+            shared.metrics.clone(),
+        ));
+        let (stop, stop_rx) = watch::channel(false);
+        let mut workers = JoinSet::new();
+        for provider in agent.runtimes().keys() {
+            workers.spawn(worker::run(
+                provider.clone(),
+                agent.clone(),
+                shared.board.clone(),
+                shared.metrics.clone(),
+                worker::WorkerInputs {
+                    snapshots: snapshots.clone(),
+                    resync: shared.resync.subscribe(),
+                    stop: stop_rx.clone(),
+                    heartbeats: shared.heartbeats.clone(),
+                },
+            ));
+        }
+        Ok(Running {
+            agent,
+            stop,
+            workers,
+            source,
+            bridge,
+        })
+    }
+
+    /// Stops taking work and waits (up to `timeout`) for the workers to
+    /// finish their cycles; returns the agent's lock when they did.
+    async fn stop(mut self, timeout: Duration) -> Option<StateLock> {
+        self.agent.drain();
+        let _ = self.stop.send(true);
+        self.source.abort();
+        self.bridge.abort();
+        let started = Instant::now();
+        let drained = tokio::time::timeout(timeout, async {
+            while self.workers.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                "operations still running after {:?}: they stay journalled and are resolved at the next start",
+                started.elapsed()
+            );
+            self.workers.abort_all();
+            return None;
+        }
+        // The workers are gone: this is the last reference.
+        Arc::into_inner(self.agent).and_then(Agent::into_lock)
+    }
+
+    /// Reloads the configuration: an invalid one (or one that moves the
+    /// state dir or the listen address) is refused and the agent keeps
+    /// running; a valid one restarts the source follower and the workers
+    /// with the same state lock. `Err`: the agent cannot go on.
+    async fn reload(self, config_path: &Path, shared: &Shared) -> Result<Running, u8> {
+        let refuse = |why: String| {
+            tracing::error!("configuration reload refused, running on the previous one: {why}");
+            shared.metrics.reload(false);
+        };
+        let config = match Config::load(config_path) {
+            Ok(c) => c,
+            Err(e) => {
+                refuse(e.to_string());
+                return Ok(self);
+            }
+        };
+        let old = self.agent.config();
+        if config.state_dir != old.state_dir || config.server.listen != old.server.listen {
+            refuse("state_dir and [server] listen take effect only at a restart".into());
+            return Ok(self);
+        }
+        let secret = match webhook_secret(&config) {
+            Ok(s) => s,
+            Err(e) => {
+                refuse(e.to_string());
+                return Ok(self);
+            }
+        };
+        // Every provider must build (secrets read, kinds known) before the
+        // running agent is stopped.
+        if let Err(e) = Agent::open(config.clone(), Access::ReadOnly, Arc::new(SystemClock)) {
+            refuse(e.to_string());
+            return Ok(self);
+        }
+        let timeout = old.reconcile.shutdown_timeout;
+        let providers: Vec<String> = self.agent.runtimes().keys().cloned().collect();
+        let Some(lock) = self.stop(timeout).await else {
+            fail(
+                "the reload could not stop the running cycles in time; exiting (restart to resume)",
+            );
+            return Err(exit::ERROR);
+        };
+        let agent = match Agent::open_locked(config, Some(lock), Arc::new(SystemClock)) {
+            Ok(agent) => agent.with_progress(shared.heartbeats.clone()),
+            Err(e) => {
+                fail(format!("cannot reopen the agent after a reload: {e}"));
+                return Err(exit::ERROR);
+            }
+        };
+        *shared
+            .server
+            .webhook_secret
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = secret;
+        for provider in &providers {
+            shared.heartbeats.forget(provider);
+        }
+        shared.board.reset_parts();
+        let running = Running::start(Arc::new(agent), shared).map_err(|e| {
+            fail(format!("source: {e}"));
+            exit::CONFIG
+        })?;
+        shared.metrics.reload(true);
+        tracing::info!("configuration reloaded");
+        Ok(running)
+    }
+}
+
+/// Publishes what the source follower saw: the snapshot in force (only
+/// when its commit changes, so an unchanged poll wakes no worker), the
+/// source's state and its metrics.
+async fn bridge(
+    mut outcomes: watch::Receiver<Option<PollOutcome>>,
+    snapshots: watch::Sender<Option<Arc<Snapshot>>>,
+    board: Arc<StatusBoard>,
+    metrics: Arc<Metrics>,
+) {
+    while outcomes.changed().await.is_ok() {
+        let Some(outcome) = outcomes.borrow_and_update().clone() else {
+            continue;
+        };
+        if let Some(failure) = &outcome.failure {
+            metrics.fetch_error();
+            tracing::warn!(
+                "source: {} (failing since {}, {} attempts)",
+                failure.error,
+                crate::time::rfc3339(failure.since),
+                failure.failures
+            );
+        }
+        let snapshot = outcome.snapshot;
+        board.set_source(SourceStatus {
+            commit: snapshot.as_ref().map(|s| s.commit.clone()),
+            commit_time: snapshot.as_ref().map(|s| s.commit_time),
+            failure: outcome
+                .failure
+                .as_ref()
+                .map(|f| (f.error.to_string(), f.since)),
+        });
+        if let Some(snapshot) = snapshot {
+            let age = crate::time::since(std::time::SystemTime::now(), snapshot.commit_time);
+            metrics.source(&snapshot.commit, age.as_secs_f64());
+            let changed = snapshots
+                .borrow()
+                .as_ref()
+                .is_none_or(|current| current.commit != snapshot.commit);
+            if changed {
+                tracing::info!(commit = %snapshot.commit, "new snapshot");
+                snapshots.send_replace(Some(snapshot));
+            }
+        }
+    }
+}

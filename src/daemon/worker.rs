@@ -1,0 +1,183 @@
+//! One provider's worker: reconciles that provider's resources whenever
+//! the source moves, a resync falls due, someone asks (`POST
+//! /v1/reconcile`), or a held action falls due — each resource at its own
+//! time, from its decision's `act_at`. One worker per provider, so a slow
+//! provider never delays another's resources.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use super::health::Heartbeats;
+use super::queue::DueQueue;
+use crate::agent::Agent;
+use crate::reconcile::{Mode, ReconcileError, Scope, reconcile};
+use crate::server::Metrics;
+use crate::source::Snapshot;
+use crate::status::board::StatusBoard;
+use crate::status::build_report;
+
+/// What a worker listens to.
+pub struct WorkerInputs {
+    /// The source's snapshot in force (changes only when the commit does).
+    pub snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+    /// Bumped to reconcile everything now.
+    pub resync: watch::Receiver<u64>,
+    /// Turns true to stop.
+    pub stop: watch::Receiver<bool>,
+    /// Where the worker says it is alive.
+    pub heartbeats: Arc<Heartbeats>,
+}
+
+/// How often an idle worker beats.
+const BEAT: Duration = Duration::from_secs(1);
+
+/// Why a cycle runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wake {
+    /// Everything of the provider.
+    Full,
+    /// These resources fell due.
+    Due(std::collections::BTreeSet<String>),
+    Stop,
+}
+
+/// Runs until told to stop.
+pub async fn run(
+    provider: String,
+    agent: Arc<Agent>,
+    board: Arc<StatusBoard>,
+    metrics: Arc<Metrics>,
+    mut inputs: WorkerInputs,
+) {
+    let resync = agent.config().reconcile.resync;
+    let mut queue = DueQueue::default();
+    let mut next_resync = Instant::now();
+    loop {
+        let wake = next_wake(&provider, &agent, &mut inputs, &mut queue, next_resync).await;
+        let scope = match wake {
+            Wake::Stop => return,
+            Wake::Full => {
+                next_resync = Instant::now() + resync;
+                Scope::Provider {
+                    provider: provider.clone(),
+                    names: None,
+                }
+            }
+            Wake::Due(names) => Scope::Provider {
+                provider: provider.clone(),
+                names: Some(names),
+            },
+        };
+        let Some(snapshot) = inputs.snapshots.borrow_and_update().clone() else {
+            continue;
+        };
+        super::hooks::wedge_point().await;
+        inputs.heartbeats.beat(&provider, true);
+        cycle(
+            &provider, &agent, &board, &metrics, &snapshot, &scope, &mut queue,
+        )
+        .await;
+        inputs.heartbeats.beat(&provider, false);
+        metrics.queue_depth(&provider, queue.len());
+    }
+}
+
+/// Waits for the next reason to reconcile.
+async fn next_wake(
+    provider: &str,
+    agent: &Agent,
+    inputs: &mut WorkerInputs,
+    queue: &mut DueQueue,
+    next_resync: Instant,
+) -> Wake {
+    loop {
+        if *inputs.stop.borrow() {
+            return Wake::Stop;
+        }
+        inputs.heartbeats.beat(provider, false);
+        let has_snapshot = inputs.snapshots.borrow().is_some();
+        let due_in = queue.next().map(|at| {
+            at.duration_since(agent.clock().now())
+                .unwrap_or(Duration::ZERO)
+        });
+        tokio::select! {
+            biased;
+            _ = inputs.stop.changed() => return Wake::Stop,
+            changed = inputs.snapshots.changed() => {
+                if changed.is_err() {
+                    return Wake::Stop;
+                }
+                return Wake::Full;
+            }
+            _ = inputs.resync.changed(), if has_snapshot => return Wake::Full,
+            _ = tokio::time::sleep_until(next_resync.into()), if has_snapshot => return Wake::Full,
+            _ = tokio::time::sleep(BEAT) => {}
+            _ = tokio::time::sleep(due_in.unwrap_or_default()), if has_snapshot && due_in.is_some() => {
+                let due = queue.take_due(agent.clock().now());
+                if !due.is_empty() {
+                    return Wake::Due(due);
+                }
+            }
+        }
+    }
+}
+
+/// One reconcile, its report and its metrics.
+async fn cycle(
+    provider: &str,
+    agent: &Agent,
+    board: &StatusBoard,
+    metrics: &Metrics,
+    snapshot: &Arc<Snapshot>,
+    scope: &Scope,
+    queue: &mut DueQueue,
+) {
+    let started = Instant::now();
+    let full = matches!(scope, Scope::Provider { names: None, .. });
+    let kind = if full { "full" } else { "due" };
+    tracing::debug!(provider, scope = kind, "cycle starts");
+    match reconcile(agent, snapshot, Mode::Apply, scope).await {
+        Ok(outcome) => {
+            let plan = outcome.latest();
+            if full {
+                queue.clear();
+            }
+            queue.update(
+                plan.resources.iter().map(|r| r.name.as_str()),
+                outcome.due(),
+            );
+            metrics.operations(&outcome.operations);
+            for r in &plan.resources {
+                if matches!(r.observed, crate::provider::Observed::Failed(_)) {
+                    metrics.provider_error(provider, "observe");
+                    break;
+                }
+            }
+            board.publish(provider, build_report(agent.config(), plan), !full);
+            if let Some(report) = board.latest() {
+                metrics.fleet(&report);
+            }
+            metrics.cycle(provider, kind, true, started.elapsed().as_secs_f64());
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            metrics.succeeded_at(now);
+            tracing::info!(
+                provider,
+                scope = kind,
+                operations = outcome.operations.len(),
+                "cycle done in {:?}",
+                started.elapsed()
+            );
+        }
+        Err(e) => {
+            if let ReconcileError::State { finished, .. } = &e {
+                metrics.operations(finished);
+            }
+            metrics.cycle(provider, kind, false, started.elapsed().as_secs_f64());
+            tracing::error!(provider, "cycle failed: {e}; retried at the next wake-up");
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The agent's metrics (OpenMetrics text through `prometheus-client`).
+//!
+//! Counters are updated where things happen (a cycle, an operation, a
+//! fetch, a reload); gauges that describe the fleet are set from the merged
+//! status report after every cycle, so `/metrics` and `/v1/status` count
+//! the same resources.
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::engine::State;
+use crate::executor::{Executed, OpOutcome};
+use crate::status::Report;
+
+/// Labels: a list of (name, value) pairs.
+type Labels = Vec<(&'static str, String)>;
+
+fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+}
+
+fn histogram() -> Histogram {
+    // 1 ms to about 65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Every metric the agent exports.
+pub struct Metrics {
+    registry: Registry,
+    cycles: Family<Labels, Counter>,
+    cycle_seconds: Family<Labels, Histogram>,
+    resources: Family<Labels, Gauge>,
+    drifted_fields: Family<Labels, Gauge>,
+    overrides: Family<Labels, Gauge>,
+    pending_deletions: Gauge,
+    operations: Family<Labels, Counter>,
+    provider_errors: Family<Labels, Counter>,
+    queue_depth: Family<Labels, Gauge>,
+    source_commit: Family<Labels, Gauge>,
+    source_commit_age: Gauge<f64, AtomicU64>,
+    fetch_errors: Counter,
+    last_success: Gauge<f64, AtomicU64>,
+    reloads: Family<Labels, Counter>,
+    config_stale: Gauge,
+    ready: Gauge,
+    /// The commit label currently set (replaced, not accumulated).
+    commit: Mutex<Option<String>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("tend"),
+            cycles: Family::default(),
+            cycle_seconds: Family::new_with_constructor(histogram),
+            resources: Family::default(),
+            drifted_fields: Family::default(),
+            overrides: Family::default(),
+            pending_deletions: Gauge::default(),
+            operations: Family::default(),
+            provider_errors: Family::default(),
+            queue_depth: Family::default(),
+            source_commit: Family::default(),
+            source_commit_age: Gauge::default(),
+            fetch_errors: Counter::default(),
+            last_success: Gauge::default(),
+            reloads: Family::default(),
+            config_stale: Gauge::default(),
+            ready: Gauge::default(),
+            commit: Mutex::new(None),
+        };
+        let r = &mut m.registry;
+        r.register(
+            "cycles",
+            "Reconcile cycles by provider, scope and result",
+            m.cycles.clone(),
+        );
+        r.register(
+            "cycle_duration_seconds",
+            "Duration of reconcile cycles by provider and phase",
+            m.cycle_seconds.clone(),
+        );
+        r.register(
+            "resources",
+            "Resources by state (as in /v1/status)",
+            m.resources.clone(),
+        );
+        r.register(
+            "drifted_fields",
+            "Drifted fields by origin",
+            m.drifted_fields.clone(),
+        );
+        r.register(
+            "overrides",
+            "Overrides by status (active, expired)",
+            m.overrides.clone(),
+        );
+        r.register(
+            "pending_deletions",
+            "Removed declarations waiting to be deleted",
+            m.pending_deletions.clone(),
+        );
+        r.register(
+            "operations",
+            "Operations by kind and result",
+            m.operations.clone(),
+        );
+        r.register(
+            "provider_errors",
+            "Provider errors by provider and kind",
+            m.provider_errors.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Resources waiting for a due time, by provider",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "source_commit",
+            "The source commit in force (label commit)",
+            m.source_commit.clone(),
+        );
+        r.register(
+            "source_commit_age_seconds",
+            "Age of the source commit in force",
+            m.source_commit_age.clone(),
+        );
+        r.register(
+            "fetch_errors",
+            "Failed polls of the source",
+            m.fetch_errors.clone(),
+        );
+        r.register(
+            "last_successful_cycle_timestamp_seconds",
+            "When a cycle last finished without error (Unix time)",
+            m.last_success.clone(),
+        );
+        r.register(
+            "config_reloads",
+            "Configuration reloads by result",
+            m.reloads.clone(),
+        );
+        r.register(
+            "config_reload_failed",
+            "1 while the running configuration is not the file's (the last reload was refused)",
+            m.config_stale.clone(),
+        );
+        r.register(
+            "ready",
+            "1 once the first snapshot was reconciled",
+            m.ready.clone(),
+        );
+        m
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// A cycle of `provider` over `scope` (`full` or `due`) ended.
+    pub fn cycle(&self, provider: &str, scope: &str, ok: bool, seconds: f64) {
+        let result = if ok { "ok" } else { "error" };
+        self.cycles
+            .get_or_create(&labels(&[
+                ("provider", provider),
+                ("scope", scope),
+                ("result", result),
+            ]))
+            .inc();
+        self.cycle_seconds
+            .get_or_create(&labels(&[("provider", provider), ("phase", "reconcile")]))
+            .observe(seconds);
+    }
+
+    /// The operations a cycle ran.
+    pub fn operations(&self, operations: &[Executed]) {
+        for op in operations {
+            let result = match &op.outcome {
+                OpOutcome::Done => "done",
+                OpOutcome::DoneWithDifferences(_) => "done-with-differences",
+                OpOutcome::Pending(_) => "pending",
+                OpOutcome::Failed(_) => "failed",
+            };
+            self.operations
+                .get_or_create(&labels(&[("kind", op.kind.as_str()), ("result", result)]))
+                .inc();
+        }
+    }
+
+    /// A provider could not be observed (`kind`: what failed).
+    pub fn provider_error(&self, provider: &str, kind: &str) {
+        self.provider_errors
+            .get_or_create(&labels(&[("provider", provider), ("kind", kind)]))
+            .inc();
+    }
+
+    pub fn queue_depth(&self, provider: &str, depth: usize) {
+        self.queue_depth
+            .get_or_create(&labels(&[("provider", provider)]))
+            .set(depth as i64);
+    }
+
+    pub fn fetch_error(&self) {
+        self.fetch_errors.inc();
+    }
+
+    pub fn succeeded_at(&self, unix_seconds: f64) {
+        self.last_success.set(unix_seconds);
+    }
+
+    pub fn reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "refused" };
+        self.reloads
+            .get_or_create(&labels(&[("result", result)]))
+            .inc();
+        self.config_stale.set(i64::from(!ok));
+    }
+
+    pub fn ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// The source commit in force and its age.
+    pub fn source(&self, commit: &str, age_seconds: f64) {
+        let mut current = self.commit.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_deref() != Some(commit) {
+            if let Some(old) = current.take() {
+                self.source_commit.remove(&labels(&[("commit", &old)]));
+            }
+            self.source_commit
+                .get_or_create(&labels(&[("commit", commit)]))
+                .set(1);
+            *current = Some(commit.to_string());
+        }
+        self.source_commit_age.set(age_seconds);
+    }
+
+    /// Sets the fleet gauges from the merged report.
+    pub fn fleet(&self, report: &Report) {
+        const STATES: [State; 10] = [
+            State::InSync,
+            State::Drifted,
+            State::Missing,
+            State::Overridden,
+            State::Blocked,
+            State::Unconvergeable,
+            State::Deleting,
+            State::Stalled,
+            State::Released,
+            State::Error,
+        ];
+        for state in STATES {
+            let count = report.resources.iter().filter(|r| r.state == state).count();
+            let name = format!("{state:?}");
+            self.resources
+                .get_or_create(&labels(&[("state", &name)]))
+                .set(count as i64);
+        }
+        for origin in ["declared", "out-of-band"] {
+            let count = report
+                .resources
+                .iter()
+                .flat_map(|r| &r.drift)
+                .filter(|d| crate::status::render::origin(d.origin) == origin)
+                .count();
+            self.drifted_fields
+                .get_or_create(&labels(&[("origin", origin)]))
+                .set(count as i64);
+        }
+        for (status, expired) in [("active", false), ("expired", true)] {
+            let count = report
+                .resources
+                .iter()
+                .filter_map(|r| r.override_.as_ref())
+                .filter(|o| o.expired == expired)
+                .count();
+            self.overrides
+                .get_or_create(&labels(&[("status", status)]))
+                .set(count as i64);
+        }
+        let deleting = report
+            .resources
+            .iter()
+            .filter(|r| matches!(r.state, State::Deleting | State::Stalled))
+            .count();
+        self.pending_deletions.set(deleting as i64);
+    }
+}

@@ -1,0 +1,226 @@
+//! The daemon's HTTP server (axum, on `[server] listen`): `/healthz`,
+//! `/readyz`, `/metrics`, `/v1/status[/{name}]`, `POST /hooks/git`,
+//! `POST /v1/reconcile`, and the latest report at `/`.
+//!
+//! # Guarantees
+//! * A webhook triggers a fetch only when its signature (or token) matches
+//!   the webhook secret; anything else is 401 and triggers nothing.
+//! * Request bodies are capped at 1 MiB and must arrive within 10 s.
+//! * No response carries a secret: the reports never hold one, and errors
+//!   name what failed, not the credential.
+
+pub mod metrics;
+pub mod webhook;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::sync::watch;
+
+pub use metrics::Metrics;
+
+use crate::source::Trigger;
+use crate::status::board::StatusBoard;
+
+/// The largest request body read.
+pub const MAX_BODY: usize = 1024 * 1024;
+/// How long a request body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the server reads and the wake-ups it can cause.
+pub struct ServerState {
+    pub board: Arc<StatusBoard>,
+    pub metrics: Arc<Metrics>,
+    /// Fires a fetch of the source now (replaced at a reload).
+    pub fetch: Mutex<Option<Trigger>>,
+    /// Bumped to make every provider worker reconcile now.
+    pub resync: watch::Sender<u64>,
+    /// Replaced at a reload.
+    pub webhook_secret: Mutex<Option<Vec<u8>>>,
+    /// Every provider has reported at least once.
+    pub ready: watch::Receiver<bool>,
+}
+
+impl ServerState {
+    fn fire_fetch(&self) {
+        if let Some(trigger) = self
+            .fetch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            trigger.fire();
+        }
+    }
+}
+
+/// The routes.
+pub fn router(state: Arc<ServerState>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/status", get(status))
+        .route("/v1/status/{name}", get(status_of))
+        .route("/v1/reconcile", post(reconcile_now))
+        .route("/hooks/git", post(git_hook))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<ServerState>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body.into(),
+    )
+        .into_response()
+}
+
+fn json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec_pretty(value) {
+        Ok(bytes) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode: {e}\n"),
+        ),
+    }
+}
+
+fn not_yet() -> Response {
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no cycle has finished yet\n",
+    )
+}
+
+async fn index(State(state): State<Arc<ServerState>>) -> Response {
+    match state.board.latest() {
+        Some(report) => text(StatusCode::OK, crate::status::render::text(&report, false)),
+        None => not_yet(),
+    }
+}
+
+async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
+    if *state.ready.borrow() {
+        text(StatusCode::OK, "ready\n")
+    } else {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: waiting for the first snapshot and the first cycle\n",
+        )
+    }
+}
+
+async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn status(State(state): State<Arc<ServerState>>) -> Response {
+    match state.board.latest() {
+        Some(report) => json(report.as_ref()),
+        None => not_yet(),
+    }
+}
+
+async fn status_of(State(state): State<Arc<ServerState>>, Path(name): Path<String>) -> Response {
+    let Some(report) = state.board.latest() else {
+        return not_yet();
+    };
+    match report.resources.iter().find(|r| r.name == name) {
+        Some(resource) => json(resource),
+        None => text(
+            StatusCode::NOT_FOUND,
+            format!("no resource named `{name}`\n"),
+        ),
+    }
+}
+
+/// Reads a request body within the size and time limits.
+async fn body(request: Request) -> Result<(HeaderMap, axum::body::Bytes), Response> {
+    let (parts, body): (_, Body) = request.into_parts();
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(bytes)) => Ok((parts.headers, bytes)),
+        Ok(Err(_)) => Err(text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {MAX_BODY} bytes\n"),
+        )),
+        Err(_) => Err(text(
+            StatusCode::REQUEST_TIMEOUT,
+            "the body did not arrive in time\n",
+        )),
+    }
+}
+
+async fn reconcile_now(State(state): State<Arc<ServerState>>, request: Request) -> Response {
+    if let Err(response) = body(request).await {
+        return response;
+    }
+    state.fire_fetch();
+    state.resync.send_modify(|n| *n += 1);
+    text(
+        StatusCode::ACCEPTED,
+        "a fetch and a reconcile of every resource are on their way\n",
+    )
+}
+
+async fn git_hook(State(state): State<Arc<ServerState>>, request: Request) -> Response {
+    let (headers, bytes) = match body(request).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let secret = state
+        .webhook_secret
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let Some(secret) = secret else {
+        return text(
+            StatusCode::UNAUTHORIZED,
+            "webhooks are not accepted: [server] webhook_secret_file is not configured\n",
+        );
+    };
+    match webhook::verify(&headers, &bytes, &secret) {
+        Ok(format) => {
+            tracing::info!(format, "webhook accepted: fetching now");
+            state.fire_fetch();
+            text(StatusCode::ACCEPTED, "fetching\n")
+        }
+        Err(refusal) => {
+            tracing::warn!("webhook refused: {}", refusal.as_str());
+            text(StatusCode::UNAUTHORIZED, format!("{}\n", refusal.as_str()))
+        }
+    }
+}

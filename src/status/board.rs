@@ -1,0 +1,104 @@
+//! The running agent's status: the last report of each provider worker,
+//! merged into one report for `/v1/status`, `/metrics` and systemd's
+//! status line, and the state of the source.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::watch;
+
+use super::Report;
+
+/// The source as the agent last saw it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceStatus {
+    pub commit: Option<String>,
+    pub commit_time: Option<SystemTime>,
+    /// The current failure: message and since when.
+    pub failure: Option<(String, SystemTime)>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    parts: BTreeMap<String, Report>,
+    merged: Option<Arc<Report>>,
+    source: SourceStatus,
+}
+
+/// Shared between the workers (writers) and the server (reader).
+#[derive(Debug)]
+pub struct StatusBoard {
+    inner: Mutex<Inner>,
+    /// Bumped at every change, for whoever waits on one.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for StatusBoard {
+    fn default() -> Self {
+        StatusBoard {
+            inner: Mutex::default(),
+            changes: watch::Sender::new(0),
+        }
+    }
+}
+
+impl StatusBoard {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A worker's report of `provider`. `partial`: it covers only some of
+    /// the provider's resources (the due ones), which replace their earlier
+    /// entries; otherwise it replaces the provider's report.
+    pub fn publish(&self, provider: &str, report: Report, partial: bool) {
+        let mut inner = self.lock();
+        let part = match (partial, inner.parts.remove(provider)) {
+            (true, Some(mut old)) => {
+                old.resources
+                    .retain(|r| !report.resources.iter().any(|n| n.name == r.name));
+                old.resources.extend(report.resources);
+                old.resources.sort_by(|a, b| a.name.cmp(&b.name));
+                old.source = report.source;
+                old.errors = report.errors;
+                old.summary = super::report::Summary::of(&old.resources, old.errors.len());
+                old
+            }
+            _ => report,
+        };
+        inner.parts.insert(provider.to_string(), part);
+        inner.merged = Report::merge(inner.parts.values()).map(Arc::new);
+        drop(inner);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Forgets every worker's report (after a reload the providers may be
+    /// others); the merged report stays until a new one is published.
+    pub fn reset_parts(&self) {
+        self.lock().parts.clear();
+    }
+
+    /// The merged report, once any worker reported.
+    pub fn latest(&self) -> Option<Arc<Report>> {
+        self.lock().merged.clone()
+    }
+
+    /// How many providers have reported since the last reset.
+    pub fn reported(&self) -> usize {
+        self.lock().parts.len()
+    }
+
+    pub fn set_source(&self, source: SourceStatus) {
+        self.lock().source = source;
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    pub fn source(&self) -> SourceStatus {
+        self.lock().source.clone()
+    }
+
+    /// Notified at every change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}

@@ -541,3 +541,136 @@ fn a_sighting_stored_in_the_old_debug_form_keeps_its_clock() {
         "the first sighting was carried over"
     );
 }
+
+#[test]
+fn an_approved_deletion_that_can_never_run_does_not_keep_the_guard_tripped() {
+    let names: Vec<String> = (1..=4).map(|i| format!("db{i}")).collect();
+    let files: Vec<(String, String)> = names.iter().map(|n| deletable(n)).collect();
+    let mut env = Env::new(&files);
+    env.configure(|c| {
+        c.reconcile("deletion_delay", "\"0s\"")
+            .reconcile("max_deletions", "1")
+    });
+    env.apply(0);
+    // db1 loses tend's marker at the provider: it can never be deleted.
+    let sandbox = env.sandbox();
+    let mut state = sandbox.load().unwrap();
+    state.databases.get_mut("db1").unwrap().labels.clear();
+    sandbox.save(&state).unwrap();
+    env.repo.remove("db1.yaml").remove("db2.yaml");
+    env.repo.commit("remove two");
+    env.apply(2);
+    assert_eq!(
+        env.databases().len(),
+        4,
+        "two due against a limit of one: held"
+    );
+    env.tend(
+        &["deletions", "approve", "db1", "db2", "--reason", "CHG-1"],
+        0,
+    );
+    let report = env.apply(2);
+    assert_eq!(env.databases(), ["db1", "db3", "db4"]);
+    assert_eq!(
+        resource(&report, "db1")["state"],
+        "Blocked",
+        "not ours: never deleted"
+    );
+    // One more removal is within the limit: it goes without an approval.
+    env.repo.remove("db3.yaml");
+    env.repo.commit("remove one more");
+    env.apply(2);
+    assert_eq!(env.databases(), ["db1", "db4"]);
+}
+
+#[test]
+fn plan_reads_a_state_written_before_the_guard_tables_existed() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    let db = env.state_db();
+    db.execute_batch(
+        "DROP TABLE deletion_holds; DROP TABLE deletion_approvals; DROP INDEX intents_by_state;
+         UPDATE meta SET value = '2' WHERE key = 'format';
+         UPDATE meta SET value = '1' WHERE key = 'min_reader_format';",
+    )
+    .unwrap();
+    drop(db);
+    let plan = env.plan(0);
+    assert_eq!(resource(&plan, "orders")["state"], "InSync");
+    env.tend(&["deletions", "list"], 0);
+    env.tend(&["state", "show"], 0);
+    // The writer migrates it.
+    env.apply(0);
+    let format: String = env
+        .state_db()
+        .query_row("SELECT value FROM meta WHERE key = 'format'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(format, "3");
+}
+
+#[test]
+fn a_pending_intent_of_a_resource_with_unreadable_state_is_not_replayed() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    env.tend(
+        &["override", "set", "orders", "--pause", "--reason", "INC-5"],
+        0,
+    );
+    let db = env.state_db();
+    // The create looks unconfirmed again, and the pause cannot be read.
+    db.execute_batch(
+        "UPDATE intents SET state = 'pending', attempts = 1 WHERE kind = 'create';
+         UPDATE local_overrides SET annotations = '{' WHERE name = 'orders';",
+    )
+    .unwrap();
+    drop(db);
+    let report = env.apply(1);
+    let orders = resource(&report, "orders");
+    assert_eq!(orders["state"], "Error");
+    assert!(
+        orders["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be read"),
+        "{orders:#}"
+    );
+    let (state, attempts): (String, i64) = env
+        .state_db()
+        .query_row(
+            "SELECT state, attempts FROM intents WHERE kind = 'create'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (state.as_str(), attempts),
+        ("pending", 1),
+        "neither replayed nor dropped"
+    );
+}
+
+#[test]
+fn a_writer_sweeps_the_private_refs_of_readers_that_died() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    let repo = env.state().join("source/repo.git");
+    let head = env.repo.head();
+    for name in [
+        "refs/tend/readers/999999999-1/heads/main",
+        &format!("refs/tend/readers/{}-2/heads/main", std::process::id()),
+    ] {
+        support::git::git(&repo, &["update-ref", name, &head]);
+    }
+    env.apply(0);
+    let left = support::git::git(
+        &repo,
+        &["for-each-ref", "--format=%(refname)", "refs/tend/readers/"],
+    );
+    assert_eq!(
+        left,
+        format!("refs/tend/readers/{}-2/heads/main", std::process::id()),
+        "only the dead reader's ref goes"
+    );
+}

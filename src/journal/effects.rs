@@ -65,7 +65,7 @@ pub enum Effect {
         fingerprint: String,
         first_seen: SystemTime,
     },
-    /// The mass-deletion guard holds these deletions.
+    /// The mass-deletion guard holds exactly these deletions.
     HoldDeletions {
         names: Vec<String>,
         hold: HeldDeletion,

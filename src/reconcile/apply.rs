@@ -30,21 +30,35 @@ pub(super) async fn apply_cycle<'s>(
         // Replayed intents change what is remembered: read it again.
         preloaded = None;
     }
-    let plan = plan_cycle(agent, snapshot, Mode::Apply, scope, &replayed, preloaded).await?;
-    let run = execute_decisions(agent, &ctx, &plan).await;
-    operations.extend(run.0);
+    let keep = |operations: &[Executed]| {
+        let finished = operations.to_vec();
+        move |error| ReconcileError::State { error, finished }
+    };
+    let plan = plan_cycle(agent, snapshot, Mode::Apply, scope, &replayed, preloaded)
+        .await
+        .map_err(keep(&operations))?;
+    let (ran, error) = execute_decisions(agent, &ctx, &plan).await;
+    operations.extend(ran);
     operations.sort_by(|a, b| a.name.cmp(&b.name));
-    if let Some(error) = run.1 {
+    if let Some(error) = error {
         return Err(ReconcileError::State {
             error,
             finished: operations,
         });
     }
+    // A deletion that failed (replayed or new) says why on its tombstone,
+    // for `Stalled`.
+    let failed_deletes = deletion_errors(&operations, agent.clock().now());
+    blocking(&ctx.store, move |s| commit(s, &failed_deletes))
+        .await
+        .map_err(keep(&operations))?;
     let plan = if operations.is_empty() {
         plan
     } else {
         drop(plan);
-        plan_cycle(agent, snapshot, Mode::Plan, scope, &HashSet::new(), None).await?
+        plan_cycle(agent, snapshot, Mode::Plan, scope, &HashSet::new(), None)
+            .await
+            .map_err(keep(&operations))?
     };
     Ok(Outcome { plan, operations })
 }
@@ -82,6 +96,9 @@ async fn replay_pending(
                 .pending
                 .iter()
                 .filter(|p| scope.admits(&p.op.name, &p.op.request.provider))
+                // A resource whose state cannot be read is left alone:
+                // its intent stays pending, neither replayed nor dropped.
+                .filter(|p| !inputs.corrupt.contains_key(&p.op.name))
                 .map(|p| p.op.clone())
                 .collect();
             Ok(Replay::sort(pending, &declarations, &paused))
@@ -118,10 +135,10 @@ async fn replay_pending(
     }
 }
 
-/// Runs every decision that has an operation; a deletion's request and
-/// its failure are remembered on its tombstone (for `Stalled`). Returns
-/// the outcomes, and the state-store failure that stopped new work, if
-/// one did.
+/// Runs every decision that has an operation; a deletion's request is
+/// remembered on its tombstone first (for `Stalled`). Returns the
+/// outcomes, and the state-store failure that stopped new work, if one
+/// did.
 async fn execute_decisions(
     agent: &Agent,
     ctx: &ExecContext,
@@ -158,11 +175,12 @@ async fn execute_decisions(
         agent.progress(),
     )
     .await;
-    if run.error.is_some() {
-        return (run.finished, run.error);
-    }
-    let failed_deletes: Vec<Effect> = run
-        .finished
+    (run.finished, run.error)
+}
+
+/// The failure of each deletion among `operations`, as tombstone progress.
+fn deletion_errors(operations: &[Executed], now: std::time::SystemTime) -> Vec<Effect> {
+    operations
         .iter()
         .filter_map(|e| match (&e.kind, &e.outcome) {
             (OperationKind::Delete, OpOutcome::Pending(error) | OpOutcome::Failed(error)) => {
@@ -174,11 +192,7 @@ async fn execute_decisions(
             }
             _ => None,
         })
-        .collect();
-    let error = blocking(&ctx.store, move |s| commit(s, &failed_deletes))
-        .await
-        .err();
-    (run.finished, error)
+        .collect()
 }
 
 /// The operation that carries out a planned resource's decision.

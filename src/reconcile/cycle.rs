@@ -147,17 +147,24 @@ fn guard(
     inputs: &mut Inputs,
     memories: &HashMap<String, Memory>,
 ) -> (DeletionGuard, Option<Effect>) {
+    let had_holds = !inputs.held_deletions.is_empty();
     // A restored declaration's hold goes with its tombstone (an effect of
-    // this cycle): it must not keep the guard tripped meanwhile.
-    inputs
-        .held_deletions
-        .retain(|name, _| declared(snapshot, name).is_none());
+    // this cycle), and an approved one's with the approval: neither may keep
+    // the guard tripped.
+    inputs.held_deletions.retain(|name, _| {
+        declared(snapshot, name).is_none() && !inputs.approvals.contains_key(name)
+    });
+    // What an operator approved is allowed by name: it does not count
+    // toward the limit (an approved deletion that can never run, say of a
+    // database without this agent's marker, must not trip the guard for
+    // every later deletion).
     let due: Vec<DueDeletion<'_>> = routing
         .due_deletions
         .iter()
+        .filter(|name| !inputs.approvals.contains_key(*name))
         .map(|name| DueDeletion {
             name,
-            approved: inputs.approvals.contains_key(name),
+            approved: false,
         })
         .collect();
     let guard = DeletionGuard::evaluate(
@@ -172,7 +179,6 @@ fn guard(
         Some(hold) => {
             let mut names: Vec<String> = due
                 .iter()
-                .filter(|d| !d.approved)
                 .map(|d| d.name.to_string())
                 .chain(inputs.held_deletions.keys().cloned())
                 .collect();
@@ -180,7 +186,7 @@ fn guard(
             names.dedup();
             Some(Effect::HoldDeletions { names, hold })
         }
-        None if !inputs.held_deletions.is_empty() => Some(Effect::ReleaseDeletions),
+        None if had_holds => Some(Effect::ReleaseDeletions),
         None => None,
     };
     (guard, effect)

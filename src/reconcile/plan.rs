@@ -68,33 +68,38 @@ pub fn plan_subject<'s>(
         PlannedSubject::Unreadable => (String::new(), crate::model::SpecHash(String::new())),
     };
     let decision = match ctx.inputs.corrupt.get(&name) {
+        // Unreadable state: reported as it is, nothing remembered (no
+        // gate may replace this verdict).
         Some(problems) => Decision::new(
             State::Error,
             Action::None,
             Rule::CorruptState,
             corrupt_reason(&name, problems),
         ),
-        None => decide_subject(
-            ctx,
-            provider,
-            capabilities,
-            &name,
-            &subject,
-            &observed,
-            &memory,
-            effects,
-        ),
-    };
-    let decision = match ctx.gates.get(&name) {
-        Some(work) => hold_behind(decision, &name, WorkGate::Pending(work)),
-        None if ctx.just_replayed.contains(&name) => {
-            hold_behind(decision, &name, WorkGate::JustReplayed)
+        None => {
+            let decision = decide_subject(
+                ctx,
+                provider,
+                capabilities,
+                &name,
+                &subject,
+                &observed,
+                &memory,
+                effects,
+            );
+            let decision = match ctx.gates.get(&name) {
+                Some(work) => hold_behind(decision, &name, WorkGate::Pending(work)),
+                None if ctx.just_replayed.contains(&name) => {
+                    hold_behind(decision, &name, WorkGate::JustReplayed)
+                }
+                None => decision,
+            };
+            remember(
+                &name, &subject, &observed, &memory, &decision, ctx.now, effects,
+            );
+            decision
         }
-        None => decision,
     };
-    remember(
-        &name, &subject, &observed, &memory, &decision, ctx.now, effects,
-    );
     PlannedResource {
         operation: operation_kind(decision.action).map(|kind| super::PlannedOperationId {
             kind,
@@ -286,7 +291,7 @@ fn remember(
                 name: name.to_string(),
             });
         }
-        PlannedSubject::Declared(d) if decision.rule != Rule::CorruptState => {
+        PlannedSubject::Declared(d) => {
             if !matches!(observed, Observed::Failed(_)) {
                 let mut fields: Vec<String> = decision
                     .drift

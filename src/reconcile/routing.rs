@@ -40,7 +40,7 @@ pub struct Routing<'s> {
     /// removed declaration whose provider is gone).
     pub undecidable: Vec<PlannedResource<'s>>,
     /// Removed declarations whose deletion is due, in or out of scope (the
-    /// mass-deletion guard counts the whole fleet).
+    /// mass-deletion guard counts the whole fleet), at a configured provider.
     pub due_deletions: Vec<String>,
     pub effects: Vec<Effect>,
 }
@@ -187,17 +187,8 @@ impl<'s> Routing<'s> {
         now: SystemTime,
     ) {
         let tombstones = self.tombstones(snapshot, inputs, now);
-        self.due_deletions.extend(
-            tombstones
-                .iter()
-                .filter(|t| is_due(t, policy, now))
-                .map(|t| t.last.metadata.name.clone()),
-        );
         for tomb in tombstones {
             let name = tomb.last.metadata.name.clone();
-            if !scope.contains(&name) {
-                continue;
-            }
             // Where tend manages it, else where the declaration said.
             let remembered = inputs.memories.get(&name).and_then(|m| m.provider.clone());
             let provider = match remembered {
@@ -207,6 +198,14 @@ impl<'s> Routing<'s> {
                     .map(str::to_string)
                     .map_err(|_| tomb.last.spec.provider.clone().unwrap_or_default()),
             };
+            // Counted fleet-wide, whatever the scope; a deletion that can
+            // never run (its provider is gone) does not count.
+            if provider.is_ok() && is_due(&tomb, policy, now) {
+                self.due_deletions.push(name.clone());
+            }
+            if !scope.contains(&name) {
+                continue;
+            }
             match provider {
                 Ok(provider) if !scope.admits(&name, &provider) => {}
                 Ok(provider) => {

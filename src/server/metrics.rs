@@ -163,6 +163,10 @@ impl Metrics {
             "1 once the first snapshot was reconciled",
             m.ready.clone(),
         );
+        // Counters a dashboard alerts on exist from the start, at zero.
+        for result in ["ok", "refused"] {
+            drop(m.reloads.get_or_create(&labels(&[("result", result)])));
+        }
         m
     }
 

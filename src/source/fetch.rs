@@ -69,6 +69,9 @@ pub fn fetch(
     into: FetchInto,
 ) -> Result<Option<Oid>, SourceError> {
     let repo = open_or_init(dir)?;
+    if into == FetchInto::Tracking {
+        sweep_reader_refs(&repo);
+    }
     let tracking = tracking_ref(settings.branch);
     let first = repo.find_reference(&tracking).is_err();
     let local = match into {
@@ -104,7 +107,12 @@ pub fn fetch(
         .prune(FetchPrune::On)
         .update_fetchhead(false)
         .custom_headers(&header_refs);
-    if first && let Some(depth) = settings.depth {
+    // A reader never makes the repository shallow: that is the writer's
+    // choice, made at its first fetch.
+    if first
+        && into == FetchInto::Tracking
+        && let Some(depth) = settings.depth
+    {
         options.depth(i32::try_from(depth).unwrap_or(i32::MAX));
     }
 
@@ -136,6 +144,31 @@ pub fn fetch(
             path: dir.display().to_string(),
             message: e.message().to_string(),
         }),
+    }
+}
+
+/// Deletes the private refs of readers that died before deleting their
+/// own (a `tend plan` killed mid-fetch): a ref under `refs/tend/readers/`
+/// names its process, and only a process that no longer exists loses it.
+fn sweep_reader_refs(repo: &Repository) {
+    let Ok(refs) = repo.references_glob("refs/tend/readers/*") else {
+        return;
+    };
+    let mut dead: Vec<String> = Vec::new();
+    for r in refs.flatten() {
+        let Ok(name) = r.name() else { continue };
+        let pid = name
+            .strip_prefix("refs/tend/readers/")
+            .and_then(|rest| rest.split(['-', '/']).next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            dead.push(name.to_string());
+        }
+    }
+    for name in dead {
+        if let Ok(mut r) = repo.find_reference(&name) {
+            let _ = r.delete();
+        }
     }
 }
 

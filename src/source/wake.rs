@@ -90,7 +90,9 @@ fn watch(git_dir: &Path, trigger: Trigger) -> Result<notify::RecommendedWatcher,
         message: format!("cannot watch for new commits: {e}"),
     };
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        // Only changes: reading the refs (every fetch does) is an access
+        // event, and waking on it would fetch forever.
+        if event.is_ok_and(|e| e.kind.is_create() || e.kind.is_modify() || e.kind.is_remove()) {
             trigger.fire();
         }
     })

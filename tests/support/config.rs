@@ -64,6 +64,11 @@ impl TendConfig {
         self
     }
 
+    pub fn server(mut self, key: &str, value: &str) -> Self {
+        self.set("server", key, value);
+        self
+    }
+
     pub fn status(mut self, key: &str, value: &str) -> Self {
         self.set("status", key, value);
         self

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod config;
+pub mod daemon;
 pub mod git;
 pub mod postgres;
 

@@ -363,6 +363,8 @@ impl StateStore {
 
     /// A readable summary for `tend state show`.
     pub fn summary(&self) -> Result<String, StateError> {
+        // Before taking the connection: these take it themselves.
+        let (held, approved) = (self.held_deletions()?.len(), self.approvals()?.len());
         let conn = self.conn();
         let count = |sql: &str| {
             conn.query_row(sql, [], |r| r.get::<_, i64>(0))
@@ -385,8 +387,8 @@ impl StateStore {
             count("SELECT count(*) FROM intents WHERE state = 'failed'")?,
             count("SELECT count(*) FROM tombstones")?,
             count("SELECT count(*) FROM local_overrides")?,
-            count("SELECT count(*) FROM deletion_holds")?,
-            count("SELECT count(*) FROM deletion_approvals")?,
+            held,
+            approved,
         ));
         Ok(out)
     }

@@ -410,8 +410,25 @@ impl StateStore {
             .collect())
     }
 
+    /// Whether the database has `table`: a reader never migrates, so a
+    /// state written by an older format lacks the newer tables (read as
+    /// empty: nothing was held or approved before they existed).
+    pub(super) fn has_table(&self, table: &str) -> Result<bool, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.err(e))
+    }
+
     /// Approvals of held deletions, by resource.
     pub fn approvals(&self) -> Result<HashMap<String, Approval>, StateError> {
+        if !self.has_table("deletion_approvals")? {
+            return Ok(HashMap::new());
+        }
         let conn = self.conn();
         let mut stmt = conn
             .prepare("SELECT name, reason, approved_ms FROM deletion_approvals")
@@ -432,6 +449,9 @@ impl StateStore {
 
     /// Deletions the mass-deletion guard holds, by resource.
     pub fn held_deletions(&self) -> Result<HashMap<String, HeldDeletion>, StateError> {
+        if !self.has_table("deletion_holds")? {
+            return Ok(HashMap::new());
+        }
         let conn = self.conn();
         let mut stmt = conn
             .prepare("SELECT name, since_ms, due_together FROM deletion_holds")

@@ -359,8 +359,9 @@ impl Tx<'_> {
         )
     }
 
-    /// Remembers that the guard holds these deletions.
+    /// Remembers that the guard holds exactly these deletions.
     pub fn hold_deletions(&self, names: &[String], hold: HeldDeletion) -> Result<(), StateError> {
+        self.exec("DELETE FROM deletion_holds", [])?;
         for name in names {
             self.exec(
                 "INSERT INTO deletion_holds (name, since_ms, due_together) VALUES (?1, ?2, ?3)

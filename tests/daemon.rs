@@ -1,0 +1,478 @@
+//! `tend run` as a real process: systemd notifications, the watchdog,
+//! signals, reloads, the HTTP endpoints and webhooks, resync and due
+//! times, with real Git and the sandbox provider.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::TendCommand;
+use support::config::TendConfig;
+use support::daemon::Daemon;
+use support::git::{TestRepo, free_port, manifest};
+use tend::provider::sandbox::SandboxProvider;
+
+const SECRET: &str = "hunter2-webhook-secret";
+
+struct Env {
+    repo: TestRepo,
+    dir: tempfile::TempDir,
+    config: TendConfig,
+    port: u16,
+}
+
+impl Env {
+    /// One declaration (`orders`), a one-hour poll and resync, a webhook
+    /// secret.
+    fn new(change: impl FnOnce(TendConfig) -> TendConfig) -> Self {
+        let repo = TestRepo::new();
+        repo.write("orders.yaml", &manifest("orders", 10));
+        repo.commit("orders");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("webhook-secret"), format!("{SECRET}\n")).unwrap();
+        let port = free_port();
+        let config = change(
+            TendConfig::new(dir.path(), &repo.url())
+                .source("interval", "\"1h\"")
+                .reconcile("resync", "\"1h\"")
+                .reconcile("drift_grace", "\"10m\"")
+                .server("listen", &format!("\"127.0.0.1:{port}\""))
+                .server("webhook_secret_file", "\"webhook-secret\""),
+        );
+        config.write();
+        Env {
+            repo,
+            dir,
+            config,
+            port,
+        }
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("tend.toml")
+    }
+
+    fn start(&self, env: &[(&str, &str)]) -> Daemon {
+        let daemon = Daemon::start(&self.config_path(), self.port, env);
+        daemon.wait_ready();
+        daemon
+    }
+
+    fn sandbox(&self) -> SandboxProvider {
+        SandboxProvider::new(
+            "sandbox",
+            &self.config.state_dir(),
+            Duration::ZERO,
+            Default::default(),
+        )
+    }
+
+    fn limit_at_provider(&self, name: &str) -> Value {
+        self.sandbox()
+            .load()
+            .unwrap()
+            .databases
+            .get(name)
+            .map_or(Value::Null, |db| db.fields["connectionLimit"].clone())
+    }
+
+    fn edit_limit(&self, name: &str, limit: i64) {
+        let sandbox = self.sandbox();
+        let mut state = sandbox.load().unwrap();
+        state
+            .databases
+            .get_mut(name)
+            .unwrap()
+            .fields
+            .insert("connectionLimit".into(), json!(limit));
+        sandbox.save(&state).unwrap();
+    }
+}
+
+fn resource<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
+    report["resources"]
+        .as_array()?
+        .iter()
+        .find(|r| r["name"] == name)
+}
+
+#[test]
+fn systemd_hears_ready_status_watchdog_reloading_and_stopping() {
+    let env = Env::new(|c| c);
+    let mut daemon = env.start(&[("WATCHDOG_USEC", "1000000")]);
+    let mut seen = Vec::new();
+    daemon.wait_for(
+        "READY=1, STATUS= and two WATCHDOG=1",
+        Duration::from_secs(5),
+        || {
+            seen.extend(daemon.notifications());
+            seen.iter().any(|m| m.contains("READY=1"))
+                && seen.iter().any(|m| {
+                    m.starts_with("STATUS=commit ") && m.contains("1 resources, 1 in sync")
+                })
+                && seen.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 2
+        },
+    );
+    daemon.signal("HUP");
+    daemon.wait_for("RELOADING=1 then READY=1", Duration::from_secs(10), || {
+        seen.extend(daemon.notifications());
+        let reloading = seen.iter().position(|m| m.contains("RELOADING=1"));
+        reloading.is_some_and(|i| seen[i..].iter().any(|m| m.contains("READY=1")))
+    });
+    daemon.signal("TERM");
+    assert_eq!(daemon.wait_exit(Duration::from_secs(30)), Some(0));
+    seen.extend(daemon.notifications());
+    assert!(seen.iter().any(|m| m.contains("STOPPING=1")), "{seen:?}");
+}
+
+#[test]
+fn a_wedged_loop_stops_the_watchdog_though_http_still_answers() {
+    let env = Env::new(|c| c);
+    let daemon = env.start(&[("WATCHDOG_USEC", "1000000"), ("TEND_TEST_WEDGE", "1")]);
+    daemon.wait_for("a first WATCHDOG=1", Duration::from_secs(5), || {
+        daemon
+            .notifications()
+            .iter()
+            .any(|m| m.contains("WATCHDOG=1"))
+    });
+    // The next cycle hangs (the test-only wedge).
+    let r = daemon.request("POST", "/v1/reconcile", &[], b"").unwrap();
+    assert_eq!(r.status, 202);
+    std::thread::sleep(Duration::from_millis(2500));
+    daemon.notifications();
+    std::thread::sleep(Duration::from_millis(2500));
+    let late = daemon.notifications();
+    assert!(
+        !late.iter().any(|m| m.contains("WATCHDOG=1")),
+        "the watchdog was still pinged by a wedged agent: {late:?}"
+    );
+    assert_eq!(
+        daemon.get("/healthz").unwrap().status,
+        200,
+        "HTTP still answers"
+    );
+    assert!(
+        daemon.log().contains("not making progress"),
+        "{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn metrics_are_openmetrics_and_count_what_status_reports() {
+    let env = Env::new(|c| c);
+    env.repo.write("billing.yaml", &manifest("billing", 5));
+    env.repo.commit("billing");
+    let daemon = env.start(&[]);
+    env.edit_limit("orders", 99);
+    daemon.request("POST", "/v1/reconcile", &[], b"");
+    daemon.wait_for("orders drifted", Duration::from_secs(10), || {
+        resource(&daemon.status(), "orders").is_some_and(|r| r["state"] == "Drifted")
+    });
+    let status = daemon.status();
+    let metrics = daemon.get("/metrics").unwrap();
+    assert_eq!(metrics.status, 200);
+    let text = metrics.body;
+    assert!(
+        text.ends_with("# EOF\n"),
+        "OpenMetrics ends with # EOF: {text}"
+    );
+    for family in [
+        "tend_resources",
+        "tend_cycles",
+        "tend_operations",
+        "tend_source_commit_age_seconds",
+        "tend_last_successful_cycle_timestamp_seconds",
+        "tend_config_reloads",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "{family} missing:\n{text}"
+        );
+    }
+    let gauge = |state: &str| -> u64 {
+        let prefix = format!("tend_resources{{state=\"{state}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        gauge("InSync"),
+        status["summary"]["inSync"].as_u64().unwrap()
+    );
+    assert_eq!(
+        gauge("Drifted"),
+        status["summary"]["drifted"].as_u64().unwrap()
+    );
+    assert_eq!(
+        gauge("InSync") + gauge("Drifted"),
+        status["summary"]["total"].as_u64().unwrap()
+    );
+    let one = daemon.get("/v1/status/orders").unwrap();
+    assert_eq!(one.status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&one.body).unwrap()["state"],
+        "Drifted"
+    );
+    assert_eq!(daemon.get("/v1/status/nope").unwrap().status, 404);
+}
+
+fn sign(body: &[u8]) -> String {
+    tend::server::webhook::sign(SECRET.as_bytes(), body)
+}
+
+#[test]
+fn a_signed_webhook_fetches_at_once_and_unsigned_ones_trigger_nothing() {
+    // Served by `git daemon`: no local watch, only the hook (and a one-hour
+    // poll) can make the agent fetch.
+    let served = tempfile::tempdir().unwrap();
+    let work = TestRepo::new();
+    work.write("orders.yaml", &manifest("orders", 10));
+    work.commit("orders");
+    let bare = work.bare_clone(served.path());
+    let git_daemon = support::git::GitDaemon::start(served.path());
+    let env = Env::new(|c| c.source("url", &format!("\"{}\"", git_daemon.url("repo.git"))));
+    let push = |message: &str| {
+        let commit = work.commit(message);
+        work.git(&["push", "-q", &bare.display().to_string(), "main"]);
+        commit
+    };
+    let daemon = env.start(&[]);
+    let first = daemon.status()["source"]["commit"].clone();
+    work.write("billing.yaml", &manifest("billing", 5));
+    push("billing");
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let forged = tend::server::webhook::sign(b"not the secret", body);
+    let refused: [(&str, String); 6] = [
+        ("X-Hub-Signature-256", format!("sha256={forged}")),
+        ("X-Gitea-Signature", forged.clone()),
+        ("X-Gitlab-Token", "wrong-token".into()),
+        ("X-Hub-Signature-256", "sha256=".into()),
+        ("X-Gitea-Signature", String::new()),
+        ("X-Unrelated", "x".into()),
+    ];
+    for (header, value) in &refused {
+        let r = daemon
+            .request("POST", "/hooks/git", &[(header, value)], body)
+            .unwrap();
+        assert_eq!(r.status, 401, "{header}: {value}: {}", r.body);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        daemon.status()["source"]["commit"],
+        first,
+        "a refused hook fetched"
+    );
+
+    for (header, value) in [
+        ("X-Hub-Signature-256", format!("sha256={}", sign(body))),
+        ("X-Gitea-Signature", sign(body)),
+        ("X-Gitlab-Token", SECRET.to_string()),
+    ] {
+        let commit = push(&format!("empty commit for {header}"));
+        let sent = Instant::now();
+        let r = daemon
+            .request("POST", "/hooks/git", &[(header, &value)], body)
+            .unwrap();
+        assert_eq!(r.status, 202, "{header}: {}", r.body);
+        daemon.wait_for(
+            "the hook's commit in /v1/status",
+            Duration::from_secs(1),
+            || daemon.status()["source"]["commit"] == commit.as_str(),
+        );
+        eprintln!("{header}: push to reconciled in {:?}", sent.elapsed());
+    }
+    assert!(resource(&daemon.status(), "billing").is_some());
+    for text in [
+        daemon.log(),
+        daemon.get("/metrics").unwrap().body,
+        daemon.get("/v1/status").unwrap().body,
+    ] {
+        assert!(!text.contains(SECRET), "the webhook secret leaked");
+    }
+}
+
+#[test]
+fn resync_finds_out_of_band_drift_without_a_commit_and_corrects_it_after_grace() {
+    let env = Env::new(|c| {
+        c.reconcile("resync", "\"1s\"")
+            .reconcile("drift_grace", "\"2s\"")
+    });
+    let daemon = env.start(&[]);
+    env.edit_limit("orders", 77);
+    daemon.wait_for("the drift reported", Duration::from_secs(5), || {
+        resource(&daemon.status(), "orders").is_some_and(|r| {
+            r["drift"][0]["origin"] == "out-of-band" && r["drift"][0]["observed"] == 77
+        })
+    });
+    daemon.wait_for("the correction", Duration::from_secs(10), || {
+        env.limit_at_provider("orders") == json!(10)
+    });
+}
+
+#[test]
+fn a_held_correction_runs_when_drift_grace_ends_not_at_the_next_poll() {
+    let env = Env::new(|c| c.reconcile("drift_grace", "\"3s\""));
+    let daemon = env.start(&[]);
+    env.edit_limit("orders", 55);
+    assert_eq!(
+        daemon
+            .request("POST", "/v1/reconcile", &[], b"")
+            .unwrap()
+            .status,
+        202
+    );
+    daemon.wait_for("the drift held", Duration::from_secs(5), || {
+        resource(&daemon.status(), "orders").is_some_and(|r| r["action"] == "Hold")
+    });
+    let held = Instant::now();
+    daemon.wait_for(
+        "the correction at the due time",
+        Duration::from_secs(6),
+        || env.limit_at_provider("orders") == json!(10),
+    );
+    let waited = held.elapsed();
+    eprintln!(
+        "corrected {waited:?} after the hold was reported (drift_grace 3s, poll and resync 1h)"
+    );
+    assert!(waited < Duration::from_millis(4500), "{waited:?}");
+}
+
+#[test]
+fn an_override_set_on_the_host_stops_a_pending_correction() {
+    let env = Env::new(|c| c.reconcile("drift_grace", "\"2s\""));
+    let daemon = env.start(&[]);
+    env.edit_limit("orders", 66);
+    daemon.request("POST", "/v1/reconcile", &[], b"");
+    daemon.wait_for("the drift held", Duration::from_secs(5), || {
+        resource(&daemon.status(), "orders").is_some_and(|r| r["action"] == "Hold")
+    });
+    let config = env.config_path().display().to_string();
+    TendCommand::new(&[
+        "--config",
+        &config,
+        "override",
+        "set",
+        "orders",
+        "--ignore-fields",
+        "connectionLimit",
+        "--reason",
+        "INC-77",
+    ])
+    .expect_code(0);
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        env.limit_at_provider("orders"),
+        json!(66),
+        "the override was clobbered"
+    );
+    let orders = resource(&daemon.status(), "orders").cloned().unwrap();
+    assert_eq!(orders["state"], "Overridden", "{orders:#}");
+    assert_eq!(orders["override"]["source"], "local");
+}
+
+#[test]
+fn sighup_with_a_broken_configuration_keeps_the_old_one() {
+    let env = Env::new(|c| c);
+    let daemon = env.start(&[]);
+    let good = std::fs::read_to_string(env.config_path()).unwrap();
+    std::fs::write(
+        env.config_path(),
+        format!("{good}\nthis is not toml = = =\n"),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    daemon.wait_for(
+        "the refused reload in the metrics",
+        Duration::from_secs(5),
+        || {
+            daemon
+                .get("/metrics")
+                .is_some_and(|m| m.body.contains("tend_config_reload_failed 1"))
+        },
+    );
+    assert_eq!(daemon.get("/healthz").unwrap().status, 200);
+    assert!(
+        daemon.log().contains("configuration reload refused"),
+        "{}",
+        daemon.log()
+    );
+    std::fs::write(env.config_path(), good).unwrap();
+    daemon.signal("HUP");
+    daemon.wait_for("the accepted reload", Duration::from_secs(10), || {
+        daemon
+            .get("/metrics")
+            .is_some_and(|m| m.body.contains("tend_config_reload_failed 0"))
+    });
+    daemon.wait_ready();
+    assert!(resource(&daemon.status(), "orders").is_some());
+}
+
+#[test]
+fn sigterm_during_a_slow_operation_exits_0_and_the_next_start_converges() {
+    let env = Env::new(|c| {
+        c.faults("rate_limit_calls", "1")
+            .faults("retry_after", "\"2s\"")
+    });
+    env.repo.write("billing.yaml", &manifest("billing", 5));
+    env.repo.commit("billing");
+    let mut daemon = Daemon::start(&env.config_path(), env.port, &[]);
+    daemon.wait_for("a create under way", Duration::from_secs(10), || {
+        daemon.log().contains("provider call failed; retrying")
+    });
+    daemon.signal("TERM");
+    assert_eq!(
+        daemon.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        daemon.log()
+    );
+    let restarted = env.start(&[]);
+    restarted.wait_for("both in sync", Duration::from_secs(10), || {
+        let status = restarted.status();
+        status["summary"]["inSync"] == 2
+    });
+    let state = env.sandbox().load().unwrap();
+    assert_eq!(state.databases.len(), 2, "no duplicate");
+    assert_eq!(
+        state.operations().len(),
+        2,
+        "one operation each reached the provider"
+    );
+}
+
+#[test]
+fn apply_beside_the_daemon_is_refused_naming_its_pid_and_plan_works() {
+    let env = Env::new(|c| c);
+    let daemon = env.start(&[]);
+    let config = env.config_path().display().to_string();
+    let refused = TendCommand::new(&["--config", &config, "apply"]).expect_code(1);
+    assert!(
+        refused.stderr.contains(&format!("pid {}", daemon.pid())),
+        "{}",
+        refused.stderr
+    );
+    TendCommand::new(&["--config", &config, "plan"]).expect_code(0);
+    TendCommand::new(&["--config", &config, "state", "show"]).expect_code(0);
+}
+
+#[test]
+fn listening_beyond_loopback_without_a_webhook_secret_is_a_configuration_error() {
+    let env = Env::new(|c| c);
+    std::fs::write(
+        env.config_path(),
+        std::fs::read_to_string(env.config_path())
+            .unwrap()
+            .replace("webhook_secret_file = \"webhook-secret\"\n", "")
+            .replace("127.0.0.1:", "0.0.0.0:"),
+    )
+    .unwrap();
+    let run = TendCommand::new(&["--config", &env.config_path().display().to_string(), "run"])
+        .expect_code(78);
+    assert!(run.stderr.contains("beyond loopback"), "{}", run.stderr);
+}

@@ -1,0 +1,202 @@
+//! A real `tend run` process for tests: started with a test-owned
+//! `NOTIFY_SOCKET`, its log captured to a file, spoken to over loopback
+//! HTTP, stopped with real signals.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `tend run`.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub port: u16,
+    pub log: PathBuf,
+    pub notify: UnixDatagram,
+    _notify_dir: tempfile::TempDir,
+}
+
+/// An HTTP response: status and body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Daemon {
+    /// Starts `tend --config CONFIG run` with `env`; the config must set
+    /// `[server] listen = "127.0.0.1:PORT"`.
+    pub fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Self {
+        let notify_dir = tempfile::tempdir().unwrap();
+        let socket = notify_dir.path().join("notify.sock");
+        let notify = UnixDatagram::bind(&socket).unwrap();
+        notify
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let log = config.with_extension("log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tend"));
+        command
+            .args(["--config", &config.display().to_string(), "run"])
+            .current_dir(config.parent().unwrap())
+            .env_remove("TEND_CONFIG")
+            .env_remove("WATCHDOG_USEC")
+            .env("TEND_LOG", "tend=debug")
+            .env("NOTIFY_SOCKET", &socket)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let child = command.spawn().unwrap();
+        Daemon {
+            child: Some(child),
+            port,
+            log,
+            notify,
+            _notify_dir: notify_dir,
+        }
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (up to `limit`) until `check` holds, polling; panics with the
+    /// log otherwise.
+    pub fn wait_for(&self, what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+        let started = Instant::now();
+        while !check() {
+            assert!(
+                started.elapsed() < limit,
+                "timed out after {limit:?} waiting for {what}\n--- log\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_ready(&self) {
+        self.wait_for("/readyz", Duration::from_secs(30), || {
+            self.get("/readyz").is_some_and(|r| r.status == 200)
+        });
+    }
+
+    /// A request over loopback; `None` when the server does not answer.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Option<Response> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).ok()?;
+        stream.write_all(body).ok()?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).ok()?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(body)
+        } else {
+            body.to_string()
+        };
+        Some(Response { status, body })
+    }
+
+    pub fn get(&self, path: &str) -> Option<Response> {
+        self.request("GET", path, &[], b"")
+    }
+
+    /// `/v1/status` as JSON.
+    pub fn status(&self) -> serde_json::Value {
+        let r = self.get("/v1/status").expect("the server answers");
+        assert_eq!(r.status, 200, "{}", r.body);
+        serde_json::from_str(&r.body).unwrap()
+    }
+
+    /// The notifications received since the last call, one message each.
+    pub fn notifications(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.notify.recv(&mut buf) {
+            out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        out
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let status = Command::new("kill")
+            .args(["-s", signal, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Waits for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let started = Instant::now();
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return status.code();
+            }
+            assert!(
+                started.elapsed() < limit,
+                "tend run did not exit within {limit:?}\n--- log\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}

@@ -476,3 +476,53 @@ fn listening_beyond_loopback_without_a_webhook_secret_is_a_configuration_error()
         .expect_code(78);
     assert!(run.stderr.contains("beyond loopback"), "{}", run.stderr);
 }
+
+#[test]
+fn json_logs_credentials_from_systemd_and_no_secret_in_any_output() {
+    const TOKEN: &str = "ghp_tokenvalue_0123456789";
+    let env = Env::new(|c| {
+        c.server("webhook_secret_file", "\"$CREDENTIALS_DIRECTORY/webhook\"")
+            .source("token_file", "\"${CREDENTIALS_DIRECTORY}/git-token\"")
+    });
+    let creds = env.dir.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("webhook"), SECRET).unwrap();
+    std::fs::write(creds.join("git-token"), TOKEN).unwrap();
+    let creds = creds.display().to_string();
+    let mut daemon = env.start(&[
+        ("CREDENTIALS_DIRECTORY", &creds),
+        ("TEND_LOG_FORMAT", "json"),
+    ]);
+    let body = b"{}";
+    let ok = daemon
+        .request("POST", "/hooks/git", &[("X-Gitlab-Token", SECRET)], body)
+        .unwrap();
+    assert_eq!(
+        ok.status, 202,
+        "the secret came from $CREDENTIALS_DIRECTORY"
+    );
+    let bad = daemon
+        .request("POST", "/hooks/git", &[("X-Gitlab-Token", "nope")], body)
+        .unwrap();
+    assert_eq!(bad.status, 401);
+    daemon.signal("TERM");
+    assert_eq!(daemon.wait_exit(Duration::from_secs(30)), Some(0));
+    let log = daemon.log();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() > 3, "{log}");
+    for line in &lines {
+        let parsed: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            parsed["level"].is_string() && parsed["fields"].is_object(),
+            "{line}"
+        );
+    }
+    let outputs = [log, ok.body, bad.body];
+    for text in &outputs {
+        assert!(
+            !text.contains(SECRET) && !text.contains(TOKEN),
+            "a secret leaked: {text}"
+        );
+    }
+}

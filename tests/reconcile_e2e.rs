@@ -652,15 +652,18 @@ fn a_pending_intent_of_a_resource_with_unreadable_state_is_not_replayed() {
 }
 
 #[test]
-fn a_writer_sweeps_the_private_refs_of_readers_that_died() {
+fn a_writer_sweeps_the_private_refs_readers_left_behind() {
     let env = Env::new(&[decl("orders", 10)]);
     env.apply(0);
     let repo = env.state().join("source/repo.git");
     let head = env.repo.head();
-    for name in [
-        "refs/tend/readers/999999999-1/heads/main",
-        &format!("refs/tend/readers/{}-2/heads/main", std::process::id()),
-    ] {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let fresh = format!("refs/tend/readers/{now}-42-1/heads/main");
+    let stale = format!("refs/tend/readers/{}-43-1/heads/main", now - 3600);
+    for name in [&fresh, &stale] {
         support::git::git(&repo, &["update-ref", name, &head]);
     }
     env.apply(0);
@@ -668,9 +671,5 @@ fn a_writer_sweeps_the_private_refs_of_readers_that_died() {
         &repo,
         &["for-each-ref", "--format=%(refname)", "refs/tend/readers/"],
     );
-    assert_eq!(
-        left,
-        format!("refs/tend/readers/{}-2/heads/main", std::process::id()),
-        "only the dead reader's ref goes"
-    );
+    assert_eq!(left, fresh, "only the ref a reader left an hour ago goes");
 }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod apply;
 mod deletions;
 mod heap;
+mod logging;
 mod overrides;
 mod plan;
 mod progress;
@@ -96,7 +97,7 @@ where
     heap::tune();
     match Cli::try_parse_from(args) {
         Ok(cli) => {
-            init_logging();
+            logging::init();
             let code = run(cli);
             tracing::debug!("done");
             code
@@ -110,27 +111,6 @@ where
             }
         }
     }
-}
-
-/// Logs go to stderr; `TEND_LOG` filters them (default `info` for tend).
-fn init_logging() {
-    use std::io::IsTerminal;
-    let chosen = tracing_subscriber::EnvFilter::try_from_env("TEND_LOG").ok();
-    let debugging = chosen.is_some();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(chosen.unwrap_or_else(|| tracing_subscriber::EnvFilter::new("tend=info")))
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal())
-        .with_target(false);
-    // The journal stamps every line itself; with `TEND_LOG` set, each
-    // line carries the time since start, which is what phase timings need.
-    let _ = if debugging {
-        builder
-            .with_timer(tracing_subscriber::fmt::time::uptime())
-            .try_init()
-    } else {
-        builder.without_time().try_init()
-    };
 }
 
 /// Runs a parsed command line and returns the process exit code.

@@ -267,6 +267,14 @@ fn default_keep_reports() -> usize {
     50
 }
 
+/// The part after `$CREDENTIALS_DIRECTORY/` (or `${CREDENTIALS_DIRECTORY}/`)
+/// of a configured path.
+fn credential_path(p: &Path) -> Option<&Path> {
+    ["$CREDENTIALS_DIRECTORY", "${CREDENTIALS_DIRECTORY}"]
+        .iter()
+        .find_map(|prefix| p.strip_prefix(prefix).ok())
+}
+
 impl Config {
     /// Reads and checks a configuration file; relative paths become
     /// relative to the file's directory.
@@ -281,7 +289,15 @@ impl Config {
         };
         let mut config: Config = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
         let resolve = |p: &Path| {
+            if let Some(rest) = credential_path(p) {
+                // systemd's `LoadCredential=` directory; without it the
+                // path stays as written and reading the file fails loudly.
+                if let Some(dir) = &credentials {
+                    return dir.join(rest);
+                }
+            }
             if p.is_absolute() {
                 p.to_path_buf()
             } else {

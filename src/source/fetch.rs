@@ -39,14 +39,20 @@ pub enum FetchInto {
 }
 
 fn private_ref(branch: &str) -> String {
-    let nanos = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+        .unwrap_or_default();
     format!(
-        "refs/tend/readers/{}-{nanos}/heads/{branch}",
-        std::process::id()
+        "refs/tend/readers/{}-{}-{}/heads/{branch}",
+        now.as_secs(),
+        std::process::id(),
+        now.subsec_nanos()
     )
 }
+
+/// A reader's ref older than this was left by a reader that died (a fetch
+/// takes seconds): the writer deletes it.
+const STALE_READER_REF: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Opens the bare repository at `dir`, creating it on first use.
 pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
@@ -149,7 +155,9 @@ pub fn fetch(
 
 /// Deletes the private refs of readers that died before deleting their
 /// own (a `tend plan` killed mid-fetch): a ref under `refs/tend/readers/`
-/// names its process, and only a process that no longer exists loses it.
+/// names when it was made, and only one older than [`STALE_READER_REF`]
+/// goes. (Its process id is there too, but under systemd's `ProtectProc`
+/// another user's process is invisible, so liveness cannot be told.)
 fn sweep_reader_refs(repo: &Repository) {
     let Ok(refs) = repo.references_glob("refs/tend/readers/*") else {
         return;
@@ -157,11 +165,15 @@ fn sweep_reader_refs(repo: &Repository) {
     let mut dead: Vec<String> = Vec::new();
     for r in refs.flatten() {
         let Ok(name) = r.name() else { continue };
-        let pid = name
+        let made = name
             .strip_prefix("refs/tend/readers/")
             .and_then(|rest| rest.split(['-', '/']).next())
-            .and_then(|pid| pid.parse::<u32>().ok());
-        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            .and_then(|secs| secs.parse::<u64>().ok())
+            .map(|secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+        // A name tend did not make (no time in it) is left alone.
+        if made.is_some_and(|made| {
+            crate::time::since(std::time::SystemTime::now(), made) > STALE_READER_REF
+        }) {
             dead.push(name.to_string());
         }
     }

@@ -526,3 +526,33 @@ fn json_logs_credentials_from_systemd_and_no_secret_in_any_output() {
         );
     }
 }
+
+#[test]
+fn tend_status_prints_the_running_agents_last_report() {
+    let env = Env::new(|c| c);
+    let daemon = env.start(&[]);
+    let config = env.config_path().display().to_string();
+    let all = TendCommand::new(&["--config", &config, "status"]).expect_code(0);
+    assert!(
+        all.stdout
+            .contains(&format!("the running agent (http://127.0.0.1:{}", env.port)),
+        "{}",
+        all.stdout
+    );
+    assert!(
+        all.stdout.contains("orders") && all.stdout.contains("InSync"),
+        "{}",
+        all.stdout
+    );
+    let one = TendCommand::new(&["--config", &config, "status", "orders", "--format", "json"])
+        .expect_code(0);
+    assert_eq!(one.json()["resources"][0]["name"], "orders");
+    TendCommand::new(&["--config", &config, "status", "nope"]).expect_code(1);
+    drop(daemon);
+    let gone = TendCommand::new(&["--config", &config, "status"]).expect_code(1);
+    assert!(
+        gone.stderr.contains("no running agent answers"),
+        "{}",
+        gone.stderr
+    );
+}

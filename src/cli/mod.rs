@@ -17,6 +17,7 @@ mod sandbox;
 mod schema;
 mod session;
 mod state;
+mod status;
 mod validate;
 
 /// Exit codes shared by the commands.
@@ -63,6 +64,9 @@ pub enum Command {
     /// One full cycle (snapshot, observe, decide, execute, confirm, report), then exit:
     /// 0 all in sync, 2 something still pending, 1 error.
     Apply(apply::ApplyArgs),
+    /// The running agent's last report (from its HTTP server, else the
+    /// last report file).
+    Status(status::StatusArgs),
     /// Inspect the state dir.
     #[command(subcommand)]
     State(state::StateCommand),
@@ -122,6 +126,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Plan(args) => plan::run_plan(&cli.config, &args),
         Command::Apply(args) => apply::run_apply(&cli.config, &args),
         Command::State(command) => state::run(&cli.config, &command),
+        Command::Status(args) => status::run(&cli.config, &args),
         Command::Deletions(command) => deletions::run(&cli.config, &command),
         Command::Override(command) => overrides::run(&cli.config, &command),
         Command::Explain(args) => plan::run_explain(&cli.config, &args),

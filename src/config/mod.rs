@@ -77,6 +77,30 @@ pub struct Config {
     pub notify: Vec<toml::Table>,
     #[serde(default)]
     pub server: ServerConfig,
+    #[serde(default)]
+    pub state: StateConfig,
+}
+
+/// `[state]`: what the state dir keeps.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// Finished intents older than this are pruned by `tend run` (the
+    /// newest few of each resource always stay, for `explain`).
+    #[serde(default = "thirty_days", deserialize_with = "values::duration")]
+    pub journal_retention: Duration,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            journal_retention: thirty_days(),
+        }
+    }
+}
+
+fn thirty_days() -> Duration {
+    Duration::from_secs(30 * 24 * 3600)
 }
 
 /// `[server]`: the daemon's HTTP endpoint (metrics, health, status,

@@ -38,6 +38,32 @@ use crate::status::board::{SourceStatus, StatusBoard};
 use health::Heartbeats;
 use signals::{Request, Signals};
 
+/// The journal is pruned this long after start, then this often.
+const PRUNE_FIRST: Duration = Duration::from_secs(60);
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Finished intents kept per resource whatever their age (`explain`).
+const KEEP_PER_RESOURCE: u32 = 5;
+
+/// Drops finished intents older than `[state] journal_retention`.
+async fn prune_journal(agent: &Agent) {
+    let Some(store) = agent.store() else { return };
+    let retention = agent.config().state.journal_retention;
+    let cutoff = agent
+        .clock()
+        .now()
+        .checked_sub(retention)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    match crate::journal::blocking(store, move |s| s.prune_journal(cutoff, KEEP_PER_RESOURCE)).await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            "journal: pruned {n} finished intents older than {}",
+            crate::time::duration(retention)
+        ),
+        Err(e) => tracing::warn!("journal: cannot prune: {e}"),
+    }
+}
+
 /// Exit code when a second signal cuts the shutdown short.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
@@ -186,6 +212,8 @@ async fn coordinate(
 ) -> Result<Running, u8> {
     let mut changes = shared.board.subscribe();
     let watchdog = systemd::watchdog_interval();
+    let mut prune_tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + PRUNE_FIRST, PRUNE_EVERY);
     let mut watchdog_tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
     loop {
         tokio::select! {
@@ -205,6 +233,7 @@ async fn coordinate(
                     tracing::error!("a provider worker is not making progress: the watchdog is not pinged");
                 }
             }
+            _ = prune_tick.tick() => prune_journal(&running.agent).await,
             changed = changes.changed() => {
                 if changed.is_err() {
                     return Ok(running);

@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::Config;
@@ -12,7 +12,7 @@ use crate::model::Diagnostic;
 use crate::provider::{OperationId, OperationKind};
 use crate::reconcile::Plan;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     pub format_version: u32,
@@ -23,13 +23,13 @@ pub struct Report {
     pub errors: Vec<ErrorReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentInfo {
     pub id: String,
     pub version: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SourceInfo {
     pub url: String,
     pub branch: String,
@@ -37,7 +37,7 @@ pub struct SourceInfo {
     pub commit: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     pub total: usize,
@@ -50,7 +50,7 @@ pub struct Summary {
     pub errors: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResourceReport {
     pub name: String,
     pub file: String,
@@ -63,7 +63,7 @@ pub struct ResourceReport {
     pub operation: Option<OperationReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DriftReport {
     pub field: String,
     pub desired: Value,
@@ -71,7 +71,7 @@ pub struct DriftReport {
     pub origin: DriftOrigin,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OverrideReport {
     /// Comma-separated sources: `annotation`, `local`, `provider`.
     pub source: String,
@@ -84,7 +84,7 @@ pub struct OverrideReport {
     pub expired: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OperationReport {
     pub id: OperationId,
     pub kind: OperationKind,
@@ -92,7 +92,7 @@ pub struct OperationReport {
     pub state: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorReport {
     pub file: String,
     pub line: usize,

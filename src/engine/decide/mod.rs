@@ -17,7 +17,7 @@ pub use drift::values_match;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::deletion::DeletionGate;
@@ -26,7 +26,7 @@ use crate::model::{Declaration, DriftPolicy, ManagedDatabase, SpecHash};
 use crate::provider::{Capabilities, Observation, Observed};
 
 /// What tend reports about a resource (DESIGN.md §9).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum State {
     InSync,
     Drifted,
@@ -41,7 +41,7 @@ pub enum State {
 }
 
 /// What tend will do about it (DESIGN.md §9).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Action {
     None,
     Create,
@@ -143,7 +143,7 @@ impl Rule {
 }
 
 /// Whether a difference was made in Git or behind tend's back (DESIGN.md §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DriftOrigin {
     Declared,

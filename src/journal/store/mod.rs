@@ -85,8 +85,10 @@ CREATE INDEX IF NOT EXISTS intents_pending ON intents (state) WHERE state = 'pen
 "#,
     // 3: the mass-deletion guard remembers its holds and the operator's
     // approvals; every open intent (pending, or a state this binary does
-    // not know) is found through an index. A reader that ignored these
-    // tables would delete what this format holds: min_reader_format 3.
+    // not know) is found through an index; finished intents pruned from
+    // the journal leave their count behind (operation-id generations). A
+    // reader that ignored these tables would delete what this format holds
+    // and reuse operation ids: min_reader_format 3.
     r#"
 CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state);
 CREATE TABLE IF NOT EXISTS deletion_holds (
@@ -94,6 +96,10 @@ CREATE TABLE IF NOT EXISTS deletion_holds (
 );
 CREATE TABLE IF NOT EXISTS deletion_approvals (
     name TEXT PRIMARY KEY, reason TEXT NOT NULL, approved_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pruned_generations (
+    name TEXT NOT NULL, kind TEXT NOT NULL, spec_hash TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (name, kind, spec_hash)
 );
 "#,
 ];
@@ -407,6 +413,7 @@ mod tests {
     use crate::model::SpecHash;
     use serde_json::Value;
     use std::collections::BTreeMap;
+    use std::time::Duration;
 
     #[test]
     fn a_newer_min_reader_format_is_refused_and_the_file_left_unchanged() {
@@ -578,6 +585,57 @@ mod tests {
             .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
             .unwrap();
         assert_eq!(before, after, "a second writer open changed the file");
+    }
+
+    #[test]
+    fn pruning_keeps_pending_and_recent_intents_and_never_reuses_a_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let h = SpecHash("h".into());
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        for (i, op) in ["a0", "a1", "a2", "a3", "a4"].iter().enumerate() {
+            let at = old + Duration::from_secs(i as u64);
+            store
+                .begin_intent(op, "a", "update", &h, i as u32, &Value::Null, at)
+                .unwrap();
+            store
+                .finish_intent(op, IntentState::Done, None, at)
+                .unwrap();
+        }
+        store
+            .begin_intent("a5", "a", "update", &h, 5, &Value::Null, old)
+            .unwrap();
+        assert_eq!(store.next_generation("a", "update", &h).unwrap(), 5);
+        let pruned = store
+            .prune_journal(old + Duration::from_secs(3600), 2)
+            .unwrap();
+        assert_eq!(
+            pruned, 3,
+            "the three oldest finished go; the newest two stay"
+        );
+        let mut left: Vec<String> = store
+            .all_intents()
+            .unwrap()
+            .into_iter()
+            .map(|i| i.op_id)
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["a3", "a4", "a5"].map(String::from),
+            "pending a5 is never pruned"
+        );
+        assert_eq!(
+            store.next_generation("a", "update", &h).unwrap(),
+            5,
+            "the next operation does not reuse a pruned one's id"
+        );
+        assert_eq!(
+            store
+                .prune_journal(old + Duration::from_secs(3600), 2)
+                .unwrap(),
+            0
+        );
     }
 
     #[test]

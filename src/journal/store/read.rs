@@ -472,7 +472,9 @@ impl StateStore {
 
     /// How many operations of this kind on this spec were completed: the
     /// generation of the next one (a new correction of recurring drift must
-    /// not reuse the id of the last one).
+    /// not reuse the id of the last one). Finished intents pruned from the
+    /// journal are still counted (`pruned_generations`): a reused id would
+    /// be answered by the provider with the old operation's result.
     pub fn next_generation(
         &self,
         name: &str,
@@ -481,7 +483,8 @@ impl StateStore {
     ) -> Result<u32, StateError> {
         self.conn()
             .prepare_cached(
-                "SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending'",
+                "SELECT (SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending')
+                      + coalesce((SELECT count FROM pruned_generations WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3), 0)",
             )
             .and_then(|mut s| {
                 s.query_row(rusqlite::params![name, kind, spec_hash.0], |r| {

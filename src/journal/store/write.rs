@@ -162,6 +162,45 @@ impl StateStore {
     }
 }
 
+impl StateStore {
+    /// Drops finished intents last updated before `cutoff`, keeping the
+    /// newest `keep` of each resource (what `explain` shows) and every
+    /// pending one; their counts stay in `pruned_generations`, so no
+    /// operation id is ever reused. Returns how many were dropped.
+    pub fn prune_journal(&self, cutoff: SystemTime, keep: u32) -> Result<usize, StateError> {
+        self.write(|tx| {
+            tx.exec(
+                "CREATE TEMP TABLE IF NOT EXISTS prunable (op_id TEXT PRIMARY KEY)",
+                [],
+            )?;
+            tx.exec("DELETE FROM temp.prunable", [])?;
+            tx.exec(
+                "INSERT INTO temp.prunable (op_id)
+                 SELECT op_id FROM (
+                     SELECT op_id, state, updated_ms,
+                            row_number() OVER (PARTITION BY name ORDER BY updated_ms DESC, op_id DESC) AS newest
+                     FROM intents)
+                 WHERE state != 'pending' AND updated_ms < ?1 AND newest > ?2",
+                params![ms(cutoff), keep],
+            )?;
+            tx.exec(
+                "INSERT INTO pruned_generations (name, kind, spec_hash, count)
+                 SELECT name, kind, spec_hash, count(*) FROM intents
+                 WHERE op_id IN (SELECT op_id FROM temp.prunable)
+                 GROUP BY name, kind, spec_hash
+                 ON CONFLICT(name, kind, spec_hash) DO UPDATE SET count = count + excluded.count",
+                [],
+            )?;
+            tx.tx
+                .execute(
+                    "DELETE FROM intents WHERE op_id IN (SELECT op_id FROM temp.prunable)",
+                    [],
+                )
+                .map_err(|e| tx.err(e))
+        })
+    }
+}
+
 impl Tx<'_> {
     fn err(&self, e: rusqlite::Error) -> StateError {
         sql_err(&self.store.path, e)
@@ -327,7 +366,9 @@ impl Tx<'_> {
         )
     }
 
-    /// The outcome of a removal is confirmed: forget the resource.
+    /// The outcome of a removal is confirmed: forget the resource (its
+    /// journal and generation counts stay: a declaration of the same name
+    /// later must not reuse an operation id).
     pub fn forget(&self, name: &str) -> Result<(), StateError> {
         for table in [
             "tombstones",

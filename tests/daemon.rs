@@ -556,3 +556,25 @@ fn tend_status_prints_the_running_agents_last_report() {
         gone.stderr
     );
 }
+
+#[test]
+fn a_service_manager_that_stops_reading_never_stalls_the_agent() {
+    let env = Env::new(|c| c);
+    // The harness binds the notify socket and, here, never reads it: its
+    // queue (ten datagrams by default) fills within a few cycles.
+    let daemon = env.start(&[("WATCHDOG_USEC", "200000")]);
+    let done = |d: &Daemon| d.log().matches("cycle done in").count();
+    for _ in 0..30 {
+        let before = done(&daemon);
+        assert_eq!(
+            daemon
+                .request("POST", "/v1/reconcile", &[], b"")
+                .unwrap()
+                .status,
+            202
+        );
+        daemon.wait_for("the next cycle", Duration::from_secs(5), || {
+            done(&daemon) > before
+        });
+    }
+}

@@ -1,14 +1,47 @@
 //! Telling systemd how the agent is (`Type=notify`): ready, a status line,
 //! the watchdog, reloading, stopping. Without `NOTIFY_SOCKET` every call
 //! does nothing.
+//!
+//! Messages go through one thread of their own: sending on the notify
+//! socket blocks while its receiver's queue is full, and the agent's loop
+//! must never wait on that. When the thread falls behind, status lines
+//! are dropped (the next one replaces them anyway).
 
+use std::sync::OnceLock;
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
 
 use sd_notify::NotifyState;
 
+/// The notifier thread's queue.
+fn notifier() -> Option<&'static SyncSender<Vec<String>>> {
+    static SENDER: OnceLock<Option<SyncSender<Vec<String>>>> = OnceLock::new();
+    SENDER
+        .get_or_init(|| {
+            std::env::var_os("NOTIFY_SOCKET")?;
+            let (tx, rx) = sync_channel::<Vec<String>>(16);
+            std::thread::Builder::new()
+                .name("tend-sd-notify".into())
+                .spawn(move || {
+                    for lines in rx {
+                        let states: Vec<NotifyState<'_>> =
+                            lines.iter().map(|l| NotifyState::Custom(l)).collect();
+                        if let Err(e) = sd_notify::notify(&states) {
+                            tracing::debug!("cannot notify the service manager: {e}");
+                        }
+                    }
+                })
+                .ok()?;
+            Some(tx)
+        })
+        .as_ref()
+}
+
 fn send(states: &[NotifyState<'_>]) {
-    if let Err(e) = sd_notify::notify(states) {
-        tracing::debug!("cannot notify the service manager: {e}");
+    let Some(tx) = notifier() else { return };
+    let lines = states.iter().map(ToString::to_string).collect();
+    if let Err(TrySendError::Full(_)) = tx.try_send(lines) {
+        tracing::debug!("the service manager is not reading notifications; one dropped");
     }
 }
 

@@ -1,0 +1,230 @@
+//! Benchmark of `tend run` over 10,000 declarations on the sandbox
+//! provider (prints figures; asserts only correctness).
+//! Run: `cargo nextest run --release --run-ignored only --test bench_daemon --no-capture`
+//! Figures go to docs/performance.md.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::config::TendConfig;
+use support::daemon::Daemon;
+use support::git::{GitDaemon, free_port, manifest, repo_with_declarations};
+
+const DECLARATIONS: usize = 10_000;
+const SECRET: &str = "bench-secret";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn stats(v: &[f64]) -> String {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    format!(
+        "median {:7.1} ms, min {:7.1}, max {:7.1} ({} samples)",
+        s[s.len() / 2],
+        s[0],
+        s[s.len() - 1],
+        s.len()
+    )
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+fn hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Seconds-since-start stamps of `TEND_LOG=debug` lines starting with
+/// `message`, in order.
+fn marks(log: &str, message: &str) -> Vec<f64> {
+    log.lines()
+        .filter_map(|l| {
+            let (time, rest) = l
+                .trim_start()
+                .split_once("s DEBUG ")
+                .or_else(|| l.trim_start().split_once("s  INFO "))?;
+            rest.starts_with(message).then(|| time.parse().ok())?
+        })
+        .collect()
+}
+
+/// The durations (ms) of `TEND_LOG=debug` lines containing `message` and
+/// ending in a `Debug` duration.
+fn durations(log: &str, message: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.contains(message))
+        .filter_map(|l| {
+            let text = l.split(message).nth(1)?.split_whitespace().next()?;
+            let (n, scale) = [("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6), ("s", 1e3)]
+                .into_iter()
+                .find_map(|(u, s)| text.strip_suffix(u).map(|n| (n, s)))?;
+            Some(n.parse::<f64>().ok()? * scale)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly, see docs/performance.md"]
+fn daemon_over_10000_declarations() {
+    let work = repo_with_declarations(DECLARATIONS);
+    let served = tempfile::tempdir().unwrap();
+    let bare = work.bare_clone(served.path());
+    let git_daemon = GitDaemon::start(served.path());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let port = free_port();
+    let path = TendConfig::new(dir.path(), &git_daemon.url("repo.git"))
+        .source("path", "\"databases\"")
+        .source("interval", "\"1h\"")
+        .reconcile("resync", "\"1h\"")
+        .reconcile("max_concurrency", "16")
+        .sandbox("max_concurrency", "16")
+        .sandbox("rate_limit", "10000")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .server("webhook_secret_file", "\"secret\"")
+        .write();
+    let daemon = Daemon::start(&path, port, &[]);
+    let started = Instant::now();
+    daemon.wait_for("the cold cycle", Duration::from_secs(300), || {
+        daemon.get("/readyz").is_some_and(|r| r.status == 200)
+    });
+    println!(
+        "cold start (10,000 creates): {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let pid = daemon.pid();
+
+    // No-change cycles, each asked for through POST /v1/reconcile (a fetch
+    // of the unchanged branch and a full cycle of the provider).
+    let cycles_done = |d: &Daemon| d.log().matches("cycle done in").count();
+    let run_cycles = |n: usize| {
+        for _ in 0..n {
+            let before = cycles_done(&daemon);
+            assert_eq!(
+                daemon
+                    .request("POST", "/v1/reconcile", &[], b"")
+                    .unwrap()
+                    .status,
+                202
+            );
+            daemon.wait_for("a cycle", Duration::from_secs(30), || {
+                cycles_done(&daemon) > before
+            });
+        }
+    };
+    run_cycles(10);
+    let rss_10 = rss_kib(pid);
+    run_cycles(1000);
+    let rss_1000 = rss_kib(pid);
+    let log = daemon.log();
+    let cycles = durations(&log, "cycle done in ");
+    let observing = marks(&log, "observing");
+    let observed = marks(&log, "observed");
+    let cycle_ms: Vec<f64> = cycles.iter().skip(1).copied().collect();
+    let observe_ms: Vec<f64> = observing
+        .iter()
+        .zip(&observed)
+        .skip(1)
+        .map(|(a, b)| (b - a) * 1000.0)
+        .collect();
+    let own: Vec<f64> = cycle_ms
+        .iter()
+        .zip(&observe_ms)
+        .map(|(c, o)| c - o)
+        .collect();
+    println!("no-change cycle (whole)        {}", stats(&cycle_ms));
+    println!("provider observation           {}", stats(&observe_ms));
+    println!("tend's own time (target <= 50) {}", stats(&own));
+    let polls = durations(&log, "source: fetched in ");
+    println!("unchanged poll (fetch call)    {}", stats(&polls[1..]));
+    let git_fetch: Vec<f64> = (0..15)
+        .map(|_| {
+            let clone = dir.path().join("clone");
+            if !clone.exists() {
+                support::git::git(
+                    dir.path(),
+                    &[
+                        "clone",
+                        "-q",
+                        "--bare",
+                        &git_daemon.url("repo.git"),
+                        "clone",
+                    ],
+                );
+            }
+            let t = Instant::now();
+            let ok = Command::new("git")
+                .args(["fetch", "-q", "origin"])
+                .current_dir(&clone)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .status()
+                .unwrap();
+            assert!(ok.success());
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    println!("git fetch no-op (CLI)          {}", stats(&git_fetch));
+    println!(
+        "unchanged poll / git fetch: {:.2}x (target <= 1.5x)",
+        median(polls[1..].to_vec()) / median(git_fetch)
+    );
+    println!(
+        "RSS after 10 cycles {} KiB, after 1,010 {} KiB ({:+.1} %; target within 5 %); peak {} KiB (target <= 100 MB)",
+        rss_10,
+        rss_1000,
+        (rss_1000 as f64 / rss_10 as f64 - 1.0) * 100.0,
+        hwm_kib(pid)
+    );
+
+    // Push → reconcile start through the webhook.
+    let mut latencies = Vec::new();
+    for i in 0..10 {
+        work.write(
+            "databases/team-07/db-00007.yaml",
+            &manifest("db-00007", 200 + i),
+        );
+        work.commit("raise db-00007");
+        work.git(&["push", "-q", &bare.display().to_string(), "main"]);
+        let before = daemon.log().matches("cycle starts").count();
+        let body = b"{}";
+        let signature = tend::server::webhook::sign(SECRET.as_bytes(), body);
+        let sent = Instant::now();
+        let r = daemon
+            .request(
+                "POST",
+                "/hooks/git",
+                &[("X-Gitea-Signature", &signature)],
+                body,
+            )
+            .unwrap();
+        assert_eq!(r.status, 202);
+        daemon.wait_for("the cycle start", Duration::from_secs(10), || {
+            daemon.log().matches("cycle starts").count() > before
+        });
+        latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+        daemon.wait_for("the cycle end", Duration::from_secs(30), || {
+            daemon.log().matches("cycle done in").count() > before
+        });
+    }
+    println!(
+        "webhook → cycle start (target <= 200) {}",
+        stats(&latencies)
+    );
+}

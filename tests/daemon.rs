@@ -578,3 +578,30 @@ fn a_service_manager_that_stops_reading_never_stalls_the_agent() {
         });
     }
 }
+
+#[test]
+fn an_expiring_override_is_re_decided_at_its_expiry_not_at_the_next_poll() {
+    let env = Env::new(|c| c.reconcile("drift_grace", "\"0s\""));
+    let daemon = env.start(&[]);
+    env.repo.write(
+        "orders.yaml",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\n  annotations:\n    tend.dev/paused: \"true\"\n    tend.dev/override-reason: INC-9\n    tend.dev/override-expires: 3s\n    tend.dev/override-on-expiry: resume\nspec:\n  connectionLimit: 10\n",
+    );
+    env.repo.commit("pause orders for 3s");
+    // The local repository's watch brings the commit in.
+    daemon.wait_for("the pause", Duration::from_secs(5), || {
+        resource(&daemon.status(), "orders").is_some_and(|r| r["state"] == "Overridden")
+    });
+    env.edit_limit("orders", 44);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        env.limit_at_provider("orders"),
+        json!(44),
+        "paused: left alone"
+    );
+    daemon.wait_for(
+        "the correction after the expiry",
+        Duration::from_secs(5),
+        || env.limit_at_provider("orders") == json!(10),
+    );
+}

@@ -357,6 +357,26 @@ fn expiring(on_expiry: OnExpiry) -> OverrideInput {
 }
 
 #[test]
+fn an_override_that_will_expire_makes_the_resource_due_at_its_expiry() {
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.overrides = vec![expiring(OnExpiry::Resume)];
+    let d = case.run();
+    assert_eq!(d.rule, Rule::Paused);
+    assert_eq!(
+        d.act_at,
+        Some(t(3600)),
+        "re-decided when the override expires"
+    );
+    case.now = t(7200);
+    assert_ne!(
+        case.run().act_at,
+        Some(t(3600)),
+        "an expiry in the past is not a due time"
+    );
+}
+
+#[test]
 fn expired_override_with_hold_is_still_honoured_and_reported_expired() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));

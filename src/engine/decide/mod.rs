@@ -336,6 +336,11 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         Subject::Declared(decl) => declared::decide_declared(input, decl, &overrides),
         Subject::Removed(tomb) => removed::decide_removed(input, tomb, &overrides),
     };
+    // An override that has yet to expire changes the decision when it
+    // does: the resource is due again then.
+    if let Some(expiry) = overrides.expires.filter(|at| *at > input.now) {
+        decision.act_at = Some(decision.act_at.map_or(expiry, |at| at.min(expiry)));
+    }
     decision.overrides = overrides;
     decision
 }

@@ -468,3 +468,36 @@ fn a_local_commit_is_noticed_through_the_filesystem_watch() {
         follower.abort();
     });
 }
+
+#[test]
+fn a_long_running_writer_keeps_parse_results_on_disk_and_still_parses_only_changes() {
+    let repo = repo_with(&[
+        ("db/a.yaml", "a", 1),
+        ("db/b.yaml", "b", 2),
+        ("db/c.yaml", "c", 3),
+    ]);
+    let state = tempfile::tempdir().unwrap();
+    let mut source = open(state.path(), settings(&repo.url(), "main", "db")).parses_on_disk();
+    let now = SystemTime::now();
+    let first = source.poll(now);
+    assert_eq!(names(&first), ["a", "b", "c"]);
+    assert_eq!(source.parse_count(), 3);
+    repo.write("db/b.yaml", &manifest("b", 20));
+    repo.remove("db/c.yaml");
+    repo.commit("change b, remove c");
+    let second = source.poll(now);
+    assert!(second.changed);
+    assert_eq!(
+        source.parse_count(),
+        4,
+        "only the changed file is parsed again"
+    );
+    assert_eq!(names(&second), ["a", "b"]);
+    let b = &declarations(&second)[1];
+    assert_eq!(b.manifest.spec.connection_limit, Some(20));
+    // A poll of the same head parses nothing and keeps the snapshot.
+    let third = source.poll(now);
+    assert!(!third.changed);
+    assert_eq!(source.parse_count(), 4);
+    assert_eq!(declarations(&third), declarations(&second));
+}

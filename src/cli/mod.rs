@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod apply;
 mod deletions;
-mod heap;
+pub(crate) mod heap;
 mod logging;
 mod overrides;
 mod plan;

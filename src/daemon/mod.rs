@@ -87,6 +87,7 @@ pub fn run(config_path: &Path) -> u8 {
             return exit::CONFIG;
         }
     };
+    crate::cli::heap::one_arena();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(4)
         .enable_all()
@@ -296,7 +297,7 @@ struct Running {
 
 impl Running {
     fn start(agent: Arc<Agent>, shared: &Shared) -> Result<Self, SourceError> {
-        let source = agent.source()?;
+        let source = agent.source()?.parses_on_disk();
         let config = agent.config();
         let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;
         *shared

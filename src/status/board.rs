@@ -21,7 +21,9 @@ pub struct SourceStatus {
 
 #[derive(Debug, Default)]
 struct Inner {
-    parts: BTreeMap<String, Report>,
+    /// Each provider worker's report. With one provider the merged report
+    /// is the same `Arc`: a fleet's report is held once, not twice.
+    parts: BTreeMap<String, Arc<Report>>,
     merged: Option<Arc<Report>>,
     source: SourceStatus,
 }
@@ -53,8 +55,12 @@ impl StatusBoard {
     /// entries; otherwise it replaces the provider's report.
     pub fn publish(&self, provider: &str, report: Report, partial: bool) {
         let mut inner = self.lock();
+        // Dropped first, so the part below is usually the only reference
+        // and is changed in place.
+        inner.merged = None;
         let part = match (partial, inner.parts.remove(provider)) {
-            (true, Some(mut old)) => {
+            (true, Some(old)) => {
+                let mut old = Arc::unwrap_or_clone(old);
                 old.resources
                     .retain(|r| !report.resources.iter().any(|n| n.name == r.name));
                 old.resources.extend(report.resources);
@@ -62,12 +68,15 @@ impl StatusBoard {
                 old.source = report.source;
                 old.errors = report.errors;
                 old.summary = super::report::Summary::of(&old.resources, old.errors.len());
-                old
+                Arc::new(old)
             }
-            _ => report,
+            _ => Arc::new(report),
         };
         inner.parts.insert(provider.to_string(), part);
-        inner.merged = Report::merge(inner.parts.values()).map(Arc::new);
+        inner.merged = match inner.parts.len() {
+            1 => inner.parts.values().next().cloned(),
+            _ => Report::merge(inner.parts.values().map(Arc::as_ref)).map(Arc::new),
+        };
         drop(inner);
         self.changes.send_modify(|n| *n += 1);
     }

@@ -38,6 +38,9 @@ pub enum AgentError {
     State(#[from] StateError),
 }
 
+/// Memories being read ahead ([`Agent::start_preload`]).
+pub type Preload = tokio::task::JoinHandle<Result<StoredMemories, StateError>>;
+
 /// The agent id a reader reports before any writer generated one (no
 /// resource can carry it yet, so no decision depends on it).
 pub const UNSET_AGENT_ID: &str = "(generated at the first apply)";
@@ -219,9 +222,7 @@ impl Agent {
     /// costs nothing. The rate limiters' clock calibrates itself on first
     /// use (a busy loop of a few milliseconds): done there too. Hand the
     /// handle to [`Agent::finish_preload`].
-    pub fn start_preload(
-        &self,
-    ) -> Option<tokio::task::JoinHandle<Result<StoredMemories, StateError>>> {
+    pub fn start_preload(&self) -> Option<Preload> {
         let store = self.store.clone()?;
         Some(tokio::task::spawn_blocking(move || {
             let _ = governor::clock::DefaultClock::default();
@@ -232,10 +233,7 @@ impl Agent {
     /// Keeps what [`Agent::start_preload`] read for the next reconcile. A
     /// failed read is not an error here: the reconcile reads again and
     /// reports it.
-    pub async fn finish_preload(
-        &self,
-        handle: Option<tokio::task::JoinHandle<Result<StoredMemories, StateError>>>,
-    ) {
+    pub async fn finish_preload(&self, handle: Option<Preload>) {
         if let Some(handle) = handle
             && let Ok(Ok(memories)) = handle.await
         {

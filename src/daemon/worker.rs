@@ -54,6 +54,9 @@ pub async fn run(
     let resync = agent.config().reconcile.resync;
     let mut queue = DueQueue::default();
     let mut next_resync = Instant::now();
+    // Memories read while the worker waits, for its next cycle (used only
+    // if nothing was written in between).
+    let mut preload: Option<crate::agent::Preload> = None;
     loop {
         let wake = next_wake(&provider, &agent, &mut inputs, &mut queue, next_resync).await;
         let scope = match wake {
@@ -75,10 +78,12 @@ pub async fn run(
         };
         super::hooks::wedge_point().await;
         inputs.heartbeats.beat(&provider, true);
+        agent.finish_preload(preload.take()).await;
         cycle(
             &provider, &agent, &board, &metrics, &snapshot, &scope, &mut queue,
         )
         .await;
+        preload = agent.start_preload();
         inputs.heartbeats.beat(&provider, false);
         metrics.queue_depth(&provider, queue.len());
     }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::cycle::plan_cycle;
-use super::inputs::Inputs;
+use super::inputs::{Inputs, MemoryRead};
 use super::{Mode, Outcome, Plan, PlannedResource, ReconcileError, Scope};
 use crate::agent::Agent;
 use crate::executor::queue::execute;
@@ -13,7 +13,7 @@ use crate::executor::replay::Replay;
 use crate::executor::request::{self, RequestSubject};
 use crate::executor::{ExecContext, Executed, OpOutcome, PlannedOperation};
 use crate::journal::effects::{Effect, commit};
-use crate::journal::{StateError, StoredMemories, blocking};
+use crate::journal::{StateError, blocking};
 use crate::model::Declaration;
 use crate::provider::OperationKind;
 use crate::source::Snapshot;
@@ -78,7 +78,7 @@ async fn replay_pending(
         let snapshot = snapshot.clone();
         blocking(&ctx.store, move |store| {
             // Only the journal and the local pauses are needed here.
-            let inputs = Inputs::load(store, &snapshot, Some(StoredMemories::default()))?;
+            let inputs = Inputs::load(store, &snapshot, MemoryRead::Skip)?;
             let declarations: HashMap<&str, &Declaration> = snapshot
                 .declarations
                 .declarations

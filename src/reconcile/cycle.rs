@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::inputs::{Inputs, declared};
+use super::inputs::{Inputs, MemoryRead, declared};
 use super::observe::{self, ProviderView};
 use super::plan::{self, PlanContext};
 use super::routing::{Routed, Routing};
@@ -35,7 +35,10 @@ pub(super) async fn plan_cycle<'s>(
     let mut inputs = match agent.store() {
         Some(store) => {
             let snapshot = snapshot.clone();
-            blocking(store, move |s| Inputs::load(s, &snapshot, preloaded)).await?
+            blocking(store, move |s| {
+                Inputs::load(s, &snapshot, MemoryRead::Fresh(preloaded))
+            })
+            .await?
         }
         None => Inputs::default(),
     };

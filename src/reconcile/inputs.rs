@@ -31,6 +31,16 @@ pub struct LeftGit {
     pub file: String,
 }
 
+/// How a load gets the memories.
+#[derive(Debug)]
+pub enum MemoryRead {
+    /// Current memories: these, read ahead, if nothing was written since
+    /// they were read; else read now.
+    Fresh(Option<StoredMemories>),
+    /// None (the journal and the overrides are all that is needed).
+    Skip,
+}
+
 /// A journalled operation not confirmed yet.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingIntent {
@@ -72,17 +82,24 @@ impl Inputs {
             .push(row.to_string());
     }
 
-    /// Reads the inputs of a cycle over `snapshot`. `preloaded`: memories
-    /// read ahead (beside the fetch), if still valid.
+    /// Reads the inputs of a cycle over `snapshot`. `memories`: read them
+    /// (reusing what was read ahead if nothing was written since), or skip
+    /// them (replaying the journal needs none).
     pub fn load(
         store: &StateStore,
         snapshot: &Snapshot,
-        preloaded: Option<StoredMemories>,
+        memories: MemoryRead,
     ) -> Result<Inputs, StateError> {
         let mut inputs = Inputs::default();
-        let stored = match preloaded {
-            Some(stored) => stored,
-            None => store.read_memories()?,
+        let stored = match memories {
+            MemoryRead::Skip => StoredMemories::default(),
+            MemoryRead::Fresh(preloaded) => {
+                let current = store.freshness()?;
+                match preloaded {
+                    Some(stored) if stored.freshness == Some(current) => stored,
+                    _ => store.read_memories()?,
+                }
+            }
         };
         inputs.memories = stored.memories;
         // One index of the declarations by name: a lookup per memory in the

@@ -124,11 +124,40 @@ fn time(ms: i64) -> SystemTime {
 pub struct StateStore {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// Write transactions committed through this store (see
+    /// [`StateStore::freshness`]).
+    writes: std::sync::atomic::AtomicU64,
+}
+
+/// Identifies a moment of the database's content: this store's writes
+/// and SQLite's `data_version` (which moves when another connection
+/// commits). Anything read at one freshness is current while it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Freshness {
+    writes: u64,
+    data_version: i64,
 }
 
 impl StateStore {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The database's content now, as a value to compare later.
+    pub fn freshness(&self) -> Result<Freshness, StateError> {
+        let data_version = self
+            .conn()
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        Ok(Freshness {
+            writes: self.writes.load(std::sync::atomic::Ordering::SeqCst),
+            data_version,
+        })
+    }
+
+    fn wrote(&self) {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn err(&self, e: rusqlite::Error) -> StateError {
@@ -206,6 +235,7 @@ impl StateStore {
         let store = StateStore {
             conn: Mutex::new(conn),
             path,
+            writes: std::sync::atomic::AtomicU64::new(0),
         };
         if writer {
             store.migrate()?;
@@ -636,6 +666,25 @@ mod tests {
                 .unwrap(),
             0
         );
+    }
+
+    #[test]
+    fn freshness_moves_with_every_write_this_store_or_another_connection_makes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let read = store.read_memories().unwrap().freshness.unwrap();
+        assert_eq!(store.freshness().unwrap(), read, "nothing written: still fresh");
+        store
+            .write(|tx| tx.record_write("a", SystemTime::now()))
+            .unwrap();
+        let after_own = store.freshness().unwrap();
+        assert_ne!(after_own, read, "this store wrote");
+        // `tend override set` from another process: another connection.
+        let other = StateStore::open_for_overrides(dir.path()).unwrap();
+        other
+            .set_local_override("a", &BTreeMap::new(), SystemTime::now())
+            .unwrap();
+        assert_ne!(store.freshness().unwrap(), after_own, "another connection wrote");
     }
 
     #[test]

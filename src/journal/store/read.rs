@@ -129,6 +129,8 @@ pub struct OverrideSeen {
 #[derive(Debug, Default)]
 pub struct StoredMemories {
     pub memories: HashMap<String, Memory>,
+    /// When they were read (`None`: unknown, never reused).
+    pub freshness: Option<super::Freshness>,
 }
 
 const INTENT_COLUMNS: &str =
@@ -169,6 +171,7 @@ impl StateStore {
     /// queries: a cycle over thousands of resources must not pay three
     /// queries each.
     pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
+        let freshness = self.freshness()?;
         let conn = self.conn();
         let mut out: HashMap<String, Memory> = HashMap::new();
         let mut stmt = conn
@@ -215,7 +218,10 @@ impl StateStore {
                 }
             }
         }
-        Ok(StoredMemories { memories: out })
+        Ok(StoredMemories {
+            memories: out,
+            freshness: Some(freshness),
+        })
     }
 
     /// The applied spec hash and field values of `names`, read together

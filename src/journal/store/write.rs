@@ -51,6 +51,7 @@ impl StateStore {
         let wrapped = Tx { tx, store: self };
         let value = f(&wrapped)?;
         wrapped.tx.commit().map_err(|e| sql_err(&self.path, e))?;
+        self.wrote();
         Ok(value)
     }
 

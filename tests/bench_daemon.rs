@@ -227,4 +227,38 @@ fn daemon_over_10000_declarations() {
         "webhook → cycle start (target <= 200) {}",
         stats(&latencies)
     );
+
+    drop(daemon);
+
+    // Commit → cycle start through the local repository's watch.
+    let local_dir = tempfile::tempdir().unwrap();
+    let local_port = free_port();
+    let local = TendConfig::new(local_dir.path(), &work.url())
+        .source("path", "\"databases\"")
+        .source("interval", "\"1h\"")
+        .reconcile("resync", "\"1h\"")
+        .reconcile("max_concurrency", "16")
+        .sandbox("max_concurrency", "16")
+        .sandbox("rate_limit", "10000")
+        .server("listen", &format!("\"127.0.0.1:{local_port}\""))
+        .write();
+    let watched = Daemon::start(&local, local_port, &[]);
+    watched.wait_for("the cold cycle", Duration::from_secs(300), || {
+        watched.get("/readyz").is_some_and(|r| r.status == 200)
+    });
+    let mut latencies = Vec::new();
+    for i in 0..10 {
+        work.write("databases/team-07/db-00007.yaml", &manifest("db-00007", 300 + i));
+        let before = watched.log().matches("cycle starts").count();
+        let committed = Instant::now();
+        work.commit("raise db-00007");
+        watched.wait_for("the cycle start", Duration::from_secs(10), || {
+            watched.log().matches("cycle starts").count() > before
+        });
+        latencies.push(committed.elapsed().as_secs_f64() * 1000.0);
+        watched.wait_for("the cycle end", Duration::from_secs(30), || {
+            watched.log().matches("cycle done in").count() > before
+        });
+    }
+    println!("local commit → cycle start (watch) {}", stats(&latencies));
 }

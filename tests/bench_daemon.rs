@@ -248,7 +248,10 @@ fn daemon_over_10000_declarations() {
     });
     let mut latencies = Vec::new();
     for i in 0..10 {
-        work.write("databases/team-07/db-00007.yaml", &manifest("db-00007", 300 + i));
+        work.write(
+            "databases/team-07/db-00007.yaml",
+            &manifest("db-00007", 300 + i),
+        );
         let before = watched.log().matches("cycle starts").count();
         let committed = Instant::now();
         work.commit("raise db-00007");

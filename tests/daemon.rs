@@ -605,3 +605,108 @@ fn an_expiring_override_is_re_decided_at_its_expiry_not_at_the_next_poll() {
         || env.limit_at_provider("orders") == json!(10),
     );
 }
+
+fn with_provider(name: &str, provider: &str, limit: u32) -> String {
+    format!(
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  provider: {provider}\n  connectionLimit: {limit}\n"
+    )
+}
+
+#[test]
+fn a_slow_provider_never_delays_another_providers_resources() {
+    // `slow` answers its first call with 429 and a 6 s Retry-After.
+    let env = Env::new(|c| {
+        c.section("providers.slow", "kind", "\"sandbox\"")
+            .section("providers.slow.faults", "rate_limit_calls", "1")
+            .section("providers.slow.faults", "retry_after", "\"6s\"")
+    });
+    env.repo
+        .write("orders.yaml", &with_provider("orders", "sandbox", 10));
+    env.repo
+        .write("ledger.yaml", &with_provider("ledger", "slow", 10));
+    env.repo.commit("two providers");
+    let started = Instant::now();
+    let daemon = Daemon::start(&env.config_path(), env.port, &[]);
+    daemon.wait_for(
+        "orders created at the fast provider",
+        Duration::from_secs(3),
+        || env.limit_at_provider("orders") == json!(10),
+    );
+    let fast = started.elapsed();
+    let slow = SandboxProvider::new(
+        "slow",
+        &env.config.state_dir(),
+        Duration::ZERO,
+        Default::default(),
+    );
+    assert!(
+        slow.load().unwrap().databases.is_empty(),
+        "the slow provider is still waiting out its Retry-After"
+    );
+    daemon.wait_for(
+        "ledger created at the slow provider",
+        Duration::from_secs(15),
+        || slow.load().unwrap().databases.contains_key("ledger"),
+    );
+    eprintln!(
+        "fast provider done after {fast:?}, slow after {:?}",
+        started.elapsed()
+    );
+    daemon.wait_ready();
+}
+
+#[test]
+fn a_second_signal_exits_at_once_and_nothing_is_lost() {
+    let env = Env::new(|c| {
+        c.faults("rate_limit_calls", "2")
+            .faults("retry_after", "\"20s\"")
+    });
+    let mut daemon = Daemon::start(&env.config_path(), env.port, &[]);
+    daemon.wait_for(
+        "a call waiting out its Retry-After",
+        Duration::from_secs(10),
+        || daemon.log().contains("provider call failed; retrying"),
+    );
+    daemon.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    let second = Instant::now();
+    daemon.signal("INT");
+    assert_eq!(
+        daemon.wait_exit(Duration::from_secs(5)),
+        Some(130),
+        "{}",
+        daemon.log()
+    );
+    assert!(
+        second.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        second.elapsed()
+    );
+    assert!(daemon.log().contains("second signal"), "{}", daemon.log());
+    // The next start (the provider well again) finishes what was left, once.
+    let text = std::fs::read_to_string(env.config_path()).unwrap();
+    let healthy: String = text
+        .lines()
+        .filter(|l| !l.starts_with("rate_limit_calls") && !l.starts_with("retry_after"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(env.config_path(), healthy).unwrap();
+    let restarted = env.start(&[]);
+    restarted.wait_for("orders in sync", Duration::from_secs(10), || {
+        resource(&restarted.status(), "orders").is_some_and(|r| r["state"] == "InSync")
+    });
+    assert_eq!(env.sandbox().load().unwrap().databases.len(), 1);
+}
+
+#[test]
+fn request_bodies_are_capped() {
+    let env = Env::new(|c| c);
+    let daemon = env.start(&[]);
+    let big = vec![b'x'; 2 * 1024 * 1024];
+    let r = daemon.request("POST", "/hooks/git", &[("X-Gitlab-Token", SECRET)], &big);
+    assert!(
+        r.as_ref().is_none_or(|r| r.status == 413),
+        "a 2 MiB body is refused: {r:?}"
+    );
+    assert_eq!(daemon.get("/healthz").unwrap().status, 200);
+}

@@ -64,6 +64,12 @@ impl TendConfig {
         self
     }
 
+    /// Any `[section]` key (`providers.slow`, …).
+    pub fn section(mut self, section: &str, key: &str, value: &str) -> Self {
+        self.set(section, key, value);
+        self
+    }
+
     pub fn server(mut self, key: &str, value: &str) -> Self {
         self.set("server", key, value);
         self

@@ -673,7 +673,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path(), true).unwrap().unwrap();
         let read = store.read_memories().unwrap().freshness.unwrap();
-        assert_eq!(store.freshness().unwrap(), read, "nothing written: still fresh");
+        assert_eq!(
+            store.freshness().unwrap(),
+            read,
+            "nothing written: still fresh"
+        );
         store
             .write(|tx| tx.record_write("a", SystemTime::now()))
             .unwrap();
@@ -684,7 +688,11 @@ mod tests {
         other
             .set_local_override("a", &BTreeMap::new(), SystemTime::now())
             .unwrap();
-        assert_ne!(store.freshness().unwrap(), after_own, "another connection wrote");
+        assert_ne!(
+            store.freshness().unwrap(),
+            after_own,
+            "another connection wrote"
+        );
     }
 
     #[test]

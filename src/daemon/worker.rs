@@ -154,6 +154,31 @@ async fn cycle(
                 outcome.due(),
             );
             metrics.operations(&outcome.operations);
+            for op in &outcome.operations {
+                tracing::info!(
+                    provider,
+                    resource = %op.name,
+                    operation = %op.id,
+                    kind = op.kind.as_str(),
+                    "{} {}: {}",
+                    op.kind.as_str(),
+                    op.name,
+                    op.outcome.describe()
+                );
+            }
+            for r in plan
+                .resources
+                .iter()
+                .filter(|r| r.decision.action == crate::engine::Action::Hold)
+            {
+                tracing::debug!(
+                    provider,
+                    resource = %r.name,
+                    rule = r.decision.rule.as_str(),
+                    "held: {}",
+                    r.decision.reason
+                );
+            }
             for r in &plan.resources {
                 if matches!(r.observed, crate::provider::Observed::Failed(_)) {
                     metrics.provider_error(provider, "observe");

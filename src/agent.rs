@@ -25,6 +25,7 @@ use crate::engine::{DeletionLimits, Policy};
 use crate::executor::queue::{Progress, Silent};
 use crate::executor::{ExecContext, ExecLimits, ProviderRuntime};
 use crate::journal::{Access, StateError, StateLock, StateStore, StoredMemories};
+use crate::source::tracker::SourceSettings;
 use crate::source::{Source, SourceError};
 
 /// Why the agent could not open.
@@ -55,6 +56,9 @@ pub struct Agent {
     agent_id: String,
     policy: Policy,
     runtimes: BTreeMap<String, Arc<ProviderRuntime>>,
+    /// The source's settings, its secrets read at open (a missing token
+    /// file is a configuration error before any work).
+    source_settings: SourceSettings,
     clock: Arc<dyn Clock>,
     progress: Arc<dyn Progress>,
     /// Memories read ahead (beside the fetch) for the next reconcile.
@@ -104,6 +108,7 @@ impl Agent {
                 .clone()
                 .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
         };
+        let source_settings = config.source_settings()?;
         let mut runtimes = BTreeMap::new();
         for (name, provider) in &config.providers {
             let built = crate::provider::build::build(name, provider, &config.state_dir, &clock)?;
@@ -128,6 +133,7 @@ impl Agent {
             lock,
             agent_id,
             runtimes,
+            source_settings,
             clock,
             progress: Arc::new(Silent),
             preloaded: Mutex::new(None),
@@ -212,7 +218,7 @@ impl Agent {
     pub fn source(&self) -> Result<Source, SourceError> {
         Source::open(
             &self.config.state_dir,
-            self.config.source_settings()?,
+            self.source_settings.clone(),
             self.access,
         )
     }

@@ -13,7 +13,6 @@ use serde::Deserialize;
 
 use crate::engine::Policy;
 use crate::model::DriftPolicy;
-use crate::source::SourceError;
 use crate::source::auth::{Credentials, TokenScheme};
 use crate::source::tracker::SourceSettings;
 
@@ -291,6 +290,24 @@ fn default_keep_reports() -> usize {
     50
 }
 
+/// Why a source URL must not carry credentials, if it does: a password
+/// or token in the URL would be printed wherever the URL is (errors,
+/// logs, reports). An SSH user name (`ssh://git@host/…`) is not a secret.
+fn credentials_in_url(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split('/').next().unwrap_or("");
+    let (userinfo, host) = authority.rsplit_once('@')?;
+    let secret = match scheme {
+        "http" | "https" => true,
+        _ => userinfo.contains(':'),
+    };
+    secret.then(|| {
+        format!(
+            "[source] url carries credentials in its user part (…@{host}): put the token in token_file (systemd LoadCredential=) and remove it from the url"
+        )
+    })
+}
+
 /// The part after `$CREDENTIALS_DIRECTORY/` (or `${CREDENTIALS_DIRECTORY}/`)
 /// of a configured path.
 fn credential_path(p: &Path) -> Option<&Path> {
@@ -354,6 +371,9 @@ impl Config {
         for provider in config.providers.values_mut() {
             provider.resolve_paths(&|p: &PathBuf| resolve(p));
         }
+        if let Some(problem) = credentials_in_url(&config.source.url) {
+            return Err(invalid(problem));
+        }
         if !config.source.url.contains("://") && !config.source.url.contains('@') {
             config.source.url = resolve(Path::new(&config.source.url)).display().to_string();
         }
@@ -400,22 +420,28 @@ impl Config {
         }
     }
 
-    /// The source settings, with secrets read from their files.
-    pub fn source_settings(&self) -> Result<SourceSettings, SourceError> {
+    /// The source settings, with secrets read from their files (a missing,
+    /// empty or oversized one is a configuration error).
+    pub fn source_settings(&self) -> Result<SourceSettings, ConfigError> {
         let s = &self.source;
+        let token = s
+            .token_file
+            .as_deref()
+            .map(|file| secret::read("[source] token_file", file))
+            .transpose()?;
         Ok(SourceSettings {
             url: s.url.clone(),
             branch: s.branch.clone(),
             path: s.path.clone(),
             depth: s.depth,
             allow_rewind: s.allow_rewind,
-            credentials: Credentials::load(
-                s.token_file.as_deref(),
-                s.token_scheme,
-                &s.token_username,
-                s.ssh_key_file.as_deref(),
-                s.known_hosts_file.as_deref(),
-            )?,
+            credentials: Credentials {
+                token,
+                token_scheme: s.token_scheme,
+                token_username: s.token_username.clone(),
+                ssh_key_file: s.ssh_key_file.clone(),
+                known_hosts_file: s.known_hosts_file.clone(),
+            },
         })
     }
 }

@@ -20,6 +20,17 @@ pub enum TokenScheme {
     Bearer,
 }
 
+/// `scheme://host[:port]` of a URL, without a user part or path
+/// (lower-cased: hosts and schemes compare case-insensitively).
+pub fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    Some(format!("{scheme}://{host}").to_ascii_lowercase())
+}
+
 /// Everything a fetch needs to authenticate.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
@@ -40,22 +51,6 @@ fn read_secret(path: &Path) -> Result<String, SourceError> {
 }
 
 impl Credentials {
-    pub fn load(
-        token_file: Option<&Path>,
-        token_scheme: TokenScheme,
-        token_username: &str,
-        ssh_key_file: Option<&Path>,
-        known_hosts_file: Option<&Path>,
-    ) -> Result<Self, SourceError> {
-        Ok(Credentials {
-            token: token_file.map(read_secret).transpose()?,
-            token_scheme,
-            token_username: token_username.to_string(),
-            ssh_key_file: ssh_key_file.map(Path::to_path_buf),
-            known_hosts_file: known_hosts_file.map(Path::to_path_buf),
-        })
-    }
-
     /// Extra HTTP headers (the bearer token).
     pub fn headers(&self) -> Vec<String> {
         match (&self.token, self.token_scheme) {
@@ -64,17 +59,48 @@ impl Credentials {
         }
     }
 
-    /// The libgit2 credential callback. `attempts` stops libgit2 from asking
+    /// Whether a token is configured (then redirects are not followed:
+    /// libgit2 would send a bearer header, or answer a basic challenge, at
+    /// whatever host a redirect names).
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// The libgit2 credential callback for a fetch of `origin_url`. `url`
+    /// is where libgit2 is now; credentials go to the configured origin
+    /// (scheme, host, port) only. `attempts` stops libgit2 from asking
     /// forever when the server keeps refusing.
     pub fn credential(
         &self,
+        origin_url: &str,
+        url: &str,
         username_from_url: Option<&str>,
         allowed: CredentialType,
         attempts: &mut u32,
     ) -> Result<Cred, git2::Error> {
         *attempts += 1;
+        if origin(url) != origin(origin_url) {
+            return Err(git2::Error::from_str(&format!(
+                "refusing to send credentials to {}: it is not the configured origin {} (a redirect?)",
+                origin(url).unwrap_or_else(|| "an unknown host".into()),
+                origin(origin_url).unwrap_or_else(|| "?".into())
+            )));
+        }
         if *attempts > 1 {
-            return Err(git2::Error::from_str("the server refused the credentials"));
+            return Err(git2::Error::from_str(
+                match (&self.token, self.token_scheme) {
+                    (Some(_), TokenScheme::Bearer) => {
+                        "the server refused the bearer token (Authorization: Bearer); check token_file and token_scheme"
+                    }
+                    _ => "the server refused the credentials",
+                },
+            ));
+        }
+        if let (Some(_), TokenScheme::Bearer) = (&self.token, self.token_scheme) {
+            // The token went as a header and the server still asks.
+            return Err(git2::Error::from_str(
+                "the server refused the bearer token (Authorization: Bearer); check token_file and token_scheme",
+            ));
         }
         if allowed.contains(CredentialType::USER_PASS_PLAINTEXT)
             && let (Some(token), TokenScheme::Basic) = (&self.token, self.token_scheme)

@@ -5,11 +5,11 @@ use std::path::Path;
 
 use git2::{
     AutotagOption, ErrorClass, ErrorCode, FetchOptions, FetchPrune, Oid, RemoteCallbacks,
-    Repository,
+    RemoteRedirect, Repository,
 };
 
 use super::SourceError;
-use super::auth::Credentials;
+use super::auth::{Credentials, TokenScheme};
 
 /// What to fetch.
 #[derive(Debug, Clone)]
@@ -89,10 +89,10 @@ pub fn fetch(
     let host_error: RefCell<Option<SourceError>> = RefCell::new(None);
     let mut attempts = 0;
     let mut callbacks = RemoteCallbacks::new();
-    callbacks.credentials(|_url, username, allowed| {
+    callbacks.credentials(|url, username, allowed| {
         settings
             .credentials
-            .credential(username, allowed, &mut attempts)
+            .credential(settings.url, url, username, allowed, &mut attempts)
     });
     callbacks.certificate_check(|cert, host| {
         settings
@@ -112,6 +112,16 @@ pub fn fetch(
         .download_tags(AutotagOption::None)
         .prune(FetchPrune::On)
         .update_fetchhead(false)
+        // With a token, no redirect to another host is followed: a bearer
+        // header would go to whatever host a redirect names (libgit2 still
+        // follows one to the same host; a basic challenge from another
+        // port is refused by the credential callback). Configure the
+        // final URL.
+        .follow_redirects(if settings.credentials.has_token() {
+            RemoteRedirect::None
+        } else {
+            RemoteRedirect::Initial
+        })
         .custom_headers(&header_refs);
     // A reader never makes the repository shallow: that is the writer's
     // choice, made at its first fetch.
@@ -133,7 +143,7 @@ pub fn fetch(
         if let Some(host) = host_error.borrow_mut().take() {
             return Err(host);
         }
-        return Err(classify(settings.url, &e));
+        return Err(classify(settings.url, &e, settings.credentials));
     }
     drop(options);
     match repo.find_reference(&local) {
@@ -184,8 +194,20 @@ fn sweep_reader_refs(repo: &Repository) {
     }
 }
 
-fn classify(url: &str, e: &git2::Error) -> SourceError {
-    let message = e.message().to_string();
+fn classify(url: &str, e: &git2::Error, credentials: &Credentials) -> SourceError {
+    let mut message = e.message().to_string();
+    let redirect = ["301", "302", "303", "307", "308", "redirect"]
+        .iter()
+        .any(|code| message.contains(code));
+    if redirect && credentials.has_token() {
+        message.push_str(
+            "; the server redirected elsewhere, and with a token tend follows no redirect to another host (the token would go wherever it points): set [source] url to the final location",
+        );
+    }
+    let refused = e.code() == ErrorCode::Auth || message.contains("authentication");
+    if refused && credentials.token_scheme == TokenScheme::Bearer && credentials.has_token() {
+        message = format!("the server refused the bearer token (Authorization: Bearer): {message}");
+    }
     let auth = e.code() == ErrorCode::Auth
         || e.class() == ErrorClass::Http && (message.contains("401") || message.contains("403"))
         || message.contains("refused the credentials")

@@ -153,3 +153,30 @@ fn token_files_are_bounded_and_must_exist_and_hold_something() {
         );
     }
 }
+
+#[test]
+fn an_edited_parse_cache_never_changes_the_plan() {
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 20));
+    repo.commit("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url()).write();
+    let config = config.display().to_string();
+    let plan = || {
+        TendCommand::new(&["--config", &config, "plan", "--format", "json"])
+            .expect_code(0)
+            .json()
+    };
+    // `apply` writes the cache (a plan only reads it).
+    TendCommand::new(&["--config", &config, "apply"]).expect_code(0);
+    let before = plan();
+    let cache = dir.path().join("state/source/parse-cache.jsonl");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    // Same blob id, another value.
+    let edited = text.replace("\"connectionLimit\":20", "\"connectionLimit\":999");
+    assert_ne!(edited, text, "the cache holds the value: {text}");
+    std::fs::write(&cache, edited).unwrap();
+    let after = plan();
+    assert!(!after.to_string().contains("999"), "{after:#}");
+    assert_eq!(before["resources"], after["resources"]);
+}

@@ -11,6 +11,13 @@
 //!   unreadable, corrupt or foreign cache file is ignored (the files are
 //!   parsed), and an entry whose declarations no longer pass the annotation
 //!   rules is dropped and re-parsed.
+//! * Every entry is bound to its own text: a line starts with the sha256
+//!   of the JSON after it, checked on read. An entry edited by hand, or
+//!   damaged on disk, fails its check and its file is parsed again; a
+//!   cache can cost a re-parse, never a wrong snapshot. (A blob id keys an
+//!   entry, but nothing but this check ties the entry's content to it.)
+//! * No number read from the cache sizes an allocation: counts are only
+//!   trusted as far as the bytes present go.
 //! * The file is replaced atomically (write, fsync, rename), so a crash
 //!   leaves the old cache or the new one, never half of one.
 
@@ -21,13 +28,13 @@ use std::path::{Path, PathBuf};
 use git2::Oid;
 use serde::{Deserialize, Serialize};
 
-use crate::model::hash::normalized_spec_value;
+use crate::model::hash::{normalized_spec_value, sha256_hex};
 use crate::model::load::FileContents;
 use crate::model::overrides::parse_annotations;
 use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 
 /// Bumped whenever the layout below changes.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// Which build wrote a cache: the version, and the size and modification
 /// time of the running executable. Parsing rules can change between two
@@ -254,19 +261,20 @@ fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Erro
         tree,
         ..ParsedTree::default()
     };
-    // The header's count is only trusted as far as the lines go.
-    let expected = header.files.min(body.len());
+    let parts = parts.into_iter().collect::<Result<Vec<Lines>, _>>()?;
+    // Sized by what was read, never by the header's count.
+    let files = parts.iter().map(|p| p.files.len()).sum::<usize>();
+    let declarations = parts.iter().map(|p| p.declarations.len()).sum::<usize>();
     let mut entries = 0;
-    for part in parts {
-        let mut part = part?;
+    for mut part in parts {
         entries += part.entries;
         if out.files.is_empty() {
             // The first run's lists are kept (and grown), not copied.
             std::mem::swap(&mut out.files, &mut part.files);
             std::mem::swap(&mut out.declarations, &mut part.declarations);
-            out.files.reserve(expected.saturating_sub(out.files.len()));
+            out.files.reserve(files - out.files.len());
             out.declarations
-                .reserve(expected.saturating_sub(out.declarations.len()));
+                .reserve(declarations - out.declarations.len());
         }
         // An entry that no longer passes is parsed again; the tree cannot
         // then be trusted to be complete.
@@ -324,6 +332,11 @@ fn split_lines(bytes: &[u8], parts: usize) -> Vec<&[u8]> {
 }
 
 /// The entries of a run of lines.
+///
+/// A line is `<sha256 hex of the JSON> <JSON>`. A line whose check fails
+/// is an unusable entry (its file is parsed again); a line whose check
+/// passes but which does not read as an entry was written by a broken
+/// tend, and voids the cache.
 fn read_lines(bytes: &[u8]) -> Result<Lines, serde_json::Error> {
     // One entry per line, usually one declaration per entry.
     let entries = bytes.iter().filter(|b| **b == b'\n').count() + 1;
@@ -333,9 +346,16 @@ fn read_lines(bytes: &[u8]) -> Result<Lines, serde_json::Error> {
         complete: true,
         entries: 0,
     };
-    for entry in serde_json::Deserializer::from_slice(bytes).into_iter::<FileIn>() {
-        let entry = entry?;
+    for line in bytes.split(|b| *b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
         lines.entries += 1;
+        let Some(json) = checked_entry(line) else {
+            lines.complete = false;
+            continue;
+        };
+        let entry: FileIn = serde_json::from_slice(json)?;
         let file = PathBuf::from(&entry.path);
         let (Some(blob), Some(count)) = (
             parse_object_id(&entry.blob),
@@ -361,6 +381,18 @@ fn read_lines(bytes: &[u8]) -> Result<Lines, serde_json::Error> {
         });
     }
     Ok(lines)
+}
+
+/// Length of the check that starts every entry line (hex sha256).
+const CHECK_LEN: usize = 64;
+
+/// The JSON of an entry line whose check matches it.
+fn checked_entry(line: &[u8]) -> Option<&[u8]> {
+    if line.len() <= CHECK_LEN || line[CHECK_LEN] != b' ' {
+        return None;
+    }
+    let (check, json) = (&line[..CHECK_LEN], &line[CHECK_LEN + 1..]);
+    (check == sha256_hex(json).as_bytes()).then_some(json)
 }
 
 /// Appends one file's declarations to `out`; `None` (and nothing added)
@@ -430,7 +462,10 @@ pub fn store<'a>(
                 .map(|d| (d.line, d.column, d.message.as_str()))
                 .collect(),
         };
-        serde_json::to_writer(&mut out, &entry).map_err(std::io::Error::other)?;
+        let json = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+        out.extend_from_slice(sha256_hex(&json).as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(&json);
         out.push(b'\n');
     }
     let tmp = file.with_extension("tmp");
@@ -497,6 +532,29 @@ mod tests {
     }
 
     #[test]
+    fn an_edited_entry_is_parsed_again_never_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = cache_path(dir.path());
+        store_all(&file, "", &[entry("a.yaml", GOOD), entry("b.yaml", GOOD)]);
+        let text = fs::read_to_string(&file).unwrap();
+        // The same blob id, a different value: what an attacker with write
+        // access to the state dir, or a flipped bit, would leave.
+        let edited = text.replacen("\"connectionLimit\":20", "\"connectionLimit\":999", 1);
+        assert_ne!(edited, text);
+        fs::write(&file, &edited).unwrap();
+        let loaded = load(&file, "");
+        assert_eq!(
+            loaded.tree, None,
+            "the tree must be listed (and a.yaml parsed) again"
+        );
+        assert_eq!(loaded.files.len(), 1);
+        assert_eq!(loaded.files[0].path, "b.yaml");
+        for d in &loaded.declarations {
+            assert_eq!(d.manifest.spec.connection_limit, Some(20));
+        }
+    }
+
+    #[test]
     fn object_ids_read_back_as_git_writes_them() {
         let oid = tree();
         assert_eq!(parse_object_id(&oid.to_string()), Some(object_id(oid)));
@@ -523,14 +581,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = cache_path(dir.path());
         assert!(load(&file, "").files.is_empty(), "missing");
-        fs::write(&file, b"{\"format\": 2, \"tend\": ").unwrap();
+        fs::write(&file, b"{\"format\": 3, \"tend\": ").unwrap();
         assert!(load(&file, "").files.is_empty(), "truncated header");
         store_all(&file, "", &[entry("a.yaml", GOOD), entry("b.yaml", GOOD)]);
         let text = fs::read_to_string(&file).unwrap();
         let cut = &text[..text.len() - 40];
         fs::write(&file, cut).unwrap();
         let loaded = load(&file, "");
-        assert!(loaded.files.is_empty(), "a truncated entry voids the cache");
+        assert_eq!(
+            (loaded.files.len(), loaded.tree),
+            (1, None),
+            "a truncated entry is parsed again, and the tree listed again"
+        );
         // Cut at a line break: the entries left are usable, the tree is not.
         let whole_lines = text.lines().take(2).collect::<Vec<_>>().join("\n");
         fs::write(&file, format!("{whole_lines}\n")).unwrap();
@@ -546,6 +608,16 @@ mod tests {
         fs::write(&file, huge).unwrap();
         let loaded = load(&file, "");
         assert_eq!((loaded.files.len(), loaded.tree), (2, None));
+        // A line whose check passes but which is no entry: a broken
+        // writer, so nothing of the cache is trusted.
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let junk = "[1,2]";
+        lines[1] = format!("{} {junk}", sha256_hex(junk.as_bytes()));
+        fs::write(&file, lines.join("\n") + "\n").unwrap();
+        assert!(
+            load(&file, "").files.is_empty(),
+            "a checked line that is no entry"
+        );
         let foreign = text.replacen(build_id(), "0.0.0-other", 1);
         assert_ne!(foreign, text);
         fs::write(&file, foreign).unwrap();

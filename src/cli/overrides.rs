@@ -52,20 +52,32 @@ pub struct SetArgs {
     pub on_expiry: Option<String>,
 }
 
-fn open(config_path: &Path) -> Result<StateStore, u8> {
+/// The state store: read-write for `set` and `clear`, read-only for
+/// `list` (which must work on a state dir this user may only read).
+/// `None`: a read-only open of a state dir with no state yet.
+fn open(config_path: &Path, writer: bool) -> Result<Option<StateStore>, u8> {
     let config = Config::load(config_path).map_err(|e| {
         let _ = writeln!(io::stderr(), "tend: {e}");
         exit::CONFIG
     })?;
-    StateStore::open_for_overrides(&config.state_dir).map_err(|e| {
+    let opened = if writer {
+        StateStore::open_for_overrides(&config.state_dir).map(Some)
+    } else {
+        StateStore::open(&config.state_dir, false)
+    };
+    opened.map_err(|e| {
         let _ = writeln!(io::stderr(), "tend: {e}");
         exit::ERROR
     })
 }
 
 pub fn run(config_path: &Path, command: &OverrideCommand) -> io::Result<u8> {
-    let store = match open(config_path) {
-        Ok(s) => s,
+    let store = match open(config_path, !matches!(command, OverrideCommand::List)) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            writeln!(io::stdout(), "(no local overrides)")?;
+            return Ok(exit::OK);
+        }
         Err(code) => return Ok(code),
     };
     let result = match command {

@@ -2,8 +2,9 @@
 //! the writer's pid. The kernel releases it when the process dies, so a
 //! crash never leaves a stale lock.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::StateError;
@@ -22,15 +23,33 @@ impl StateLock {
             path: state_dir.display().to_string(),
             message: e.to_string(),
         };
-        fs::create_dir_all(state_dir).map_err(io)?;
+        super::state_dir::prepare_for_writing(state_dir)?;
         let path = state_dir.join("lock");
+        // A symlink planted at `lock` is refused, never followed: opening
+        // through it would truncate whatever it points at.
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
-            .map_err(io)?;
+            .map_err(|e| StateError::Io {
+                path: path.display().to_string(),
+                message: if e.raw_os_error() == Some(libc::ELOOP) {
+                    "is a symbolic link; tend never follows one here. Remove it and start again"
+                        .into()
+                } else {
+                    e.to_string()
+                },
+            })?;
+        if !file.metadata().map_err(io)?.is_file() {
+            return Err(StateError::Io {
+                path: path.display().to_string(),
+                message: "is not a regular file; remove it and start again".into(),
+            });
+        }
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {

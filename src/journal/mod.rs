@@ -14,6 +14,7 @@
 
 pub mod effects;
 pub mod lock;
+pub mod state_dir;
 pub mod store;
 
 pub use lock::StateLock;
@@ -73,6 +74,18 @@ pub enum StateError {
         "state dir {dir} is in use by another tend (pid {pid}); wait for it to finish or stop it (systemctl stop tend)"
     )]
     Locked { dir: String, pid: String },
+    #[error(
+        "state database {path} {problem}. tend does not start afresh over it: that would forget the intent journal, the tombstones and when each override was first seen. Follow docs/runbooks/state-recovery.md"
+    )]
+    Damaged { path: String, problem: String },
+    #[error(
+        "state dir {dir} {problem}: tend does not trust state another user can change. Fix it ({fix}) and start again"
+    )]
+    Untrusted {
+        dir: String,
+        problem: String,
+        fix: String,
+    },
     #[error("state database {path}: {message}")]
     Sqlite { path: String, message: String },
     #[error("state dir {path}: {message}")]

@@ -171,9 +171,8 @@ impl StateStore {
     /// Checks compatibility without writing a byte: `immutable=1` makes
     /// SQLite touch neither the file nor a WAL or journal.
     fn check_readable(path: &Path) -> Result<(), StateError> {
-        let uri = format!("file:{}?immutable=1", path.display());
         let conn = Connection::open_with_flags(
-            &uri,
+            immutable_uri(path),
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
         )
         .map_err(|e| sql_err(path, e))?;
@@ -209,23 +208,57 @@ impl StateStore {
 
     /// Opens (and for a writer creates and migrates) `state_dir/state.db`.
     /// A reader on a state dir without a database gets `None`.
+    ///
+    /// Only a missing database starts fresh. One that exists but is empty
+    /// or unreadable is [`StateError::Damaged`]: starting afresh over it
+    /// would silently forget the journal, tombstones and override clocks.
+    /// A new database is built beside the final name and moved into place
+    /// whole, so a crash while creating it leaves nothing, never the empty
+    /// file that would then be refused.
     pub fn open(state_dir: &Path, writer: bool) -> Result<Option<Self>, StateError> {
         let path = state_dir.join("state.db");
-        if path.exists() {
-            Self::check_readable(&path)?;
-        } else if !writer {
+        if !super::state_dir::exists(state_dir)? && !writer {
             return Ok(None);
         }
-        std::fs::create_dir_all(state_dir).map_err(|e| StateError::Io {
-            path: state_dir.display().to_string(),
-            message: e.to_string(),
-        })?;
-        let flags = if writer {
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.len() == 0 => {
+                return Err(StateError::Damaged {
+                    path: path.display().to_string(),
+                    problem: "is empty (zero bytes)".into(),
+                });
+            }
+            Ok(_) => Self::check_readable(&path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let wal = state_dir.join("state.db-wal");
+                if wal.exists() {
+                    return Err(StateError::Damaged {
+                        path: path.display().to_string(),
+                        problem: "is missing while its write-ahead log state.db-wal is there"
+                            .into(),
+                    });
+                }
+                if !writer {
+                    return Ok(None);
+                }
+                super::state_dir::prepare_for_writing(state_dir)?;
+                Self::create(state_dir, &path)?;
+            }
+            Err(e) => {
+                return Err(StateError::Io {
+                    path: path.display().to_string(),
+                    message: e.to_string(),
+                });
+            }
+        }
+        if writer {
+            super::state_dir::check_trusted(state_dir)?;
+        }
+        let conn = if writer {
+            Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+                .map_err(|e| sql_err(&path, e))?
         } else {
-            OpenFlags::SQLITE_OPEN_READ_ONLY
+            Self::open_reader(&path)?
         };
-        let conn = Connection::open_with_flags(&path, flags).map_err(|e| sql_err(&path, e))?;
         conn.busy_timeout(Duration::from_secs(10))
             .map_err(|e| sql_err(&path, e))?;
         // Reads through a memory map: a cycle reads every resource's row,
@@ -241,6 +274,67 @@ impl StateStore {
             store.migrate()?;
         }
         Ok(Some(store))
+    }
+
+    /// A read-only connection. A WAL database needs its shared-memory file
+    /// (`state.db-shm`); where the reader cannot create it (a state dir it
+    /// may only read, no writer running, so no such file) the database is
+    /// read as immutable: with no writer there is nothing to coordinate.
+    fn open_reader(path: &Path) -> Result<Connection, StateError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_err(path, e))?;
+        // The shared memory is only set up on the first read.
+        match conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+            r.get::<_, i64>(0)
+        }) {
+            Ok(_) => Ok(conn),
+            Err(e) if is_readonly_error(&e) => {
+                drop(conn);
+                Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
+                    .map_err(|e| sql_err(path, e))
+            }
+            Err(e) => Err(sql_err(path, e)),
+        }
+    }
+
+    /// Builds a new, migrated database and moves it to `path` unless
+    /// another writer (an `override set` beside a first `apply`) got there
+    /// first.
+    fn create(state_dir: &Path, path: &Path) -> Result<(), StateError> {
+        let io = |p: &Path, e: std::io::Error| StateError::Io {
+            path: p.display().to_string(),
+            message: e.to_string(),
+        };
+        let fresh = state_dir.join(format!("state.db.new-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fresh);
+        {
+            let conn = Connection::open_with_flags(
+                &fresh,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+            )
+            .map_err(|e| sql_err(&fresh, e))?;
+            let store = StateStore {
+                conn: Mutex::new(conn),
+                path: fresh.clone(),
+                writes: std::sync::atomic::AtomicU64::new(0),
+            };
+            store.migrate()?;
+            // Closing the last connection checkpoints the WAL into the
+            // file and removes it: the file alone is the database.
+        }
+        std::fs::File::open(&fresh)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io(&fresh, e))?;
+        // A hard link fails when the name exists: the first creator wins.
+        let linked = std::fs::hard_link(&fresh, path);
+        let _ = std::fs::remove_file(&fresh);
+        match linked {
+            Ok(()) => std::fs::File::open(state_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io(state_dir, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(io(path, e)),
+        }
     }
 
     /// The `meta` values a migration looks at, read without a
@@ -351,6 +445,7 @@ impl StateStore {
     /// without the writer lock (an operator must be able to pause a resource
     /// while `tend run` or `tend apply` holds it). Creates the state if none.
     pub fn open_for_overrides(state_dir: &Path) -> Result<Self, StateError> {
+        // (`override list` reads through `open(_, false)`.)
         Self::open(state_dir, true)?.ok_or_else(|| StateError::Io {
             path: state_dir.display().to_string(),
             message: "the state database could not be created".into(),
@@ -431,10 +526,41 @@ impl StateStore {
 }
 
 fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
+        return StateError::Damaged {
+            path: path.display().to_string(),
+            problem: format!("is not a readable SQLite database ({e})"),
+        };
+    }
     StateError::Sqlite {
         path: path.display().to_string(),
         message: e.to_string(),
     }
+}
+
+/// SQLite could not set up what a read needs (the WAL's shared memory) in
+/// a place it may not write.
+fn is_readonly_error(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
+}
+
+/// `file:` URI of `path` opened immutable (read-only, no WAL, no locks).
+/// Characters that end a URI's path are escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for c in path.display().to_string().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! observation, planning, effects) · [`executor`] (operations, journalled)
 //! · [`journal`] (the state store) · [`agent`] (the long-lived agent the
 //! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]
-//! and [`time`] (time, injected and overflow-safe).
+//! and [`time`] (time, injected and overflow-safe) · [`escape`] (outside
+//! text made safe for a terminal).
 
 pub mod agent;
 pub mod cli;
@@ -14,6 +15,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod engine;
+pub mod escape;
 pub mod executor;
 pub mod journal;
 pub mod model;

@@ -501,8 +501,8 @@ fn a_sighting_stored_in_the_old_debug_form_keeps_its_clock() {
         10,
         "    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: INC-3\n    tend.dev/override-expires: 1h\n",
     )]);
-    // Created without the ignored field: it differs, and is left alone.
-    env.apply(2);
+    // Created as declared (the ignored field included): in sync.
+    env.apply(0);
     // A state written before the canonical fingerprint: the sighting is two
     // hours old and keyed by the `Debug` form.
     let legacy = r#"false|["connectionLimit"]|INC-3|Some("1h")"#;
@@ -523,7 +523,7 @@ fn a_sighting_stored_in_the_old_debug_form_keeps_its_clock() {
         true,
         "{plan:#}"
     );
-    env.apply(2);
+    env.apply(0);
     let db = env.state_db();
     let (fingerprint, first_seen): (String, i64) = db
         .query_row(

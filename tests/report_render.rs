@@ -13,7 +13,9 @@ use tend::provider::sandbox::SANDBOX_FIELDS;
 use tend::provider::{
     Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
 };
-use tend::reconcile::{Plan, PlannedOperationId, PlannedResource, PlannedSubject};
+use tend::reconcile::{
+    OrphanedOverride, Plan, PlannedOperationId, PlannedResource, PlannedSubject,
+};
 use tend::status::{build_report, render};
 
 fn config() -> Config {
@@ -126,6 +128,13 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
         resources,
         errors,
         intents: Vec::new(),
+        // A typo in an emergency, with a reason that tries to forge a line
+        // and clear the screen: shown, escaped.
+        orphaned_overrides: vec![OrphanedOverride {
+            name: "odrers".into(),
+            reason: "INC-9\norders  InSync  None\x1b[2J".into(),
+            set_at: now,
+        }],
         guard: DeletionGuard {
             due: 0,
             managed: 0,

@@ -94,7 +94,7 @@ fn list(store: &StateStore) -> Result<String, String> {
             (_, Some(a)) => format!(
                 "approved {}: {}",
                 crate::time::rfc3339(a.approved_at),
-                a.reason
+                crate::escape::terminal(&a.reason)
             ),
             (Some(h), None) => format!(
                 "HELD by the mass-deletion guard since {} ({} due together)",
@@ -105,7 +105,7 @@ fn list(store: &StateStore) -> Result<String, String> {
         };
         out.push_str(&format!(
             "{}  removed {} in {}  {status}\n",
-            t.name,
+            crate::escape::terminal(&t.name),
             crate::time::rfc3339(t.removed_at),
             t.removal_commit.get(..12).unwrap_or(&t.removal_commit),
         ));
@@ -137,8 +137,9 @@ fn approve(store: &StateStore, args: &ApproveArgs) -> Result<String, String> {
             .approve_deletion(name, args.reason.trim(), now)
             .map_err(|e| e.to_string())?;
         out.push_str(&format!(
-            "approved the deletion of {name}: {}\n",
-            args.reason.trim()
+            "approved the deletion of {}: {}\n",
+            crate::escape::terminal(name),
+            crate::escape::terminal(args.reason.trim())
         ));
     }
     Ok(out)

@@ -7,10 +7,11 @@ use std::time::SystemTime;
 use clap::{Args, ValueEnum};
 
 use super::{exit, session};
+use crate::escape::terminal as esc;
 use crate::journal::Access;
 use crate::provider::Observed;
 use crate::reconcile::{Mode, Plan, PlannedResource, PlannedSubject};
-use crate::status::render::{origin, value};
+use crate::status::render::{drift_origin, value};
 use crate::status::{build_report, render};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -96,9 +97,9 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
             writeln!(
                 err,
                 "tend: no valid declaration named `{}` under `{}` of {} at {} (errors above, if any, may be why)",
-                args.name,
-                source.path,
-                source.url,
+                esc(&args.name),
+                esc(&source.path),
+                esc(&source.url),
                 plan.commit.as_deref().unwrap_or("?")
             )?;
             return Ok(exit::ERROR);
@@ -135,16 +136,15 @@ fn explain(
     let d = &r.decision;
     writeln!(out, "  decision:    {:?} / {:?}", d.state, d.action)?;
     writeln!(out, "  rule:        {}", d.rule.as_str())?;
-    writeln!(out, "  reason:      {}", d.reason)?;
+    writeln!(out, "  reason:      {}", esc(&d.reason))?;
     for x in &d.drift {
         writeln!(
             out,
-            "  drift:       {} declared {} observed {} ({}{})",
-            x.field,
+            "  drift:       {} declared {} observed {} ({})",
+            esc(&x.field),
             value(&x.desired),
             value(&x.observed),
-            origin(x.origin),
-            if x.ignored { ", ignored" } else { "" }
+            drift_origin(x.origin, x.ignored)
         )?;
     }
     if let Some(op) = &r.operation {
@@ -157,7 +157,7 @@ fn explain(
             intent.kind.as_str(),
             intent.id,
             intent.rule.as_str(),
-            intent.reason
+            esc(&intent.reason)
         )?;
     }
     if let Some(at) = d.act_at {
@@ -179,12 +179,16 @@ fn explain_subject(
             writeln!(
                 out,
                 "  declaration: {}:{} at commit {commit} of {}, provider `{}`",
-                r.file,
+                esc(&r.file),
                 decl.line,
-                agent.config().source.url,
+                esc(&agent.config().source.url),
                 r.provider
             )?;
-            writeln!(out, "  database:    {}", decl.manifest.database_name())?;
+            writeln!(
+                out,
+                "  database:    {}",
+                esc(&decl.manifest.database_name())
+            )?;
         }
         PlannedSubject::Removed(tomb) => {
             writeln!(
@@ -198,7 +202,7 @@ fn explain_subject(
                 },
                 r.provider
             )?;
-            writeln!(out, "  database:    {}", tomb.last.database_name())?;
+            writeln!(out, "  database:    {}", esc(&tomb.last.database_name()))?;
         }
         PlannedSubject::Unreadable => {
             writeln!(out, "  declaration: unknown (the state cannot be read)")?
@@ -213,7 +217,7 @@ fn explain_observed(out: &mut impl Write, observed: &Observed, now: SystemTime) 
             writeln!(
                 out,
                 "  observed:    {} ({:?}) at {} ({} ago)",
-                o.external_id,
+                esc(&o.external_id),
                 o.status,
                 crate::time::rfc3339(o.observed_at),
                 crate::time::duration(crate::time::since(now, o.observed_at))
@@ -222,17 +226,18 @@ fn explain_observed(out: &mut impl Write, observed: &Observed, now: SystemTime) 
                 Some(m) => writeln!(
                     out,
                     "  owner:       agent `{}`, declaration `{}`",
-                    m.agent_id, m.declaration
+                    esc(&m.agent_id),
+                    esc(&m.declaration)
                 )?,
                 None => writeln!(out, "  owner:       no tend marker")?,
             }
             for (field, v) in &o.fields {
-                writeln!(out, "    {field} = {}", value(v))?;
+                writeln!(out, "    {} = {}", esc(field), value(v))?;
             }
             Ok(())
         }
         Observed::NotFound => writeln!(out, "  observed:    not found at the provider"),
-        Observed::Failed(e) => writeln!(out, "  observed:    FAILED: {e}"),
+        Observed::Failed(e) => writeln!(out, "  observed:    FAILED: {}", esc(&e.to_string())),
     }
 }
 
@@ -247,7 +252,7 @@ fn explain_overrides(out: &mut impl Write, r: &PlannedResource<'_>) -> io::Resul
         "  overrides:   {} from {}: {}{}{}",
         ov.kind(),
         sources.join(", "),
-        ov.reasons.join("; "),
+        esc(&ov.reasons.join("; ")),
         ov.expires
             .map(|e| format!("; expires {}", crate::time::rfc3339(e)))
             .unwrap_or_default(),
@@ -257,7 +262,7 @@ fn explain_overrides(out: &mut impl Write, r: &PlannedResource<'_>) -> io::Resul
         writeln!(
             out,
             "               ignored fields: {}",
-            ov.ignore_fields.join(", ")
+            esc(&ov.ignore_fields.join(", "))
         )?;
     }
     Ok(())

@@ -32,10 +32,10 @@ impl std::fmt::Display for Diagnostic {
         write!(
             f,
             "{}:{}:{}: {}",
-            self.file.display(),
+            crate::escape::terminal(&self.file.display().to_string()),
             self.line,
             self.column,
-            self.message
+            crate::escape::terminal(&self.message)
         )
     }
 }

@@ -10,7 +10,7 @@ use super::inputs::{Inputs, MemoryRead, declared};
 use super::observe::{self, ProviderView};
 use super::plan::{self, PlanContext};
 use super::routing::{Routed, Routing};
-use super::{IntentReport, Mode, Plan, PlannedResource, Scope};
+use super::{IntentReport, Mode, OrphanedOverride, Plan, PlannedResource, Scope};
 use crate::agent::Agent;
 use crate::engine::deletion::DueDeletion;
 use crate::engine::intents::{IntentVerdict, PendingWork, verdict};
@@ -44,6 +44,7 @@ pub(super) async fn plan_cycle<'s>(
     };
     tracing::debug!("inputs read in {:?}", started.elapsed());
     let (intents, gates) = pending_work(snapshot, &inputs);
+    let orphaned_overrides = orphaned_overrides(snapshot, &inputs);
     let policy = agent.policy();
     let mut routing = Routing::route(agent.config(), policy, snapshot, &mut inputs, scope, now);
     let mut memories = std::mem::take(&mut inputs.memories);
@@ -86,9 +87,36 @@ pub(super) async fn plan_cycle<'s>(
         resources,
         errors,
         intents,
+        orphaned_overrides,
         guard,
         now,
     })
+}
+
+/// Local overrides whose name is neither declared nor a resource the state
+/// knows (managed, or tombstoned): whatever the cycle's scope, the same
+/// list.
+fn orphaned_overrides(snapshot: &Snapshot, inputs: &Inputs) -> Vec<OrphanedOverride> {
+    let mut out: Vec<OrphanedOverride> = inputs
+        .local_overrides
+        .values()
+        .filter(|o| {
+            declared(snapshot, &o.name).is_none()
+                && !inputs.memories.contains_key(&o.name)
+                && !inputs.tombstones.iter().any(|t| t.name == o.name)
+        })
+        .map(|o| OrphanedOverride {
+            name: o.name.clone(),
+            reason: o
+                .annotations
+                .get(crate::model::overrides::OVERRIDE_REASON)
+                .cloned()
+                .unwrap_or_default(),
+            set_at: o.set_at,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 /// Each pending intent with its verdict, and the work it holds back (a

@@ -197,8 +197,20 @@ pub struct Plan<'s> {
     pub errors: Vec<Diagnostic>,
     /// Pending intents and their verdicts.
     pub intents: Vec<IntentReport>,
+    /// Local overrides set on a name tend knows nothing of (no declaration,
+    /// no resource in the state): they protect nothing, and whoever set
+    /// one in an emergency must be told.
+    pub orphaned_overrides: Vec<OrphanedOverride>,
     pub guard: DeletionGuard,
     pub now: SystemTime,
+}
+
+/// A local override on a name with no declaration and no resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanedOverride {
+    pub name: String,
+    pub reason: String,
+    pub set_at: SystemTime,
 }
 
 /// What a reconcile did.

@@ -210,8 +210,26 @@ impl Source {
         self.poll(now)
     }
 
+    /// The snapshot of the last accepted commit, built from the local Git
+    /// data without fetching: what `tend override set` checks a name
+    /// against while Git may be unreachable. `None` when no commit was
+    /// accepted yet.
+    pub fn accepted_snapshot(mut self) -> Result<Option<Arc<Snapshot>>, SourceError> {
+        let Some(accepted) = self.accepted else {
+            return Ok(None);
+        };
+        self.retain_parses = false;
+        self.snapshot_at(accepted)?;
+        Ok(self.last_good)
+    }
+
     fn try_poll(&mut self) -> Result<bool, SourceError> {
         let head = self.fetch_head()?;
+        self.snapshot_at(head)
+    }
+
+    /// Builds the snapshot of `head` unless it is the current one.
+    fn snapshot_at(&mut self, head: Oid) -> Result<bool, SourceError> {
         if self
             .last_good
             .as_ref()

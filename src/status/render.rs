@@ -6,13 +6,25 @@ use serde_json::Value;
 
 use super::report::{Report, ResourceReport};
 use crate::engine::{DriftOrigin, State};
+use crate::escape::terminal as esc;
 
 /// A field value as every human-facing output shows it.
+///
+/// Escaped for a terminal: observed values come from the provider.
 pub fn value(v: &Value) -> String {
     match v {
         Value::Null => "(unset)".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => esc(s).into_owned(),
+        other => esc(&other.to_string()).into_owned(),
+    }
+}
+
+/// A drift line's origin, and whether an override leaves the field alone.
+pub fn drift_origin(o: DriftOrigin, ignored: bool) -> String {
+    if ignored {
+        format!("{}, ignored by the override: not corrected", origin(o))
+    } else {
+        origin(o).to_string()
     }
 }
 
@@ -42,9 +54,9 @@ fn summary_line(report: &Report) -> String {
 
 fn override_line(r: &ResourceReport) -> Option<String> {
     let o = r.override_.as_ref()?;
-    let mut line = format!("override ({}, {}): {}", o.source, o.kind, o.reason);
+    let mut line = format!("override ({}, {}): {}", o.source, o.kind, esc(&o.reason));
     if !o.fields.is_empty() {
-        let _ = write!(line, "; fields {}", o.fields.join(", "));
+        let _ = write!(line, "; fields {}", esc(&o.fields.join(", ")));
     }
     match (&o.expires, o.expired) {
         (Some(t), true) => {
@@ -64,13 +76,15 @@ pub fn text(report: &Report, colour: bool) -> String {
     let commit = report.source.commit.as_deref().unwrap_or("unknown commit");
     let _ = writeln!(
         out,
-        "source: {} ({}, {commit})",
-        report.source.url, report.source.branch
+        "source: {} ({}, {})",
+        esc(&report.source.url),
+        esc(&report.source.branch),
+        esc(commit)
     );
     let name_w = report
         .resources
         .iter()
-        .map(|r| r.name.len())
+        .map(|r| esc(&r.name).chars().count())
         .max()
         .unwrap_or(4)
         .max(4);
@@ -92,19 +106,19 @@ pub fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(
             out,
             "{:name_w$}  {shown}  {:action_w$}  {}",
-            r.name,
+            esc(&r.name),
             format!("{:?}", r.action),
-            r.reason
+            esc(&r.reason)
         );
         let indent = " ".repeat(name_w + 2);
         for d in &r.drift {
             let _ = writeln!(
                 out,
                 "{indent}drift {}: declared {}, observed {} ({})",
-                d.field,
+                esc(&d.field),
                 value(&d.desired),
                 value(&d.observed),
-                origin(d.origin)
+                drift_origin(d.origin, d.ignored)
             );
         }
         if let Some(line) = override_line(r) {
@@ -115,15 +129,32 @@ pub fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(
             out,
             "error: {}:{}:{}: {}",
-            e.file, e.line, e.column, e.message
+            esc(&e.file),
+            e.line,
+            e.column,
+            esc(&e.message)
         );
+    }
+    for o in &report.orphaned_overrides {
+        let _ = writeln!(out, "{}", orphan_line(o));
     }
     let _ = writeln!(out, "{}", summary_line(report));
     out
 }
 
+/// A local override that protects nothing, as text.
+fn orphan_line(o: &super::report::OrphanedOverrideReport) -> String {
+    format!(
+        "orphaned override: `{}` has no declaration and no resource; the local override set {} ({}) protects nothing. Check the name; `tend override clear {}` removes it",
+        esc(&o.name),
+        o.set_at,
+        esc(&o.reason),
+        esc(&o.name)
+    )
+}
+
 fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    esc(&s.replace('|', "\\|").replace('\n', " ")).into_owned()
 }
 
 /// Markdown for a pull-request comment.
@@ -168,7 +199,7 @@ pub fn markdown(report: &Report) -> String {
                     d.field,
                     md_escape(&value(&d.desired)),
                     md_escape(&value(&d.observed)),
-                    origin(d.origin)
+                    drift_origin(d.origin, d.ignored)
                 );
             }
         }
@@ -182,6 +213,12 @@ pub fn markdown(report: &Report) -> String {
         let _ = writeln!(out, "\n#### Active overrides\n");
         for (r, line) in overridden {
             let _ = writeln!(out, "- `{}`: {}", r.name, md_escape(&line));
+        }
+    }
+    if !report.orphaned_overrides.is_empty() {
+        let _ = writeln!(out, "\n#### Orphaned local overrides\n");
+        for o in &report.orphaned_overrides {
+            let _ = writeln!(out, "- {}", md_escape(&orphan_line(o)));
         }
     }
     if !report.errors.is_empty() {

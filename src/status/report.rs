@@ -21,6 +21,20 @@ pub struct Report {
     pub summary: Summary,
     pub resources: Vec<ResourceReport>,
     pub errors: Vec<ErrorReport>,
+    /// Local overrides on names with no declaration and no resource
+    /// (`tend override set --force`, or a declaration removed since): they
+    /// protect nothing. Absent when there are none, so a report without
+    /// them reads as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orphaned_overrides: Vec<OrphanedOverrideReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanedOverrideReport {
+    pub name: String,
+    pub reason: String,
+    pub set_at: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,6 +83,10 @@ pub struct DriftReport {
     pub desired: Value,
     pub observed: Value,
     pub origin: DriftOrigin,
+    /// An override leaves this field alone: the difference is reported,
+    /// never corrected. Absent when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignored: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -164,6 +182,9 @@ impl Report {
         for part in parts {
             merged.resources.extend(part.resources.iter().cloned());
             merged.errors.extend(part.errors.iter().cloned());
+            merged
+                .orphaned_overrides
+                .extend(part.orphaned_overrides.iter().cloned());
         }
         merged.resources.sort_by(|a, b| a.name.cmp(&b.name));
         merged.resources.dedup_by(|a, b| a.name == b.name);
@@ -173,6 +194,12 @@ impl Report {
         merged.errors.dedup_by(|a, b| {
             (&a.file, a.line, a.column, &a.message) == (&b.file, b.line, b.column, &b.message)
         });
+        // Every part computes the same orphans (they do not depend on the
+        // part): kept once.
+        merged
+            .orphaned_overrides
+            .sort_by(|a, b| a.name.cmp(&b.name));
+        merged.orphaned_overrides.dedup_by(|a, b| a.name == b.name);
         merged.summary = Summary::of(&merged.resources, merged.errors.len());
         Some(merged)
     }
@@ -199,6 +226,15 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
         summary: Summary::of(&resources, plan.errors.len()),
         resources,
         errors: plan.errors.iter().map(ErrorReport::from).collect(),
+        orphaned_overrides: plan
+            .orphaned_overrides
+            .iter()
+            .map(|o| OrphanedOverrideReport {
+                name: o.name.clone(),
+                reason: o.reason.clone(),
+                set_at: rfc3339(o.set_at),
+            })
+            .collect(),
     }
 }
 
@@ -220,6 +256,7 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
                 desired: x.desired.clone(),
                 observed: x.observed.clone(),
                 origin: x.origin,
+                ignored: x.ignored,
             })
             .collect(),
         override_: (!ov.is_empty()).then(|| OverrideReport {

@@ -189,12 +189,11 @@ fn decide_missing(input: &DecideInput<'_>, decl: &Declaration, ov: &EffectiveOve
     }
     let create = |rule, reason| {
         let mut d = Decision::new(State::Missing, Action::Create, rule, reason);
-        // Ignored fields are left to the provider's default even at creation:
-        // an override means hands off, whatever the action.
-        d.changes = desired_fields_of(&decl.normalized_spec, input.capabilities)
-            .into_iter()
-            .filter(|(field, _)| !ov.ignores(field))
-            .collect();
+        // Ignored fields are created as declared: an override leaves the
+        // provider's value alone, and before creation there is none. (Left
+        // to the provider's default, the declared value would never be
+        // applied, and the field would report drift tend itself caused.)
+        d.changes = desired_fields_of(&decl.normalized_spec, input.capabilities);
         d
     };
     if !input.memory.existed {

@@ -156,10 +156,17 @@ fn hands_off(
         ));
     }
     if ov.paused {
-        let what = if active.is_empty() {
-            "no drift"
+        // The reason must agree with the drift list shown under it: ignored
+        // fields that differ are drift too, only left alone.
+        let what = if !active.is_empty() {
+            "drift is reported only".to_string()
+        } else if drift.is_empty() {
+            "no drift".to_string()
         } else {
-            "drift is reported only"
+            format!(
+                "{} differ, left alone by the override",
+                join_fields(drift.iter().map(|d| d.field.as_str()))
+            )
         };
         return Some(Decision::new(
             State::Overridden,

@@ -289,6 +289,18 @@ impl StateStore {
         }))
     }
 
+    /// Whether the state holds a resource or a tombstone named `name`.
+    pub fn knows_resource(&self, name: &str) -> Result<bool, StateError> {
+        self.conn()
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM resources WHERE name = ?1) \
+                 OR EXISTS (SELECT 1 FROM tombstones WHERE name = ?1)",
+                [name],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
     /// Every tombstone.
     pub fn tombstones(&self) -> Result<Vec<Result<TombstoneRow, CorruptRow>>, StateError> {
         let conn = self.conn();

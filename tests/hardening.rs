@@ -582,3 +582,243 @@ fn the_reason_and_the_drift_list_agree_about_ignored_fields() {
     assert!(!line.contains("no drift"), "{}", plan.stdout);
     assert!(line.contains("connectionLimit differ"), "{}", plan.stdout);
 }
+
+/// Commits, on top of `repo`'s head, the head's tree plus `extra` (name
+/// bytes, tree id) entries at the root: for trees the `git` CLI will not
+/// build (names that are not UTF-8, 100,000 levels deep).
+fn commit_entries(repo: &TestRepo, extra: &[(&[u8], git2::Oid, i32)], message: &str) {
+    use std::os::unix::ffi::OsStrExt;
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let head = git.head().unwrap().peel_to_commit().unwrap();
+    let mut root = git.treebuilder(Some(&head.tree().unwrap())).unwrap();
+    for (name, id, mode) in extra {
+        root.insert(
+            std::path::Path::new(std::ffi::OsStr::from_bytes(name)),
+            *id,
+            *mode,
+        )
+        .unwrap();
+    }
+    let tree = git.find_tree(root.write().unwrap()).unwrap();
+    let sig = git2::Signature::now("Test Author", "author@example.test").unwrap();
+    git.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&head])
+        .unwrap();
+}
+
+/// A tree of `levels` directories `d/d/…/d` above `file` (a declaration),
+/// written straight to the object database (the tree builder is ten times
+/// slower at 100,000 levels).
+fn nested_tree(git: &git2::Repository, levels: usize, file: git2::Oid) -> git2::Oid {
+    let odb = git.odb().unwrap();
+    let entry = |mode: &str, name: &str, id: git2::Oid| {
+        let mut bytes = format!("{mode} {name}\0").into_bytes();
+        bytes.extend_from_slice(id.as_bytes());
+        bytes
+    };
+    let mut tree = odb
+        .write(git2::ObjectType::Tree, &entry("100644", "deep.yaml", file))
+        .unwrap();
+    for _ in 0..levels {
+        tree = odb
+            .write(git2::ObjectType::Tree, &entry("40000", "d", tree))
+            .unwrap();
+    }
+    tree
+}
+
+#[test]
+fn a_tree_nested_too_deep_is_an_error_for_that_subtree_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, config) = one_declaration(dir.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let blob = git.blob(manifest("deep", 1).as_bytes()).unwrap();
+    let tree = nested_tree(&git, 40, blob);
+    commit_entries(&repo, &[(b"nest", tree, 0o040000)], "a deep tree");
+    let plan = tend(&config, &["plan", "--format", "json"], 1).json();
+    let errors = plan["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{plan:#}");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nested more than 32 levels"),
+        "{plan:#}"
+    );
+    assert_eq!(
+        errors[0]["file"],
+        format!("nest/{}", "d/".repeat(31) + "d"),
+        "{plan:#}"
+    );
+    // Everything else is planned.
+    assert_eq!(plan["resources"][0]["name"], "orders", "{plan:#}");
+    assert_eq!(plan["summary"]["total"], 1, "{plan:#}");
+}
+
+#[test]
+fn a_tree_nested_20000_deep_is_refused_before_anything_walks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, config) = one_declaration(dir.path());
+    tend(&config, &["apply"], 0);
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let blob = git.blob(manifest("deep", 1).as_bytes()).unwrap();
+    // 100,000 levels killed every cycle of the main thread (SIGABRT: stack
+    // overflow while libgit2 copied it); 20,000 are past what a 2 MiB
+    // worker thread survives, and a fifth of the time to build.
+    let tree = nested_tree(&git, 20_000, blob);
+    commit_entries(&repo, &[(b"nest", tree, 0o040000)], "a hostile tree");
+    for _ in 0..2 {
+        let run = tend(&config, &["apply"], 1);
+        assert!(
+            run.stderr.contains("more than 4096 levels deep"),
+            "{}",
+            run.stderr
+        );
+    }
+    // The state is intact: the commit before it is still the accepted one.
+    let status = tend(&config, &["state", "show"], 0);
+    assert!(
+        status.stdout.contains("resources managed: 1"),
+        "{}",
+        status.stdout
+    );
+}
+
+#[test]
+fn a_tree_of_a_billion_paths_through_shared_subtrees_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, config) = one_declaration(dir.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let blob = git.blob(manifest("wide", 1).as_bytes()).unwrap();
+    // Four objects: 1,000 names for one subtree, three levels deep.
+    let mut tree = nested_tree(&git, 0, blob);
+    for _ in 0..3 {
+        let mut b = git.treebuilder(None).unwrap();
+        for i in 0..1000 {
+            b.insert(format!("e{i:03}"), tree, 0o040000).unwrap();
+        }
+        tree = b.write().unwrap();
+    }
+    commit_entries(&repo, &[(b"wide", tree, 0o040000)], "a billion paths");
+    let run = tend(&config, &["plan"], 1);
+    assert!(
+        run.stderr.contains("more than 1000000 entries"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_file_name_that_is_not_utf8_is_an_error_in_plan_and_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, config) = one_declaration(dir.path());
+    let git = git2::Repository::open(repo.path()).unwrap();
+    let blob = git.blob(manifest("latin", 1).as_bytes()).unwrap();
+    commit_entries(
+        &repo,
+        &[(b"caf\xe9.yaml", blob, 0o100644)],
+        "a latin-1 name",
+    );
+    let plan = tend(&config, &["plan", "--format", "json"], 1).json();
+    assert_eq!(plan["errors"][0]["file"], "caf\\xe9.yaml", "{plan:#}");
+    assert!(
+        plan["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid UTF-8")
+    );
+    // validate, on a checkout, says the same.
+    use std::os::unix::ffi::OsStrExt;
+    let checkout = tempfile::tempdir().unwrap();
+    std::fs::write(checkout.path().join("orders.yaml"), manifest("orders", 1)).unwrap();
+    std::fs::write(
+        checkout
+            .path()
+            .join(std::ffi::OsStr::from_bytes(b"caf\xe9.yaml")),
+        manifest("latin", 1),
+    )
+    .unwrap();
+    let run =
+        TendCommand::new(&["validate", &checkout.path().display().to_string()]).expect_code(1);
+    assert!(
+        run.stderr.contains("caf\\xe9.yaml") && run.stderr.contains("not valid UTF-8"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains("1 declaration, 1 error"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn validate_and_the_agent_both_skip_symlinks_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, config) = one_declaration(dir.path());
+    std::fs::create_dir(repo.path().join("linked")).unwrap();
+    std::fs::write(dir.path().join("outside.yaml"), manifest("outside", 1)).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", repo.path().join("passwd.yaml")).unwrap();
+    std::os::unix::fs::symlink(
+        dir.path().join("outside.yaml"),
+        repo.path().join("linked/outside.yaml"),
+    )
+    .unwrap();
+    repo.commit("symlinks");
+    let run = tend(&config, &["plan", "--format", "json"], 0);
+    let plan = run.json();
+    assert_eq!(plan["summary"]["total"], 1, "{plan:#}");
+    assert!(
+        run.stderr.contains("passwd.yaml: a symbolic link"),
+        "{}",
+        run.stderr
+    );
+    let run = TendCommand::new(&["validate", &repo.path().display().to_string()]).expect_code(0);
+    assert!(
+        run.stdout.contains("1 declaration, 0 errors"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("passwd.yaml: a symbolic link")
+            && run.stderr.contains("outside.yaml: a symbolic link"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("root:"), "{}", run.stderr);
+    // Named on the command line, a linked file is skipped all the same.
+    let linked = repo.path().join("passwd.yaml").display().to_string();
+    let run = TendCommand::new(&["validate", &linked]).expect_code(0);
+    assert!(
+        run.stderr.contains("a symbolic link") && run.stdout.contains("0 declarations"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+}
+
+#[test]
+fn one_database_declared_with_and_without_the_only_provider_is_a_clash() {
+    let repo = TestRepo::new();
+    repo.write("a.yaml", "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: a\nspec:\n  databaseName: shared\n");
+    repo.write("b.yaml", "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: b\nspec:\n  provider: sandbox\n  databaseName: shared\n");
+    repo.commit("two declarations of one database");
+    let run = TendCommand::new(&["validate", &repo.path().display().to_string()]).expect_code(1);
+    assert_eq!(
+        run.stderr
+            .matches("database `shared` is also declared by")
+            .count(),
+        2,
+        "{}",
+        run.stderr
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .write()
+        .display()
+        .to_string();
+    let plan = tend(&config, &["apply", "--format", "json"], 1).json();
+    assert_eq!(plan["summary"]["total"], 0, "neither is applied: {plan:#}");
+    assert_eq!(plan["errors"].as_array().map(Vec::len), Some(2), "{plan:#}");
+    let sandbox = tend(&config, &["sandbox", "list"], 0);
+    assert!(!sandbox.stdout.contains("shared"), "{}", sandbox.stdout);
+}

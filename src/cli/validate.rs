@@ -7,7 +7,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{Format, exit};
-use crate::model::load_paths;
+use crate::model::load::load_paths_warning;
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
@@ -21,7 +21,8 @@ pub struct ValidateArgs {
 }
 
 pub fn run(args: &ValidateArgs) -> io::Result<u8> {
-    let set = load_paths(&args.paths);
+    let loaded = load_paths_warning(&args.paths);
+    let set = loaded.set;
     let code = if set.diagnostics.is_empty() {
         exit::OK
     } else {
@@ -30,6 +31,9 @@ pub fn run(args: &ValidateArgs) -> io::Result<u8> {
     match args.format {
         Format::Text => {
             let mut err = io::stderr().lock();
+            for w in &loaded.warnings {
+                writeln!(err, "warning: {w}")?;
+            }
             for d in &set.diagnostics {
                 writeln!(err, "{d}")?;
             }
@@ -48,10 +52,14 @@ pub fn run(args: &ValidateArgs) -> io::Result<u8> {
             )?;
         }
         Format::Json => {
-            let report = json!({
+            let mut report = json!({
                 "declarations": set.declarations.len(),
                 "errors": set.diagnostics,
             });
+            // Present only when something was skipped.
+            if !loaded.warnings.is_empty() {
+                report["warnings"] = json!(loaded.warnings);
+            }
             let mut out = io::stdout().lock();
             serde_json::to_writer_pretty(&mut out, &report)?;
             writeln!(out)?;

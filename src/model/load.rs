@@ -251,16 +251,13 @@ fn strip_positions(message: &str) -> String {
     out
 }
 
-/// Which database a declaration manages, compared as
-/// `(spec.provider, database_name())` without building the name.
+/// A declaration's database name, compared without building it. Names
+/// that differ never clash; equal names go to the slow path, which decides
+/// by provider (see [`DeclarationSet::from_parsed`]).
 #[derive(Clone, Copy)]
 struct DatabaseKey<'a>(&'a ManagedDatabase);
 
 impl<'a> DatabaseKey<'a> {
-    fn provider(&self) -> Option<&'a str> {
-        self.0.spec.provider.as_deref()
-    }
-
     fn bytes(&self) -> impl Iterator<Item = u8> + 'a {
         self.0.database_name_bytes()
     }
@@ -268,7 +265,7 @@ impl<'a> DatabaseKey<'a> {
 
 impl PartialEq for DatabaseKey<'_> {
     fn eq(&self, other: &Self) -> bool {
-        self.provider() == other.provider() && self.bytes().eq(other.bytes())
+        self.bytes().eq(other.bytes())
     }
 }
 
@@ -276,7 +273,6 @@ impl Eq for DatabaseKey<'_> {}
 
 impl std::hash::Hash for DatabaseKey<'_> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.provider().hash(state);
         for b in self.bytes() {
             state.write_u8(b);
         }
@@ -375,29 +371,37 @@ impl DeclarationSet {
         }
         declarations.extend(unique.into_iter().filter_map(|i| all[i].take()));
         // Two declarations for one database (same provider, same database
-        // name) would fight over it: an error on each, neither applied.
-        let keys: Vec<(Option<&str>, String)> = declarations
+        // name) would fight over it: an error on each, neither applied. A
+        // declaration without spec.provider is routed to the only
+        // configured provider, so it is the same database as one naming
+        // any provider with that database name: whenever both can be
+        // routed at all, the named provider is that only one. The check
+        // needs no configuration, and `validate` and the agent agree.
+        let keys: Vec<(String, Option<&str>)> = declarations
             .iter()
             .map(|d| {
                 (
-                    d.manifest.spec.provider.as_deref(),
                     d.manifest.database_name(),
+                    d.manifest.spec.provider.as_deref(),
                 )
             })
             .collect();
         let mut by_database: Vec<usize> = (0..declarations.len()).collect();
         by_database.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
         let mut clashing: Vec<usize> = Vec::new();
-        for group in by_database.chunk_by(|&a, &b| keys[a] == keys[b]) {
+        for group in by_database.chunk_by(|&a, &b| keys[a].0 == keys[b].0) {
             if group.len() < 2 {
                 continue;
             }
-            let database = &keys[group[0]].1;
+            let database = &keys[group[0]].0;
+            let same_database = |i: usize, j: usize| {
+                i != j && (keys[i].1.is_none() || keys[j].1.is_none() || keys[i].1 == keys[j].1)
+            };
             for &i in group {
                 let decl = &declarations[i];
                 let others: Vec<String> = group
                     .iter()
-                    .filter(|&&j| j != i)
+                    .filter(|&&j| same_database(i, j))
                     .map(|&j| {
                         format!(
                             "`{}` at {}:{}",
@@ -407,6 +411,9 @@ impl DeclarationSet {
                         )
                     })
                     .collect();
+                if others.is_empty() {
+                    continue;
+                }
                 diagnostics.push(Diagnostic {
                     file: decl.file.clone(),
                     line: decl.line,
@@ -441,17 +448,30 @@ impl DeclarationSet {
 /// symlinked directories skipped). A path named explicitly is read whatever
 /// its extension.
 pub fn load_paths(paths: &[PathBuf]) -> DeclarationSet {
+    load_paths_warning(paths).set
+}
+
+/// What [`load_paths_warning`] read, and what it skipped with a warning
+/// (symbolic links; see [`super::tree`]).
+#[derive(Debug)]
+pub struct Loaded {
+    pub set: DeclarationSet,
+    pub warnings: Vec<String>,
+}
+
+/// Reads files and directories by the rules of [`super::tree`], the rules
+/// the agent applies to a Git tree. A directory named as an argument is
+/// read even through a symbolic link (the operator named it); a file is
+/// not, as the agent would not read it.
+pub fn load_paths_warning(paths: &[PathBuf]) -> Loaded {
     let mut files = Vec::new();
+    let mut warnings = Vec::new();
     for path in paths {
         let mut found = Vec::new();
         match fs::metadata(path) {
-            Ok(meta) if meta.is_dir() => {
-                if let Err(d) = walk(path, &mut found) {
-                    files.push(FileContents {
-                        declarations: Vec::new(),
-                        diagnostics: vec![d],
-                    });
-                }
+            Ok(meta) if meta.is_dir() => walk(path, &mut found, &mut files, &mut warnings),
+            Ok(_) if fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) => {
+                warnings.push(super::tree::symlink_warning(path));
             }
             Ok(_) => found.push(path.clone()),
             Err(e) => files.push(io_failure(path, "cannot read", &e)),
@@ -461,7 +481,10 @@ pub fn load_paths(paths: &[PathBuf]) -> DeclarationSet {
             files.push(read_file(&file));
         }
     }
-    DeclarationSet::from_files(files)
+    Loaded {
+        set: DeclarationSet::from_files(files),
+        warnings,
+    }
 }
 
 fn io_failure(path: &Path, what: &str, e: &std::io::Error) -> FileContents {
@@ -476,29 +499,64 @@ fn io_failure(path: &Path, what: &str, e: &std::io::Error) -> FileContents {
     }
 }
 
-fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), Diagnostic> {
-    let entries = fs::read_dir(dir).map_err(|e| Diagnostic {
-        file: dir.to_path_buf(),
-        line: 1,
-        column: 1,
-        message: format!("cannot list directory: {e}"),
-    })?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let Ok(kind) = entry.file_type() else {
-            continue;
+/// Lists the declaration files under `root` (iteratively: depth is
+/// bounded, never the stack). Problems with an entry become that entry's
+/// diagnostic in `problems`.
+fn walk(
+    root: &Path,
+    found: &mut Vec<PathBuf>,
+    problems: &mut Vec<FileContents>,
+    warnings: &mut Vec<String>,
+) {
+    use std::os::unix::ffi::OsStrExt;
+    let entry_problem = |file: PathBuf, message: String| FileContents {
+        declarations: Vec::new(),
+        diagnostics: vec![Diagnostic {
+            file,
+            line: 1,
+            column: 1,
+            message,
+        }],
+    };
+    let mut dirs = vec![(root.to_path_buf(), 0)];
+    while let Some((dir, depth)) = dirs.pop() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                problems.push(entry_problem(dir, format!("cannot list directory: {e}")));
+                continue;
+            }
         };
-        if kind.is_dir() {
-            walk(&path, found)?;
-        } else if is_yaml(&path) && (kind.is_file() || path.is_file()) {
-            found.push(path);
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.as_bytes();
+            if super::tree::is_hidden(name) {
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_symlink() {
+                warnings.push(super::tree::symlink_warning(&path));
+                continue;
+            }
+            let declaration_file = kind.is_file() && super::tree::is_yaml_name(name);
+            if !(kind.is_dir() || declaration_file) {
+                continue;
+            }
+            if std::str::from_utf8(name).is_err() {
+                let shown = dir.join(super::tree::lossy_name(name));
+                problems.push(entry_problem(shown, super::tree::NOT_UTF8.into()));
+            } else if !kind.is_dir() {
+                found.push(path);
+            } else if depth >= super::tree::MAX_DEPTH {
+                problems.push(entry_problem(path, super::tree::too_deep()));
+            } else {
+                dirs.push((path, depth + 1));
+            }
         }
     }
-    Ok(())
 }
 
 /// Whether a path has a YAML extension.

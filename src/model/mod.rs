@@ -7,6 +7,7 @@ pub mod hash;
 pub mod load;
 pub mod overrides;
 pub mod schema;
+pub mod tree;
 pub mod validate;
 pub mod yaml;
 

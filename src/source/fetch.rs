@@ -132,6 +132,11 @@ pub fn fetch(
         options.depth(i32::try_from(depth).unwrap_or(i32::MAX));
     }
 
+    if let Some(source) = super::wake::local_git_dir(settings.url) {
+        let have = repo.refname_to_id(&tracking_ref(settings.branch)).ok();
+        let depth = if first { settings.depth } else { None };
+        check_local_tree_depth(&source, settings, have, depth)?;
+    }
     let mut remote = repo
         .remote_anonymous(settings.url)
         .map_err(|e| SourceError::Fetch {
@@ -161,6 +166,82 @@ pub fn fetch(
             message: e.message().to_string(),
         }),
     }
+}
+
+/// How deep the trees of a local source may nest. libgit2 copies objects
+/// from a local repository by walking each tree recursively, so a commit
+/// nesting directories 100,000 deep overflows the stack of the process
+/// that fetches it. C git refuses trees deeper than 4,096 levels
+/// (`core.maxTreeDepth`), so a server never sends one; for a local source
+/// tend applies the same bound itself, before libgit2 walks anything.
+pub const MAX_TREE_DEPTH: usize = 4096;
+
+/// Refuses a local source whose new commits (those after `have`, at most
+/// `depth` of them on a shallow first fetch) hold a tree nested deeper
+/// than [`MAX_TREE_DEPTH`]. The walk is iterative and visits each tree
+/// once: the objects libgit2 would copy anyway.
+fn check_local_tree_depth(
+    source: &Path,
+    settings: &FetchSettings<'_>,
+    have: Option<Oid>,
+    depth: Option<u32>,
+) -> Result<(), SourceError> {
+    let refused = |message: String| SourceError::Fetch {
+        url: settings.url.to_string(),
+        message,
+    };
+    let git = |e: git2::Error| refused(e.message().to_string());
+    let repo = Repository::open(source).map_err(git)?;
+    let Ok(head) = repo.refname_to_id(&format!("refs/heads/{}", settings.branch)) else {
+        // A missing branch is reported by the fetch itself.
+        return Ok(());
+    };
+    let mut walk = repo.revwalk().map_err(git)?;
+    walk.push(head).map_err(git)?;
+    if let Some(have) = have
+        && repo.find_commit(have).is_ok()
+    {
+        walk.hide(have).map_err(git)?;
+    }
+    let limit = depth.map_or(usize::MAX, |d| d as usize);
+    // Each tree's height (levels of directories, itself included), once
+    // per tree: a tree reached by several paths counts at its deepest.
+    let mut height: std::collections::HashMap<Oid, usize> = std::collections::HashMap::new();
+    for commit in walk.take(limit) {
+        let commit = commit.map_err(git)?;
+        let root = repo.find_commit(commit).map_err(git)?.tree_id();
+        let mut stack = vec![(root, false)];
+        while let Some((id, children_done)) = stack.pop() {
+            if height.contains_key(&id) {
+                continue;
+            }
+            let tree = repo.find_tree(id).map_err(git)?;
+            let subtrees = tree
+                .iter()
+                .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
+                .map(|e| e.id());
+            if children_done {
+                let below = subtrees
+                    .map(|child| height.get(&child).copied().unwrap_or(0))
+                    .max()
+                    .unwrap_or(0);
+                if below + 1 > MAX_TREE_DEPTH {
+                    return Err(refused(format!(
+                        "commit {commit} nests directories more than {MAX_TREE_DEPTH} levels deep: tend does not fetch it, as copying it would exhaust the stack. Remove that commit from the branch"
+                    )));
+                }
+                height.insert(id, below + 1);
+            } else {
+                stack.push((id, true));
+                stack.extend(
+                    subtrees
+                        .filter(|child| !height.contains_key(child))
+                        .map(|child| (child, false)),
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the private refs of readers that died before deleting their

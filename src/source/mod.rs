@@ -49,6 +49,14 @@ pub enum SourceError {
         "every one of the {files} declaration files in commit {commit} fails to parse; keeping the last good snapshot"
     )]
     AllFilesInvalid { commit: String, files: usize },
+    #[error(
+        "the tree under `{path}` in commit {commit} has more than {limit} entries (counting every path through shared subtrees): tend does not read it; split the repository or point [source] path at a smaller part"
+    )]
+    TreeTooLarge {
+        path: String,
+        commit: String,
+        limit: usize,
+    },
     #[error("local Git data in {path} is unusable: {message}")]
     Repository { path: String, message: String },
     #[error("cannot read {path}: {message}")]

@@ -3,10 +3,10 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use git2::{ObjectType, Oid, Repository};
 
 use super::SourceError;
-use crate::model::{DeclarationSet, is_yaml};
+use crate::model::DeclarationSet;
 
 /// What one commit declares.
 #[derive(Debug, Clone)]
@@ -59,18 +59,37 @@ pub fn declarations_tree(
     Ok((time, entry.id()))
 }
 
+/// How many tree entries a snapshot reads at most (10,000 declarations
+/// are some 10,100 entries).
+pub const MAX_ENTRIES: usize = 1_000_000;
+
+/// An entry of a declarations tree that tend reads, or reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedFile {
+    /// From the repository root; a name that is not UTF-8 has its invalid
+    /// bytes written as `\xNN`.
+    pub path: String,
+    /// The blob's id (a subtree's, for a subtree not read).
+    pub id: Oid,
+    /// Why the entry is an error instead of a declaration file.
+    pub problem: Option<String>,
+}
+
 /// The declaration files in `tree` (found at `path`), with blob ids,
-/// sorted by path.
+/// sorted by path, by the rules of [`crate::model::tree`] (the ones `tend
+/// validate` applies on disk). The walk is iterative and bounded in depth:
+/// no commit can exhaust the stack.
 pub fn list_files(
     repo: &Repository,
+    commit: Oid,
     tree: Oid,
     path: &str,
-) -> Result<Vec<(String, Oid)>, SourceError> {
+) -> Result<Vec<ListedFile>, SourceError> {
+    use crate::model::tree::{self as rules, MAX_DEPTH};
     let repo_err = |e: git2::Error| SourceError::Repository {
         path: repo.path().display().to_string(),
         message: e.message().to_string(),
     };
-    let tree = repo.find_tree(tree).map_err(repo_err)?;
     let prefix = path.trim_matches('/');
     let base = if prefix.is_empty() || prefix == "." {
         String::new()
@@ -78,21 +97,57 @@ pub fn list_files(
         format!("{prefix}/")
     };
     let mut files = Vec::new();
-    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
-        let name = entry.name().unwrap_or("");
-        if name.starts_with('.') {
-            return TreeWalkResult::Skip;
+    let mut trees = vec![(base, tree, 0)];
+    let mut entries = 0usize;
+    while let Some((dir, id, depth)) = trees.pop() {
+        let tree = repo.find_tree(id).map_err(repo_err)?;
+        // A subtree can be named many times over (a few objects can spell
+        // a tree of 1000^32 paths): the entries visited are bounded.
+        entries += tree.len();
+        if entries > MAX_ENTRIES {
+            return Err(SourceError::TreeTooLarge {
+                path: path.to_string(),
+                commit: commit.to_string(),
+                limit: MAX_ENTRIES,
+            });
         }
-        // Symlinks (mode 120000) are blobs holding a path: never declarations.
-        if entry.kind() == Some(ObjectType::Blob) && entry.filemode() != 0o120000 {
-            let file = format!("{base}{dir}{name}");
-            if is_yaml(Path::new(&file)) {
-                files.push((file, entry.id()));
+        for entry in tree.iter() {
+            let name = entry.name_bytes();
+            if rules::is_hidden(name) {
+                continue;
             }
+            let kind = entry.kind();
+            let is_tree = kind == Some(ObjectType::Tree);
+            // Symlinks (mode 120000) are blobs holding a path.
+            let is_link = kind == Some(ObjectType::Blob) && entry.filemode() == 0o120000;
+            let path = || format!("{dir}{}", rules::lossy_name(name));
+            if is_link {
+                tracing::warn!("{}", rules::symlink_warning(Path::new(&path())));
+                continue;
+            }
+            // Submodules (commits) and other files are not declarations.
+            let declaration_file = kind == Some(ObjectType::Blob) && rules::is_yaml_name(name);
+            if !(is_tree || declaration_file) {
+                continue;
+            }
+            let problem = if std::str::from_utf8(name).is_err() {
+                Some(rules::NOT_UTF8.to_string())
+            } else if is_tree && depth >= MAX_DEPTH {
+                Some(rules::too_deep())
+            } else {
+                None
+            };
+            if problem.is_none() && is_tree {
+                trees.push((format!("{}/", path()), entry.id(), depth + 1));
+                continue;
+            }
+            files.push(ListedFile {
+                path: path(),
+                id: entry.id(),
+                problem,
+            });
         }
-        TreeWalkResult::Ok
-    })
-    .map_err(repo_err)?;
-    files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    }
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
 }

@@ -265,7 +265,7 @@ impl Source {
             }
             return self.accept_snapshot(head, commit_time, previous);
         }
-        let (files, contents, stale) = self.parse_tree(&repo, tree_id, previous)?;
+        let (files, contents, stale) = self.parse_tree(&repo, head, tree_id, previous)?;
         tracing::debug!(
             "source: {} files parsed, {} from the cache, in {:?}",
             self.parses - parses_before,
@@ -330,10 +330,11 @@ impl Source {
     fn parse_tree(
         &mut self,
         repo: &Repository,
+        head: Oid,
         tree_id: Oid,
         previous: ParsedTree,
     ) -> Result<ParsedFiles, SourceError> {
-        let files = match list_files(repo, tree_id, &self.settings.path) {
+        let listed = match list_files(repo, head, tree_id, &self.settings.path) {
             Ok(files) => files,
             Err(e) => {
                 // Keep the parse results for the next attempt.
@@ -341,6 +342,19 @@ impl Source {
                 return Err(e);
             }
         };
+        // An entry that cannot be read (a name that is not UTF-8, a
+        // subtree nested too deep) is an error of its own, in place of
+        // its contents, and cached like any file's.
+        let mut problems: HashMap<String, String> = HashMap::new();
+        let files: Vec<(String, Oid)> = listed
+            .into_iter()
+            .map(|f| {
+                if let Some(problem) = f.problem {
+                    problems.insert(f.path.clone(), problem);
+                }
+                (f.path, f.id)
+            })
+            .collect();
         // Entries are moved out of the cache; what is left afterwards
         // belongs to files no longer in the tree.
         let mut unused: HashMap<(String, ObjectId), FileContents> = previous
@@ -352,6 +366,15 @@ impl Source {
         for (path, blob_id) in &files {
             let parsed = match unused.remove(&(path.clone(), object_id(*blob_id))) {
                 Some(parsed) => parsed,
+                None if problems.contains_key(path) => FileContents {
+                    declarations: Vec::new(),
+                    diagnostics: vec![crate::model::Diagnostic {
+                        file: path.into(),
+                        line: 1,
+                        column: 1,
+                        message: problems.remove(path).unwrap_or_default(),
+                    }],
+                },
                 None => match repo.find_blob(*blob_id) {
                     Ok(blob) => {
                         self.parses += 1;

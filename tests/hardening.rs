@@ -822,3 +822,44 @@ fn one_database_declared_with_and_without_the_only_provider_is_a_clash() {
     let sandbox = tend(&config, &["sandbox", "list"], 0);
     assert!(!sandbox.stdout.contains("shared"), "{}", sandbox.stdout);
 }
+
+#[test]
+fn configuration_values_are_checked_where_they_are_written() {
+    let repo = TestRepo::new();
+    repo.write("databases/orders.yaml", &manifest("orders", 20));
+    repo.commit("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let base = || TendConfig::new(dir.path(), &repo.url());
+    for (config, expect) in [
+        (
+            base().source("branch", "\"*\""),
+            "branch = \"*\" is not a branch name",
+        ),
+        (
+            base().source("branch", "\"main..x\""),
+            "is not a branch name",
+        ),
+        (base().source("path", "\"../etc\""), "leaves the repository"),
+        (
+            base().sandbox("max_concurrency", "0"),
+            "max_concurrency = 0 is out of range",
+        ),
+        (
+            base().sandbox("rate_limit", "0"),
+            "rate_limit = 0 is out of range",
+        ),
+    ] {
+        let path = config.write().display().to_string();
+        let run = TendCommand::new(&["--config", &path, "plan"]).expect_code(78);
+        assert!(run.stderr.contains(expect), "{expect}: {}", run.stderr);
+    }
+    // `./databases`, `/databases/` and `databases` are one directory.
+    for path in ["\"./databases\"", "\"/databases/\"", "\"databases\""] {
+        let config = base().source("path", path).write().display().to_string();
+        let plan = tend(&config, &["plan", "--format", "json"], 0).json();
+        assert_eq!(
+            plan["resources"][0]["file"], "databases/orders.yaml",
+            "{path}: {plan:#}"
+        );
+    }
+}

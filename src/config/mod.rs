@@ -137,10 +137,11 @@ fn default_state_dir() -> PathBuf {
 pub struct SourceConfig {
     /// Repository URL or local path.
     pub url: String,
-    #[serde(default = "default_branch")]
+    #[serde(default = "default_branch", deserialize_with = "values::branch")]
     pub branch: String,
-    /// Directory of declarations inside the repository.
-    #[serde(default = "default_path")]
+    /// Directory of declarations inside the repository, normalised
+    /// (`databases`, or `.` for the root).
+    #[serde(default = "default_path", deserialize_with = "values::repo_path")]
     pub path: String,
     #[serde(default = "default_interval", deserialize_with = "values::duration")]
     pub interval: Duration,

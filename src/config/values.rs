@@ -42,3 +42,67 @@ fn bounded<'de, D: Deserializer<'de>>(
     }
     Ok(value as usize)
 }
+
+/// A branch name git accepts (`refs/heads/NAME` is a valid reference
+/// name): `*`, `a..b` or `-x` are refused here, not reported later as a
+/// missing branch.
+pub fn branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    let full = format!("refs/heads/{name}");
+    if name.is_empty() || name.starts_with('-') || !git2::Reference::is_valid_name(&full) {
+        return Err(serde::de::Error::custom(format!(
+            "branch = {:?} is not a branch name git accepts (no spaces, `..`, `*`, `?`, `[`, `~`, `^`, `:` or `\\`, no leading `-` or `/`, no `.lock` at the end): give the branch as `git branch` shows it",
+            name
+        )));
+    }
+    Ok(name)
+}
+
+/// The declarations directory inside the repository, normalised:
+/// `./databases/`, `/databases` and `databases` are one path; `.` (or
+/// empty) is the root. A `..` component would leave the repository and is
+/// refused.
+pub fn repo_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let text = String::deserialize(d)?;
+    normalise_repo_path(&text).map_err(serde::de::Error::custom)
+}
+
+pub fn normalise_repo_path(text: &str) -> Result<String, String> {
+    let mut parts = Vec::new();
+    for part in text.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                return Err(format!(
+                    "path = {text:?} leaves the repository (`..`): give the directory from the repository's root, like \"databases\""
+                ));
+            }
+            part => parts.push(part),
+        }
+    }
+    Ok(if parts.is_empty() {
+        ".".into()
+    } else {
+        parts.join("/")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repository_paths_are_normalised_and_never_leave_the_repository() {
+        for (given, expect) in [
+            ("./databases", "databases"),
+            ("/databases/", "databases"),
+            ("databases//team-a/./x", "databases/team-a/x"),
+            ("", "."),
+            ("./", "."),
+        ] {
+            assert_eq!(normalise_repo_path(given).as_deref(), Ok(expect), "{given}");
+        }
+        assert!(normalise_repo_path("../etc").is_err());
+        assert!(normalise_repo_path("a/../../b").is_err());
+    }
+}

@@ -47,8 +47,8 @@ pub fn duration(d: Duration) -> String {
 pub fn check_duration(text: &str, d: Duration) -> Result<Duration, String> {
     if d > MAX_DURATION {
         return Err(format!(
-            "`{text}` is longer than the limit of {} (10 years): give a shorter duration",
-            duration(MAX_DURATION)
+            "`{text}` is longer than the limit of 10 years ({} days): give a shorter duration",
+            MAX_DURATION.as_secs() / 86_400
         ));
     }
     Ok(d)

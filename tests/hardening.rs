@@ -580,7 +580,7 @@ fn the_reason_and_the_drift_list_agree_about_ignored_fields() {
         .find(|l| l.starts_with("billing"))
         .unwrap();
     assert!(!line.contains("no drift"), "{}", plan.stdout);
-    assert!(line.contains("connectionLimit differ"), "{}", plan.stdout);
+    assert!(line.contains("connectionLimit differs"), "{}", plan.stdout);
 }
 
 /// Commits, on top of `repo`'s head, the head's tree plus `extra` (name

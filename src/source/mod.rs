@@ -46,9 +46,14 @@ pub enum SourceError {
     )]
     Rewind { old: String, new: String },
     #[error(
-        "every one of the {files} declaration files in commit {commit} fails to parse; keeping the last good snapshot"
+        "every one of the {files} declaration files in commit {commit} fails to parse; keeping the last good snapshot. {first}"
     )]
-    AllFilesInvalid { commit: String, files: usize },
+    AllFilesInvalid {
+        commit: String,
+        files: usize,
+        /// The first problems (`tend validate` on a checkout lists all).
+        first: String,
+    },
     #[error(
         "the tree under `{path}` in commit {commit} has more than {limit} entries (counting every path through shared subtrees): tend does not read it; split the repository or point [source] path at a smaller part"
     )]
@@ -61,6 +66,18 @@ pub enum SourceError {
     Repository { path: String, message: String },
     #[error("cannot read {path}: {message}")]
     Io { path: String, message: String },
+}
+
+/// The first few diagnostics of a refused commit, for its error message.
+pub(crate) fn first_problems<'a>(
+    diagnostics: impl Iterator<Item = &'a crate::model::Diagnostic>,
+) -> String {
+    let shown: Vec<String> = diagnostics.take(3).map(|d| d.to_string()).collect();
+    format!(
+        "First problems: {}{}",
+        shown.join("; "),
+        if shown.len() == 3 { "; …" } else { "" }
+    )
 }
 
 impl SourceError {

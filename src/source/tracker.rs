@@ -310,6 +310,7 @@ impl Source {
             return Err(SourceError::AllFilesInvalid {
                 commit: head.to_string(),
                 files: contents.len(),
+                first: super::first_problems(contents.iter().flat_map(|c| &c.diagnostics)),
             });
         }
         let snapshot = Snapshot {
@@ -472,6 +473,7 @@ impl Source {
             return Err(SourceError::AllFilesInvalid {
                 commit: head.to_string(),
                 files: parsed.files.len(),
+                first: super::first_problems(parsed.files.iter().flat_map(|f| &f.diagnostics)),
             });
         }
         let mut files = Vec::with_capacity(parsed.files.len());

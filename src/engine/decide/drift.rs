@@ -164,8 +164,9 @@ fn hands_off(
             "no drift".to_string()
         } else {
             format!(
-                "{} differ, left alone by the override",
-                join_fields(drift.iter().map(|d| d.field.as_str()))
+                "{} {}, left alone by the override",
+                join_fields(drift.iter().map(|d| d.field.as_str())),
+                differ(drift.len())
             )
         };
         return Some(Decision::new(
@@ -197,7 +198,8 @@ fn hands_off(
             Action::None,
             Rule::Unconvergeable,
             format!(
-                "{fields} still differ after {} confirmed updates; tend stops retrying until the declaration or the observed value changes",
+                "{fields} still {} after {} confirmed updates; tend stops retrying until the declaration or the observed value changes",
+                differ(stuck.len()),
                 policy.max_update_attempts
             ),
         ));
@@ -219,10 +221,17 @@ fn hands_off(
         Action::None,
         Rule::IgnoredDrift,
         format!(
-            "{fields} differ but are left alone by an override ({})",
+            "{fields} {} but {} left alone by an override ({})",
+            differ(drift.len()),
+            if drift.len() == 1 { "is" } else { "are" },
             ov.reasons.join("; ")
         ),
     ))
+}
+
+/// The verb for `count` fields.
+fn differ(count: usize) -> &'static str {
+    if count == 1 { "differs" } else { "differ" }
 }
 
 /// Declared changes apply now; out-of-band drift waits for `drift_grace`

@@ -863,3 +863,26 @@ fn configuration_values_are_checked_where_they_are_written() {
         );
     }
 }
+
+#[test]
+fn a_password_in_a_postgres_url_is_refused_and_never_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "postgres://tend:hunter2pass@127.0.0.1:1/postgres",
+        "postgres://tend@127.0.0.1:1/postgres?password=hunter2pass",
+        "host=127.0.0.1 user=tend password=hunter2pass",
+    ] {
+        let config = TendConfig::new(dir.path(), "file:///nonexistent")
+            .section("providers.pg", "kind", "\"postgres\"")
+            .section("providers.pg", "url", &format!("{url:?}"))
+            .write();
+        let run =
+            TendCommand::new(&["--config", &config.display().to_string(), "plan"]).expect_code(78);
+        assert!(
+            run.stderr.contains("password_file"),
+            "{url}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("hunter2pass"), "{url}: {}", run.stderr);
+    }
+}

@@ -309,6 +309,23 @@ fn credentials_in_url(url: &str) -> Option<String> {
     })
 }
 
+/// Whether a PostgreSQL connection string holds a password: in a URL's
+/// user part (`postgres://user:pw@host`) or as a `password=` parameter
+/// (of the URL's query or a key/value string).
+fn password_in_postgres_url(url: &str) -> bool {
+    let in_userinfo = url.split_once("://").is_some_and(|(_, rest)| {
+        rest.split('/')
+            .next()
+            .and_then(|authority| authority.rsplit_once('@'))
+            .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    });
+    let lower = url.to_ascii_lowercase();
+    let as_parameter = lower
+        .split(|c: char| c == '?' || c == '&' || c.is_whitespace())
+        .any(|part| part.trim_start().starts_with("password="));
+    in_userinfo || as_parameter
+}
+
 /// The part after `$CREDENTIALS_DIRECTORY/` (or `${CREDENTIALS_DIRECTORY}/`)
 /// of a configured path.
 fn credential_path(p: &Path) -> Option<&Path> {
@@ -374,6 +391,15 @@ impl Config {
         }
         if let Some(problem) = credentials_in_url(&config.source.url) {
             return Err(invalid(problem));
+        }
+        for (name, provider) in &config.providers {
+            if let ProviderConfig::Postgres(pg) = provider
+                && password_in_postgres_url(&pg.url)
+            {
+                return Err(invalid(format!(
+                    "[providers.{name}] url carries a password: put it in password_file (systemd LoadCredential=) and remove it from the url, which is shown in errors and logs"
+                )));
+            }
         }
         if !config.source.url.contains("://") && !config.source.url.contains('@') {
             config.source.url = resolve(Path::new(&config.source.url)).display().to_string();

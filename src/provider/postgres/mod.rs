@@ -58,8 +58,8 @@ CREATE TABLE IF NOT EXISTS tend.databases (
     reserved_at timestamptz NOT NULL DEFAULT now()
 );";
 
-/// Settings of a `postgres` provider.
-#[derive(Debug, Clone)]
+/// Settings of a `postgres` provider. `Debug` never shows the password.
+#[derive(Clone)]
 pub struct PostgresSettings {
     /// libpq-style URL of the maintenance database.
     pub url: String,
@@ -72,6 +72,39 @@ pub struct PostgresSettings {
     /// CA certificates (PEM) that verify the server; without, TLS (when the
     /// URL's sslmode asks for it) encrypts but does not authenticate.
     pub tls_ca_file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for PostgresSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSettings")
+            .field("url", &self.url)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("create_owner", &self.create_owner)
+            .field("force_drop", &self.force_drop)
+            .field("max_connections", &self.max_connections)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    #[test]
+    fn debug_output_never_holds_the_password() {
+        let settings = super::PostgresSettings {
+            url: "postgres://tend@127.0.0.1/postgres".into(),
+            password: Some("hunter2-secret".into()),
+            create_owner: false,
+            force_drop: false,
+            max_connections: 4,
+            tls_ca_file: None,
+        };
+        let shown = format!("{settings:?}");
+        assert!(
+            !shown.contains("hunter2-secret") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
 }
 
 /// The provider: a small bounded pool of connections to the maintenance

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tend::engine::{
-    Action, DecideInput, Decision, DeletionGate, DriftOrigin, Memory, OverrideInput,
-    OverrideSource, Policy, Rule, State, Subject, Tombstone, decide,
+    Action, DecideInput, Decision, DeletionGate, DriftOrigin, FailedAttempts, Memory,
+    OverrideInput, OverrideSource, Policy, Rule, State, Subject, Tombstone, decide,
 };
 use tend::model::{
     Declaration, DeclarationSet, OnExpiry, OverrideExpiry, OverrideSpec, parse_file,
@@ -513,15 +513,44 @@ fn a_database_dropped_behind_tends_back_waits_for_grace() {
 fn three_failed_updates_make_a_field_unconvergeable() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    let attempts = |desired: i64, observed: i64| FailedAttempts {
+        count: 3,
+        desired: Some(json!(desired)),
+        observed: Some(json!(observed)),
+    };
     case.memory
         .failed_attempts
-        .insert("connectionLimit".into(), 3);
+        .insert("connectionLimit".into(), attempts(100, 500));
+    let stuck = case.run();
     expect(
-        &case.run(),
+        &stuck,
         State::Unconvergeable,
         Action::None,
         Rule::Unconvergeable,
     );
+    assert!(
+        stuck.reason.contains("tend state reset-attempts orders"),
+        "{}",
+        stuck.reason
+    );
+    // Counted against another declared value, or another observed one (a
+    // new declaration, someone fixed the cause): tried again.
+    for other in [attempts(210, 500), attempts(100, 400)] {
+        case.memory
+            .failed_attempts
+            .insert("connectionLimit".into(), other);
+        let again = case.run();
+        assert_ne!(again.state, State::Unconvergeable, "{again:?}");
+    }
+    // A count stored before the values were: never holds a field.
+    case.memory.failed_attempts.insert(
+        "connectionLimit".into(),
+        FailedAttempts {
+            count: 9,
+            ..FailedAttempts::default()
+        },
+    );
+    assert_ne!(case.run().state, State::Unconvergeable);
 }
 
 #[test]
@@ -710,7 +739,10 @@ proptest! {
             case.memory = Memory::default();
         }
         case.memory.drift_first_seen.insert("connectionLimit".into(), t(0));
-        case.memory.failed_attempts.insert("owner".into(), attempts);
+        case.memory.failed_attempts.insert(
+            "owner".into(),
+            FailedAttempts { count: attempts, desired: Some(json!("app")), observed: None },
+        );
         case.overrides = annotation_overrides(&decl, t(0));
         case.now = t(now);
         let first = case.run();

@@ -173,4 +173,9 @@ pub struct FaultConfig {
     /// time after a write, observations show the state before it.
     #[serde(default, deserialize_with = "values::duration")]
     pub stale_reads: Duration,
+    /// Accept a higher `connectionLimit` but store this one (a plan limit a
+    /// DBaaS enforces silently): the update is confirmed, and the field
+    /// still differs.
+    #[serde(default)]
+    pub max_connection_limit: Option<i64>,
 }

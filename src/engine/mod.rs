@@ -13,8 +13,8 @@ pub mod intents;
 pub mod overrides;
 
 pub use decide::{
-    Action, DecideInput, Decision, Drift, DriftOrigin, Memory, Policy, Rule, State, Subject,
-    Tombstone, decide,
+    Action, DecideInput, Decision, Drift, DriftOrigin, FailedAttempts, Memory, Policy, Rule, State,
+    Subject, Tombstone, decide,
 };
 pub use deletion::{DeletionGate, DeletionGuard, DeletionLimits, HeldDeletion};
 pub use overrides::{EffectiveOverride, OverrideInput, OverrideSource};

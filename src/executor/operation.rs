@@ -245,12 +245,16 @@ fn ours(obs: &Observation, agent_id: &str, name: &str) -> bool {
 enum Verdict {
     /// The effect is visible: the external id and the fields that still
     /// differ (`None` for a delete).
-    Confirmed(Option<(String, Vec<String>)>),
+    Confirmed(Option<(String, Vec<Differing>)>),
     /// Not visible yet: wait and look again.
     NotYet(String),
     /// It cannot become visible (the name is someone else's).
     Refused(String),
 }
+
+/// A field a confirming observation still shows different: field, value
+/// asked for, value observed.
+type Differing = (String, Value, Value);
 
 fn judge(
     observed: &Result<Option<Observation>, ProviderError>,
@@ -279,15 +283,12 @@ fn judge(
                 let differing = change
                     .fields
                     .iter()
-                    .filter(|(f, v)| {
-                        !obs.unobserved.contains(f)
-                            && !crate::engine::decide::values_match(
-                                f,
-                                v,
-                                obs.fields.get(*f).unwrap_or(&Value::Null),
-                            )
+                    .filter_map(|(f, v)| {
+                        let seen = obs.fields.get(f).unwrap_or(&Value::Null);
+                        (!obs.unobserved.contains(f)
+                            && !crate::engine::decide::values_match(f, v, seen))
+                        .then(|| (f.clone(), v.clone(), seen.clone()))
                     })
-                    .map(|(f, _)| f.clone())
                     .collect();
                 Verdict::Confirmed(Some((obs.external_id.clone(), differing)))
             } else if op.kind == OperationKind::Create {
@@ -310,7 +311,7 @@ fn judge(
 /// spec (and the fields that still differ).
 fn confirmed(
     op: &PlannedOperation,
-    effect: Option<(String, Vec<String>)>,
+    effect: Option<(String, Vec<Differing>)>,
     now: SystemTime,
     sent_at: SystemTime,
 ) -> (Vec<Effect>, OpOutcome) {
@@ -326,7 +327,9 @@ fn confirmed(
             let outcome = if differing.is_empty() {
                 OpOutcome::Done
             } else {
-                OpOutcome::DoneWithDifferences(differing.clone())
+                OpOutcome::DoneWithDifferences(
+                    differing.iter().map(|(f, _, _)| f.clone()).collect(),
+                )
             };
             let record = AppliedRecord {
                 provider: r.provider.clone(),

@@ -26,8 +26,9 @@ pub struct AppliedRecord {
     pub fields: BTreeMap<String, Value>,
     pub commit: Option<String>,
     pub external_id: String,
-    /// Fields the confirming observation still showed different.
-    pub still_different: Vec<String>,
+    /// Fields the confirming observation still showed different: field,
+    /// value asked for, value observed.
+    pub still_different: Vec<(String, Value, Value)>,
 }
 
 /// One change to the state.

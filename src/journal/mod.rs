@@ -35,8 +35,9 @@ pub enum Access {
     Writer,
 }
 
-/// The state format this binary writes (see `store::MIGRATIONS`).
-pub const FORMAT: i64 = 3;
+/// The state format this binary writes (see `store::MIGRATIONS` and
+/// `store::ADDED_COLUMNS`).
+pub const FORMAT: i64 = 4;
 /// The newest `min_reader_format` this binary can read, and the one it
 /// writes: format 3 holds deletions (the mass-deletion guard) in a table
 /// an older reader would ignore, and deleting what is held is exactly what

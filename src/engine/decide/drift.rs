@@ -186,8 +186,7 @@ fn hands_off(
                 .memory
                 .failed_attempts
                 .get(&d.field)
-                .copied()
-                .unwrap_or(0)
+                .map_or(0, |a| a.against(&d.desired, &d.observed))
                 >= policy.max_update_attempts
         })
         .collect();
@@ -198,7 +197,7 @@ fn hands_off(
             Action::None,
             Rule::Unconvergeable,
             format!(
-                "{fields} still {} after {} confirmed updates; tend stops retrying until the declaration or the observed value changes",
+                "{fields} still {} after {} confirmed updates; tend stops retrying until the declaration or the observed value changes (or `tend state reset-attempts {name}` asks it to try again)",
                 differ(stuck.len()),
                 policy.max_update_attempts
             ),

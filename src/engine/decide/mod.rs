@@ -179,14 +179,40 @@ pub struct Memory {
     /// When each out-of-band drift (or the resource going missing, as field
     /// `""`) was first seen.
     pub drift_first_seen: BTreeMap<String, SystemTime>,
-    /// Confirmed updates of a field that still left it different.
-    pub failed_attempts: BTreeMap<String, u32>,
+    /// Confirmed updates of a field that still left it different, with
+    /// the declared and observed values they were counted against.
+    pub failed_attempts: BTreeMap<String, FailedAttempts>,
     /// When tend last wrote to the resource: an observation older than this
     /// is not used to decide a new write (a cache may lag).
     pub last_write_at: Option<SystemTime>,
     /// The database name and provider tend manages the resource at.
     pub database_name: Option<String>,
     pub provider: Option<String>,
+}
+
+/// Confirmed updates of one field that did not make it converge. They
+/// count only while the declaration asks for the same value and the
+/// provider shows the same one: a new declared value, or an observed value
+/// that moved (someone fixed the cause), is a new situation and is tried
+/// again. (Counted forever, one bad spell made a field unmanageable.)
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FailedAttempts {
+    pub count: u32,
+    /// `None` for a count stored before the values were (it never counts).
+    pub desired: Option<Value>,
+    pub observed: Option<Value>,
+}
+
+impl FailedAttempts {
+    /// How many attempts count against a field now declared `desired` and
+    /// observed `observed`.
+    pub fn against(&self, desired: &Value, observed: &Value) -> u32 {
+        if self.desired.as_ref() == Some(desired) && self.observed.as_ref() == Some(observed) {
+            self.count
+        } else {
+            0
+        }
+    }
 }
 
 /// A declaration removed from Git, kept until the provider confirms the

@@ -104,6 +104,20 @@ CREATE TABLE IF NOT EXISTS pruned_generations (
 "#,
 ];
 
+/// Columns added by a format (index + 1 + `MIGRATIONS.len()` is the format
+/// they produce): SQLite has no `ADD COLUMN IF NOT EXISTS`, so each is
+/// added only where missing.
+const ADDED_COLUMNS: &[&[(&str, &str, &str)]] = &[
+    // 4: failed update attempts remember the declared and observed values
+    // they were counted against, and count only while both stay the same.
+    // A format-3 reader ignores the columns (its counts never reset: the
+    // old behaviour, not a hazard): min_reader_format stays 3.
+    &[
+        ("attempts", "desired", "TEXT"),
+        ("attempts", "observed", "TEXT"),
+    ],
+];
+
 /// How much of a state database is read through a memory map.
 pub const MMAP_BYTES: i64 = 1 << 30;
 
@@ -380,6 +394,21 @@ impl StateStore {
             let format = i as i64 + 1;
             if format > current {
                 tx.execute_batch(sql).map_err(|e| sql_err(&self.path, e))?;
+            }
+        }
+        for (i, columns) in ADDED_COLUMNS.iter().enumerate() {
+            let format = (MIGRATIONS.len() + i) as i64 + 1;
+            if format <= current {
+                continue;
+            }
+            for (table, column, kind) in *columns {
+                let exists = tx
+                    .prepare(&format!("SELECT {column} FROM {table} LIMIT 0"))
+                    .is_ok();
+                if !exists {
+                    tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
+                        .map_err(|e| sql_err(&self.path, e))?;
+                }
             }
         }
         // A newer writer's higher format and reader requirement stay: this

@@ -11,7 +11,7 @@ use rusqlite::{OptionalExtension, params_from_iter};
 use serde_json::Value;
 
 use super::{StateStore, time};
-use crate::engine::{HeldDeletion, Memory};
+use crate::engine::{FailedAttempts, HeldDeletion, Memory};
 use crate::journal::StateError;
 use crate::model::{ManagedDatabase, SpecHash};
 
@@ -198,25 +198,54 @@ impl StateStore {
             out.insert(name, memory);
         }
         drop(rows);
-        for (sql, attempts) in [
-            ("SELECT name, field, first_seen_ms FROM drift_seen", false),
-            ("SELECT name, field, count FROM attempts", true),
-        ] {
-            let mut stmt = conn.prepare(sql).map_err(|e| self.err(e))?;
+        {
+            let mut stmt = conn
+                .prepare("SELECT name, field, first_seen_ms FROM drift_seen")
+                .map_err(|e| self.err(e))?;
             let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
             while let Some(r) = rows.next().map_err(|e| self.err(e))? {
                 let name: String = r.get(0).map_err(|e| self.err(e))?;
                 let field: String = r.get(1).map_err(|e| self.err(e))?;
                 let value: i64 = r.get(2).map_err(|e| self.err(e))?;
-                let memory = out.entry(name).or_default();
-                if attempts {
-                    memory
-                        .failed_attempts
-                        .insert(field, u32::try_from(value).unwrap_or(u32::MAX));
-                } else {
-                    memory.drift_first_seen.insert(field, time(value));
-                }
+                out.entry(name)
+                    .or_default()
+                    .drift_first_seen
+                    .insert(field, time(value));
             }
+        }
+        // A state written before format 4 has no values: its counts read
+        // as counted against nothing, so they never hold a field.
+        let values = if has_column(&conn, "attempts", "desired") {
+            "desired, observed"
+        } else {
+            "NULL, NULL"
+        };
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT name, field, count, {values} FROM attempts"
+            ))
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let name: String = r.get(0).map_err(|e| self.err(e))?;
+            let field: String = r.get(1).map_err(|e| self.err(e))?;
+            let count: i64 = r.get(2).map_err(|e| self.err(e))?;
+            // An unreadable value counts against nothing (the field is
+            // tried again), never against everything.
+            let value = |i: usize| -> Option<Value> {
+                r.get::<_, Option<String>>(i)
+                    .ok()
+                    .flatten()
+                    .and_then(|t| serde_json::from_str(&t).ok())
+            };
+            out.entry(name).or_default().failed_attempts.insert(
+                field,
+                FailedAttempts {
+                    count: u32::try_from(count).unwrap_or(u32::MAX),
+                    desired: value(3),
+                    observed: value(4),
+                },
+            );
         }
         Ok(StoredMemories {
             memories: out,
@@ -511,4 +540,11 @@ impl StateStore {
             })
             .map_err(|e| self.err(e))
     }
+}
+
+/// Whether `table` has `column` (a reader of an older format's state, which
+/// it never migrates).
+fn has_column(conn: &rusqlite::Connection, table: &str, column: &str) -> bool {
+    conn.prepare(&format!("SELECT {column} FROM {table} LIMIT 0"))
+        .is_ok()
 }

@@ -145,6 +145,18 @@ impl StateStore {
         })
     }
 
+    /// Forgets the failed update attempts of `name` (`tend state
+    /// reset-attempts`): an `Unconvergeable` field is tried again. Whether
+    /// there were any.
+    pub fn reset_attempts(&self, name: &str) -> Result<bool, StateError> {
+        self.write(|tx| {
+            tx.tx
+                .execute("DELETE FROM attempts WHERE name = ?1", [name])
+                .map(|n| n > 0)
+                .map_err(|e| tx.err(e))
+        })
+    }
+
     /// Approves the deletion of `name` although the mass-deletion guard
     /// holds it (`tend deletions approve`).
     pub fn approve_deletion(
@@ -284,20 +296,29 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Counts a confirmed update that left `fields` still different; a
-    /// field not listed converged and its count is cleared.
+    /// Counts a confirmed update that left fields still different (field,
+    /// value asked for, value observed); a field not listed converged and
+    /// its count is cleared. A count goes on only for the same two values;
+    /// other values start it again at 1 (see `FailedAttempts`).
     pub fn record_attempts(
         &self,
         name: &str,
-        still_different: &[String],
+        still_different: &[(String, Value, Value)],
     ) -> Result<(), StateError> {
-        if still_different.is_empty() {
-            return self.exec("DELETE FROM attempts WHERE name = ?1", [name]);
-        }
-        for field in still_different {
+        let fields: Vec<&str> = still_different.iter().map(|(f, _, _)| f.as_str()).collect();
+        let differing = serde_json::to_string(&fields).unwrap_or_else(|_| "[]".into());
+        self.exec(
+            "DELETE FROM attempts WHERE name = ?1 AND field NOT IN (SELECT value FROM json_each(?2))",
+            params![name, differing],
+        )?;
+        for (field, desired, observed) in still_different {
+            let (desired, observed) = (desired.to_string(), observed.to_string());
             self.exec(
-                "INSERT INTO attempts (name, field, count) VALUES (?1, ?2, 1) ON CONFLICT(name, field) DO UPDATE SET count = count + 1",
-                params![name, field],
+                "INSERT INTO attempts (name, field, count, desired, observed) VALUES (?1, ?2, 1, ?3, ?4) \
+                 ON CONFLICT(name, field) DO UPDATE SET \
+                 count = CASE WHEN desired IS excluded.desired AND observed IS excluded.observed THEN count + 1 ELSE 1 END, \
+                 desired = excluded.desired, observed = excluded.observed",
+                params![name, field, desired, observed],
             )?;
         }
         Ok(())

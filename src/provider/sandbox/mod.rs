@@ -237,9 +237,19 @@ impl SandboxProvider {
         }
     }
 
-    fn apply_fields(db: &mut SandboxDatabase, request: &ChangeRequest) {
+    fn apply_fields(&self, db: &mut SandboxDatabase, request: &ChangeRequest) {
+        let clamp = self
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .max_connection_limit;
         for (field, value) in &request.fields {
-            if value.is_null() {
+            if let (Some(max), "connectionLimit", Some(asked)) =
+                (clamp, field.as_str(), value.as_i64())
+                && asked > max
+            {
+                db.fields.insert(field.clone(), Value::from(max));
+            } else if value.is_null() {
                 db.fields.remove(field);
             } else {
                 db.fields.insert(field.clone(), value.clone());
@@ -319,7 +329,7 @@ impl Provider for SandboxProvider {
                 written_at_ms: self.now_ms(),
                 previous: None,
             };
-            Self::apply_fields(&mut db, request);
+            self.apply_fields(&mut db, request);
             // The database first, then the key: a crash between the two
             // leaves a database a retry meets as "exists" (a conflict the
             // caller confirms by observation), never a key without its effect.
@@ -348,7 +358,7 @@ impl Provider for SandboxProvider {
         let digest = Self::digest("update", request);
         if !self.seen_key(op, &digest, name)? {
             self.before_write(&mut db);
-            Self::apply_fields(&mut db, request);
+            self.apply_fields(&mut db, request);
             self.store_database(name, &db)
                 .map_err(|e| self.to_provider_error(name, e))?;
             self.record_key(op, "update", &digest, name)?;

@@ -501,3 +501,66 @@ fn a_long_running_writer_keeps_parse_results_on_disk_and_still_parses_only_chang
     assert_eq!(source.parse_count(), 4);
     assert_eq!(declarations(&third), declarations(&second));
 }
+
+/// A shallow first fetch (`depth = 1`) accepts the later commits that
+/// descend from it: the shallow boundary is not a rewind. Over git:// and
+/// smart HTTP, with three later commits; then a real rewind is still
+/// refused.
+#[test]
+fn a_shallow_clone_accepts_later_commits_and_still_refuses_a_rewind() {
+    let repo = repo_with(&[("a.yaml", "a", 1)]);
+    repo.write("b.yaml", &manifest("b", 1));
+    repo.commit("history before the shallow boundary");
+    let served = tempfile::tempdir().unwrap();
+    let bare = repo.bare_clone(served.path());
+    let push = format!("file://{}", bare.display());
+    let daemon = GitDaemon::start(served.path());
+    let http = HttpGitServer::start(served.path(), None);
+    let mut sources: Vec<(&str, tempfile::TempDir, Source)> = [
+        ("git://", daemon.url("repo.git")),
+        ("http://", http.url("repo.git")),
+    ]
+    .into_iter()
+    .map(|(name, url)| {
+        let state = tempfile::tempdir().unwrap();
+        let mut s = settings(&url, "main", ".");
+        s.depth = Some(1);
+        let source = open(state.path(), s);
+        (name, state, source)
+    })
+    .collect();
+    for (name, state, source) in &mut sources {
+        let first = source.poll(SystemTime::now());
+        assert!(first.failure.is_none(), "{name}: {:?}", first.failure);
+        let shallow = state.path().join("source/repo.git/shallow");
+        assert!(shallow.exists(), "{name}: the first fetch is shallow");
+    }
+    for i in 0..3 {
+        let file = format!("later-{i}.yaml");
+        repo.write(&file, &manifest(&format!("later-{i}"), 1));
+        let head = repo.commit(&format!("later commit {i}"));
+        repo.git(&["push", "-q", &push, "main"]);
+        for (name, _, source) in &mut sources {
+            let outcome = source.poll(SystemTime::now());
+            assert!(
+                outcome.failure.is_none(),
+                "{name}, commit {i}: {:?}",
+                outcome.failure
+            );
+            assert_eq!(outcome.snapshot.as_ref().unwrap().commit, head, "{name}");
+        }
+    }
+    // History rewritten behind the shallow clone: still a rewind.
+    repo.git(&["reset", "-q", "--hard", "HEAD~2"]);
+    repo.write("c.yaml", &manifest("c", 1));
+    repo.commit("rewritten");
+    repo.git(&["push", "-q", "-f", &push, "main"]);
+    for (name, _, source) in &mut sources {
+        let outcome = source.poll(SystemTime::now());
+        assert!(
+            matches!(error(&outcome), SourceError::Rewind { .. }),
+            "{name}: {:?}",
+            outcome.failure
+        );
+    }
+}

@@ -244,7 +244,7 @@ impl Source {
         if let Some(old) = self.accepted
             && old != head
             && !self.settings.allow_rewind
-            && !repo.graph_descendant_of(head, old).unwrap_or(false)
+            && !descends_from(&repo, head, old)
         {
             return Err(SourceError::Rewind {
                 old: old.to_string(),
@@ -513,4 +513,32 @@ impl Source {
         self.accepted = Some(head);
         Ok(())
     }
+}
+
+/// Whether `head` descends from `old` (anti-rollback).
+///
+/// libgit2's `graph_descendant_of` answers `false` in a shallow repository
+/// (`depth`) even when `old` is `head`'s parent: its merge-base walk stops
+/// at the grafted boundary. There, the parents are walked through the
+/// fetched commits instead: every commit after the boundary was fetched
+/// (fetches after the first are not shallow), and a parent that is absent
+/// lies behind the boundary, where `old` cannot be (it was fetched).
+fn descends_from(repo: &Repository, head: Oid, old: Oid) -> bool {
+    if !repo.is_shallow() {
+        return repo.graph_descendant_of(head, old).unwrap_or(false);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut next = vec![head];
+    while let Some(id) = next.pop() {
+        if id == old {
+            return true;
+        }
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Ok(commit) = repo.find_commit(id) {
+            next.extend(commit.parent_ids());
+        }
+    }
+    false
 }

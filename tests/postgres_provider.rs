@@ -606,3 +606,70 @@ fn a_pending_delete_is_not_replayed_once_the_declaration_is_back() {
     assert_eq!(delete.state, tend::journal::IntentState::Failed);
     assert!(delete.last_error.unwrap().contains("superseded"));
 }
+
+/// Settings PostgreSQL parses as lists are sent as lists: a declared
+/// `search_path: '"$user", public'` is two schemas, not one with a comma
+/// in its name. Either spelling matches what the server stores, so the
+/// database plans `InSync`; a change at the server is drift.
+#[test]
+fn list_valued_settings_are_sent_as_lists_and_compared_as_the_server_stores_them() {
+    let declared = |search_path: &str, datestyle: &str| {
+        format!(
+            "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+metadata:
+  name: lists
+spec:
+  owner: lists_app
+  parameters:
+    search_path: '{search_path}'
+    temp_tablespaces: 'pg_default, \"pg_default\"'
+    session_preload_libraries: auto_explain
+    DateStyle: '{datestyle}'
+    wal_consistency_checking: 'heap,btree'
+    restrict_nonsystem_relation_kind: 'view, foreign-table'
+"
+        )
+    };
+    let env = Env::new(&[("lists.yaml", &declared("\"$user\", public", "ISO, DMY"))]);
+    env.tend(&["apply"], 0);
+    let stored = env.q("SELECT array_to_string(setconfig, E'\\n') FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE datname = 'lists'");
+    let mut stored: Vec<&str> = stored.lines().collect();
+    stored.sort_unstable();
+    assert_eq!(
+        stored,
+        [
+            "DateStyle=iso, dmy",
+            "restrict_nonsystem_relation_kind=view, foreign-table",
+            "search_path=\"$user\", public",
+            "session_preload_libraries=auto_explain",
+            "temp_tablespaces=pg_default, pg_default",
+            "wal_consistency_checking=heap, btree",
+        ]
+    );
+    // What a session in the database gets: two schemas.
+    assert_eq!(
+        env.pg.psql_in(
+            "postgres",
+            "SELECT current_schemas(false)::text FROM (SELECT set_config('search_path', (SELECT split_part(c, '=', 2) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase, unnest(setconfig) c WHERE datname = 'lists' AND c LIKE 'search_path=%'), false)) x"
+        ),
+        "{public}"
+    );
+    let plan = env.plan(0);
+    assert_eq!(resource(&plan, "lists")["state"], "InSync", "{plan:#}");
+
+    // The other spelling of the same lists: still in sync, nothing to do.
+    env.commit("lists.yaml", &declared("$user,public", "iso,dmy"));
+    let plan = env.plan(0);
+    assert_eq!(resource(&plan, "lists")["state"], "InSync", "{plan:#}");
+    env.tend(&["apply"], 0);
+
+    // Changed at the server: drift on that setting, in the compared form.
+    env.q("ALTER DATABASE lists SET search_path = public, \"Audit Log\"");
+    let plan = env.plan(2);
+    let drift = &resource(&plan, "lists")["drift"];
+    assert_eq!(drift.as_array().unwrap().len(), 1, "{drift:#}");
+    assert_eq!(drift[0]["field"], "parameters.search_path");
+    assert_eq!(drift[0]["desired"], "\"$user\", public");
+    assert_eq!(drift[0]["observed"], "public, \"Audit Log\"");
+}

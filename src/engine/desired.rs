@@ -27,7 +27,9 @@ pub fn desired_fields_of(spec: &Value, caps: &Capabilities) -> BTreeMap<String, 
         match (name.as_str(), value) {
             ("parameters", Value::Object(map)) => {
                 for (key, v) in map {
-                    out.insert(format!("parameters.{key}"), v.clone());
+                    let path = format!("parameters.{key}");
+                    let v = caps.comparable(&path, v.clone());
+                    out.insert(path, v);
                 }
             }
             (_, value) => {

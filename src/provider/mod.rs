@@ -16,6 +16,7 @@ use crate::model::{FIELDS, Mutability, SpecHash};
 pub mod build;
 pub mod postgres;
 pub mod sandbox;
+pub mod setting_list;
 pub mod tls;
 
 /// Label keys of the ownership marker at the provider.
@@ -108,6 +109,9 @@ pub struct Capabilities {
     pub fields: BTreeMap<&'static str, Mutability>,
     /// Whether the provider stores labels (and so provider-side overrides).
     pub labels: bool,
+    /// Settings (`parameters.<name>`) the provider parses as lists: their
+    /// values are compared in [`setting_list::canonical`] form.
+    pub list_settings: &'static [setting_list::ListSetting],
 }
 
 impl Capabilities {
@@ -119,7 +123,19 @@ impl Capabilities {
             .filter(|f| names.contains(&f.name))
             .map(|f| (f.name, f.mutability))
             .collect();
-        Capabilities { fields, labels }
+        Capabilities {
+            fields,
+            labels,
+            list_settings: &[],
+        }
+    }
+
+    /// `value` of the field `path` in the form the provider compares it:
+    /// a list setting's text in canonical form, anything else as it is.
+    pub fn comparable(&self, path: &str, value: Value) -> Value {
+        path.strip_prefix("parameters.")
+            .and_then(|key| self.canonical_setting(key, &value))
+            .unwrap_or(value)
     }
 
     /// The mutability of a field path (`parameters.x` → `parameters`), if
@@ -127,6 +143,13 @@ impl Capabilities {
     pub fn mutability(&self, path: &str) -> Option<Mutability> {
         let top = path.split('.').next().unwrap_or(path);
         self.fields.get(top).copied()
+    }
+
+    /// The canonical form of the setting `key`'s `value` when the provider
+    /// parses it as a list (`None` otherwise: compare it as it is).
+    pub fn canonical_setting(&self, key: &str, value: &Value) -> Option<Value> {
+        let setting = setting_list::find(self.list_settings, key)?;
+        setting_list::canonical(setting, value.as_str()?).map(Value::String)
     }
 }
 

@@ -66,6 +66,10 @@ pub(super) fn compute_drift(
                     key.clear();
                     key.push_str("parameters.");
                     key.push_str(setting);
+                    // A list setting as the provider stores it (None for
+                    // the rest: no copy).
+                    let canonical = input.capabilities.canonical_setting(setting, want);
+                    let want = canonical.as_ref().unwrap_or(want);
                     push(&key, want, obs.fields.get(&key).unwrap_or(&Value::Null));
                 }
             }

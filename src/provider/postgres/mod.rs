@@ -22,6 +22,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::Client;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::setting_list::POSTGRES_LIST_SETTINGS;
 use super::{Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError};
 
 /// Fields this provider observes and manages.
@@ -272,7 +273,10 @@ impl PostgresProvider {
     }
 
     fn capabilities_static() -> Capabilities {
-        Capabilities::for_fields(POSTGRES_FIELDS, false)
+        Capabilities {
+            list_settings: POSTGRES_LIST_SETTINGS,
+            ..Capabilities::for_fields(POSTGRES_FIELDS, false)
+        }
     }
 }
 

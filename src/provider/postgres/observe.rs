@@ -11,6 +11,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio::sync::Semaphore;
 
 use super::{PostgresProvider, classify, open, retryable};
+use crate::provider::setting_list::{self, POSTGRES_LIST_SETTINGS};
 use crate::provider::{
     OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, ProviderError, ResourceStatus,
 };
@@ -162,6 +163,10 @@ fn server_fields(
     }
     for setting in row.get::<_, Vec<String>>(8) {
         if let Some((k, v)) = setting.split_once('=') {
+            // A list setting as the declaration's side is compared.
+            let v = setting_list::find(POSTGRES_LIST_SETTINGS, k)
+                .and_then(|s| setting_list::canonical(s, v))
+                .unwrap_or_else(|| v.to_string());
             fields.insert(format!("parameters.{k}"), json!(v));
         }
     }

@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio_postgres::Client;
 
 use super::{PostgresProvider, classify, quote_ident, quote_literal};
+use crate::provider::setting_list::{self, POSTGRES_LIST_SETTINGS};
 use crate::provider::{
     ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, OperationId, Provider,
     ProviderError,
@@ -439,15 +440,31 @@ fn parameter_statement(
         });
     }
     let setting = quote_ident(key);
-    Ok(match value {
-        Value::Null => format!("ALTER DATABASE {ident} RESET {setting}"),
-        Value::String(v) => format!(
-            "ALTER DATABASE {ident} SET {setting} = {}",
-            quote_literal(v)
-        ),
-        other => format!(
-            "ALTER DATABASE {ident} SET {setting} = {}",
-            quote_literal(&other.to_string())
-        ),
-    })
+    let text = match value {
+        Value::Null => return Ok(format!("ALTER DATABASE {ident} RESET {setting}")),
+        Value::String(v) => v.clone(),
+        other => other.to_string(),
+    };
+    // A list setting is sent as its elements, one literal each: as one
+    // literal it would be one element (see `setting_list`).
+    let value = match setting_list::find(POSTGRES_LIST_SETTINGS, key) {
+        Some(_) => match setting_list::split(&text) {
+            Some(elements) if elements.is_empty() => quote_literal(""),
+            Some(elements) => elements
+                .iter()
+                .map(|e| quote_literal(e))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => {
+                return Err(ProviderError::Permanent {
+                    resource: db.to_string(),
+                    message: format!(
+                        "parameters.{key}: `{text}` is not a list PostgreSQL accepts (elements separated by commas, each a name or a double-quoted string)"
+                    ),
+                });
+            }
+        },
+        None => quote_literal(&text),
+    };
+    Ok(format!("ALTER DATABASE {ident} SET {setting} = {value}"))
 }

@@ -673,3 +673,154 @@ spec:
     assert_eq!(drift[0]["desired"], "\"$user\", public");
     assert_eq!(drift[0]["observed"], "public, \"Audit Log\"");
 }
+
+/// A configuration for `env` whose provider connects as `user` (trust
+/// authentication: the role's grants are what is tested).
+fn configure_as(env: &Env, user: &str, extra: &str) {
+    let url = env
+        .pg
+        .url()
+        .replace("postgres://postgres@", &format!("postgres://{user}@"));
+    std::fs::write(
+        env.config(),
+        format!(
+            "agent_id = \"pg-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\ndrift_grace = \"0s\"\ndeletion_delay = \"0s\"\nmax_deletion_percent = 100\nretry_min_delay = \"50ms\"\nmax_retries = 2\nconfirm_timeout = \"5s\"\n[providers.main]\nkind = \"postgres\"\nurl = \"{url}\"\ncreate_owner = true\n{extra}\n",
+            env.repo.url()
+        ),
+    )
+    .unwrap();
+}
+
+/// The grants docs/providers.md lists, and nothing more: a role that is
+/// not a superuser runs plan (read-only: it creates no catalog), apply
+/// (creating the owner role), adopt and delete.
+#[test]
+fn a_role_with_exactly_the_documented_grants_runs_plan_apply_adopt_and_delete() {
+    let legacy = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+metadata:
+  name: legacy
+  annotations:
+    tend.dev/adopt: \"true\"
+spec:
+  owner: legacy_owner
+  connectionLimit: 7
+";
+    let scratch = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: scratch\nspec:\n  owner: scratch_app\n  deletionPolicy: Delete\n";
+    let env = Env::new(&[
+        ("orders.yaml", ORDERS),
+        ("legacy.yaml", legacy),
+        ("scratch.yaml", scratch),
+    ]);
+    // docs/providers.md, "Privileges".
+    env.q("CREATE ROLE tend_agent LOGIN CREATEDB CREATEROLE");
+    env.q("GRANT CREATE ON DATABASE postgres TO tend_agent");
+    // A database tend adopts, and the grant that lets it manage it.
+    env.q("CREATE ROLE legacy_owner");
+    env.q("CREATE DATABASE legacy OWNER legacy_owner");
+    env.q("GRANT legacy_owner TO tend_agent");
+    configure_as(&env, "tend_agent", "");
+
+    let plan = env.tend(&["plan", "--format", "json", "--detailed-exitcode"], 2);
+    let report: Value = serde_json::from_str(&plan.stdout).unwrap();
+    assert_eq!(resource(&report, "orders")["action"], "Create");
+    assert_eq!(resource(&report, "legacy")["action"], "Adopt");
+    assert_eq!(
+        env.q("SELECT to_regnamespace('tend') IS NULL"),
+        "t",
+        "plan created tend's catalog"
+    );
+
+    // Adopted in this cycle, its drift corrected in the next (one
+    // operation per resource per cycle).
+    env.tend(&["apply"], 2);
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT string_agg(datname || ':' || pg_get_userbyid(datdba) || ':' || datconnlimit, ',' ORDER BY datname) FROM pg_database WHERE datname IN ('orders', 'legacy', 'scratch')"),
+        "legacy:legacy_owner:7,orders:orders_app:50,scratch:scratch_app:-1"
+    );
+    assert_eq!(
+        env.q("SELECT string_agg(database_name, ',' ORDER BY database_name) FROM tend.databases"),
+        "legacy,orders,scratch"
+    );
+    assert_eq!(
+        env.pg.psql_in("orders", "SELECT string_agg(extname, ',' ORDER BY extname) FROM pg_extension WHERE extname <> 'plpgsql'"),
+        "citext,pg_trgm"
+    );
+    assert_eq!(resource(&env.plan(0), "legacy")["state"], "InSync");
+
+    env.repo.remove("scratch.yaml");
+    env.repo.commit("scratch goes");
+    env.tend(&["apply"], 0);
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'scratch'"),
+        "0"
+    );
+}
+
+/// With the schema made for it by an administrator, tend's role needs no
+/// privilege on the maintenance database at all.
+#[test]
+fn a_catalog_schema_made_by_an_administrator_needs_no_grant_on_the_database() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    env.q("CREATE ROLE tend_agent LOGIN CREATEDB CREATEROLE");
+    env.q("CREATE SCHEMA tend AUTHORIZATION tend_agent");
+    configure_as(&env, "tend_agent", "");
+    env.tend(&["apply"], 0);
+    assert_eq!(env.q("SELECT database_name FROM tend.databases"), "orders");
+}
+
+/// A create that fails for good removes the owner role tend made for it;
+/// a role that existed before is never touched.
+#[test]
+fn a_failed_create_leaves_no_owner_role_behind() {
+    let impossible = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: impossible\nspec:\n  owner: ghost_app\n  encoding: LATIN1\n";
+    let env = Env::new(&[("impossible.yaml", impossible)]);
+    let run = env.tend(&["apply"], 1);
+    assert!(
+        run.stderr.contains("does not match locale")
+            || run.stdout.contains("does not match locale"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_roles WHERE rolname = 'ghost_app'"),
+        "0",
+        "the role made for the failed create is left behind"
+    );
+    // The same failure with a role someone made: the role stays.
+    env.q("CREATE ROLE ghost_app");
+    env.tend(&["apply"], 1);
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_roles WHERE rolname = 'ghost_app'"),
+        "1"
+    );
+}
+
+/// `sslmode=require` against a server without TLS is a configuration
+/// error, reported at once, not retried as a network failure.
+#[test]
+fn sslmode_require_against_a_server_without_tls_is_a_permanent_error() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    let url = format!("{}?sslmode=require", env.pg.url());
+    std::fs::write(
+        env.config(),
+        format!(
+            "agent_id = \"pg-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\nretry_min_delay = \"1s\"\nmax_retries = 5\n[providers.main]\nkind = \"postgres\"\nurl = \"{url}\"\n",
+            env.repo.url()
+        ),
+    )
+    .unwrap();
+    let run = env.tend(&["plan", "--format", "json"], 1);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    let orders = resource(&report, "orders");
+    assert_eq!(orders["state"], "Error", "{orders:#}");
+    let reason = orders["reason"].as_str().unwrap();
+    assert!(reason.contains("the server offers no TLS"), "{reason}");
+    assert!(
+        !run.stderr.contains("temporary provider failure"),
+        "retried as a temporary failure: {}",
+        run.stderr
+    );
+}

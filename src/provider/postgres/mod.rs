@@ -49,15 +49,20 @@ pub fn quote_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
-const CATALOG: &str = "
-CREATE SCHEMA IF NOT EXISTS tend;
+/// tend's catalog in the maintenance database. The schema is made apart
+/// from the table, and only when missing: `CREATE SCHEMA IF NOT EXISTS`
+/// checks the `CREATE` privilege on the database before it looks, so an
+/// agent for which an administrator made the schema needs no privilege on
+/// the database itself.
+const CATALOG_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS tend";
+const CATALOG_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS tend.databases (
     database_name text PRIMARY KEY,
     agent_id text NOT NULL,
     declaration text NOT NULL,
     operation_id text NOT NULL,
     reserved_at timestamptz NOT NULL DEFAULT now()
-);";
+)";
 
 /// Settings of a `postgres` provider. `Debug` never shows the password.
 #[derive(Clone)]
@@ -157,12 +162,14 @@ pub(super) fn retryable(resource: &str, e: impl std::fmt::Display) -> ProviderEr
 /// Classifies a server error: connection trouble is retryable, a refused
 /// statement is permanent.
 pub(super) fn classify(resource: &str, e: tokio_postgres::Error) -> ProviderError {
-    // Connection trouble (08), operator intervention (57), serialization and
+    // Connection trouble (08), insufficient resources such as too many
+    // connections (53), operator intervention (57), serialization and
     // deadlock (40001, 40P01), "in use" and lock waits (55006, 55P03) pass.
     const TRANSIENT: &[&str] = &["40001", "40P01", "55006", "55P03"];
     match e.as_db_error() {
         Some(db)
             if db.code().code().starts_with("08")
+                || db.code().code().starts_with("53")
                 || db.code().code().starts_with("57")
                 || TRANSIENT.contains(&db.code().code()) =>
         {
@@ -186,7 +193,7 @@ pub(super) async fn open(
     let (client, connection) = config
         .connect(tls.clone())
         .await
-        .map_err(|e| retryable(resource, connect_error(e)))?;
+        .map_err(|e| connect_failure(resource, e))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -195,6 +202,35 @@ pub(super) async fn open(
         .await
         .map_err(|e| classify(resource, e))?;
     Ok(client)
+}
+
+/// Classifies a failed connection. The server refusing the session
+/// (authentication, a missing database) and TLS that cannot work as
+/// configured do not get better by retrying: they are permanent, with
+/// what to change; a network failure or a full server is retryable.
+fn connect_failure(resource: &str, e: tokio_postgres::Error) -> ProviderError {
+    if e.as_db_error().is_some() {
+        return classify(resource, e);
+    }
+    let message = connect_error(e);
+    let configuration = if message.contains("server does not support TLS") {
+        Some(
+            "the server offers no TLS, but the url's sslmode asks for it: enable ssl on the server, or change sslmode in [providers] url",
+        )
+    } else if message.contains("invalid peer certificate") {
+        Some(
+            "the server's certificate is not trusted: set tls_ca_file to the CA that signed it (or fix the certificate's names)",
+        )
+    } else {
+        None
+    };
+    match configuration {
+        Some(what) => ProviderError::Permanent {
+            resource: resource.to_string(),
+            message: format!("cannot connect: {what} ({message})"),
+        },
+        None => retryable(resource, message),
+    }
 }
 
 /// A connection error with its cause (TLS failures hide in the source).
@@ -206,6 +242,28 @@ fn connect_error(e: tokio_postgres::Error) -> String {
         source = cause.source();
     }
     message
+}
+
+async fn catalog_exists(client: &Client, resource: &str) -> Result<bool, ProviderError> {
+    let table: Option<String> = client
+        .query_one("SELECT to_regclass('tend.databases')::text", &[])
+        .await
+        .map_err(|e| classify(resource, e))?
+        .get(0);
+    Ok(table.is_some())
+}
+
+/// A failure to make the catalog, with the grant that allows it.
+fn catalog_error(resource: &str, e: tokio_postgres::Error) -> ProviderError {
+    match classify(resource, e) {
+        ProviderError::Permanent { resource, message } => ProviderError::Permanent {
+            resource,
+            message: format!(
+                "cannot create tend's catalog (schema tend, table tend.databases) in the maintenance database: {message}. Grant CREATE on that database to tend's role once, or create the schema for it (`CREATE SCHEMA tend AUTHORIZATION <role>`); see docs/providers.md"
+            ),
+        },
+        other => other,
+    }
 }
 
 impl PostgresProvider {
@@ -238,6 +296,8 @@ impl PostgresProvider {
         open(config, &self.tls, resource).await
     }
 
+    /// A pooled connection to the maintenance database, for reading: it
+    /// never creates tend's catalog (`tend plan` writes nothing).
     pub(super) async fn client(&self, resource: &str) -> Result<Pooled<'_>, ProviderError> {
         let permit = self
             .slots
@@ -249,20 +309,53 @@ impl PostgresProvider {
             Some(c) if !c.is_closed() => c,
             _ => self.connect(&self.config, resource).await?,
         };
-        let pooled = Pooled {
+        Ok(Pooled {
             client: Some(client),
             pool: self,
             _permit: permit,
-        };
+        })
+    }
+
+    /// A pooled connection for a write: tend's catalog is made first when
+    /// it is missing (once per process).
+    pub(super) async fn writer(&self, resource: &str) -> Result<Pooled<'_>, ProviderError> {
+        let pooled = self.client(resource).await?;
         self.catalog_ready
             .get_or_try_init(|| async {
-                pooled
-                    .batch_execute(CATALOG)
+                if catalog_exists(&pooled, resource).await? {
+                    return Ok(());
+                }
+                let schema: Option<String> = pooled
+                    .query_one("SELECT to_regnamespace('tend')::text", &[])
                     .await
-                    .map_err(|e| classify(resource, e))
+                    .map_err(|e| classify(resource, e))?
+                    .get(0);
+                if schema.is_none() {
+                    pooled
+                        .batch_execute(CATALOG_SCHEMA)
+                        .await
+                        .map_err(|e| catalog_error(resource, e))?;
+                }
+                pooled
+                    .batch_execute(CATALOG_TABLE)
+                    .await
+                    .map_err(|e| catalog_error(resource, e))
             })
             .await?;
         Ok(pooled)
+    }
+
+    /// Whether tend's catalog exists (known for the rest of the process
+    /// once this process made or found it for a write).
+    pub(super) async fn has_catalog(
+        &self,
+        client: &Client,
+        resource: &str,
+    ) -> Result<bool, ProviderError> {
+        if self.catalog_ready.initialized() {
+            return Ok(true);
+        }
+        catalog_exists(client, resource).await
     }
 
     /// A connection to one database (extensions live per database).

@@ -48,17 +48,30 @@ impl PostgresProvider {
         deep: Option<&[String]>,
     ) -> Result<Vec<Observation>, ProviderError> {
         let client = self.client("*").await?;
+        // Before the first write there is no catalog (plan never makes
+        // it): no database carries a marker yet, which is what an empty
+        // catalog would say.
+        let markers = if self.has_catalog(&client, "*").await? {
+            "tend.databases"
+        } else {
+            tracing::info!(
+                "tend's catalog (tend.databases) does not exist in the maintenance database yet: no database carries tend's marker; the first apply creates it"
+            );
+            "(SELECT NULL::text AS database_name, NULL::text AS agent_id, NULL::text AS declaration WHERE false)"
+        };
         let rows = client
             .query(
-                "SELECT d.datname, d.oid::text, r.rolname, pg_encoding_to_char(d.encoding), d.datcollate, \
-                        d.datconnlimit, d.datallowconn, sd.description, coalesce(s.setconfig, '{}'::text[]), \
+                &format!(
+                    "SELECT d.datname, d.oid::text, r.rolname, pg_encoding_to_char(d.encoding), d.datcollate, \
+                        d.datconnlimit, d.datallowconn, sd.description, coalesce(s.setconfig, '{{}}'::text[]), \
                         t.agent_id, t.declaration \
                  FROM pg_database d \
                  JOIN pg_roles r ON r.oid = d.datdba \
                  LEFT JOIN pg_shdescription sd ON sd.objoid = d.oid AND sd.classoid = 'pg_database'::regclass \
                  LEFT JOIN pg_db_role_setting s ON s.setdatabase = d.oid AND s.setrole = 0 \
-                 LEFT JOIN tend.databases t ON t.database_name = d.datname \
-                 WHERE d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)",
+                 LEFT JOIN {markers} t ON t.database_name = d.datname \
+                 WHERE d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)"
+                ),
                 &[&names, &all_marked],
             )
             .await

@@ -14,12 +14,23 @@ use crate::provider::{
     ProviderError,
 };
 
+/// The comment on a role tend made, naming the database and the operation
+/// it was made for: what lets a failed create drop that role and no other.
+fn role_marker(database: &str, op: &OperationId) -> String {
+    format!("tend: made as the owner of database {database:?} by operation {op}")
+}
+
 impl PostgresProvider {
+    /// Makes the owner role when it is missing and `create_owner` allows:
+    /// `NOLOGIN`, with tend's role a member (a role that is not a
+    /// superuser must be one to create or alter a database owned by it),
+    /// and marked with [`role_marker`], in one transaction.
     async fn ensure_role(
         &self,
         client: &Client,
         role: &str,
         database: &str,
+        op: &OperationId,
     ) -> Result<(), ProviderError> {
         let exists = client
             .query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&role])
@@ -38,10 +49,43 @@ impl PostgresProvider {
                 ),
             });
         }
+        let ident = quote_ident(role);
         client
-            .batch_execute(&format!("CREATE ROLE {} NOLOGIN", quote_ident(role)))
+            .batch_execute(&format!(
+                "BEGIN; CREATE ROLE {ident} NOLOGIN; GRANT {ident} TO CURRENT_USER; COMMENT ON ROLE {ident} IS {}; COMMIT",
+                quote_literal(&role_marker(database, op))
+            ))
             .await
             .map_err(|e| classify(database, e))
+    }
+
+    /// Drops `role` if this operation made it for `database` (its comment
+    /// is still [`role_marker`]'s), after the create that needed it failed
+    /// for good: a role made for nothing would be left behind. Best
+    /// effort: a role that cannot be dropped is logged, never an error.
+    async fn drop_made_role(&self, client: &Client, role: &str, database: &str, op: &OperationId) {
+        let marked = client
+            .query_opt(
+                "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+                &[&role],
+            )
+            .await
+            .ok()
+            .flatten()
+            .and_then(|row| row.get::<_, Option<String>>(0));
+        if marked.as_deref() != Some(role_marker(database, op).as_str()) {
+            return;
+        }
+        if let Err(e) = client
+            .batch_execute(&format!("DROP ROLE {}", quote_ident(role)))
+            .await
+        {
+            tracing::warn!(
+                resource = database,
+                "cannot drop the role {role:?} tend made for a create that failed: {}",
+                classify(database, e)
+            );
+        }
     }
 
     /// Applies the mutable fields of a request (each statement idempotent).
@@ -49,6 +93,7 @@ impl PostgresProvider {
         &self,
         client: &Client,
         db: &str,
+        op: &OperationId,
         fields: &BTreeMap<String, Value>,
     ) -> Result<(), ProviderError> {
         let ident = quote_ident(db);
@@ -56,7 +101,7 @@ impl PostgresProvider {
         for (field, value) in fields {
             match (field.as_str(), value) {
                 ("owner", Value::String(role)) => {
-                    self.ensure_role(client, role, db).await?;
+                    self.ensure_role(client, role, db, op).await?;
                     statements.push(format!(
                         "ALTER DATABASE {ident} OWNER TO {}",
                         quote_ident(role)
@@ -174,13 +219,22 @@ impl PostgresProvider {
         &self,
         client: &Client,
         db: &str,
+        op: &OperationId,
         sql: &str,
         request: &ChangeRequest,
     ) -> Result<(), ProviderError> {
-        if let Some(owner) = request.fields.get("owner").and_then(Value::as_str) {
-            self.ensure_role(client, owner, db).await?;
+        let owner = request.fields.get("owner").and_then(Value::as_str);
+        if let Some(owner) = owner {
+            self.ensure_role(client, owner, db, op).await?;
         }
-        client.batch_execute(sql).await.map_err(|e| classify(db, e))
+        let created = client.batch_execute(sql).await.map_err(|e| classify(db, e));
+        if let (Err(e), Some(owner)) = (&created, owner)
+            && !e.is_transient()
+            && !matches!(e, ProviderError::Permanent { message, .. } if message.contains("42P04"))
+        {
+            self.drop_made_role(client, owner, db, op).await;
+        }
+        created
     }
 
     /// Creates a database after reserving its name in the catalog (see
@@ -192,7 +246,7 @@ impl PostgresProvider {
         request: &ChangeRequest,
     ) -> Result<Observation, ProviderError> {
         let db = request.database_name.as_str();
-        let client = self.client(db).await?;
+        let client = self.writer(db).await?;
         let label = |key: &str| request.labels.get(key).cloned().unwrap_or_default();
         let (agent, decl) = (label(OWNER_AGENT_LABEL), label(OWNER_DECLARATION_LABEL));
         // Reserve the name first: after a lost response the reservation
@@ -218,7 +272,7 @@ impl PostgresProvider {
         for f in ["encoding", "locale", "template", "databaseName"] {
             rest.remove(f);
         }
-        self.apply_fields(&client, db, &rest).await?;
+        self.apply_fields(&client, db, op, &rest).await?;
         drop(client);
         self.observe(db)
             .await?
@@ -238,7 +292,7 @@ impl PostgresProvider {
         inserted: bool,
     ) -> Result<(), ProviderError> {
         let sql = create_statement(db, &request.fields);
-        let Err(e) = self.create_database(client, db, &sql, request).await else {
+        let Err(e) = self.create_database(client, db, op, &sql, request).await else {
             return Ok(());
         };
         // A reservation must never outlive a create that failed for good: a
@@ -271,7 +325,7 @@ impl PostgresProvider {
         request: &ChangeRequest,
     ) -> Result<Observation, ProviderError> {
         let db = request.database_name.as_str();
-        let client = self.client(db).await?;
+        let client = self.writer(db).await?;
         let exists = client
             .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&db])
             .await
@@ -282,7 +336,7 @@ impl PostgresProvider {
                 resource: db.to_string(),
             });
         }
-        self.apply_fields(&client, db, &request.fields).await?;
+        self.apply_fields(&client, db, op, &request.fields).await?;
         self.apply_marker(&client, db, op, &request.labels).await?;
         drop(client);
         self.observe(db)
@@ -298,7 +352,7 @@ impl PostgresProvider {
         database_name: &str,
     ) -> Result<(), ProviderError> {
         let db = database_name;
-        let client = self.client(db).await?;
+        let client = self.writer(db).await?;
         let connections: i64 = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",

@@ -42,6 +42,14 @@ pub fn duration(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 
+/// A short duration to the millisecond, as `1s 500ms` (retry delays).
+pub fn duration_ms(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+    ))
+    .to_string()
+}
+
 /// Checks a duration from configuration or an annotation against
 /// [`MAX_DURATION`]; the error says what the limit is.
 pub fn check_duration(text: &str, d: Duration) -> Result<Duration, String> {

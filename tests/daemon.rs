@@ -548,13 +548,58 @@ fn tend_status_prints_the_running_agents_last_report() {
         .expect_code(0);
     assert_eq!(one.json()["resources"][0]["name"], "orders");
     TendCommand::new(&["--config", &config, "status", "nope"]).expect_code(1);
+    // The agent writes its report files too (by default in the state dir).
+    let reports = env.config.state_dir().join("reports");
+    daemon.wait_for("latest.json", Duration::from_secs(10), || {
+        reports.join("latest.json").exists() && reports.join("latest.html").exists()
+    });
     drop(daemon);
+    let from_file = TendCommand::new(&["--config", &config, "status"]).expect_code(0);
+    assert!(
+        from_file.stdout.contains("(no agent answered)") && from_file.stdout.contains("orders"),
+        "{}",
+        from_file.stdout
+    );
+    std::fs::remove_dir_all(&reports).unwrap();
     let gone = TendCommand::new(&["--config", &config, "status"]).expect_code(1);
     assert!(
         gone.stderr.contains("no running agent answers"),
         "{}",
         gone.stderr
     );
+}
+
+/// `/` serves the report page; a start while the source fails
+/// reconciles the last accepted commit, and the report says why.
+#[test]
+fn the_page_at_the_root_and_a_start_while_the_source_fails() {
+    let env = Env::new(|c| c);
+    let daemon = env.start(&[]);
+    let page = daemon.get("/").unwrap();
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.starts_with("<!doctype html>") && page.body.contains("<code>orders</code>"),
+        "{}",
+        page.body
+    );
+    drop(daemon);
+    // The branch goes away; the agent restarts with the last accepted
+    // commit and corrects drift from it.
+    let broken = env.config.clone().source("branch", "\"gone\"");
+    broken.write();
+    env.edit_limit("orders", 77);
+    let daemon = Daemon::start(&env.config_path(), env.port, &[]);
+    daemon.wait_ready();
+    let status = daemon.status();
+    let error = &status["source"]["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("branch `gone` does not exist")),
+        "{status:#}"
+    );
+    assert_eq!(status["source"]["commit"], env.repo.head().as_str());
+    assert_eq!(resource(&status, "orders").unwrap()["state"], "Drifted");
 }
 
 #[test]

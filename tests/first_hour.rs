@@ -102,3 +102,203 @@ fn unconvergeable_is_a_state_tend_leaves_when_something_changes() {
         none.stdout
     );
 }
+
+fn read_json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(
+        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+/// Without `[status] reports_dir`, reports go to `<state_dir>/reports`:
+/// `latest.json`, `latest.md` (titled for the command that wrote it) and
+/// `latest.html`, and a history that grows only when the content changes
+/// and never past `keep_reports`.
+#[test]
+fn reports_go_to_the_state_dir_by_default_with_a_bounded_history() {
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 10));
+    repo.commit("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .status("keep_reports", "3")
+        .write()
+        .display()
+        .to_string();
+    tend(&config, &["apply"], 0);
+    let reports = dir.path().join("state/reports");
+    let latest = read_json(&reports.join("latest.json"));
+    assert_eq!(latest["resources"][0]["state"], "InSync", "{latest:#}");
+    assert!(
+        latest["generatedAt"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert!(
+        latest["resources"][0]["observedAt"].is_string(),
+        "{latest:#}"
+    );
+    let md = std::fs::read_to_string(reports.join("latest.md")).unwrap();
+    assert!(md.starts_with("### tend apply\n"), "{md}");
+    let html = std::fs::read_to_string(reports.join("latest.html")).unwrap();
+    assert!(html.starts_with("<!doctype html>") && html.contains("orders"));
+    let history = || {
+        let mut names: Vec<String> = std::fs::read_dir(reports.join("history"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(history().len(), 1);
+    // Nothing changed: no new history entry, though latest.json is new.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    tend(&config, &["apply"], 0);
+    assert_eq!(history().len(), 1, "{:?}", history());
+    assert_ne!(
+        read_json(&reports.join("latest.json"))["generatedAt"],
+        latest["generatedAt"]
+    );
+    // Five changes: the history keeps the newest three, in time order.
+    for limit in 11..16 {
+        repo.write("orders.yaml", &manifest("orders", limit));
+        repo.commit("more connections");
+        tend(&config, &["apply"], 0);
+    }
+    let kept = history();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    let newest = read_json(&reports.join("history").join(&kept[2]));
+    assert_eq!(newest["source"]["commit"], repo.head());
+    assert!(kept.windows(2).all(|w| w[0] < w[1]), "{kept:?}");
+}
+
+/// When the branch cannot be read, `plan` and `apply` still report: the
+/// source error, since when it fails, and the resources decided from the
+/// last accepted commit. Before any commit was accepted, the report has
+/// the error and no resources.
+#[test]
+fn a_failing_source_is_reported_with_the_last_accepted_commit() {
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 10));
+    let accepted = repo.commit("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let write = |branch: &str| {
+        TendConfig::new(dir.path(), &repo.url())
+            .source("branch", &format!("\"{branch}\""))
+            .write()
+            .display()
+            .to_string()
+    };
+    // Never accepted anything: the error, no resources, exit 1.
+    let config = write("nope");
+    let plan = tend(&config, &["plan", "--format", "json"], 1).json();
+    assert!(
+        plan["source"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("branch `nope` does not exist"),
+        "{plan:#}"
+    );
+    assert_eq!(plan["resources"].as_array().unwrap().len(), 0);
+    assert!(plan["source"]["commit"].is_null());
+
+    let config = write("main");
+    tend(&config, &["apply"], 0);
+    // The branch goes away: the last accepted commit stays in force.
+    let config = write("gone");
+    let plan = tend(&config, &["plan", "--format", "json"], 1).json();
+    assert_eq!(plan["source"]["commit"], accepted.as_str());
+    assert_eq!(plan["resources"][0]["name"], "orders");
+    assert_eq!(plan["resources"][0]["state"], "InSync");
+    let error = &plan["source"]["error"];
+    assert!(
+        error["since"].is_string() && error["failures"] == 1,
+        "{error:#}"
+    );
+    let text = tend(&config, &["plan"], 1).stdout;
+    assert!(
+        text.contains("SOURCE ERROR since") && text.contains("last accepted commit"),
+        "{text}"
+    );
+
+    // apply writes it; a later apply keeps since when it fails.
+    tend(&config, &["apply"], 1);
+    let latest = dir.path().join("state/reports/latest.json");
+    let first = read_json(&latest)["source"]["error"]["since"].clone();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    tend(&config, &["apply"], 1);
+    let second = read_json(&latest);
+    assert_eq!(second["source"]["error"]["since"], first, "{second:#}");
+    assert_eq!(second["resources"][0]["name"], "orders");
+
+    // Back to a readable branch: the error is gone.
+    let config = write("main");
+    tend(&config, &["apply"], 0);
+    assert!(read_json(&latest)["source"].get("error").is_none());
+}
+
+/// A configured `http` provider is refused as a configuration error (78)
+/// naming the provider, not a failed command (1).
+#[test]
+fn an_http_provider_is_a_configuration_error_until_it_is_built() {
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 10));
+    repo.commit("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section("providers.dbaas", "endpoint", "\"http://127.0.0.1:9\"")
+        .write()
+        .display()
+        .to_string();
+    for command in [&["plan"][..], &["apply"], &["explain", "orders"]] {
+        let run = tend(&config, command, 78);
+        assert!(
+            run.stderr.contains("[providers.dbaas] kind = \"http\""),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+/// Human output has one vocabulary and never Rust's debug formatting.
+#[test]
+fn explain_and_plan_speak_one_vocabulary() {
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 10));
+    repo.commit("orders");
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .write()
+        .display()
+        .to_string();
+    tend(&config, &["apply"], 0);
+    tend(
+        &config,
+        &["sandbox", "edit", "orders", "--set", "connectionLimit=99"],
+        0,
+    );
+    let explain = tend(&config, &["explain", "orders"], 0).stdout;
+    let plan = tend(&config, &["plan"], 0).stdout;
+    for out in [&explain, &plan] {
+        for debug in [
+            "OutOfBand",
+            "Declared)",
+            "observed null",
+            "Some(",
+            "None)",
+            "\"}",
+        ] {
+            assert!(!out.contains(debug), "`{debug}` in:\n{out}");
+        }
+    }
+    assert!(
+        explain.contains("connectionLimit declared 10 observed 99 (out-of-band)"),
+        "{explain}"
+    );
+    assert!(explain.contains("decision:    Drifted / Hold"), "{explain}");
+    assert!(
+        plan.contains("drift connectionLimit: declared 10, observed 99 (out-of-band)"),
+        "{plan}"
+    );
+}

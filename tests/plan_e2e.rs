@@ -165,14 +165,23 @@ fn the_json_report_follows_the_contract_field_by_field() {
             "agent",
             "errors",
             "formatVersion",
+            "generatedAt",
             "resources",
             "source",
             "summary"
         ]
     );
+    assert!(
+        humantime::parse_rfc3339(report["generatedAt"].as_str().unwrap()).is_ok(),
+        "{}",
+        report["generatedAt"]
+    );
     assert_eq!(keys(&report["agent"]), ["id", "version"]);
     assert_eq!(report["agent"]["id"], "e2e-agent");
-    assert_eq!(keys(&report["source"]), ["branch", "commit", "url"]);
+    assert_eq!(
+        keys(&report["source"]),
+        ["branch", "commit", "commitTime", "url"]
+    );
     assert_eq!(
         keys(&report["summary"]),
         [
@@ -194,6 +203,7 @@ fn the_json_report_follows_the_contract_field_by_field() {
             "drift",
             "file",
             "name",
+            "observedAt",
             "operation",
             "override",
             "reason",

@@ -824,3 +824,31 @@ fn sslmode_require_against_a_server_without_tls_is_a_permanent_error() {
         run.stderr
     );
 }
+
+/// Extensions of a database that refuses connections cannot be observed:
+/// they are reported as unobserved (JSON, text, explain), and the
+/// resource is never called plainly in sync.
+#[test]
+fn unobserved_fields_are_reported_never_silently_in_sync() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    env.tend(&["apply"], 0);
+    let closed = ORDERS.replace("allowConnections: true", "allowConnections: false");
+    env.commit("orders.yaml", &closed);
+    env.tend(&["apply"], 0);
+    let plan = env.plan(0);
+    let orders = resource(&plan, "orders");
+    assert_eq!(
+        orders["unobserved"],
+        serde_json::json!(["extensions"]),
+        "{orders:#}"
+    );
+    let reason = orders["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("extensions could not be observed this time"),
+        "{reason}"
+    );
+    let text = env.tend(&["plan"], 0).stdout;
+    assert!(text.contains("not observed: extensions"), "{text}");
+    let explain = env.tend(&["explain", "orders"], 0).stdout;
+    assert!(explain.contains("extensions not observed"), "{explain}");
+}

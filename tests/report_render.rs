@@ -125,6 +125,7 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
     Plan {
         agent_id: "snap".into(),
         commit: Some("4b825dc642cb6eb9a060e54bf8d69288fbee4904".into()),
+        commit_time: Some(now - Duration::from_secs(26 * 3600)),
         resources,
         errors,
         intents: Vec::new(),
@@ -157,5 +158,12 @@ fn text_report_snapshot() {
 fn markdown_report_snapshot() {
     let set = examples();
     let report = build_report(&config(), &fixed_plan(&set));
-    insta::assert_snapshot!(render::markdown(&report));
+    insta::assert_snapshot!(render::markdown(&report, "tend plan"));
+}
+
+#[test]
+fn html_report_snapshot() {
+    let set = examples();
+    let report = build_report(&config(), &fixed_plan(&set));
+    insta::assert_snapshot!(tend::status::html::page(&report, "tend apply"));
 }

@@ -10,36 +10,17 @@ use clap::Args;
 use super::plan::ReportFormat;
 use super::progress::TerminalProgress;
 use super::{exit, session};
-use crate::config::Config;
 use crate::executor::{Executed, OpOutcome};
 use crate::journal::Access;
 use crate::reconcile::Mode;
-use crate::status::{Report, build_report, render};
+use crate::status::Report;
+use crate::status::files::ReportFiles;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     /// How to print the report of the state after the cycle.
     #[arg(long, value_enum, default_value = "text")]
     pub format: ReportFormat,
-}
-
-/// Writes the latest report as JSON and Markdown into `reports_dir`
-/// (atomically: a reader never sees half a report).
-fn write_reports(config: &Config, report: &Report) -> io::Result<()> {
-    let Some(dir) = &config.status.reports_dir else {
-        return Ok(());
-    };
-    std::fs::create_dir_all(dir)?;
-    let json = serde_json::to_vec_pretty(report).map_err(io::Error::other)?;
-    for (name, bytes) in [
-        ("latest.json", json),
-        ("latest.md", render::markdown(report).into_bytes()),
-    ] {
-        let tmp = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, dir.join(name))?;
-    }
-    Ok(())
 }
 
 /// One line per operation that did not simply finish; whether any failed.
@@ -73,15 +54,17 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         Err(code) => return Ok(code),
     };
     let finished = |ran: &[Executed]| print_operations(&mut io::stderr().lock(), ran).map(|_| ());
-    session::one_cycle(&agent, Mode::Apply, finished, |outcome| {
-        let failed = print_operations(&mut io::stderr().lock(), &outcome.operations)?;
-        let report = build_report(agent.config(), outcome.latest());
+    session::one_cycle(&agent, Mode::Apply, finished, |result| {
+        let operations = result.outcome.map_or(&[][..], |o| o.operations.as_slice());
+        let failed = print_operations(&mut io::stderr().lock(), operations)?;
+        let files = ReportFiles::new(
+            &agent.config().reports_dir(),
+            agent.config().status.keep_reports,
+        );
+        let report = result.report(&agent, files.read_latest().as_ref());
         tracing::debug!("report built");
-        if let Err(e) = write_reports(agent.config(), &report) {
-            session::fail(format!(
-                "cannot write reports to {:?}: {e}",
-                agent.config().status.reports_dir
-            ));
+        if let Err(e) = files.write(&report, TITLE) {
+            session::fail(e);
         }
         let code = print_report_and_code(args.format, &report, failed);
         tracing::debug!("report printed");
@@ -90,8 +73,11 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
     })
 }
 
+/// What heads the reports `tend apply` writes.
+const TITLE: &str = "tend apply";
+
 fn print_report_and_code(format: ReportFormat, report: &Report, failed: bool) -> io::Result<u8> {
-    super::plan::print_report(format, report)?;
+    super::plan::print_report(format, report, TITLE)?;
     Ok(if failed || report.has_errors() {
         exit::ERROR
     } else if report.has_pending() {

@@ -11,8 +11,9 @@ use crate::escape::terminal as esc;
 use crate::journal::Access;
 use crate::provider::Observed;
 use crate::reconcile::{Mode, Plan, PlannedResource, PlannedSubject};
+use crate::status::files::ReportFiles;
+use crate::status::render;
 use crate::status::render::{drift_origin, value};
-use crate::status::{build_report, render};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormat {
@@ -37,14 +38,19 @@ pub struct ExplainArgs {
 }
 
 /// Prints a report on stdout; colour only on a terminal without `NO_COLOR`.
-pub fn print_report(format: ReportFormat, report: &crate::status::Report) -> io::Result<()> {
+/// `title` heads the Markdown (`tend plan`).
+pub fn print_report(
+    format: ReportFormat,
+    report: &crate::status::Report,
+    title: &str,
+) -> io::Result<()> {
     let mut out = io::stdout().lock();
     match format {
         ReportFormat::Json => {
             serde_json::to_writer_pretty(&mut out, report)?;
             writeln!(out)
         }
-        ReportFormat::Markdown => write!(out, "{}", render::markdown(report)),
+        ReportFormat::Markdown => write!(out, "{}", render::markdown(report, title)),
         ReportFormat::Text => {
             let colour = io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
             write!(out, "{}", render::text(report, colour))
@@ -52,28 +58,26 @@ pub fn print_report(format: ReportFormat, report: &crate::status::Report) -> io:
     }
 }
 
-/// Runs `f` on the plan of one read-only cycle; the exit code is `f`'s,
-/// or the failure's.
-fn with_plan(
+/// Opens the agent read-only and runs one read-only cycle, handing its
+/// result to `f`; the exit code is `f`'s, or the failure's.
+fn read_only_cycle(
     config_path: &std::path::Path,
-    f: impl FnOnce(&crate::agent::Agent, &Plan<'_>) -> io::Result<u8>,
+    f: impl FnOnce(&crate::agent::Agent, session::CycleResult<'_, '_>) -> io::Result<u8>,
 ) -> io::Result<u8> {
     let agent = match session::open_agent(config_path, Access::ReadOnly) {
         Ok(agent) => agent,
         Err(code) => return Ok(code),
     };
-    session::one_cycle(
-        &agent,
-        Mode::Plan,
-        |_| Ok(()),
-        |outcome| f(&agent, outcome.latest()),
-    )
+    session::one_cycle(&agent, Mode::Plan, |_| Ok(()), |result| f(&agent, result))
 }
 
 pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8> {
-    with_plan(config_path, |agent, plan| {
-        let report = build_report(agent.config(), plan);
-        print_report(args.format, &report)?;
+    read_only_cycle(config_path, |agent, result| {
+        // Read, never written: plan writes nothing. It knows since when a
+        // failing source has failed from the last report a writer made.
+        let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_latest();
+        let report = result.report(agent, previous.as_ref());
+        print_report(args.format, &report, "tend plan")?;
         let code = if report.has_errors() {
             exit::ERROR
         } else if args.detailed_exitcode && report.has_pending() {
@@ -87,7 +91,10 @@ pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8
 }
 
 pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Result<u8> {
-    with_plan(config_path, |agent, plan| {
+    read_only_cycle(config_path, |agent, result| {
+        let Some(plan) = result.outcome.map(|o| o.latest()) else {
+            return Ok(exit::ERROR);
+        };
         let Some(r) = plan.resources.iter().find(|r| r.name == args.name) else {
             let mut err = io::stderr().lock();
             for e in &plan.errors {
@@ -105,7 +112,11 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
             return Ok(exit::ERROR);
         };
         explain(&mut io::stdout().lock(), agent, plan, r)?;
-        Ok(exit::OK)
+        Ok(if result.source_failure.is_some() {
+            exit::ERROR
+        } else {
+            exit::OK
+        })
     })
 }
 
@@ -134,7 +145,7 @@ fn explain(
     }
     explain_overrides(out, r)?;
     let d = &r.decision;
-    writeln!(out, "  decision:    {:?} / {:?}", d.state, d.action)?;
+    writeln!(out, "  decision:    {} / {}", d.state, d.action)?;
     writeln!(out, "  rule:        {}", d.rule.as_str())?;
     writeln!(out, "  reason:      {}", esc(&d.reason))?;
     for x in &d.drift {
@@ -216,9 +227,9 @@ fn explain_observed(out: &mut impl Write, observed: &Observed, now: SystemTime) 
         Observed::Found(o) => {
             writeln!(
                 out,
-                "  observed:    {} ({:?}) at {} ({} ago)",
+                "  observed:    {} ({}) at {} ({} ago)",
                 esc(&o.external_id),
-                o.status,
+                o.status.as_str(),
                 crate::time::rfc3339(o.observed_at),
                 crate::time::duration(crate::time::since(now, o.observed_at))
             )?;
@@ -233,6 +244,13 @@ fn explain_observed(out: &mut impl Write, observed: &Observed, now: SystemTime) 
             }
             for (field, v) in &o.fields {
                 writeln!(out, "    {} = {}", esc(field), value(v))?;
+            }
+            for field in &o.unobserved {
+                writeln!(
+                    out,
+                    "    {} not observed (unknown this time: neither in sync nor drifted)",
+                    esc(field)
+                )?;
             }
             Ok(())
         }

@@ -10,8 +10,12 @@ use super::exit;
 use crate::agent::{Agent, AgentError};
 use crate::clock::SystemClock;
 use crate::config::Config;
+use crate::executor::Executed;
 use crate::journal::Access;
-use crate::source::{Snapshot, SourceError};
+use crate::reconcile::{Mode, Outcome, ReconcileError, Scope, reconcile};
+use crate::source::{Snapshot, SourceFailure};
+use crate::status::report::empty_report;
+use crate::status::{Report, build_report};
 
 /// Prints `tend: {error}` on stderr.
 pub fn fail(error: impl std::fmt::Display) {
@@ -58,6 +62,14 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
 /// side at start; later, journal writes and reads.
 const BLOCKING_THREADS: usize = 2;
 
+/// What a one-shot command read from the source: the snapshot to decide
+/// from, and why the branch itself could not be read (then the snapshot is
+/// the last accepted commit's, or there is none).
+pub struct SourceRead {
+    pub snapshot: Option<Arc<Snapshot>>,
+    pub failure: Option<SourceFailure>,
+}
+
 /// Fetches the snapshot once, reading the state's memories beside the
 /// fetch (the fetch waits on the network; the read does not need the
 /// declarations).
@@ -67,45 +79,88 @@ const BLOCKING_THREADS: usize = 2;
 /// allocate then sits in the main malloc arena, where the cycle reuses it.
 /// On a pool thread it stayed in that thread's arena beside the cycle's:
 /// a cold apply of 10,000 declarations peaked 25 MB higher.
-pub async fn snapshot(agent: &Agent) -> Result<Arc<Snapshot>, SourceError> {
-    let source = agent.source()?;
+pub async fn snapshot(agent: &Agent) -> SourceRead {
+    let source = match agent.source() {
+        Ok(s) => s,
+        Err(error) => {
+            return SourceRead {
+                snapshot: None,
+                failure: Some(SourceFailure {
+                    error,
+                    since: agent.clock().now(),
+                    failures: 1,
+                }),
+            };
+        }
+    };
     let now = agent.clock().now();
-    let url = agent.config().source.url.clone();
     let preload = agent.start_preload();
     let outcome = source.poll_once(now);
     agent.finish_preload(preload).await;
-    match (outcome.snapshot, outcome.failure) {
-        (Some(snapshot), _) => Ok(snapshot),
-        (None, Some(failure)) => Err(failure.error),
-        (None, None) => Err(SourceError::Fetch {
-            url,
-            message: "no snapshot and no error".into(),
-        }),
+    SourceRead {
+        snapshot: outcome.snapshot,
+        failure: outcome.failure,
     }
 }
 
-/// Runs one cycle in `mode` and hands its outcome to `report`, whose exit
-/// code is the command's. Failures before an outcome are printed here; a
-/// state failure after operations ran first shows them through
-/// `finished` (what ran is journalled, and the operator must see it).
+/// What a cycle command reports on: the outcome (none when there was no
+/// snapshot to decide from) and the source's failure, if any.
+pub struct CycleResult<'a, 's> {
+    pub outcome: Option<&'a Outcome<'s>>,
+    pub source_failure: Option<&'a SourceFailure>,
+}
+
+impl CycleResult<'_, '_> {
+    /// The report of the cycle: the outcome's, or an empty one, marked
+    /// with the source's failure. `previous`: the last report written, so
+    /// the failure's age survives processes.
+    pub fn report(&self, agent: &Agent, previous: Option<&Report>) -> Report {
+        let report = match self.outcome {
+            Some(outcome) => build_report(agent.config(), outcome.latest()),
+            None => empty_report(agent.config(), agent.agent_id(), agent.clock().now()),
+        };
+        match self.source_failure {
+            Some(failure) => {
+                let since = previous
+                    .and_then(|r| r.source.error.as_ref())
+                    .map(|e| e.since.as_str());
+                report.with_source_failure(failure, since)
+            }
+            None => report,
+        }
+    }
+}
+
+/// Runs one cycle in `mode` and hands its result to `report`, whose exit
+/// code is the command's. A source that fails is reported, not fatal:
+/// the cycle runs on the last accepted commit's snapshot when there is
+/// one (as the running agent does), and the report says why. A state
+/// failure after operations ran first shows them through `finished`
+/// (what ran is journalled, and the operator must see it).
 pub fn one_cycle(
     agent: &Agent,
-    mode: crate::reconcile::Mode,
-    finished: impl FnOnce(&[crate::executor::Executed]) -> std::io::Result<()>,
-    report: impl FnOnce(&crate::reconcile::Outcome<'_>) -> std::io::Result<u8>,
-) -> std::io::Result<u8> {
-    use crate::reconcile::{ReconcileError, Scope, reconcile};
+    mode: Mode,
+    finished: impl FnOnce(&[Executed]) -> io::Result<()>,
+    report: impl FnOnce(CycleResult<'_, '_>) -> io::Result<u8>,
+) -> io::Result<u8> {
     let runtime = match runtime() {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
     runtime.block_on(async {
-        let snapshot = match snapshot(agent).await {
-            Ok(s) => s,
-            Err(e) => {
-                fail(format!("source: {e}"));
-                return Ok(exit::ERROR);
-            }
+        let read = snapshot(agent).await;
+        if let Some(failure) = &read.failure {
+            let fallback = match &read.snapshot {
+                Some(s) => format!("; deciding from the last accepted commit {}", s.commit),
+                None => "; no commit was ever accepted, so nothing is decided".into(),
+            };
+            fail(format!("source: {}{fallback}", failure.error));
+        }
+        let Some(snapshot) = read.snapshot else {
+            return report(CycleResult {
+                outcome: None,
+                source_failure: read.failure.as_ref(),
+            });
         };
         let outcome = match reconcile(agent, &snapshot, mode, &Scope::All).await {
             Ok(o) => o,
@@ -123,7 +178,10 @@ pub fn one_cycle(
             }
         };
         tracing::debug!("reconciled");
-        let code = report(&outcome);
+        let code = report(CycleResult {
+            outcome: Some(&outcome),
+            source_failure: read.failure.as_ref(),
+        });
         // A one-shot command's results go with the process (see heap.rs).
         super::heap::release_at_exit(outcome);
         super::heap::release_at_exit(snapshot);

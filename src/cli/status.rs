@@ -39,9 +39,10 @@ async fn from_agent(url: &str) -> Option<Report> {
 }
 
 fn from_file(config: &crate::config::Config) -> Option<(Report, std::path::PathBuf)> {
-    let file = config.status.reports_dir.as_ref()?.join("latest.json");
-    let bytes = std::fs::read(&file).ok()?;
-    serde_json::from_slice(&bytes).ok().map(|r| (r, file))
+    let dir = config.reports_dir();
+    crate::status::files::ReportFiles::new(&dir, 0)
+        .read_latest()
+        .map(|r| (r, dir.join("latest.json")))
 }
 
 pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
@@ -60,7 +61,8 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
     };
     let Some((mut report, origin)) = found else {
         session::fail(format!(
-            "no running agent answers at {url}, and no report was written ([status] reports_dir); is `tend run` running?"
+            "no running agent answers at {url}, and no report was written in {} ([status] reports_dir); is `tend run` running?",
+            config.reports_dir().display()
         ));
         return Ok(exit::ERROR);
     };
@@ -81,7 +83,7 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
         };
         writeln!(io::stdout(), "from {from}")?;
     }
-    print_report(args.format, &report)?;
+    print_report(args.format, &report, "tend status")?;
     Ok(if report.has_errors() {
         exit::ERROR
     } else {

@@ -269,6 +269,7 @@ pub enum DriftPolicyConfig {
 pub struct StatusConfig {
     #[serde(default = "default_status_branch")]
     pub branch: String,
+    /// Where reports go; [`Config::reports_dir`] gives the default.
     pub reports_dir: Option<PathBuf>,
     #[serde(default = "default_keep_reports")]
     pub keep_reports: usize,
@@ -335,6 +336,15 @@ fn credential_path(p: &Path) -> Option<&Path> {
 }
 
 impl Config {
+    /// Where reports are written: `[status] reports_dir`, by default
+    /// `<state_dir>/reports`.
+    pub fn reports_dir(&self) -> PathBuf {
+        self.status
+            .reports_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("reports"))
+    }
+
     /// Reads and checks a configuration file; relative paths become
     /// relative to the file's directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {

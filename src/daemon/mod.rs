@@ -279,7 +279,7 @@ fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bo
             )
         }
         None => match &source.failure {
-            Some((message, _)) => format!("waiting for the source: {message}"),
+            Some(failure) => format!("waiting for the source: {}", failure.error),
             None => "starting".into(),
         },
     };
@@ -293,6 +293,8 @@ struct Running {
     workers: JoinSet<()>,
     source: tokio::task::JoinHandle<()>,
     bridge: tokio::task::JoinHandle<()>,
+    /// Writes the report files (ends when `stop` turns true).
+    status: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
@@ -315,6 +317,15 @@ impl Running {
             shared.metrics.clone(),
         ));
         let (stop, stop_rx) = watch::channel(false);
+        let files = crate::status::files::ReportFiles::new(
+            &config.reports_dir(),
+            config.status.keep_reports,
+        );
+        let status = tokio::spawn(crate::status::writer::run(
+            shared.board.clone(),
+            files,
+            stop_rx.clone(),
+        ));
         let mut workers = JoinSet::new();
         for provider in agent.runtimes().keys() {
             workers.spawn(worker::run(
@@ -336,6 +347,7 @@ impl Running {
             workers,
             source,
             bridge,
+            status,
         })
     }
 
@@ -351,6 +363,8 @@ impl Running {
             while self.workers.join_next().await.is_some() {}
         })
         .await;
+        // The writer ends at `stop` (a write under way finishes first).
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.status).await;
         if drained.is_err() {
             tracing::warn!(
                 "operations still running after {:?}: they stay journalled and are resolved at the next start",
@@ -457,10 +471,7 @@ async fn bridge(
         board.set_source(SourceStatus {
             commit: snapshot.as_ref().map(|s| s.commit.clone()),
             commit_time: snapshot.as_ref().map(|s| s.commit_time),
-            failure: outcome
-                .failure
-                .as_ref()
-                .map(|f| (f.error.to_string(), f.since)),
+            failure: outcome.failure.clone(),
         });
         if let Some(snapshot) = snapshot {
             let age = crate::time::since(std::time::SystemTime::now(), snapshot.commit_time);

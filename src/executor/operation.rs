@@ -85,7 +85,12 @@ impl OpOutcome {
         match self {
             OpOutcome::Done => "done".into(),
             OpOutcome::DoneWithDifferences(fields) => {
-                format!("done, but {} still differ", fields.join(", "))
+                let verb = if fields.len() == 1 {
+                    "differs"
+                } else {
+                    "differ"
+                };
+                format!("done, but {} still {verb}", fields.join(", "))
             }
             OpOutcome::Pending(why) => format!("pending: {why}"),
             OpOutcome::Failed(why) => format!("failed: {why}"),

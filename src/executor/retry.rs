@@ -65,7 +65,11 @@ impl RetryPolicy {
             if let ProviderError::RateLimited { retry_after, .. } = &error {
                 delay = delay.max(*retry_after);
             }
-            tracing::warn!(error = %error, delay = ?delay, "provider call failed; retrying");
+            tracing::warn!(
+                error = %error,
+                delay = %crate::time::duration_ms(delay),
+                "provider call failed; retrying"
+            );
             tokio::time::sleep(delay).await;
         }
     }

@@ -59,6 +59,16 @@ pub enum ResourceStatus {
     Deleting,
 }
 
+impl ResourceStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceStatus::Provisioning => "provisioning",
+            ResourceStatus::Ready => "ready",
+            ResourceStatus::Deleting => "deleting",
+        }
+    }
+}
+
 /// What a provider showed about one database, and when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
@@ -229,7 +239,7 @@ impl std::fmt::Display for OperationId {
 pub enum ProviderError {
     #[error("{resource}: temporary provider failure: {message}")]
     Retryable { resource: String, message: String },
-    #[error("{resource}: rate limited by the provider, retry after {retry_after:?}")]
+    #[error("{resource}: rate limited by the provider, retry after {}", crate::time::duration_ms(*retry_after))]
     RateLimited {
         resource: String,
         retry_after: std::time::Duration,

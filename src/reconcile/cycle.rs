@@ -84,6 +84,7 @@ pub(super) async fn plan_cycle<'s>(
     Ok(Plan {
         agent_id: agent.agent_id().to_string(),
         commit: Some(snapshot.commit.clone()),
+        commit_time: Some(snapshot.commit_time),
         resources,
         errors,
         intents,

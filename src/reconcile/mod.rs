@@ -191,6 +191,8 @@ pub struct Plan<'s> {
     pub agent_id: String,
     /// The source commit the declarations come from.
     pub commit: Option<String>,
+    /// Its committer time.
+    pub commit_time: Option<SystemTime>,
     pub resources: Vec<PlannedResource<'s>>,
     /// Declaration files that failed to parse, or declarations that could
     /// not be routed to a provider.

@@ -272,9 +272,8 @@ impl Metrics {
         ];
         for state in STATES {
             let count = report.resources.iter().filter(|r| r.state == state).count();
-            let name = format!("{state:?}");
             self.resources
-                .get_or_create(&labels(&[("state", &name)]))
+                .get_or_create(&labels(&[("state", state.as_str())]))
                 .set(count as i64);
         }
         for origin in ["declared", "out-of-band"] {

@@ -118,9 +118,15 @@ fn not_yet() -> Response {
     )
 }
 
+/// The latest report as a page (`latest.html`'s content).
 async fn index(State(state): State<Arc<ServerState>>) -> Response {
     match state.board.latest() {
-        Some(report) => text(StatusCode::OK, crate::status::render::text(&report, false)),
+        Some(report) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            crate::status::html::page(&report, crate::status::writer::TITLE),
+        )
+            .into_response(),
         None => not_yet(),
     }
 }

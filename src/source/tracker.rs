@@ -179,13 +179,36 @@ impl Source {
                     since,
                     failures,
                 });
-                false
+                self.fall_back_to_accepted()
             }
         };
         PollOutcome {
             snapshot: self.last_good.clone(),
             changed,
             failure: self.failure.clone(),
+        }
+    }
+
+    /// With no snapshot in this process yet (a start, or a one-shot
+    /// command, while the source fails), the last accepted commit's, read
+    /// from the local Git data: the desired state tend last accepted stays
+    /// in force, as it does for a process that saw it before the failure.
+    /// Whether one was built.
+    fn fall_back_to_accepted(&mut self) -> bool {
+        let Some(accepted) = self.accepted else {
+            return false;
+        };
+        if self.last_good.is_some() {
+            return false;
+        }
+        match self.snapshot_at(accepted) {
+            Ok(built) => built,
+            Err(e) => {
+                tracing::warn!(
+                    "source: the last accepted commit {accepted} cannot be read from the local Git data either: {e}"
+                );
+                false
+            }
         }
     }
 

@@ -9,14 +9,15 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 use super::Report;
+use crate::source::SourceFailure;
 
 /// The source as the agent last saw it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SourceStatus {
     pub commit: Option<String>,
     pub commit_time: Option<SystemTime>,
-    /// The current failure: message and since when.
-    pub failure: Option<(String, SystemTime)>,
+    /// The current failure, if the branch cannot be read.
+    pub failure: Option<SourceFailure>,
 }
 
 #[derive(Debug, Default)]
@@ -26,6 +27,34 @@ struct Inner {
     parts: BTreeMap<String, Arc<Report>>,
     merged: Option<Arc<Report>>,
     source: SourceStatus,
+}
+
+/// `report` marked with the source's failure (or its end), copied only
+/// when that changes what it says.
+fn with_source(report: Arc<Report>, source: &SourceStatus) -> Arc<Report> {
+    let wanted = source.failure.as_ref().map(|f| {
+        let since = crate::time::rfc3339(f.since);
+        (f.error.to_string(), since, f.failures)
+    });
+    let current = report
+        .source
+        .error
+        .as_ref()
+        .map(|e| (e.message.clone(), e.since.clone(), e.failures));
+    if wanted == current {
+        return report;
+    }
+    let report = Arc::unwrap_or_clone(report);
+    Arc::new(match &source.failure {
+        Some(failure) => report.with_source_failure(failure, None),
+        None => Report {
+            source: super::report::SourceInfo {
+                error: None,
+                ..report.source
+            },
+            ..report
+        },
+    })
 }
 
 /// Shared between the workers (writers) and the server (reader).
@@ -73,10 +102,11 @@ impl StatusBoard {
             _ => Arc::new(report),
         };
         inner.parts.insert(provider.to_string(), part);
-        inner.merged = match inner.parts.len() {
+        let merged = match inner.parts.len() {
             1 => inner.parts.values().next().cloned(),
             _ => Report::merge(inner.parts.values().map(Arc::as_ref)).map(Arc::new),
         };
+        inner.merged = merged.map(|r| with_source(r, &inner.source));
         drop(inner);
         self.changes.send_modify(|n| *n += 1);
     }
@@ -97,8 +127,15 @@ impl StatusBoard {
         self.lock().parts.len()
     }
 
+    /// What the source follower saw. The merged report says whether the
+    /// source fails (and is changed only when that does).
     pub fn set_source(&self, source: SourceStatus) {
-        self.lock().source = source;
+        let mut inner = self.lock();
+        inner.source = source;
+        if let Some(merged) = inner.merged.take() {
+            inner.merged = Some(with_source(merged, &inner.source));
+        }
+        drop(inner);
         self.changes.send_modify(|n| *n += 1);
     }
 

@@ -2,7 +2,10 @@
 //! renderings.
 
 pub mod board;
+pub mod files;
+pub mod html;
 pub mod render;
 pub mod report;
+pub mod writer;
 
 pub use report::{Report, build_report};

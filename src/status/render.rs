@@ -1,6 +1,7 @@
 //! Text and Markdown renderings of a [`Report`]. JSON is the report itself.
 
 use std::fmt::Write;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -52,35 +53,124 @@ fn summary_line(report: &Report) -> String {
     )
 }
 
-fn override_line(r: &ResourceReport) -> Option<String> {
+/// When the report was made, if it says.
+fn made_at(report: &Report) -> Option<SystemTime> {
+    humantime::parse_rfc3339(&report.generated_at).ok()
+}
+
+/// `t` (RFC 3339) as the time between it and the report: `in 2h 5m`,
+/// `3d ago`; `None` when either time is unknown.
+pub fn relative(report: &Report, t: &str) -> Option<String> {
+    let made = made_at(report)?;
+    let t = humantime::parse_rfc3339(t).ok()?;
+    let (ahead, behind) = (crate::time::since(t, made), crate::time::since(made, t));
+    Some(if ahead.as_secs() > 0 {
+        format!("in {}", coarse(ahead))
+    } else if behind.as_secs() > 0 {
+        format!("{} ago", coarse(behind))
+    } else {
+        "now".into()
+    })
+}
+
+/// A duration to its two largest units (`2days 3h`, `5m 10s`): ages and
+/// time left are read at a glance.
+fn coarse(d: Duration) -> String {
+    let shown = crate::time::duration(d);
+    let parts: Vec<&str> = shown.split(' ').take(2).collect();
+    parts.join(" ")
+}
+
+/// The override of `r` on one line: sources, kind, reason, fields,
+/// expiry (with the time left), age.
+pub fn override_line(report: &Report, r: &ResourceReport) -> Option<String> {
     let o = r.override_.as_ref()?;
     let mut line = format!("override ({}, {}): {}", o.source, o.kind, esc(&o.reason));
     if !o.fields.is_empty() {
         let _ = write!(line, "; fields {}", esc(&o.fields.join(", ")));
     }
+    let when = |t: &str| {
+        relative(report, t)
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    };
     match (&o.expires, o.expired) {
         (Some(t), true) => {
-            let _ = write!(line, "; EXPIRED at {t}");
+            let _ = write!(line, "; EXPIRED at {t}{}", when(t));
         }
         (Some(t), false) => {
-            let _ = write!(line, "; expires {t}");
+            let _ = write!(line, "; expires {t}{}", when(t));
         }
         (None, _) => line.push_str("; no expiry"),
     }
+    if let Some(t) = &o.first_seen {
+        let _ = write!(line, "; first seen {t}{}", when(t));
+    }
     Some(line)
+}
+
+/// The source line: url, branch, commit and when it was committed.
+fn source_line(report: &Report) -> String {
+    let commit = report.source.commit.as_deref().unwrap_or("unknown commit");
+    let committed = report
+        .source
+        .commit_time
+        .as_deref()
+        .map(|t| {
+            let ago = relative(report, t)
+                .map(|r| format!(", {r}"))
+                .unwrap_or_default();
+            format!(", committed {t}{ago}")
+        })
+        .unwrap_or_default();
+    format!(
+        "{} ({}, {}{committed})",
+        esc(&report.source.url),
+        esc(&report.source.branch),
+        esc(commit)
+    )
+}
+
+/// Why the source is failing, and what the report is then based on.
+pub fn source_error_line(report: &Report) -> Option<String> {
+    let e = report.source.error.as_ref()?;
+    let based_on = match &report.source.commit {
+        Some(c) => format!(
+            "the resources are decided from the last accepted commit {}",
+            esc(c)
+        ),
+        None => "no commit was ever accepted: nothing is decided".into(),
+    };
+    Some(format!(
+        "SOURCE ERROR since {} ({} failed {}): {}; {based_on}",
+        e.since,
+        e.failures,
+        if e.failures == 1 {
+            "attempt"
+        } else {
+            "attempts"
+        },
+        esc(&e.message)
+    ))
+}
+
+/// The declared fields a resource's provider could not observe.
+fn unobserved_line(r: &ResourceReport) -> Option<String> {
+    (!r.unobserved.is_empty()).then(|| {
+        format!(
+            "not observed: {} (unknown this time: neither in sync nor drifted)",
+            esc(&r.unobserved.join(", "))
+        )
+    })
 }
 
 /// An aligned table; colour only when `colour` (a TTY without `NO_COLOR`).
 pub fn text(report: &Report, colour: bool) -> String {
     let mut out = String::new();
-    let commit = report.source.commit.as_deref().unwrap_or("unknown commit");
-    let _ = writeln!(
-        out,
-        "source: {} ({}, {})",
-        esc(&report.source.url),
-        esc(&report.source.branch),
-        esc(commit)
-    );
+    let _ = writeln!(out, "source: {}", source_line(report));
+    if let Some(line) = source_error_line(report) {
+        let _ = writeln!(out, "{line}");
+    }
     let name_w = report
         .resources
         .iter()
@@ -96,8 +186,7 @@ pub fn text(report: &Report, colour: bool) -> String {
         "NAME", "STATE", "ACTION"
     );
     for r in &report.resources {
-        let state = format!("{:?}", r.state);
-        let padded = format!("{state:state_w$}");
+        let padded = format!("{:state_w$}", r.state.as_str());
         let shown = if colour {
             format!("{}{padded}\x1b[0m", state_colour(r.state))
         } else {
@@ -107,7 +196,7 @@ pub fn text(report: &Report, colour: bool) -> String {
             out,
             "{:name_w$}  {shown}  {:action_w$}  {}",
             esc(&r.name),
-            format!("{:?}", r.action),
+            r.action.as_str(),
             esc(&r.reason)
         );
         let indent = " ".repeat(name_w + 2);
@@ -121,7 +210,10 @@ pub fn text(report: &Report, colour: bool) -> String {
                 drift_origin(d.origin, d.ignored)
             );
         }
-        if let Some(line) = override_line(r) {
+        for line in [unobserved_line(r), override_line(report, r)]
+            .into_iter()
+            .flatten()
+        {
             let _ = writeln!(out, "{indent}{line}");
         }
     }
@@ -139,6 +231,9 @@ pub fn text(report: &Report, colour: bool) -> String {
         let _ = writeln!(out, "{}", orphan_line(o));
     }
     let _ = writeln!(out, "{}", summary_line(report));
+    if !report.generated_at.is_empty() {
+        let _ = writeln!(out, "report made {}", report.generated_at);
+    }
     out
 }
 
@@ -157,27 +252,34 @@ fn md_escape(s: &str) -> String {
     esc(&s.replace('|', "\\|").replace('\n', " ")).into_owned()
 }
 
-/// Markdown for a pull-request comment.
-pub fn markdown(report: &Report) -> String {
+/// Markdown for a pull-request comment or a file; `title` names what made
+/// the report (`tend plan`, `tend apply`, `tend run`).
+pub fn markdown(report: &Report, title: &str) -> String {
     let mut out = String::new();
-    let commit = report.source.commit.as_deref().unwrap_or("unknown commit");
-    let _ = writeln!(out, "### tend plan\n");
+    let _ = writeln!(out, "### {title}\n");
     let _ = writeln!(
         out,
-        "Source `{}` on `{}` at `{commit}`. {}.\n",
-        report.source.url,
-        report.source.branch,
-        summary_line(report)
+        "Source {}. {}.{}\n",
+        md_escape(&source_line(report)),
+        summary_line(report),
+        if report.generated_at.is_empty() {
+            String::new()
+        } else {
+            format!(" Report made {}.", report.generated_at)
+        }
     );
+    if let Some(line) = source_error_line(report) {
+        let _ = writeln!(out, "> **{}**\n", md_escape(&line));
+    }
     let _ = writeln!(out, "| name | state | action | reason |");
     let _ = writeln!(out, "| --- | --- | --- | --- |");
     for r in &report.resources {
         let _ = writeln!(
             out,
-            "| `{}` | {:?} | {:?} | {} |",
+            "| `{}` | {} | {} | {} |",
             r.name,
-            r.state,
-            r.action,
+            r.state.as_str(),
+            r.action.as_str(),
             md_escape(&r.reason)
         );
     }
@@ -204,10 +306,21 @@ pub fn markdown(report: &Report) -> String {
             }
         }
     }
+    let unobserved: Vec<(&ResourceReport, String)> = report
+        .resources
+        .iter()
+        .filter_map(|r| unobserved_line(r).map(|l| (r, l)))
+        .collect();
+    if !unobserved.is_empty() {
+        let _ = writeln!(out, "\n#### Not observed\n");
+        for (r, line) in unobserved {
+            let _ = writeln!(out, "- `{}`: {}", r.name, md_escape(&line));
+        }
+    }
     let overridden: Vec<(&ResourceReport, String)> = report
         .resources
         .iter()
-        .filter_map(|r| override_line(r).map(|l| (r, l)))
+        .filter_map(|r| override_line(report, r).map(|l| (r, l)))
         .collect();
     if !overridden.is_empty() {
         let _ = writeln!(out, "\n#### Active overrides\n");

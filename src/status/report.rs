@@ -9,13 +9,17 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::engine::{Action, DriftOrigin, State};
 use crate::model::Diagnostic;
-use crate::provider::{OperationId, OperationKind};
+use crate::provider::{Observed, OperationId, OperationKind};
 use crate::reconcile::Plan;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     pub format_version: u32,
+    /// When the report was made (RFC 3339). Empty in reports written
+    /// before it was added.
+    #[serde(default)]
+    pub generated_at: String,
     pub agent: AgentInfo,
     pub source: SourceInfo,
     pub summary: Summary,
@@ -44,11 +48,31 @@ pub struct AgentInfo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SourceInfo {
     pub url: String,
     pub branch: String,
-    /// The commit the declarations come from.
+    /// The commit the declarations come from: while the source fails, the
+    /// last accepted one (the branch may be ahead of it).
     pub commit: Option<String>,
+    /// The commit's committer time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_time: Option<String>,
+    /// Why the branch could not be read (fetch, rewind refused, every file
+    /// invalid …): the resources are decided from `commit`, the last
+    /// accepted commit. Absent while the source works.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<SourceErrorReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceErrorReport {
+    pub message: String,
+    /// When the source started failing (RFC 3339).
+    pub since: String,
+    /// Consecutive failed polls.
+    pub failures: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +89,7 @@ pub struct Summary {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceReport {
     pub name: String,
     pub file: String,
@@ -75,6 +100,19 @@ pub struct ResourceReport {
     #[serde(rename = "override")]
     pub override_: Option<OverrideReport>,
     pub operation: Option<OperationReport>,
+    /// When the provider's answer about it was produced (RFC 3339); absent
+    /// when it could not be observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<String>,
+    /// Declared fields the provider could not observe this time (the
+    /// extensions of a database that refuses connections): neither in sync
+    /// nor drifted, unknown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unobserved: Vec<String>,
+    /// When the held action falls due (drift grace, deletion delay, an
+    /// override's expiry; RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acts_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +138,9 @@ pub struct OverrideReport {
     /// RFC 3339, or `null` for an override without expiry.
     pub expires: Option<String>,
     pub expired: bool,
+    /// When tend first saw the oldest of the overrides (RFC 3339): its age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_seen: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -134,6 +175,50 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 impl Report {
+    /// Marks the report as made while the source fails: its resources are
+    /// decided from the last accepted commit. `previous_since`: when an
+    /// earlier report saw the source failing (a one-shot command knows
+    /// only its own attempt), so the age of the failure survives processes.
+    pub fn with_source_failure(
+        mut self,
+        failure: &crate::source::SourceFailure,
+        previous_since: Option<&str>,
+    ) -> Self {
+        let since = previous_since
+            .filter(|s| humantime::parse_rfc3339(s).is_ok_and(|t| t <= failure.since))
+            .map_or_else(|| rfc3339(failure.since), str::to_string);
+        self.source.error = Some(SourceErrorReport {
+            message: failure.error.to_string(),
+            since,
+            failures: failure.failures,
+        });
+        self
+    }
+
+    /// A digest of what the report says, leaving out the times that move
+    /// every cycle (when it was made, when each resource was observed, how
+    /// many polls of a failing source failed): two reports with the same
+    /// digest say the same thing about the fleet.
+    pub fn content_digest(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let Some(top) = value.as_object_mut() {
+            top.remove("generatedAt");
+            if let Some(error) = top
+                .get_mut("source")
+                .and_then(|s| s.get_mut("error"))
+                .and_then(Value::as_object_mut)
+            {
+                error.remove("failures");
+            }
+            if let Some(resources) = top.get_mut("resources").and_then(Value::as_array_mut) {
+                for r in resources.iter_mut().filter_map(Value::as_object_mut) {
+                    r.remove("observedAt");
+                }
+            }
+        }
+        crate::model::hash::sha256_hex(value.to_string().as_bytes())
+    }
+
     /// Whether anything is pending (exit code 2 with `--detailed-exitcode`).
     pub fn has_pending(&self) -> bool {
         self.resources.iter().any(|r| {
@@ -141,9 +226,10 @@ impl Report {
         })
     }
 
-    /// Whether anything is an error (exit code 1).
+    /// Whether anything is an error (exit code 1): a resource, a
+    /// declaration file, or the source.
     pub fn has_errors(&self) -> bool {
-        self.summary.errors > 0
+        self.summary.errors > 0 || self.source.error.is_some()
     }
 }
 
@@ -180,6 +266,9 @@ impl Report {
         let mut parts = parts.into_iter();
         let mut merged = parts.next()?.clone();
         for part in parts {
+            if part.generated_at > merged.generated_at {
+                merged.generated_at.clone_from(&part.generated_at);
+            }
             merged.resources.extend(part.resources.iter().cloned());
             merged.errors.extend(part.errors.iter().cloned());
             merged
@@ -205,6 +294,30 @@ impl Report {
     }
 }
 
+/// A report with nothing decided (no snapshot to decide from): the source
+/// failure it is then marked with says why.
+pub fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report {
+    Report {
+        format_version: 1,
+        generated_at: rfc3339(now),
+        agent: AgentInfo {
+            id: agent_id.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        },
+        source: SourceInfo {
+            url: config.source.url.clone(),
+            branch: config.source.branch.clone(),
+            commit: None,
+            commit_time: None,
+            error: None,
+        },
+        summary: Summary::default(),
+        resources: Vec::new(),
+        errors: Vec::new(),
+        orphaned_overrides: Vec::new(),
+    }
+}
+
 /// Builds the report of a plan.
 pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
     let resources: Vec<ResourceReport> = plan
@@ -214,6 +327,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
         .collect();
     Report {
         format_version: 1,
+        generated_at: rfc3339(plan.now),
         agent: AgentInfo {
             id: plan.agent_id.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -222,6 +336,8 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             url: config.source.url.clone(),
             branch: config.source.branch.clone(),
             commit: plan.commit.clone(),
+            commit_time: plan.commit_time.map(rfc3339),
+            error: None,
         },
         summary: Summary::of(&resources, plan.errors.len()),
         resources,
@@ -242,6 +358,14 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
 fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -> ResourceReport {
     let d = &r.decision;
     let ov = &d.overrides;
+    let (observed_at, unobserved) = match &r.observed {
+        Observed::Found(o) => (
+            Some(rfc3339(o.observed_at)),
+            declared_unobserved(r, &o.unobserved),
+        ),
+        Observed::NotFound => (Some(rfc3339(plan.now)), Vec::new()),
+        Observed::Failed(_) => (None, Vec::new()),
+    };
     ResourceReport {
         name: r.name.clone(),
         file: r.file.clone(),
@@ -271,6 +395,7 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
             reason: ov.reasons.join("; "),
             expires: ov.expires.map(rfc3339),
             expired: ov.expired,
+            first_seen: plan.now.checked_sub(ov.age).map(rfc3339),
         }),
         operation: match &r.operation {
             Some(op) => Some(OperationReport {
@@ -290,5 +415,31 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
                     state: "pending".into(),
                 }),
         },
+        observed_at,
+        unobserved,
+        acts_at: d.act_at.map(rfc3339),
     }
+}
+
+/// The fields a resource's declaration sets that its observation left
+/// unobserved (an unobserved field nobody declared is nobody's concern).
+fn declared_unobserved(
+    r: &crate::reconcile::PlannedResource<'_>,
+    unobserved: &[String],
+) -> Vec<String> {
+    if unobserved.is_empty() {
+        return Vec::new();
+    }
+    let spec = match &r.subject {
+        crate::reconcile::PlannedSubject::Declared(d) => d.normalized_spec.clone(),
+        other => match other.manifest() {
+            Some(m) => crate::model::hash::normalized_spec_value(m),
+            None => return Vec::new(),
+        },
+    };
+    unobserved
+        .iter()
+        .filter(|f| spec.get(f.as_str()).is_some_and(|v| !v.is_null()))
+        .cloned()
+        .collect()
 }

@@ -13,7 +13,7 @@ use super::{
 use crate::engine::desired::manages_parameters;
 use crate::engine::overrides::EffectiveOverride;
 use crate::model::{Declaration, Mutability};
-use crate::provider::Observation;
+use crate::provider::{Observation, Observed};
 
 pub(super) fn compute_drift(
     input: &DecideInput<'_>,
@@ -211,11 +211,21 @@ fn hands_off(
         return None;
     }
     if drift.is_empty() {
+        // Unobserved declared fields are unknown, not in sync: said so.
+        let unobserved = unobserved_declared(input, decl);
+        let reason = if unobserved.is_empty() {
+            "in sync with the declaration".into()
+        } else {
+            format!(
+                "in sync on every field the provider observed; {} could not be observed this time (unknown, not in sync)",
+                join_fields(unobserved.iter().copied())
+            )
+        };
         return Some(Decision::new(
             State::InSync,
             Action::None,
             Rule::InSync,
-            "in sync with the declaration".into(),
+            reason,
         ));
     }
     let fields = join_fields(drift.iter().map(|d| d.field.as_str()));
@@ -230,6 +240,22 @@ fn hands_off(
             ov.reasons.join("; ")
         ),
     ))
+}
+
+/// The fields the declaration sets that the observation could not see.
+fn unobserved_declared<'a>(input: &'a DecideInput<'_>, decl: &Declaration) -> Vec<&'a str> {
+    let Observed::Found(obs) = input.observed else {
+        return Vec::new();
+    };
+    obs.unobserved
+        .iter()
+        .filter(|f| {
+            decl.normalized_spec
+                .get(f.as_str())
+                .is_some_and(|v| !v.is_null())
+        })
+        .map(String::as_str)
+        .collect()
 }
 
 /// The verb for `count` fields.

@@ -52,6 +52,51 @@ pub enum Action {
     Hold,
 }
 
+impl State {
+    /// The state as every report and human output names it (`InSync`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::InSync => "InSync",
+            State::Drifted => "Drifted",
+            State::Missing => "Missing",
+            State::Overridden => "Overridden",
+            State::Blocked => "Blocked",
+            State::Unconvergeable => "Unconvergeable",
+            State::Deleting => "Deleting",
+            State::Stalled => "Stalled",
+            State::Released => "Released",
+            State::Error => "Error",
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Action {
+    /// The action as every report and human output names it (`Update`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "None",
+            Action::Create => "Create",
+            Action::Update => "Update",
+            Action::Delete => "Delete",
+            Action::Release => "Release",
+            Action::Adopt => "Adopt",
+            Action::Hold => "Hold",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The rule that produced a decision, for `tend explain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

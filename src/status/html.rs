@@ -1,0 +1,357 @@
+//! `latest.html`: the report as one self-contained page, for a browser
+//! or a phone. No scripts, fonts, images or styles from anywhere else: it
+//! works offline, from a file, an artifact store or the agent's `/`.
+//!
+//! Order of the page: what needs a human (Blocked, Stalled,
+//! Unconvergeable, Error), the counts, drift field by field, active
+//! overrides with the time they have left, pending deletions with when
+//! they run, then every resource.
+
+use std::fmt::Write;
+
+use super::render::{self, relative};
+use super::report::{Report, ResourceReport};
+use crate::engine::State;
+
+/// Text made safe for HTML (element content and quoted attributes).
+fn h(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "
+:root{--fg:#1b1f24;--muted:#59636e;--line:#d1d9e0;--bg:#fff;--head:#f6f8fa;
+--red:#b42318;--redbg:#fef3f2;--amber:#8a5a00;--amberbg:#fffaeb;--green:#067647;--greenbg:#ecfdf3}
+@media (prefers-color-scheme:dark){:root{--fg:#e6edf3;--muted:#9198a1;--line:#3d444d;--bg:#0d1117;--head:#151b23;
+--red:#ff7b72;--redbg:#2d1214;--amber:#e3b341;--amberbg:#272115;--green:#3fb950;--greenbg:#12261e}}
+*{box-sizing:border-box}
+body{margin:0 auto;max-width:72rem;padding:1rem;font:15px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:var(--fg);background:var(--bg)}
+h1{font-size:1.4rem;margin:.2rem 0}h2{font-size:1.1rem;margin:1.6rem 0 .5rem}
+.meta{color:var(--muted);font-size:.9rem;overflow-wrap:anywhere}
+code{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;overflow-wrap:anywhere}
+.banner{border:1px solid var(--red);background:var(--redbg);color:var(--red);padding:.6rem .8rem;border-radius:6px;margin:.8rem 0;overflow-wrap:anywhere}
+.counts{display:flex;flex-wrap:wrap;gap:.5rem;margin:.8rem 0}
+.count{border:1px solid var(--line);border-radius:6px;padding:.35rem .7rem;min-width:6.5rem}
+.count b{display:block;font-size:1.3rem}
+.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
+table{border-collapse:collapse;width:100%;font-size:.92rem}
+th,td{border-bottom:1px solid var(--line);padding:.35rem .5rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th{background:var(--head);font-weight:600}
+.state{font-weight:600;white-space:nowrap}
+.bad{color:var(--red)}.warn{color:var(--amber)}.ok{color:var(--green)}
+.none{color:var(--muted)}
+";
+
+/// Whether a state needs a human, and is shown first.
+fn needs_attention(state: State) -> bool {
+    matches!(
+        state,
+        State::Blocked | State::Stalled | State::Unconvergeable | State::Error
+    )
+}
+
+fn state_class(state: State) -> &'static str {
+    match state {
+        State::InSync | State::Released => "ok",
+        State::Drifted | State::Missing | State::Deleting | State::Overridden => "warn",
+        _ => "bad",
+    }
+}
+
+fn state_cell(state: State) -> String {
+    format!(
+        "<td class=\"state {}\">{}</td>",
+        state_class(state),
+        state.as_str()
+    )
+}
+
+/// `t` with its distance from the report (`in 3h 2m`, `2days ago`).
+fn when(report: &Report, t: &str) -> String {
+    match relative(report, t) {
+        Some(r) => format!("{} <span class=\"meta\">({})</span>", h(t), h(&r)),
+        None => h(t),
+    }
+}
+
+fn table(out: &mut String, id: &str, headers: &[&str], rows: &[String]) {
+    let _ = write!(out, "<div class=\"scroll\"><table id=\"{id}\"><thead><tr>");
+    for header in headers {
+        let _ = write!(out, "<th>{header}</th>");
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in rows {
+        let _ = write!(out, "<tr>{row}</tr>");
+    }
+    out.push_str("</tbody></table></div>\n");
+}
+
+/// The page of `report`; `title` names what made it (`tend run`).
+pub fn page(report: &Report, title: &str) -> String {
+    let mut out = String::with_capacity(4096 + report.resources.len() * 400);
+    let s = &report.summary;
+    let attention: Vec<&ResourceReport> = report
+        .resources
+        .iter()
+        .filter(|r| needs_attention(r.state))
+        .collect();
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>{}: {} resources, {} need attention</title><style>{STYLE}</style></head><body>\n",
+        h(title),
+        s.total,
+        attention.len() + usize::from(report.source.error.is_some())
+    );
+    let _ = writeln!(out, "<h1>{}</h1>", h(title));
+    let made = if report.generated_at.is_empty() {
+        String::new()
+    } else {
+        format!(" · report made {}", h(&report.generated_at))
+    };
+    let _ = writeln!(
+        out,
+        "<div class=\"meta\">agent <code>{}</code> · tend {}{made}</div>",
+        h(&report.agent.id),
+        h(&report.agent.version)
+    );
+    let commit = report.source.commit.as_deref().unwrap_or("unknown commit");
+    let committed = report
+        .source
+        .commit_time
+        .as_deref()
+        .map(|t| format!(", committed {}", when(report, t)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "<div class=\"meta\" id=\"source\">source <code>{}</code> branch <code>{}</code> at <code>{}</code>{committed}</div>",
+        h(&report.source.url),
+        h(&report.source.branch),
+        h(commit)
+    );
+    if let Some(line) = render::source_error_line(report) {
+        let _ = writeln!(
+            out,
+            "<div class=\"banner\" id=\"source-error\">{}</div>",
+            h(&line)
+        );
+    }
+
+    out.push_str("<div class=\"counts\" id=\"summary\">");
+    for (label, n, class) in [
+        ("resources", s.total, "none"),
+        ("in sync", s.in_sync, "ok"),
+        ("drifted", s.drifted, "warn"),
+        ("missing", s.missing, "warn"),
+        ("overridden", s.overridden, "warn"),
+        ("deleting", s.deleting, "warn"),
+        ("blocked", s.blocked, "bad"),
+        ("errors", s.errors, "bad"),
+    ] {
+        let shown = if n == 0 { "none" } else { class };
+        let _ = write!(
+            out,
+            "<div class=\"count\"><b class=\"{shown}\">{n}</b>{label}</div>"
+        );
+    }
+    out.push_str("</div>\n");
+
+    if !attention.is_empty() {
+        out.push_str("<h2>Needs attention</h2>\n");
+        let rows: Vec<String> = attention
+            .iter()
+            .map(|r| {
+                format!(
+                    "<td><code>{}</code></td>{}<td>{}</td>",
+                    h(&r.name),
+                    state_cell(r.state),
+                    h(&r.reason)
+                )
+            })
+            .collect();
+        table(&mut out, "attention", &["name", "state", "reason"], &rows);
+    }
+
+    let drift: Vec<String> = report
+        .resources
+        .iter()
+        .flat_map(|r| r.drift.iter().map(move |d| (r, d)))
+        .map(|(r, d)| {
+            format!(
+                "<td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>",
+                h(&r.name),
+                h(&d.field),
+                h(&render::value(&d.desired)),
+                h(&render::value(&d.observed)),
+                h(&render::drift_origin(d.origin, d.ignored))
+            )
+        })
+        .collect();
+    if !drift.is_empty() {
+        out.push_str("<h2>Drift</h2>\n");
+        table(
+            &mut out,
+            "drift",
+            &["name", "field", "declared", "observed", "origin"],
+            &drift,
+        );
+    }
+
+    let overrides: Vec<String> = report
+        .resources
+        .iter()
+        .filter_map(|r| r.override_.as_ref().map(|o| (r, o)))
+        .map(|(r, o)| {
+            let expires = match (&o.expires, o.expired) {
+                (Some(t), true) => format!("<span class=\"bad\">EXPIRED</span> {}", when(report, t)),
+                (Some(t), false) => when(report, t),
+                (None, _) => "<span class=\"warn\">no expiry</span>".into(),
+            };
+            let fields = if o.fields.is_empty() {
+                String::new()
+            } else {
+                format!(" <code>{}</code>", h(&o.fields.join(", ")))
+            };
+            format!(
+                "<td><code>{}</code></td><td>{}</td><td>{}{fields}</td><td>{}</td><td>{expires}</td><td>{}</td>",
+                h(&r.name),
+                h(&o.source),
+                h(&o.kind),
+                h(&o.reason),
+                o.first_seen.as_deref().map(|t| when(report, t)).unwrap_or_default()
+            )
+        })
+        .collect();
+    if !overrides.is_empty() {
+        out.push_str("<h2>Active overrides</h2>\n");
+        table(
+            &mut out,
+            "overrides",
+            &["name", "source", "kind", "reason", "expires", "first seen"],
+            &overrides,
+        );
+    }
+
+    let deletions: Vec<String> = report
+        .resources
+        .iter()
+        .filter(|r| matches!(r.state, State::Deleting | State::Stalled))
+        .map(|r| {
+            format!(
+                "<td><code>{}</code></td>{}<td>{}</td><td>{}</td>",
+                h(&r.name),
+                state_cell(r.state),
+                r.acts_at
+                    .as_deref()
+                    .map(|t| when(report, t))
+                    .unwrap_or_else(|| "now".into()),
+                h(&r.reason)
+            )
+        })
+        .collect();
+    if !deletions.is_empty() {
+        out.push_str("<h2>Pending deletions</h2>\n");
+        table(
+            &mut out,
+            "deletions",
+            &["name", "state", "runs", "reason"],
+            &deletions,
+        );
+    }
+
+    out.push_str("<h2>All resources</h2>\n");
+    let mut ordered: Vec<&ResourceReport> = report.resources.iter().collect();
+    ordered.sort_by_key(|r| !needs_attention(r.state));
+    let rows: Vec<String> = ordered
+        .iter()
+        .map(|r| {
+            let unobserved = if r.unobserved.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "<br><span class=\"warn\">not observed: {}</span>",
+                    h(&r.unobserved.join(", "))
+                )
+            };
+            format!(
+                "<td><code>{}</code><br><span class=\"meta\">{}</span></td>{}<td>{}</td><td>{}{unobserved}</td><td>{}</td>",
+                h(&r.name),
+                h(&r.file),
+                state_cell(r.state),
+                r.action.as_str(),
+                h(&r.reason),
+                r.observed_at.as_deref().map(|t| when(report, t)).unwrap_or_else(|| "not observed".into())
+            )
+        })
+        .collect();
+    table(
+        &mut out,
+        "resources",
+        &["name", "state", "action", "reason", "observed"],
+        &rows,
+    );
+
+    if !report.errors.is_empty() {
+        out.push_str("<h2>Declaration errors</h2>\n");
+        let rows: Vec<String> = report
+            .errors
+            .iter()
+            .map(|e| {
+                format!(
+                    "<td><code>{}:{}:{}</code></td><td>{}</td>",
+                    h(&e.file),
+                    e.line,
+                    e.column,
+                    h(&e.message)
+                )
+            })
+            .collect();
+        table(&mut out, "errors", &["where", "problem"], &rows);
+    }
+    if !report.orphaned_overrides.is_empty() {
+        out.push_str("<h2>Orphaned local overrides</h2>\n");
+        let rows: Vec<String> = report
+            .orphaned_overrides
+            .iter()
+            .map(|o| {
+                format!(
+                    "<td><code>{}</code></td><td>{}</td><td>{}</td>",
+                    h(&o.name),
+                    h(&o.reason),
+                    h(&o.set_at)
+                )
+            })
+            .collect();
+        table(&mut out, "orphans", &["name", "reason", "set"], &rows);
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::h;
+
+    #[test]
+    fn outside_text_cannot_open_an_element() {
+        assert_eq!(
+            h("<script>alert('x')</script> & \"q\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+        assert_eq!(h("a\u{1b}[2J"), "a\\u{1b}[2J");
+    }
+}

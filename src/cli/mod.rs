@@ -1,4 +1,4 @@
-//! The command line (DESIGN.md §9): argument types and dispatch. Each
+//! The command line (README.md, docs/reports.md): argument types and dispatch. Each
 //! command is a small function in its own module returning an exit code.
 
 use std::io::{self, Write};

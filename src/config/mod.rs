@@ -1,4 +1,4 @@
-//! The agent's configuration file (TOML, DESIGN.md §9).
+//! The agent's configuration file (TOML, docs/configuration.md).
 //!
 //! Config types only describe the file; runtime components are built from
 //! them (`Policy`, providers). Relative paths are resolved against the

@@ -1,4 +1,4 @@
-//! The state dir's SQLite database (DESIGN.md §8): what tend remembers of
+//! The state dir's SQLite database (docs/apply.md, docs/runbooks/rollback.md): what tend remembers of
 //! each resource, the intent journal, tombstones, local overrides and
 //! first-seen times; and the one-writer lock.
 //!
@@ -64,12 +64,14 @@ where
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error(
-        "state {path} needs a newer tend: its min_reader_format is {found}, this tend reads up to {supported}. The file was not changed. Run the newer tend, or follow docs/runbooks/rollback.md"
+        "state {path} needs a newer tend: its min_reader_format is {found}, this tend reads up to {supported}; it was last written by tend {writer}. The file was not changed. Run that tend again, or follow docs/runbooks/rollback.md"
     )]
     TooNew {
         path: String,
         found: i64,
         supported: i64,
+        /// `meta.writer_version`: the version to reinstall.
+        writer: String,
     },
     #[error(
         "state dir {dir} is in use by another tend (pid {pid}); wait for it to finish or stop it (systemctl stop tend)"

@@ -123,7 +123,7 @@ pub enum Engine {
     Mysql,
 }
 
-/// What removing a declaration from Git does (DESIGN.md §5).
+/// What removing a declaration from Git does (docs/apply.md, "Removed declarations").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DeletionPolicy {
     /// Release ownership and leave the database in place.
@@ -133,7 +133,7 @@ pub enum DeletionPolicy {
     Delete,
 }
 
-/// Whether out-of-band drift is corrected (DESIGN.md §4).
+/// Whether out-of-band drift is corrected (docs/reports.md, drift origin).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DriftPolicy {
     /// Correct out-of-band drift after `drift_grace`.

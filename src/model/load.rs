@@ -292,7 +292,7 @@ pub struct DeclarationSet {
 
 impl DeclarationSet {
     /// Builds a set from parsed files: duplicate names become an error on
-    /// every place they occur, and none of them is kept (DESIGN.md §3).
+    /// every place they occur, and none of them is kept.
     pub fn from_files(files: Vec<FileContents>) -> Self {
         let count = files.len();
         let mut declarations = Vec::with_capacity(files.iter().map(|f| f.declarations.len()).sum());

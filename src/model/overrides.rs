@@ -1,4 +1,4 @@
-//! Override annotations (DESIGN.md §4): parsing and validation.
+//! Override annotations (docs/declarations.md): parsing and validation.
 //!
 //! A typo in an override must never silently do nothing, so every
 //! `tend.dev/*` key is checked against [`KNOWN_ANNOTATIONS`] and every value

@@ -1,4 +1,4 @@
-//! Providers: where databases really live (DESIGN.md §3).
+//! Providers: where databases really live (docs/providers.md).
 //!
 //! A provider observes databases and performs create/update/delete calls
 //! that carry an [`OperationId`] as idempotency key. Observations are plain
@@ -199,7 +199,7 @@ impl OperationId {
     }
 
     /// The id of the `generation`-th operation of this kind on this spec
-    /// (0 for the first). DESIGN.md §3 derives the id from the four parts
+    /// (0 for the first). The design derives the id from the four parts
     /// alone; but correcting the same out-of-band drift twice under one spec
     /// is two different operations, and a provider would answer the second
     /// with the first's result. The journal counts finished operations, so

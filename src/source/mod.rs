@@ -1,4 +1,4 @@
-//! The Git source (DESIGN.md §6): fetch the tracked branch into the state
+//! The Git source (docs/source.md): fetch the tracked branch into the state
 //! dir and read declarations straight from the fetched commit's tree.
 //!
 //! # Guarantees

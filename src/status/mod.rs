@@ -1,4 +1,4 @@
-//! What tend tells operators: the report (DESIGN.md §7, §9) and its
+//! What tend tells operators: the report (docs/reports.md) and its
 //! renderings.
 
 pub mod board;

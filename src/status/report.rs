@@ -1,4 +1,4 @@
-//! The report contract (`formatVersion: 1`, camelCase, DESIGN.md §9).
+//! The report contract (`formatVersion: 1`, camelCase, docs/reports.md).
 //! Changing a field here is a breaking change for every consumer.
 
 use std::time::SystemTime;

@@ -25,7 +25,7 @@ use super::overrides::{EffectiveOverride, OverrideInput, effective};
 use crate::model::{Declaration, DriftPolicy, ManagedDatabase, SpecHash};
 use crate::provider::{Capabilities, Observation, Observed};
 
-/// What tend reports about a resource (DESIGN.md §9).
+/// What tend reports about a resource (docs/reports.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum State {
     InSync,
@@ -40,7 +40,7 @@ pub enum State {
     Error,
 }
 
-/// What tend will do about it (DESIGN.md §9).
+/// What tend will do about it (docs/reports.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Action {
     None,
@@ -187,7 +187,7 @@ impl Rule {
     }
 }
 
-/// Whether a difference was made in Git or behind tend's back (DESIGN.md §4).
+/// Whether a difference was made in Git or behind tend's back (docs/reports.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DriftOrigin {
@@ -261,7 +261,7 @@ impl FailedAttempts {
 }
 
 /// A declaration removed from Git, kept until the provider confirms the
-/// outcome (DESIGN.md §5).
+/// outcome (docs/apply.md).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tombstone {
     pub last: ManagedDatabase,

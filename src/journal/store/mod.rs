@@ -211,10 +211,19 @@ impl StateStore {
             .map_err(|e| sql_err(path, e))?;
         let found = found.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
         if found > READABLE_FORMAT {
+            let writer: Option<String> = conn
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'writer_version'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| sql_err(path, e))?;
             return Err(StateError::TooNew {
                 path: path.display().to_string(),
                 found,
                 supported: READABLE_FORMAT,
+                writer: writer.unwrap_or_else(|| "(unknown version)".into()),
             });
         }
         Ok(())

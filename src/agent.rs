@@ -215,6 +215,20 @@ impl Agent {
 
     /// The tracked branch, opened with this agent's access (a reader
     /// fetches into a private ref and records nothing).
+    /// The status branch this agent writes (`None`: `[status] branch` is
+    /// empty), in the source remote with the source's credentials.
+    pub fn status_branch(&self) -> Option<crate::status::branch::StatusBranch> {
+        let branch = &self.config.status.branch;
+        (!branch.is_empty()).then(|| crate::status::branch::StatusBranch {
+            repo_dir: crate::source::repo_dir(&self.config.state_dir),
+            url: self.source_settings.url.clone(),
+            branch: branch.clone(),
+            credentials: self.source_settings.credentials.clone(),
+            agent_id: self.agent_id().to_string(),
+            attempts: 5,
+        })
+    }
+
     pub fn source(&self) -> Result<Source, SourceError> {
         Source::open(
             &self.config.state_dir,

@@ -15,6 +15,7 @@ use crate::journal::Access;
 use crate::reconcile::Mode;
 use crate::status::Report;
 use crate::status::files::ReportFiles;
+use crate::status::publish::StatusPublisher;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -57,13 +58,20 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
     session::one_cycle(&agent, Mode::Apply, finished, |result| {
         let operations = result.outcome.map_or(&[][..], |o| o.operations.as_slice());
         let failed = print_operations(&mut io::stderr().lock(), operations)?;
-        let files = ReportFiles::new(
-            &agent.config().reports_dir(),
-            agent.config().status.keep_reports,
-        );
-        let report = result.report(&agent, files.read_latest().as_ref());
+        let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_latest();
+        let report = result.report(&agent, previous.as_ref());
         tracing::debug!("report built");
-        if let Err(e) = files.write(&report, TITLE) {
+        let mut publisher = StatusPublisher::new(&agent, TITLE, previous.as_ref());
+        // With nothing decided (no commit ever accepted), the status branch
+        // keeps what it says: an empty report must not empty it.
+        if result.outcome.is_none() {
+            publisher.without_branch();
+        }
+        let published = publisher.publish(&report, agent.clock().now());
+        if let Some(e) = &published.branch_error {
+            session::fail(e);
+        }
+        if let Some(e) = &published.files_error {
             session::fail(e);
         }
         let code = print_report_and_code(args.format, &report, failed);

@@ -267,7 +267,11 @@ pub enum DriftPolicyConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusConfig {
-    #[serde(default = "default_status_branch")]
+    /// The status branch in the source remote; empty: none.
+    #[serde(
+        default = "default_status_branch",
+        deserialize_with = "values::status_branch"
+    )]
     pub branch: String,
     /// Where reports go; [`Config::reports_dir`] gives the default.
     pub reports_dir: Option<PathBuf>,
@@ -423,6 +427,12 @@ impl Config {
             && (id.is_empty() || id.len() > 63)
         {
             return Err(invalid("agent_id must be 1 to 63 characters".into()));
+        }
+        if config.status.branch == config.source.branch {
+            return Err(invalid(format!(
+                "[status] branch = {:?} is the tracked branch: tend never writes the branch humans own. Give the status branch another name (default \"tend-status\"), or \"\" for none",
+                config.status.branch
+            )));
         }
         if config.reconcile.max_deletion_percent > 100 {
             return Err(invalid(format!(

@@ -58,6 +58,22 @@ pub fn branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(name)
 }
 
+/// `[status] branch`: a branch name git accepts, or empty (no status
+/// branch).
+pub fn status_branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if name.is_empty() {
+        return Ok(name);
+    }
+    let full = format!("refs/heads/{name}");
+    if name.starts_with('-') || !git2::Reference::is_valid_name(&full) {
+        return Err(serde::de::Error::custom(format!(
+            "[status] branch = {name:?} is not a branch name git accepts: give a name like \"tend-status\", or \"\" for no status branch"
+        )));
+    }
+    Ok(name)
+}
+
 /// The declarations directory inside the repository, normalised:
 /// `./databases/`, `/databases` and `databases` are one path; `.` (or
 /// empty) is the root. A `..` component would leave the repository and is

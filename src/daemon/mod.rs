@@ -317,13 +317,15 @@ impl Running {
             shared.metrics.clone(),
         ));
         let (stop, stop_rx) = watch::channel(false);
-        let files = crate::status::files::ReportFiles::new(
-            &config.reports_dir(),
-            config.status.keep_reports,
+        let publisher = crate::status::publish::StatusPublisher::new(
+            &agent,
+            crate::status::writer::TITLE,
+            None,
         );
         let status = tokio::spawn(crate::status::writer::run(
             shared.board.clone(),
-            files,
+            publisher,
+            shared.metrics.clone(),
             stop_rx.clone(),
         ));
         let mut workers = JoinSet::new();

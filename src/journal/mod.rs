@@ -19,8 +19,8 @@ pub mod store;
 
 pub use lock::StateLock;
 pub use store::{
-    Applied, Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StateStore,
-    StoredMemories, TombstoneRow, Tx,
+    Applied, Approval, CorruptRow, Intent, IntentState, LastOperation, LocalOverride, OverrideSeen,
+    StateStore, StoredMemories, TombstoneRow, Tx,
 };
 
 use std::sync::Arc;

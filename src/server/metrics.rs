@@ -50,6 +50,8 @@ pub struct Metrics {
     reloads: Family<Labels, Counter>,
     config_stale: Gauge,
     ready: Gauge,
+    status_commits: Counter,
+    status_failing: Gauge,
     /// The commit label currently set (replaced, not accumulated).
     commit: Mutex<Option<String>>,
 }
@@ -80,6 +82,8 @@ impl Metrics {
             reloads: Family::default(),
             config_stale: Gauge::default(),
             ready: Gauge::default(),
+            status_commits: Counter::default(),
+            status_failing: Gauge::default(),
             commit: Mutex::new(None),
         };
         let r = &mut m.registry;
@@ -163,6 +167,16 @@ impl Metrics {
             "1 once the first snapshot was reconciled",
             m.ready.clone(),
         );
+        r.register(
+            "status_commits",
+            "Commits pushed to the status branch",
+            m.status_commits.clone(),
+        );
+        r.register(
+            "status_publish_failing",
+            "1 while the status branch or the report files cannot be written",
+            m.status_failing.clone(),
+        );
         // Counters a dashboard alerts on exist from the start, at zero.
         for result in ["ok", "refused"] {
             drop(m.reloads.get_or_create(&labels(&[("result", result)])));
@@ -219,6 +233,14 @@ impl Metrics {
         self.queue_depth
             .get_or_create(&labels(&[("provider", provider)]))
             .set(depth as i64);
+    }
+
+    /// What the last status publication did.
+    pub fn status_published(&self, committed: bool, failing: bool) {
+        if committed {
+            self.status_commits.inc();
+        }
+        self.status_failing.set(i64::from(failing));
     }
 
     pub fn fetch_error(&self) {

@@ -3,10 +3,7 @@
 use std::cell::RefCell;
 use std::path::Path;
 
-use git2::{
-    AutotagOption, ErrorClass, ErrorCode, FetchOptions, FetchPrune, Oid, RemoteCallbacks,
-    RemoteRedirect, Repository,
-};
+use git2::{AutotagOption, ErrorClass, ErrorCode, FetchOptions, FetchPrune, Oid, Repository};
 
 use super::SourceError;
 use super::auth::{Credentials, TokenScheme};
@@ -87,41 +84,19 @@ pub fn fetch(
     let refspec = format!("+refs/heads/{}:{local}", settings.branch);
 
     let host_error: RefCell<Option<SourceError>> = RefCell::new(None);
-    let mut attempts = 0;
-    let mut callbacks = RemoteCallbacks::new();
-    callbacks.credentials(|url, username, allowed| {
-        settings
-            .credentials
-            .credential(settings.url, url, username, allowed, &mut attempts)
-    });
-    callbacks.certificate_check(|cert, host| {
-        settings
-            .credentials
-            .check_certificate(cert, host)
-            .map_err(|e| {
-                let message = e.to_string();
-                *host_error.borrow_mut() = Some(e);
-                git2::Error::from_str(&message)
-            })
-    });
     let headers = settings.credentials.headers();
     let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
     let mut options = FetchOptions::new();
     options
-        .remote_callbacks(callbacks)
+        .remote_callbacks(super::transport::callbacks(
+            settings.url,
+            settings.credentials,
+            &host_error,
+        ))
         .download_tags(AutotagOption::None)
         .prune(FetchPrune::On)
         .update_fetchhead(false)
-        // With a token, no redirect to another host is followed: a bearer
-        // header would go to whatever host a redirect names (libgit2 still
-        // follows one to the same host; a basic challenge from another
-        // port is refused by the credential callback). Configure the
-        // final URL.
-        .follow_redirects(if settings.credentials.has_token() {
-            RemoteRedirect::None
-        } else {
-            RemoteRedirect::Initial
-        })
+        .follow_redirects(super::transport::redirects(settings.credentials))
         .custom_headers(&header_refs);
     // A reader never makes the repository shallow: that is the writer's
     // choice, made at its first fetch.

@@ -18,6 +18,7 @@ pub mod fetch;
 pub mod parse_cache;
 pub mod snapshot;
 pub mod tracker;
+pub mod transport;
 pub mod wake;
 
 use std::time::Duration;
@@ -26,11 +27,19 @@ pub use snapshot::Snapshot;
 pub use tracker::{PollOutcome, Source, SourceFailure};
 pub use wake::{Trigger, Wakeups};
 
+/// The bare repository the source is fetched into, in `state_dir`.
+pub fn repo_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
+    state_dir.join("source").join("repo.git")
+}
+
 /// What went wrong reading the source. Every variant names what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SourceError {
     #[error("cannot fetch {url}: {message}")]
     Fetch { url: String, message: String },
+    /// Pushing (the status branch) failed.
+    #[error("cannot push to {url}: {message}")]
+    Push { url: String, message: String },
     #[error(
         "authentication to {url} failed: {message}; check token_file / ssh_key_file in [source]"
     )]

@@ -131,7 +131,7 @@ impl Source {
         };
         Ok(Source {
             settings,
-            repo_dir: dir.join("repo.git"),
+            repo_dir: super::repo_dir(state_dir),
             accepted_file,
             access,
             accepted,

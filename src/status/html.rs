@@ -143,12 +143,13 @@ pub fn page(report: &Report, title: &str) -> String {
         h(&report.source.branch),
         h(commit)
     );
-    if let Some(line) = render::source_error_line(report) {
-        let _ = writeln!(
-            out,
-            "<div class=\"banner\" id=\"source-error\">{}</div>",
-            h(&line)
-        );
+    for (id, line) in [
+        ("source-error", render::source_error_line(report)),
+        ("status-branch-error", render::status_branch_line(report)),
+    ] {
+        if let Some(line) = line {
+            let _ = writeln!(out, "<div class=\"banner\" id=\"{id}\">{}</div>", h(&line));
+        }
     }
 
     out.push_str("<div class=\"counts\" id=\"summary\">");

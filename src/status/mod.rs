@@ -2,8 +2,11 @@
 //! renderings.
 
 pub mod board;
+pub mod branch;
+pub mod branch_files;
 pub mod files;
 pub mod html;
+pub mod publish;
 pub mod render;
 pub mod report;
 pub mod writer;

@@ -154,6 +154,17 @@ pub fn source_error_line(report: &Report) -> Option<String> {
     ))
 }
 
+/// Why the status branch cannot be written, if it cannot.
+pub fn status_branch_line(report: &Report) -> Option<String> {
+    let b = report.status_branch.as_ref()?;
+    Some(format!(
+        "STATUS BRANCH `{}` NOT WRITTEN since {}: {}",
+        esc(&b.branch),
+        b.since,
+        esc(&b.error)
+    ))
+}
+
 /// The declared fields a resource's provider could not observe.
 fn unobserved_line(r: &ResourceReport) -> Option<String> {
     (!r.unobserved.is_empty()).then(|| {
@@ -168,7 +179,10 @@ fn unobserved_line(r: &ResourceReport) -> Option<String> {
 pub fn text(report: &Report, colour: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "source: {}", source_line(report));
-    if let Some(line) = source_error_line(report) {
+    for line in [source_error_line(report), status_branch_line(report)]
+        .into_iter()
+        .flatten()
+    {
         let _ = writeln!(out, "{line}");
     }
     let name_w = report
@@ -268,7 +282,10 @@ pub fn markdown(report: &Report, title: &str) -> String {
             format!(" Report made {}.", report.generated_at)
         }
     );
-    if let Some(line) = source_error_line(report) {
+    for line in [source_error_line(report), status_branch_line(report)]
+        .into_iter()
+        .flatten()
+    {
         let _ = writeln!(out, "> **{}**\n", md_escape(&line));
     }
     let _ = writeln!(out, "| name | state | action | reason |");

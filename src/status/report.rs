@@ -1,6 +1,7 @@
 //! The report contract (`formatVersion: 1`, camelCase, docs/reports.md).
 //! Changing a field here is a breaking change for every consumer.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,19 @@ pub struct Report {
     /// them reads as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orphaned_overrides: Vec<OrphanedOverrideReport>,
+    /// The status branch could not be written: why, and since when.
+    /// Absent while it works (or is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_branch: Option<StatusBranchReport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusBranchReport {
+    pub branch: String,
+    pub error: String,
+    /// When writing it started failing (RFC 3339).
+    pub since: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +127,10 @@ pub struct ResourceReport {
     /// override's expiry; RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acts_at: Option<String>,
+    /// What the provider showed for each field the declaration sets, by
+    /// field path (absent when it could not be observed or is missing).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub observed: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -315,6 +333,7 @@ pub fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report 
         resources: Vec::new(),
         errors: Vec::new(),
         orphaned_overrides: Vec::new(),
+        status_branch: None,
     }
 }
 
@@ -351,6 +370,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
                 set_at: rfc3339(o.set_at),
             })
             .collect(),
+        status_branch: None,
     }
 }
 
@@ -358,13 +378,14 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
 fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -> ResourceReport {
     let d = &r.decision;
     let ov = &d.overrides;
-    let (observed_at, unobserved) = match &r.observed {
+    let (observed_at, unobserved, observed) = match &r.observed {
         Observed::Found(o) => (
             Some(rfc3339(o.observed_at)),
             declared_unobserved(r, &o.unobserved),
+            observed_values(r, o),
         ),
-        Observed::NotFound => (Some(rfc3339(plan.now)), Vec::new()),
-        Observed::Failed(_) => (None, Vec::new()),
+        Observed::NotFound => (Some(rfc3339(plan.now)), Vec::new(), BTreeMap::new()),
+        Observed::Failed(_) => (None, Vec::new(), BTreeMap::new()),
     };
     ResourceReport {
         name: r.name.clone(),
@@ -418,7 +439,38 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
         observed_at,
         unobserved,
         acts_at: d.act_at.map(rfc3339),
+        observed,
     }
+}
+
+/// The observed value of every field the declaration sets (and the
+/// provider observes).
+fn observed_values(
+    r: &crate::reconcile::PlannedResource<'_>,
+    obs: &crate::provider::Observation,
+) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let Some(Value::Object(spec)) = r.subject.declaration().map(|d| &d.normalized_spec) else {
+        return out;
+    };
+    for (key, value) in spec {
+        match (key.as_str(), value) {
+            ("parameters", Value::Object(parameters)) => {
+                for setting in parameters.keys() {
+                    let path = format!("parameters.{setting}");
+                    if let Some(v) = obs.fields.get(&path) {
+                        out.insert(path, v.clone());
+                    }
+                }
+            }
+            _ => {
+                if let Some(v) = obs.fields.get(key) {
+                    out.insert(key.clone(), v.clone());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The fields a resource's declaration sets that its observation left

@@ -1,20 +1,22 @@
-//! The running agent's status writer: one task that turns the board's
-//! merged report into the report files whenever it changes.
+//! The running agent's status writer: one task (it owns the status
+//! branch) that publishes the board's merged report whenever it changes.
 //!
 //! # Guarantees
 //! * Reconciliation never waits for it: workers publish to the board and
 //!   go on; this task writes on the blocking pool, and a burst of
 //!   publications (every provider finishing a cycle) is one write.
-//! * A failure to write is logged once per distinct error, and retried at
-//!   the next change; it never stops the agent.
+//! * A failure is logged once per distinct error and shows in the report;
+//!   it is retried at the next change, or a minute later when nothing
+//!   changes. It never stops the agent.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
 use super::board::StatusBoard;
-use super::files::ReportFiles;
+use super::publish::StatusPublisher;
+use crate::server::Metrics;
 
 /// How long the writer waits after a change for the ones that follow it.
 const COALESCE: Duration = Duration::from_millis(200);
@@ -22,18 +24,29 @@ const COALESCE: Duration = Duration::from_millis(200);
 /// What heads the reports the running agent writes.
 pub const TITLE: &str = "tend run";
 
-/// Writes the board's report to `files` at every change until `stop`
-/// turns true.
-pub async fn run(board: Arc<StatusBoard>, files: ReportFiles, mut stop: watch::Receiver<bool>) {
+/// How long after a failed publication it is tried again, even if the
+/// fleet's report does not change.
+const RETRY_FAILED: Duration = Duration::from_secs(60);
+
+/// Publishes the board's report (the status branch, the report files) at
+/// every change until `stop` turns true.
+pub async fn run(
+    board: Arc<StatusBoard>,
+    mut publisher: StatusPublisher,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut changes = board.subscribe();
     let mut last_error: Option<String> = None;
     loop {
+        let failing = publisher.failing();
         tokio::select! {
             changed = changes.changed() => {
                 if changed.is_err() {
                     return;
                 }
             }
+            _ = tokio::time::sleep(RETRY_FAILED), if failing => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         tokio::time::sleep(COALESCE).await;
@@ -41,22 +54,39 @@ pub async fn run(board: Arc<StatusBoard>, files: ReportFiles, mut stop: watch::R
         let Some(report) = board.latest() else {
             continue;
         };
-        let target = files.clone();
-        let written = tokio::task::spawn_blocking(move || target.write(&report, TITLE)).await;
-        match written {
-            Ok(Ok(())) => {
-                if last_error.take().is_some() {
-                    tracing::info!("reports: written to {} again", files.dir().display());
-                }
+        let published = tokio::task::spawn_blocking(move || {
+            let outcome = publisher.publish(&report, SystemTime::now());
+            (publisher, outcome)
+        })
+        .await;
+        let outcome = match published {
+            Ok((returned, outcome)) => {
+                publisher = returned;
+                outcome
             }
-            Ok(Err(e)) => {
-                let message = e.to_string();
-                if last_error.as_deref() != Some(message.as_str()) {
-                    tracing::warn!("reports: {message}");
-                }
-                last_error = Some(message);
+            Err(e) => {
+                tracing::error!("status: the publishing task failed: {e}; the status writer stops");
+                return;
             }
-            Err(e) => tracing::warn!("reports: the writer task failed: {e}"),
+        };
+        if let Some(commit) = &outcome.committed {
+            tracing::info!(commit = %commit, "status branch: committed");
         }
+        let errors: Vec<String> = [
+            outcome.branch_error.map(|e| e.to_string()),
+            outcome.files_error.map(|e| format!("reports: {e}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let error = (!errors.is_empty()).then(|| errors.join("; "));
+        metrics.status_published(outcome.committed.is_some(), error.is_some());
+        if error != last_error {
+            match &error {
+                Some(e) => tracing::warn!("status: {e}"),
+                None => tracing::info!("status: written again"),
+            }
+        }
+        last_error = error;
     }
 }

@@ -27,7 +27,10 @@ impl TendConfig {
             .set_top("state_dir", "\"state\"")
             .set("source", "url", &format!("\"{url}\""))
             .set("providers.sandbox", "kind", "\"sandbox\"")
-            .set("reconcile", "retry_min_delay", "\"50ms\"");
+            .set("reconcile", "retry_min_delay", "\"50ms\"")
+            // Test repositories have working trees: no status branch
+            // unless a test asks for one (against a bare remote).
+            .set("status", "branch", "\"\"");
         config
     }
 

@@ -148,6 +148,15 @@ pub struct GitDaemon {
 
 impl GitDaemon {
     pub fn start(base: &Path) -> Self {
+        Self::start_with(base, &[])
+    }
+
+    /// A daemon that accepts pushes too (`git daemon --enable=receive-pack`).
+    pub fn start_writable(base: &Path) -> Self {
+        Self::start_with(base, &["--enable=receive-pack"])
+    }
+
+    fn start_with(base: &Path, extra: &[&str]) -> Self {
         let port = free_port();
         // `git daemon` forks `git-daemon` and killing the wrapper would leave
         // it listening: start the real binary so drop stops it.
@@ -159,8 +168,9 @@ impl GitDaemon {
                 "--listen=127.0.0.1",
                 &format!("--port={port}"),
                 &format!("--base-path={}", base.display()),
-                &base.display().to_string(),
             ])
+            .args(extra)
+            .arg(base)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .stdout(Stdio::null())

@@ -124,8 +124,9 @@ fn delete(
             },
             Rule::DeletionStalled,
             format!(
-                "the deletion of `{name}` has not been confirmed for {} (last error: {error})",
-                duration(crate::time::since(input.now, since))
+                "the deletion of `{name}` has not been confirmed since {} (more than deletion_stall, {}; last error: {error})",
+                time(since),
+                duration(policy.deletion_stall)
             ),
         );
     }

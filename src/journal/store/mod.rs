@@ -2,12 +2,14 @@
 //! the integrity check. Reads are in [`read`], writes in [`write`].
 
 mod read;
+mod status;
 mod write;
 
 pub use read::{
     Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StoredMemories,
     TombstoneRow,
 };
+pub use status::LastOperation;
 pub use write::{Applied, Tx};
 
 use std::path::{Path, PathBuf};

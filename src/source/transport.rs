@@ -1,0 +1,175 @@
+//! What every conversation with the source remote shares: the credential
+//! and host-key callbacks, the headers, the redirect policy; and the two
+//! plain operations the status branch needs: fetch one branch into a local
+//! ref, push one local ref to one branch (never forced).
+//!
+//! # Guarantees
+//! * Credentials go to the configured origin only, and with a token no
+//!   redirect to another host is followed (as for the tracked branch).
+//! * [`push`] never forces: a remote branch that moved since it was
+//!   fetched refuses the update, and the caller sees
+//!   [`PushOutcome::Rejected`], never a lost commit.
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use git2::{FetchOptions, FetchPrune, Oid, PushOptions, RemoteCallbacks, RemoteRedirect};
+
+use super::SourceError;
+use super::auth::Credentials;
+
+/// Builds the callbacks for a remote at `url`; a host-key refusal is kept
+/// in `host_error` (libgit2 only passes a string back).
+pub fn callbacks<'a>(
+    url: &'a str,
+    credentials: &'a Credentials,
+    host_error: &'a RefCell<Option<SourceError>>,
+) -> RemoteCallbacks<'a> {
+    let mut attempts = 0;
+    let mut callbacks = RemoteCallbacks::new();
+    callbacks.credentials(move |at, username, allowed| {
+        credentials.credential(url, at, username, allowed, &mut attempts)
+    });
+    callbacks.certificate_check(move |cert, host| {
+        credentials.check_certificate(cert, host).map_err(|e| {
+            let message = e.to_string();
+            *host_error.borrow_mut() = Some(e);
+            git2::Error::from_str(&message)
+        })
+    });
+    callbacks
+}
+
+/// The redirect policy: with a token, none (a bearer header would go
+/// wherever a redirect points; libgit2 still follows one to the same
+/// host, and a basic challenge from elsewhere is refused by the
+/// credential callback).
+pub fn redirects(credentials: &Credentials) -> RemoteRedirect {
+    if credentials.has_token() {
+        RemoteRedirect::None
+    } else {
+        RemoteRedirect::Initial
+    }
+}
+
+/// Which way a failed conversation went.
+#[derive(Clone, Copy)]
+enum Way {
+    Fetch,
+    Push,
+}
+
+fn failed(
+    url: &str,
+    e: &git2::Error,
+    host_error: &RefCell<Option<SourceError>>,
+    way: Way,
+) -> SourceError {
+    if let Some(host) = host_error.borrow_mut().take() {
+        return host;
+    }
+    let mut message = e.message().to_string();
+    if message.contains("non-bare") {
+        message.push_str(
+            ": the source is a local repository with a working tree, which libgit2 cannot push to; serve it as a bare repository, or set [status] branch = \"\" to write no status branch",
+        );
+    }
+    let url = url.to_string();
+    match way {
+        _ if e.code() == git2::ErrorCode::Auth || message.contains("authentication") => {
+            SourceError::Auth { url, message }
+        }
+        Way::Fetch => SourceError::Fetch { url, message },
+        Way::Push => SourceError::Push { url, message },
+    }
+}
+
+/// Fetches `refs/heads/{branch}` of `url` into `local` in the bare
+/// repository at `dir`: the branch's commit, or `None` when the remote
+/// has no such branch (then `local` is deleted too).
+pub fn fetch_branch(
+    dir: &Path,
+    url: &str,
+    credentials: &Credentials,
+    branch: &str,
+    local: &str,
+) -> Result<Option<Oid>, SourceError> {
+    let repo = super::fetch::open_or_init(dir)?;
+    let host_error = RefCell::new(None);
+    let headers = credentials.headers();
+    let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut options = FetchOptions::new();
+    options
+        .remote_callbacks(callbacks(url, credentials, &host_error))
+        .download_tags(git2::AutotagOption::None)
+        .prune(FetchPrune::On)
+        .update_fetchhead(false)
+        .follow_redirects(redirects(credentials))
+        .custom_headers(&header_refs);
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(|e| failed(url, &e, &host_error, Way::Fetch))?;
+    // With pruning, a branch deleted at the remote deletes `local` too.
+    let refspec = format!("+refs/heads/{branch}:{local}");
+    remote
+        .fetch(&[&refspec], Some(&mut options), None)
+        .map_err(|e| failed(url, &e, &host_error, Way::Fetch))?;
+    drop(options);
+    Ok(repo.refname_to_id(local).ok())
+}
+
+/// What became of a push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushOutcome {
+    Pushed,
+    /// The remote refused the update (someone pushed first, or a hook):
+    /// its message.
+    Rejected(String),
+}
+
+/// Pushes the local ref `local` of the bare repository at `dir` to
+/// `refs/heads/{branch}` of `url`, as a fast-forward only.
+pub fn push(
+    dir: &Path,
+    url: &str,
+    credentials: &Credentials,
+    local: &str,
+    branch: &str,
+) -> Result<PushOutcome, SourceError> {
+    let repo = super::fetch::open_or_init(dir)?;
+    let host_error = RefCell::new(None);
+    let rejected: RefCell<Option<String>> = RefCell::new(None);
+    let mut callbacks = callbacks(url, credentials, &host_error);
+    callbacks.push_update_reference(|_, status| {
+        if let Some(message) = status {
+            *rejected.borrow_mut() = Some(message.to_string());
+        }
+        Ok(())
+    });
+    let headers = credentials.headers();
+    let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut options = PushOptions::new();
+    options
+        .remote_callbacks(callbacks)
+        .follow_redirects(redirects(credentials))
+        .custom_headers(&header_refs);
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(|e| failed(url, &e, &host_error, Way::Push))?;
+    // No `+`: never forced.
+    let refspec = format!("{local}:refs/heads/{branch}");
+    match remote.push(&[&refspec], Some(&mut options)) {
+        Ok(()) => {}
+        // A local remote reports a non-fast-forward as an error, not
+        // through the callback.
+        Err(e) if e.code() == git2::ErrorCode::NotFastForward => {
+            return Ok(PushOutcome::Rejected(e.message().to_string()));
+        }
+        Err(e) => return Err(failed(url, &e, &host_error, Way::Push)),
+    }
+    drop(options);
+    Ok(match rejected.into_inner() {
+        Some(message) => PushOutcome::Rejected(message),
+        None => PushOutcome::Pushed,
+    })
+}

@@ -1,0 +1,304 @@
+//! Writing the status branch: an orphan branch in the source remote
+//! (`[status] branch`, default `tend-status`) that tend commits what it
+//! observed to, with the source's credentials.
+//!
+//! # Guarantees
+//! * Only `refs/heads/<status branch>` is ever pushed, never forced, never
+//!   the tracked branch (the configuration refuses a status branch equal
+//!   to it).
+//! * A commit is made only when the files change: the new tree is
+//!   compared with the tip's.
+//! * A push refused because someone else pushed first is retried on the
+//!   new tip (fetch, rebuild the files on it, push), with backoff, a
+//!   bounded number of times; their commit stays in the history.
+//! * tend does not write a branch whose `agent.yaml` names another agent
+//!   or a newer status format: it says why instead.
+//! * Files tend does not own (anything outside `status/`, `SUMMARY.md`
+//!   and `agent.yaml`) are kept as they are.
+//!
+//! Blocking (libgit2): callers run it on the blocking pool.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use backon::BackoffBuilder;
+use git2::{Oid, Repository, Signature, TreeBuilder};
+
+use super::branch_files::{AgentFile, STATUS_FORMAT};
+use crate::source::SourceError;
+use crate::source::auth::Credentials;
+use crate::source::transport::{self, PushOutcome};
+
+/// Why the status branch was not written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StatusBranchError {
+    /// `agent.yaml` on the branch names another agent.
+    #[error(
+        "status branch `{branch}` belongs to agent `{found}`, not `{ours}`: tend does not write it. Give this agent a [status] branch of its own, or delete the branch if that agent is gone"
+    )]
+    OtherAgent {
+        branch: String,
+        found: String,
+        ours: String,
+    },
+    /// `agent.yaml` on the branch has a newer status format.
+    #[error(
+        "status branch `{branch}` has status format {found}, newer than this tend's {ours}: a newer tend writes it, and this one does not. Upgrade tend, or give this agent another [status] branch"
+    )]
+    NewerFormat {
+        branch: String,
+        found: u32,
+        ours: u32,
+    },
+    /// `agent.yaml` on the branch cannot be read.
+    #[error(
+        "status branch `{branch}` has an agent.yaml tend cannot read ({message}): tend does not write a branch it cannot prove is its own. Fix or delete agent.yaml there"
+    )]
+    UnreadableAgentFile { branch: String, message: String },
+    /// Fetching or pushing failed.
+    #[error("status branch `{branch}`: {source}")]
+    Remote {
+        branch: String,
+        #[source]
+        source: SourceError,
+    },
+    /// Every push was refused.
+    #[error(
+        "status branch `{branch}`: the push was refused {attempts} times in a row ({message}); someone keeps pushing, or a hook or branch protection refuses tend's pushes: allow them for this branch"
+    )]
+    Rejected {
+        branch: String,
+        attempts: usize,
+        message: String,
+    },
+    /// The local Git data failed.
+    #[error("status branch `{branch}`: local Git data: {message}")]
+    Repository { branch: String, message: String },
+}
+
+/// What a publication did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// The files were already on the branch.
+    Unchanged,
+    /// A commit was pushed.
+    Committed(String),
+}
+
+/// The status branch of one agent.
+#[derive(Debug, Clone)]
+pub struct StatusBranch {
+    /// The bare repository the source is fetched into (the status objects
+    /// live beside it, under `refs/tend/status/`).
+    pub repo_dir: PathBuf,
+    pub url: String,
+    pub branch: String,
+    pub credentials: Credentials,
+    pub agent_id: String,
+    /// Pushes tried before giving up on a refusal.
+    pub attempts: usize,
+}
+
+/// The files tend owns on the branch; the rest is kept.
+fn owned(path: &str) -> bool {
+    path == "SUMMARY.md" || path == "agent.yaml" || path == "status"
+}
+
+impl StatusBranch {
+    fn git(&self, e: git2::Error) -> StatusBranchError {
+        StatusBranchError::Repository {
+            branch: self.branch.clone(),
+            message: e.message().to_string(),
+        }
+    }
+
+    fn remote(&self, source: SourceError) -> StatusBranchError {
+        StatusBranchError::Remote {
+            branch: self.branch.clone(),
+            source,
+        }
+    }
+
+    fn fetched_ref(&self) -> String {
+        format!("refs/tend/status/heads/{}", self.branch)
+    }
+
+    fn outgoing_ref(&self) -> String {
+        format!("refs/tend/status/outgoing/{}", self.branch)
+    }
+
+    /// Puts `files` on the branch with `message`, as described in the
+    /// module docs.
+    pub fn publish(
+        &self,
+        files: &BTreeMap<String, Vec<u8>>,
+        message: &str,
+    ) -> Result<Published, StatusBranchError> {
+        let mut delays = backon::ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(5))
+            .with_max_times(self.attempts.saturating_sub(1))
+            .with_jitter()
+            .build();
+        let mut refused = 0;
+        loop {
+            match self.try_publish(files, message)? {
+                Attempt::Done(published) => return Ok(published),
+                Attempt::Refused(why) => {
+                    refused += 1;
+                    tracing::info!(
+                        branch = %self.branch,
+                        "status branch: push refused ({why}); fetching the new tip and rebuilding"
+                    );
+                    match delays.next() {
+                        Some(delay) => std::thread::sleep(delay),
+                        None => {
+                            return Err(StatusBranchError::Rejected {
+                                branch: self.branch.clone(),
+                                attempts: refused,
+                                message: why,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn try_publish(
+        &self,
+        files: &BTreeMap<String, Vec<u8>>,
+        message: &str,
+    ) -> Result<Attempt, StatusBranchError> {
+        let tip = transport::fetch_branch(
+            &self.repo_dir,
+            &self.url,
+            &self.credentials,
+            &self.branch,
+            &self.fetched_ref(),
+        )
+        .map_err(|e| self.remote(e))?;
+        let repo = Repository::open_bare(&self.repo_dir).map_err(|e| self.git(e))?;
+        let parent = match tip {
+            Some(id) => Some(repo.find_commit(id).map_err(|e| self.git(e))?),
+            None => None,
+        };
+        if let Some(parent) = &parent {
+            self.check_owner(&repo, &parent.tree().map_err(|e| self.git(e))?)?;
+        }
+        let tree_id = self.build_tree(&repo, parent.as_ref(), files)?;
+        if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
+            return Ok(Attempt::Done(Published::Unchanged));
+        }
+        let tree = repo.find_tree(tree_id).map_err(|e| self.git(e))?;
+        let signature = Signature::now(&format!("tend ({})", self.agent_id), "tend@localhost")
+            .map_err(|e| self.git(e))?;
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        let commit = repo
+            .commit(None, &signature, &signature, message, &tree, &parents)
+            .map_err(|e| self.git(e))?;
+        repo.reference(&self.outgoing_ref(), commit, true, "tend status")
+            .map_err(|e| self.git(e))?;
+        match transport::push(
+            &self.repo_dir,
+            &self.url,
+            &self.credentials,
+            &self.outgoing_ref(),
+            &self.branch,
+        )
+        .map_err(|e| self.remote(e))?
+        {
+            PushOutcome::Pushed => {
+                // What was pushed is now the branch's tip.
+                let _ = repo.reference(&self.fetched_ref(), commit, true, "tend status pushed");
+                Ok(Attempt::Done(Published::Committed(commit.to_string())))
+            }
+            PushOutcome::Rejected(why) => Ok(Attempt::Refused(why)),
+        }
+    }
+
+    /// Refuses a branch another agent, or a newer tend, writes.
+    fn check_owner(
+        &self,
+        repo: &Repository,
+        tree: &git2::Tree<'_>,
+    ) -> Result<(), StatusBranchError> {
+        let Some(entry) = tree.get_name("agent.yaml") else {
+            // A branch someone made by hand without agent.yaml: tend adds
+            // its own (the branch's history stays).
+            return Ok(());
+        };
+        let blob = repo.find_blob(entry.id()).map_err(|e| self.git(e))?;
+        let agent: AgentFile = serde_norway::from_slice(blob.content()).map_err(|e| {
+            StatusBranchError::UnreadableAgentFile {
+                branch: self.branch.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        if agent.agent_id != self.agent_id {
+            return Err(StatusBranchError::OtherAgent {
+                branch: self.branch.clone(),
+                found: agent.agent_id,
+                ours: self.agent_id.clone(),
+            });
+        }
+        if agent.status_format > STATUS_FORMAT {
+            return Err(StatusBranchError::NewerFormat {
+                branch: self.branch.clone(),
+                found: agent.status_format,
+                ours: STATUS_FORMAT,
+            });
+        }
+        Ok(())
+    }
+
+    /// The tip's tree with tend's files replaced by `files`.
+    fn build_tree(
+        &self,
+        repo: &Repository,
+        parent: Option<&git2::Commit<'_>>,
+        files: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Oid, StatusBranchError> {
+        let base = match parent {
+            Some(p) => Some(p.tree().map_err(|e| self.git(e))?),
+            None => None,
+        };
+        let mut root = repo.treebuilder(None).map_err(|e| self.git(e))?;
+        if let Some(base) = &base {
+            for entry in base.iter() {
+                let name = entry.name().unwrap_or_default();
+                if !owned(name) {
+                    root.insert(name, entry.id(), entry.filemode())
+                        .map_err(|e| self.git(e))?;
+                }
+            }
+        }
+        let mut status = repo.treebuilder(None).map_err(|e| self.git(e))?;
+        for (path, bytes) in files {
+            let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
+            let builder: &mut TreeBuilder<'_> = match path.strip_prefix("status/") {
+                Some(_) => &mut status,
+                None => &mut root,
+            };
+            let name = Path::new(path)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(path);
+            builder
+                .insert(name, blob, 0o100644)
+                .map_err(|e| self.git(e))?;
+        }
+        if !status.is_empty() {
+            let id = status.write().map_err(|e| self.git(e))?;
+            root.insert("status", id, 0o040000)
+                .map_err(|e| self.git(e))?;
+        }
+        root.write().map_err(|e| self.git(e))
+    }
+}
+
+enum Attempt {
+    Done(Published),
+    Refused(String),
+}

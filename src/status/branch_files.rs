@@ -1,0 +1,241 @@
+//! What the status branch holds: `status/<name>.yaml` per resource,
+//! `SUMMARY.md` for a reviewer in the Git web UI, and `agent.yaml`.
+//!
+//! # Guarantees
+//! * The content is a function of what tend observed and decided, and of
+//!   nothing that moves every cycle: no report time, no observation time,
+//!   no count of failed polls. The same situation renders the same bytes,
+//!   so an unchanged fleet makes no commit; when a status commit is made,
+//!   its commit time is when tend observed what changed.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::report::{DriftReport, OverrideReport, Report, ResourceReport};
+use crate::engine::State;
+use crate::journal::LastOperation;
+
+/// The version of the status branch's layout `agent.yaml` names. A tend
+/// that finds a higher one does not write the branch.
+pub const STATUS_FORMAT: u32 = 1;
+
+/// `agent.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentFile {
+    pub agent_id: String,
+    pub tend_version: String,
+    pub status_format: u32,
+}
+
+/// `status/<name>.yaml`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceFile<'a> {
+    name: &'a str,
+    file: &'a str,
+    state: &'static str,
+    action: &'static str,
+    reason: &'a str,
+    /// The source commit the decision was made from.
+    decided_from: Option<&'a str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    observed: &'a BTreeMap<String, Value>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    unobserved: &'a [String],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    drift: &'a [DriftReport],
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    override_: Option<&'a OverrideReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_operation: Option<OperationFile<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acts_at: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OperationFile<'a> {
+    id: &'a str,
+    kind: &'a str,
+    result: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    finished_at: String,
+}
+
+/// A resource name as a file name: names are DNS labels, but a name read
+/// back from a damaged state could be anything, and must not leave
+/// `status/`.
+fn file_name(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c.to_string()
+            } else {
+                format!("%{:02X}", c as u32)
+            }
+        })
+        .collect();
+    format!("status/{safe}.yaml")
+}
+
+const HEADER: &str =
+    "# Written by tend from what it observed; do not edit (the next change replaces it).\n";
+
+/// Every file of the branch, by path.
+pub fn render(
+    report: &Report,
+    last_operations: &HashMap<String, LastOperation>,
+) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for r in &report.resources {
+        let op = last_operations.get(&r.name).map(|o| OperationFile {
+            id: &o.id,
+            kind: &o.kind,
+            result: &o.result,
+            error: o.error.as_deref(),
+            finished_at: crate::time::rfc3339(o.finished_at),
+        });
+        let file = ResourceFile {
+            name: &r.name,
+            file: &r.file,
+            state: r.state.as_str(),
+            action: r.action.as_str(),
+            reason: &r.reason,
+            decided_from: report.source.commit.as_deref(),
+            observed: &r.observed,
+            unobserved: &r.unobserved,
+            drift: &r.drift,
+            override_: r.override_.as_ref(),
+            last_operation: op,
+            acts_at: r.acts_at.as_deref(),
+        };
+        let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
+        files.insert(file_name(&r.name), format!("{HEADER}{yaml}").into_bytes());
+    }
+    let agent = AgentFile {
+        agent_id: report.agent.id.clone(),
+        tend_version: report.agent.version.clone(),
+        status_format: STATUS_FORMAT,
+    };
+    let yaml = serde_norway::to_string(&agent).unwrap_or_default();
+    files.insert("agent.yaml".into(), format!("{HEADER}{yaml}").into_bytes());
+    files.insert("SUMMARY.md".into(), summary(report).into_bytes());
+    files
+}
+
+/// Orders resources for a reviewer: what needs a human first.
+fn urgency(state: State) -> u8 {
+    match state {
+        State::Blocked | State::Stalled => 0,
+        State::Unconvergeable | State::Error => 1,
+        State::Drifted | State::Missing | State::Deleting | State::Overridden => 2,
+        State::InSync | State::Released => 3,
+    }
+}
+
+fn md(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+/// `SUMMARY.md`: counts, the resources (blocked and stalled first), the
+/// active overrides with reason and expiry.
+fn summary(report: &Report) -> String {
+    use std::fmt::Write;
+    let s = &report.summary;
+    let mut out = String::new();
+    let _ = writeln!(out, "# tend status: `{}`\n", md(&report.agent.id));
+    let _ = writeln!(
+        out,
+        "Decided from commit `{}` of `{}` (branch `{}`).\n",
+        report.source.commit.as_deref().unwrap_or("none"),
+        md(&report.source.url),
+        md(&report.source.branch)
+    );
+    if let Some(e) = &report.source.error {
+        let _ = writeln!(
+            out,
+            "> **The source is failing** (since {}): {}. The commit above is the last one tend accepted.\n",
+            e.since,
+            md(&e.message)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} resources: {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors.\n",
+        s.total, s.in_sync, s.drifted, s.missing, s.blocked, s.overridden, s.deleting, s.errors
+    );
+    let mut ordered: Vec<&ResourceReport> = report.resources.iter().collect();
+    ordered.sort_by_key(|r| (urgency(r.state), r.name.as_str()));
+    let _ = writeln!(out, "| resource | state | action | reason |");
+    let _ = writeln!(out, "| --- | --- | --- | --- |");
+    for r in &ordered {
+        let _ = writeln!(
+            out,
+            "| [`{}`]({}) | {} | {} | {} |",
+            md(&r.name),
+            file_name(&r.name),
+            r.state.as_str(),
+            r.action.as_str(),
+            md(&r.reason)
+        );
+    }
+    let overrides: Vec<(&ResourceReport, &OverrideReport)> = ordered
+        .iter()
+        .filter_map(|r| r.override_.as_ref().map(|o| (*r, o)))
+        .collect();
+    if !overrides.is_empty() {
+        let _ = writeln!(out, "\n## Active overrides\n");
+        let _ = writeln!(out, "| resource | kind | source | reason | expires |");
+        let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
+        for (r, o) in overrides {
+            let expires = match (&o.expires, o.expired) {
+                (Some(t), true) => format!("**expired** {t}"),
+                (Some(t), false) => t.clone(),
+                (None, _) => "never".into(),
+            };
+            let fields = if o.fields.is_empty() {
+                String::new()
+            } else {
+                format!(" `{}`", md(&o.fields.join(", ")))
+            };
+            let _ = writeln!(
+                out,
+                "| `{}` | {}{fields} | {} | {} | {expires} |",
+                md(&r.name),
+                o.kind,
+                o.source,
+                md(&o.reason)
+            );
+        }
+    }
+    if !report.errors.is_empty() {
+        let _ = writeln!(out, "\n## Declaration errors\n");
+        for e in &report.errors {
+            let _ = writeln!(
+                out,
+                "- `{}:{}:{}`: {}",
+                md(&e.file),
+                e.line,
+                e.column,
+                md(&e.message)
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_name;
+
+    #[test]
+    fn a_name_never_leaves_the_status_directory() {
+        assert_eq!(file_name("orders"), "status/orders.yaml");
+        assert_eq!(file_name("../x"), "status/%2E%2E%2Fx.yaml");
+    }
+}

@@ -1,0 +1,164 @@
+//! The status step of a writing cycle: the status branch, then the report
+//! files (which say whether the branch could be written). `tend apply`
+//! runs it once after its cycle; `tend run`'s status writer runs it after
+//! every change of the fleet's report.
+//!
+//! # Guarantees
+//! * Nothing here changes what reconciliation does or when: a failure is
+//!   reported (in the report, the log and the metrics), never raised.
+//! * An unchanged fleet costs no network: the branch is fetched and
+//!   compared only when the files differ from the last ones published.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::branch::{Published, StatusBranch, StatusBranchError};
+use super::files::{ReportFiles, ReportFilesError};
+use super::report::{Report, StatusBranchReport};
+use crate::agent::Agent;
+use crate::journal::StateStore;
+
+/// What publishing did.
+#[derive(Debug, Default)]
+pub struct PublishOutcome {
+    /// The status branch's failure, if it has one.
+    pub branch_error: Option<StatusBranchError>,
+    /// A commit was pushed to the status branch.
+    pub committed: Option<String>,
+    pub files_error: Option<ReportFilesError>,
+}
+
+/// The status step of one agent.
+pub struct StatusPublisher {
+    files: ReportFiles,
+    branch: Option<StatusBranch>,
+    store: Option<Arc<StateStore>>,
+    title: &'static str,
+    /// The digest of the last files the branch holds (pushed, or found
+    /// there): while they stay the same, nothing is fetched.
+    published: Option<String>,
+    /// Since when the branch has been failing.
+    failing_since: Option<SystemTime>,
+}
+
+impl StatusPublisher {
+    /// The publisher of `agent`. `previous`: the last report written (a
+    /// one-shot command learns since when the branch has been failing
+    /// from it).
+    pub fn new(agent: &Agent, title: &'static str, previous: Option<&Report>) -> Self {
+        let config = agent.config();
+        let failing_since = previous
+            .and_then(|r| r.status_branch.as_ref())
+            .and_then(|b| humantime::parse_rfc3339(&b.since).ok());
+        StatusPublisher {
+            files: ReportFiles::new(&config.reports_dir(), config.status.keep_reports),
+            branch: agent.status_branch(),
+            store: agent.store().cloned(),
+            title,
+            published: None,
+            failing_since,
+        }
+    }
+
+    /// Writes the report files only (a report with nothing decided must
+    /// not empty the status branch).
+    pub fn without_branch(&mut self) {
+        self.branch = None;
+    }
+
+    pub fn files(&self) -> &ReportFiles {
+        &self.files
+    }
+
+    /// Whether the last publication of the branch failed (the caller
+    /// tries again later even if nothing changes).
+    pub fn failing(&self) -> bool {
+        self.failing_since.is_some()
+    }
+
+    /// Publishes `report` (blocking: Git and file I/O) at `now`.
+    pub fn publish(&mut self, report: &Report, now: SystemTime) -> PublishOutcome {
+        let mut outcome = PublishOutcome::default();
+        let mut report_with = None;
+        if let Some(branch) = self.branch.clone() {
+            match self.publish_branch(&branch, report) {
+                Ok(committed) => {
+                    self.failing_since = None;
+                    outcome.committed = committed;
+                }
+                Err(e) => {
+                    let since = *self.failing_since.get_or_insert(now);
+                    let mut marked = report.clone();
+                    marked.status_branch = Some(StatusBranchReport {
+                        branch: branch.branch.clone(),
+                        error: e.to_string(),
+                        since: crate::time::rfc3339(since),
+                    });
+                    report_with = Some(marked);
+                    outcome.branch_error = Some(e);
+                }
+            }
+        }
+        let written = report_with.as_ref().unwrap_or(report);
+        if let Err(e) = self.files.write(written, self.title) {
+            outcome.files_error = Some(e);
+        }
+        outcome
+    }
+
+    fn publish_branch(
+        &mut self,
+        branch: &StatusBranch,
+        report: &Report,
+    ) -> Result<Option<String>, StatusBranchError> {
+        let last_operations = match &self.store {
+            Some(store) => store.last_operations().unwrap_or_else(|e| {
+                tracing::warn!("status branch: cannot read the last operations: {e}");
+                Default::default()
+            }),
+            None => Default::default(),
+        };
+        let files = super::branch_files::render(report, &last_operations);
+        let digest = {
+            let mut all = Vec::new();
+            for (path, bytes) in &files {
+                all.extend_from_slice(path.as_bytes());
+                all.push(0);
+                all.extend_from_slice(bytes);
+                all.push(0);
+            }
+            crate::model::hash::sha256_hex(&all)
+        };
+        if self.published.as_deref() == Some(digest.as_str()) {
+            return Ok(None);
+        }
+        let published = branch.publish(&files, &commit_message(report))?;
+        self.published = Some(digest);
+        Ok(match published {
+            Published::Committed(id) => Some(id),
+            Published::Unchanged => None,
+        })
+    }
+}
+
+/// The status commit's message: the counts and the source commit.
+fn commit_message(report: &Report) -> String {
+    let s = &report.summary;
+    let commit = report.source.commit.as_deref().unwrap_or("none");
+    let short = commit.get(..12).unwrap_or(commit);
+    format!(
+        "tend status at {short}: {} resources, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors\n\nDecided from commit {commit} of {} (branch {}) by agent {}, tend {}.\n",
+        s.total,
+        s.in_sync,
+        s.drifted,
+        s.missing,
+        s.blocked,
+        s.overridden,
+        s.deleting,
+        s.errors,
+        report.source.url,
+        report.source.branch,
+        report.agent.id,
+        report.agent.version
+    )
+}

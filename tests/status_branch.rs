@@ -1,0 +1,398 @@
+//! The status branch in real remotes: a bare repository over `git daemon`
+//! (receive-pack enabled) and over smart HTTP (`git http-backend`), and a
+//! bare repository on disk.
+
+mod support;
+
+use std::path::PathBuf;
+
+use support::TendCommand;
+use support::config::TendConfig;
+use support::git::{GitDaemon, HttpGitServer, TestRepo, git, manifest};
+
+const BILLING: &str = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+metadata:
+  name: billing
+  annotations:
+    tend.dev/ignore-fields: connectionLimit
+    tend.dev/override-reason: \"INC-4821: invoice run\"
+    tend.dev/override-expires: \"2099-01-01T00:00:00Z\"
+spec:
+  owner: billing_app
+  connectionLimit: 50
+";
+
+/// A work-tree repository with two declarations, its bare clone under a
+/// served directory, and a tend configuration pointing at `url`.
+struct Remote {
+    repo: TestRepo,
+    served: tempfile::TempDir,
+    bare: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Remote {
+    fn new() -> Self {
+        let repo = TestRepo::new();
+        repo.write("orders.yaml", &manifest("orders", 10));
+        repo.write("billing.yaml", BILLING);
+        repo.commit("two databases");
+        let served = tempfile::tempdir().unwrap();
+        let bare = repo.bare_clone(served.path());
+        git(&bare, &["config", "http.receivepack", "true"]);
+        Remote {
+            repo,
+            served,
+            bare,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn config(&self, url: &str, agent: &str) -> String {
+        TendConfig::new(self.dir.path(), url)
+            .top("agent_id", Some(&format!("\"{agent}\"")))
+            .status("branch", "\"tend-status\"")
+            .write()
+            .display()
+            .to_string()
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git(&self.bare, args)
+    }
+
+    fn show(&self, path: &str) -> String {
+        self.git(&["show", &format!("tend-status:{path}")])
+    }
+
+    fn status_commits(&self) -> usize {
+        self.git(&["rev-list", "--count", "tend-status"])
+            .parse()
+            .unwrap()
+    }
+
+    fn latest(&self) -> serde_json::Value {
+        let path = self.dir.path().join("state/reports/latest.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+}
+
+fn apply(config: &str, code: i32) -> support::RunOutput {
+    TendCommand::new(&["--config", config, "apply"]).expect_code(code)
+}
+
+/// Checks what the first status commit holds.
+fn check_first_commit(remote: &Remote, agent: &str) {
+    let main = remote.git(&["rev-parse", "main"]);
+    // An orphan: one commit, no parent, nothing shared with main.
+    assert_eq!(remote.status_commits(), 1);
+    let parents = remote.git(&["rev-list", "--parents", "-n", "1", "tend-status"]);
+    assert_eq!(parents.split_whitespace().count(), 1, "{parents}");
+    let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
+    assert_eq!(
+        files.lines().collect::<Vec<_>>(),
+        [
+            "SUMMARY.md",
+            "agent.yaml",
+            "status/billing.yaml",
+            "status/orders.yaml"
+        ]
+    );
+    let author = remote.git(&["log", "-1", "--format=%an|%cn|%s", "tend-status"]);
+    assert!(
+        author.starts_with(&format!(
+            "tend ({agent})|tend ({agent})|tend status at {}",
+            &main[..12]
+        )),
+        "{author}"
+    );
+    assert!(author.contains("2 resources, 2 in sync"), "{author}");
+    let agent_file: serde_json::Value = serde_norway::from_str(&remote.show("agent.yaml")).unwrap();
+    assert_eq!(agent_file["agentId"], agent);
+    assert_eq!(agent_file["statusFormat"], 1);
+    assert_eq!(agent_file["tendVersion"], env!("CARGO_PKG_VERSION"));
+
+    let orders: serde_json::Value =
+        serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+    assert_eq!(orders["state"], "InSync");
+    assert_eq!(orders["decidedFrom"], main.as_str());
+    assert_eq!(orders["observed"]["connectionLimit"], 10);
+    assert_eq!(orders["lastOperation"]["kind"], "create");
+    assert_eq!(orders["lastOperation"]["result"], "done");
+    assert_eq!(
+        orders["lastOperation"]["id"].as_str().map(str::len),
+        Some(64)
+    );
+    let billing: serde_json::Value =
+        serde_norway::from_str(&remote.show("status/billing.yaml")).unwrap();
+    assert_eq!(billing["override"]["reason"], "INC-4821: invoice run");
+    assert_eq!(billing["override"]["expires"], "2099-01-01T00:00:00Z");
+    let summary = remote.show("SUMMARY.md");
+    assert!(
+        summary.contains("| `billing` | ignore-fields `connectionLimit` | annotation | INC-4821: invoice run | 2099-01-01T00:00:00Z |"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!("Decided from commit `{main}`")),
+        "{summary}"
+    );
+}
+
+#[test]
+fn the_status_branch_over_git_daemon_and_smart_http() {
+    for transport in ["git", "http"] {
+        let remote = Remote::new();
+        let daemon = GitDaemon::start_writable(remote.served.path());
+        let http = HttpGitServer::start(remote.served.path(), None);
+        let url = match transport {
+            "git" => daemon.url("repo.git"),
+            _ => http.url("repo.git"),
+        };
+        let config = remote.config(&url, "status-agent");
+        let main_before = remote.git(&["rev-parse", "main"]);
+        let run = apply(&config, 0);
+        assert!(
+            !run.stderr.contains("status branch"),
+            "{transport}: {}",
+            run.stderr
+        );
+        check_first_commit(&remote, "status-agent");
+        // A second cycle with nothing new: no commit.
+        apply(&config, 0);
+        assert_eq!(remote.status_commits(), 1, "{transport}");
+        // A change: one more commit, on top of the first.
+        remote.repo.write("orders.yaml", &manifest("orders", 20));
+        remote.repo.commit("orders: 20");
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+        apply(&config, 0);
+        assert_eq!(remote.status_commits(), 2, "{transport}");
+        let orders = remote.show("status/orders.yaml");
+        assert!(orders.contains("connectionLimit: 20"), "{orders}");
+        assert!(orders.contains("kind: update"), "{orders}");
+        // The tracked branch is never written.
+        assert_eq!(
+            remote.git(&["rev-parse", "main"]),
+            remote.repo.head(),
+            "{transport}"
+        );
+        assert_ne!(remote.git(&["rev-parse", "main"]), main_before);
+    }
+}
+
+#[test]
+fn a_hundred_unchanged_cycles_make_no_commit_and_main_is_untouched() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "quiet-agent");
+    let main = remote.git(&["rev-parse", "main"]);
+    apply(&config, 0);
+    assert_eq!(remote.status_commits(), 1);
+    let tip = remote.git(&["rev-parse", "tend-status"]);
+    for _ in 0..100 {
+        apply(&config, 0);
+    }
+    assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+    assert_eq!(remote.git(&["rev-parse", "main"]), main);
+    let refs = remote.git(&["for-each-ref", "--format=%(refname)"]);
+    assert_eq!(
+        refs.lines().collect::<Vec<_>>(),
+        ["refs/heads/main", "refs/heads/tend-status"]
+    );
+}
+
+/// Someone else pushes to the status branch after tend fetched it and
+/// before tend's push lands (a pre-receive hook moves the branch, once):
+/// the push is refused, tend fetches the new tip, rebuilds on it and
+/// succeeds, and the other commit and its file are kept.
+#[test]
+fn a_push_refused_because_someone_pushed_first_is_rebuilt_on_their_commit() {
+    let remote = Remote::new();
+    let daemon = GitDaemon::start_writable(remote.served.path());
+    let config = remote.config(&daemon.url("repo.git"), "race-agent");
+    apply(&config, 0);
+    assert_eq!(remote.status_commits(), 1);
+    let hook = remote.bare.join("hooks/pre-receive");
+    let marker = remote.served.path().join("raced");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh
+# Once, for a push of tend-status: another writer's commit lands there
+# first. Outside the
+# push's quarantine (git forbids ref updates inside it, and its objects
+# go away with a refused push).
+grep -q ' refs/heads/tend-status$' || exit 0
+[ -e {marker} ] && exit 0
+touch {marker}
+unset GIT_QUARANTINE_PATH GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
+tip=$(git rev-parse refs/heads/tend-status)
+blob=$(echo 'a note by a human' | git hash-object -w --stdin)
+tree=$( (git ls-tree $tip; printf '100644 blob %s\\tNOTES.md\\n' $blob) | git mktree)
+other=$(echo 'a human was here' | GIT_AUTHOR_NAME=human GIT_AUTHOR_EMAIL=h@example.test GIT_COMMITTER_NAME=human GIT_COMMITTER_EMAIL=h@example.test git commit-tree $tree -p $tip)
+git update-ref refs/heads/tend-status $other
+exit 0
+",
+            marker = marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    remote.repo.write("orders.yaml", &manifest("orders", 30));
+    remote.repo.commit("orders: 30");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    let run = TendCommand::new(&["--config", &config, "apply"])
+        .env("TEND_LOG", "tend=info")
+        .expect_code(0);
+    assert!(marker.exists(), "the hook never ran");
+    assert!(
+        run.stderr.contains("push refused"),
+        "tend's first push was not refused: {}\n{}",
+        run.stderr,
+        remote.git(&["log", "--format=%an|%s", "tend-status"])
+    );
+    let log = remote.git(&["log", "--format=%an|%s", "tend-status"]);
+    let authors: Vec<&str> = log.lines().map(|l| l.split('|').next().unwrap()).collect();
+    assert_eq!(
+        authors,
+        ["tend (race-agent)", "human", "tend (race-agent)"],
+        "{log}"
+    );
+    assert_eq!(remote.show("NOTES.md").trim(), "a note by a human");
+    assert!(
+        remote
+            .show("status/orders.yaml")
+            .contains("connectionLimit: 30")
+    );
+    assert!(remote.latest().get("statusBranch").is_none());
+}
+
+#[test]
+fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    apply(&remote.config(&url, "first-agent"), 0);
+    let tip = remote.git(&["rev-parse", "tend-status"]);
+    let config = remote.config(&url, "second-agent");
+    // Its databases are the first agent's: Blocked, pending (exit 2).
+    let run = apply(&config, 2);
+    assert!(
+        run.stderr.contains(
+            "status branch `tend-status` belongs to agent `first-agent`, not `second-agent`"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+    let latest = remote.latest();
+    assert_eq!(latest["statusBranch"]["branch"], "tend-status");
+    assert!(
+        latest["statusBranch"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("belongs to agent `first-agent`"),
+        "{latest:#}"
+    );
+    let html =
+        std::fs::read_to_string(remote.dir.path().join("state/reports/latest.html")).unwrap();
+    assert!(
+        html.contains("belongs to agent"),
+        "the page shows it too:\n{html}"
+    );
+
+    // A newer status format: not written either.
+    let newer = remote.served.path().join("newer");
+    git(
+        remote.served.path(),
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "tend-status",
+            &remote.bare.display().to_string(),
+            "newer",
+        ],
+    );
+    std::fs::write(
+        newer.join("agent.yaml"),
+        "agentId: first-agent\ntendVersion: 9.0.0\nstatusFormat: 2\n",
+    )
+    .unwrap();
+    git(&newer, &["commit", "-q", "-am", "a newer tend"]);
+    git(&newer, &["push", "-q", "origin", "tend-status"]);
+    let tip = remote.git(&["rev-parse", "tend-status"]);
+    let run = apply(&remote.config(&url, "first-agent"), 0);
+    assert!(
+        run.stderr
+            .contains("status format 2, newer than this tend's 1"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+}
+
+#[test]
+fn the_status_branch_may_not_be_the_tracked_branch() {
+    let remote = Remote::new();
+    let config = TendConfig::new(
+        remote.dir.path(),
+        &format!("file://{}", remote.bare.display()),
+    )
+    .status("branch", "\"main\"")
+    .write();
+    let run =
+        TendCommand::new(&["--config", &config.display().to_string(), "apply"]).expect_code(78);
+    assert!(
+        run.stderr.contains("is the tracked branch"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `tend run` writes the status branch from its one status writer: a
+/// commit when what it observed changes, none while nothing does, and the
+/// metrics count them.
+#[test]
+fn the_running_agent_commits_on_changes_only() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let port = support::git::free_port();
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"run-agent\""))
+        .status("branch", "\"tend-status\"")
+        .source("interval", "\"100ms\"")
+        .reconcile("resync", "\"100ms\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(&config, port, &[]);
+    daemon.wait_ready();
+    let commits = || {
+        let out = std::process::Command::new("git")
+            .args(["rev-list", "--count", "tend-status"])
+            .current_dir(&remote.bare)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse::<usize>().unwrap_or(0)
+    };
+    daemon.wait_for("the first status commit", std::time::Duration::from_secs(10), || commits() == 1);
+    // Many resyncs later (each a cycle): still one commit.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let metrics = daemon.get("/metrics").unwrap().body;
+    let cycles: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("tend_cycles_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(cycles >= 5.0, "{metrics}");
+    assert_eq!(commits(), 1);
+    assert!(metrics.contains("tend_status_commits_total 1"), "{metrics}");
+    assert!(metrics.contains("tend_status_publish_failing 0"), "{metrics}");
+    remote.repo.write("orders.yaml", &manifest("orders", 11));
+    remote.repo.commit("orders: 11");
+    remote.repo.git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    daemon.wait_for("a second status commit", std::time::Duration::from_secs(10), || commits() == 2);
+}

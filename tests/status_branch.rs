@@ -376,9 +376,16 @@ fn the_running_agent_commits_on_changes_only() {
             .current_dir(&remote.bare)
             .output()
             .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse::<usize>().unwrap_or(0)
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(0)
     };
-    daemon.wait_for("the first status commit", std::time::Duration::from_secs(10), || commits() == 1);
+    daemon.wait_for(
+        "the first status commit",
+        std::time::Duration::from_secs(10),
+        || commits() == 1,
+    );
     // Many resyncs later (each a cycle): still one commit.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let metrics = daemon.get("/metrics").unwrap().body;
@@ -390,9 +397,18 @@ fn the_running_agent_commits_on_changes_only() {
     assert!(cycles >= 5.0, "{metrics}");
     assert_eq!(commits(), 1);
     assert!(metrics.contains("tend_status_commits_total 1"), "{metrics}");
-    assert!(metrics.contains("tend_status_publish_failing 0"), "{metrics}");
+    assert!(
+        metrics.contains("tend_status_publish_failing 0"),
+        "{metrics}"
+    );
     remote.repo.write("orders.yaml", &manifest("orders", 11));
     remote.repo.commit("orders: 11");
-    remote.repo.git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
-    daemon.wait_for("a second status commit", std::time::Duration::from_secs(10), || commits() == 2);
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    daemon.wait_for(
+        "a second status commit",
+        std::time::Duration::from_secs(10),
+        || commits() == 2,
+    );
 }

@@ -42,14 +42,22 @@ body{margin:0 auto;max-width:72rem;padding:1rem;font:15px/1.45 system-ui,-apple-
 h1{font-size:1.4rem;margin:.2rem 0}h2{font-size:1.1rem;margin:1.6rem 0 .5rem}
 .meta{color:var(--muted);font-size:.9rem;overflow-wrap:anywhere}
 code{font:13px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;overflow-wrap:anywhere}
+.meta code{overflow-wrap:anywhere}
 .banner{border:1px solid var(--red);background:var(--redbg);color:var(--red);padding:.6rem .8rem;border-radius:6px;margin:.8rem 0;overflow-wrap:anywhere}
 .counts{display:flex;flex-wrap:wrap;gap:.5rem;margin:.8rem 0}
 .count{border:1px solid var(--line);border-radius:6px;padding:.35rem .7rem;min-width:6.5rem}
 .count b{display:block;font-size:1.3rem}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
 table{border-collapse:collapse;width:100%;font-size:.92rem}
-th,td{border-bottom:1px solid var(--line);padding:.35rem .5rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th,td{border-bottom:1px solid var(--line);padding:.35rem .5rem;text-align:left;vertical-align:top;overflow-wrap:break-word}
 th{background:var(--head);font-weight:600}
+@media (max-width:40rem){
+thead{display:none}
+table,tbody,tr,td{display:block;width:100%}
+tr{border:1px solid var(--line);border-radius:6px;margin:0 0 .6rem;padding:.2rem 0}
+td{border:0;padding:.2rem .6rem}
+td::before{content:attr(data-label);display:block;color:var(--muted);font-size:.8rem}
+}
 .state{font-weight:600;white-space:nowrap}
 .bad{color:var(--red)}.warn{color:var(--amber)}.ok{color:var(--green)}
 .none{color:var(--muted)}
@@ -73,7 +81,7 @@ fn state_class(state: State) -> &'static str {
 
 fn state_cell(state: State) -> String {
     format!(
-        "<td class=\"state {}\">{}</td>",
+        "<span class=\"state {}\">{}</span>",
         state_class(state),
         state.as_str()
     )
@@ -87,14 +95,20 @@ fn when(report: &Report, t: &str) -> String {
     }
 }
 
-fn table(out: &mut String, id: &str, headers: &[&str], rows: &[String]) {
+/// A table of `rows` (cells as HTML); on a narrow screen each row becomes
+/// a card whose cells are labelled with their column.
+fn table(out: &mut String, id: &str, headers: &[&str], rows: &[Vec<String>]) {
     let _ = write!(out, "<div class=\"scroll\"><table id=\"{id}\"><thead><tr>");
     for header in headers {
         let _ = write!(out, "<th>{header}</th>");
     }
     out.push_str("</tr></thead><tbody>");
     for row in rows {
-        let _ = write!(out, "<tr>{row}</tr>");
+        out.push_str("<tr>");
+        for (cell, header) in row.iter().zip(headers) {
+            let _ = write!(out, "<td data-label=\"{header}\">{cell}</td>");
+        }
+        out.push_str("</tr>");
     }
     out.push_str("</tbody></table></div>\n");
 }
@@ -171,35 +185,28 @@ pub fn page(report: &Report, title: &str) -> String {
     }
     out.push_str("</div>\n");
 
+    let code = |t: &str| format!("<code>{}</code>", h(t));
     if !attention.is_empty() {
         out.push_str("<h2>Needs attention</h2>\n");
-        let rows: Vec<String> = attention
+        let rows: Vec<Vec<String>> = attention
             .iter()
-            .map(|r| {
-                format!(
-                    "<td><code>{}</code></td>{}<td>{}</td>",
-                    h(&r.name),
-                    state_cell(r.state),
-                    h(&r.reason)
-                )
-            })
+            .map(|r| vec![code(&r.name), state_cell(r.state), h(&r.reason)])
             .collect();
         table(&mut out, "attention", &["name", "state", "reason"], &rows);
     }
 
-    let drift: Vec<String> = report
+    let drift: Vec<Vec<String>> = report
         .resources
         .iter()
         .flat_map(|r| r.drift.iter().map(move |d| (r, d)))
         .map(|(r, d)| {
-            format!(
-                "<td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>",
-                h(&r.name),
-                h(&d.field),
+            vec![
+                code(&r.name),
+                code(&d.field),
                 h(&render::value(&d.desired)),
                 h(&render::value(&d.observed)),
-                h(&render::drift_origin(d.origin, d.ignored))
-            )
+                h(&render::drift_origin(d.origin, d.ignored)),
+            ]
         })
         .collect();
     if !drift.is_empty() {
@@ -212,29 +219,34 @@ pub fn page(report: &Report, title: &str) -> String {
         );
     }
 
-    let overrides: Vec<String> = report
+    let overrides: Vec<Vec<String>> = report
         .resources
         .iter()
         .filter_map(|r| r.override_.as_ref().map(|o| (r, o)))
         .map(|(r, o)| {
             let expires = match (&o.expires, o.expired) {
-                (Some(t), true) => format!("<span class=\"bad\">EXPIRED</span> {}", when(report, t)),
+                (Some(t), true) => {
+                    format!("<span class=\"bad\">EXPIRED</span> {}", when(report, t))
+                }
                 (Some(t), false) => when(report, t),
                 (None, _) => "<span class=\"warn\">no expiry</span>".into(),
             };
             let fields = if o.fields.is_empty() {
                 String::new()
             } else {
-                format!(" <code>{}</code>", h(&o.fields.join(", ")))
+                format!(" {}", code(&o.fields.join(", ")))
             };
-            format!(
-                "<td><code>{}</code></td><td>{}</td><td>{}{fields}</td><td>{}</td><td>{expires}</td><td>{}</td>",
-                h(&r.name),
+            vec![
+                code(&r.name),
                 h(&o.source),
-                h(&o.kind),
+                format!("{}{fields}", h(&o.kind)),
                 h(&o.reason),
-                o.first_seen.as_deref().map(|t| when(report, t)).unwrap_or_default()
-            )
+                expires,
+                o.first_seen
+                    .as_deref()
+                    .map(|t| when(report, t))
+                    .unwrap_or_default(),
+            ]
         })
         .collect();
     if !overrides.is_empty() {
@@ -247,21 +259,20 @@ pub fn page(report: &Report, title: &str) -> String {
         );
     }
 
-    let deletions: Vec<String> = report
+    let deletions: Vec<Vec<String>> = report
         .resources
         .iter()
         .filter(|r| matches!(r.state, State::Deleting | State::Stalled))
         .map(|r| {
-            format!(
-                "<td><code>{}</code></td>{}<td>{}</td><td>{}</td>",
-                h(&r.name),
+            vec![
+                code(&r.name),
                 state_cell(r.state),
                 r.acts_at
                     .as_deref()
                     .map(|t| when(report, t))
                     .unwrap_or_else(|| "now".into()),
-                h(&r.reason)
-            )
+                h(&r.reason),
+            ]
         })
         .collect();
     if !deletions.is_empty() {
@@ -277,7 +288,7 @@ pub fn page(report: &Report, title: &str) -> String {
     out.push_str("<h2>All resources</h2>\n");
     let mut ordered: Vec<&ResourceReport> = report.resources.iter().collect();
     ordered.sort_by_key(|r| !needs_attention(r.state));
-    let rows: Vec<String> = ordered
+    let rows: Vec<Vec<String>> = ordered
         .iter()
         .map(|r| {
             let unobserved = if r.unobserved.is_empty() {
@@ -288,15 +299,20 @@ pub fn page(report: &Report, title: &str) -> String {
                     h(&r.unobserved.join(", "))
                 )
             };
-            format!(
-                "<td><code>{}</code><br><span class=\"meta\">{}</span></td>{}<td>{}</td><td>{}{unobserved}</td><td>{}</td>",
-                h(&r.name),
-                h(&r.file),
+            vec![
+                format!(
+                    "{}<br><span class=\"meta\">{}</span>",
+                    code(&r.name),
+                    h(&r.file)
+                ),
                 state_cell(r.state),
-                r.action.as_str(),
-                h(&r.reason),
-                r.observed_at.as_deref().map(|t| when(report, t)).unwrap_or_else(|| "not observed".into())
-            )
+                r.action.as_str().to_string(),
+                format!("{}{unobserved}", h(&r.reason)),
+                r.observed_at
+                    .as_deref()
+                    .map(|t| when(report, t))
+                    .unwrap_or_else(|| "not observed".into()),
+            ]
         })
         .collect();
     table(
@@ -308,34 +324,24 @@ pub fn page(report: &Report, title: &str) -> String {
 
     if !report.errors.is_empty() {
         out.push_str("<h2>Declaration errors</h2>\n");
-        let rows: Vec<String> = report
+        let rows: Vec<Vec<String>> = report
             .errors
             .iter()
             .map(|e| {
-                format!(
-                    "<td><code>{}:{}:{}</code></td><td>{}</td>",
-                    h(&e.file),
-                    e.line,
-                    e.column,
-                    h(&e.message)
-                )
+                vec![
+                    code(&format!("{}:{}:{}", e.file, e.line, e.column)),
+                    h(&e.message),
+                ]
             })
             .collect();
         table(&mut out, "errors", &["where", "problem"], &rows);
     }
     if !report.orphaned_overrides.is_empty() {
         out.push_str("<h2>Orphaned local overrides</h2>\n");
-        let rows: Vec<String> = report
+        let rows: Vec<Vec<String>> = report
             .orphaned_overrides
             .iter()
-            .map(|o| {
-                format!(
-                    "<td><code>{}</code></td><td>{}</td><td>{}</td>",
-                    h(&o.name),
-                    h(&o.reason),
-                    h(&o.set_at)
-                )
-            })
+            .map(|o| vec![code(&o.name), h(&o.reason), h(&o.set_at)])
             .collect();
         table(&mut out, "orphans", &["name", "reason", "set"], &rows);
     }

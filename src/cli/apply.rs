@@ -15,6 +15,7 @@ use crate::journal::Access;
 use crate::reconcile::Mode;
 use crate::status::Report;
 use crate::status::files::ReportFiles;
+use crate::status::notify::deliver::Notifier;
 use crate::status::publish::StatusPublisher;
 
 #[derive(Debug, Args)]
@@ -54,18 +55,24 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         Ok(agent) => agent.with_progress(Arc::new(TerminalProgress::new())),
         Err(code) => return Ok(code),
     };
+    let notifier = match Notifier::from_config(agent.config()) {
+        Ok(n) => n.map(Arc::new),
+        Err(e) => {
+            session::fail(e);
+            return Ok(exit::CONFIG);
+        }
+    };
     let finished = |ran: &[Executed]| print_operations(&mut io::stderr().lock(), ran).map(|_| ());
-    session::one_cycle(&agent, Mode::Apply, finished, |result| {
+    let code = session::one_cycle(&agent, Mode::Apply, finished, |result| {
         let operations = result.outcome.map_or(&[][..], |o| o.operations.as_slice());
         let failed = print_operations(&mut io::stderr().lock(), operations)?;
         let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_latest();
         let report = result.report(&agent, previous.as_ref());
         tracing::debug!("report built");
-        let mut publisher = StatusPublisher::new(&agent, TITLE, previous.as_ref());
-        // With nothing decided (no commit ever accepted), the status branch
-        // keeps what it says: an empty report must not empty it.
+        let mut publisher =
+            StatusPublisher::new(&agent, TITLE, previous.as_ref(), notifier.clone());
         if result.outcome.is_none() {
-            publisher.without_branch();
+            publisher.files_only();
         }
         let published = publisher.publish(&report, agent.clock().now());
         if let Some(e) = &published.branch_error {
@@ -74,11 +81,33 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         if let Some(e) = &published.files_error {
             session::fail(e);
         }
+        if let Some(e) = &published.notify_error {
+            session::fail(format!("notifications: {e}"));
+        }
         let code = print_report_and_code(args.format, &report, failed);
         tracing::debug!("report printed");
         super::heap::release_at_exit(report);
         code
-    })
+    })?;
+    if let (Some(notifier), Some(store)) = (&notifier, agent.store()) {
+        deliver(notifier, store, &agent);
+    }
+    Ok(code)
+}
+
+/// Delivers the queued notifications once (each receiver within its
+/// timeout); what fails waits in the state for the next writer.
+fn deliver(
+    notifier: &Notifier,
+    store: &Arc<crate::journal::StateStore>,
+    agent: &crate::agent::Agent,
+) {
+    let Ok(runtime) = session::runtime() else {
+        return;
+    };
+    if let Err(e) = runtime.block_on(notifier.deliver_due(store, agent.clock().now())) {
+        session::fail(format!("notifications: {e}"));
+    }
 }
 
 /// What heads the reports `tend apply` writes.

@@ -48,6 +48,7 @@ pub enum ConfigError {
     },
 }
 
+pub mod notify;
 mod providers;
 pub mod secret;
 mod values;
@@ -71,9 +72,9 @@ pub struct Config {
     pub reconcile: ReconcileConfig,
     #[serde(default)]
     pub status: StatusConfig,
-    /// Read by later components; accepted so configs can carry them.
+    /// Receivers of notifications on transitions.
     #[serde(default)]
-    pub notify: Vec<toml::Table>,
+    pub notify: Vec<notify::NotifyConfig>,
     #[serde(default)]
     pub server: ServerConfig,
     #[serde(default)]
@@ -277,6 +278,13 @@ pub struct StatusConfig {
     pub reports_dir: Option<PathBuf>,
     #[serde(default = "default_keep_reports")]
     pub keep_reports: usize,
+    /// An override this close to its expiry is notified as expiring.
+    #[serde(default = "one_day", deserialize_with = "values::duration")]
+    pub warn_before: Duration,
+}
+
+fn one_day() -> Duration {
+    Duration::from_secs(24 * 3600)
 }
 
 impl Default for StatusConfig {
@@ -285,6 +293,7 @@ impl Default for StatusConfig {
             branch: default_status_branch(),
             reports_dir: None,
             keep_reports: default_keep_reports(),
+            warn_before: one_day(),
         }
     }
 }
@@ -393,6 +402,22 @@ impl Config {
         }
         if let Some(file) = &config.server.webhook_secret_file {
             config.server.webhook_secret_file = Some(resolve(file));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, receiver) in config.notify.iter_mut().enumerate() {
+            receiver.check(i).map_err(&invalid)?;
+            if !names.insert(receiver.name_at(i)) {
+                return Err(invalid(format!(
+                    "[[notify]] name {:?} is used twice: give each receiver its own",
+                    receiver.name_at(i)
+                )));
+            }
+            for file in [&mut receiver.url_file, &mut receiver.secret_file]
+                .into_iter()
+                .flatten()
+            {
+                *file = resolve(file);
+            }
         }
         if !config.server.listen.ip().is_loopback() && config.server.webhook_secret_file.is_none() {
             return Err(invalid(format!(

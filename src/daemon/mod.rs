@@ -35,6 +35,7 @@ use crate::journal::{Access, StateLock};
 use crate::server::{Metrics, ServerState};
 use crate::source::{PollOutcome, Snapshot, SourceError, Wakeups};
 use crate::status::board::{SourceStatus, StatusBoard};
+use crate::status::notify::deliver::Notifier;
 use health::Heartbeats;
 use signals::{Request, Signals};
 
@@ -175,7 +176,7 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
     let running = match Running::start(Arc::new(agent), &shared) {
         Ok(r) => r,
         Err(e) => {
-            fail(format!("source: {e}"));
+            fail(e);
             return exit::CONFIG;
         }
     };
@@ -286,6 +287,15 @@ fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bo
     systemd::status(&line);
 }
 
+/// Why an incarnation of the agent could not start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("source: {0}")]
+    Source(#[from] SourceError),
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+}
+
 /// One incarnation of the agent: its source follower and its workers.
 struct Running {
     agent: Arc<Agent>,
@@ -295,10 +305,12 @@ struct Running {
     bridge: tokio::task::JoinHandle<()>,
     /// Writes the report files (ends when `stop` turns true).
     status: tokio::task::JoinHandle<()>,
+    /// Delivers notifications (ends when `stop` turns true).
+    deliveries: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
-    fn start(agent: Arc<Agent>, shared: &Shared) -> Result<Self, SourceError> {
+    fn start(agent: Arc<Agent>, shared: &Shared) -> Result<Self, StartError> {
         let source = agent.source()?.parses_on_disk();
         let config = agent.config();
         let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;
@@ -317,15 +329,30 @@ impl Running {
             shared.metrics.clone(),
         ));
         let (stop, stop_rx) = watch::channel(false);
+        let notifier = Notifier::from_config(config)?.map(Arc::new);
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let deliveries = match (&notifier, agent.store()) {
+            (Some(notifier), Some(store)) => {
+                Some(tokio::spawn(crate::status::notify::deliver::run(
+                    notifier.clone(),
+                    store.clone(),
+                    wake.clone(),
+                    stop_rx.clone(),
+                )))
+            }
+            _ => None,
+        };
         let publisher = crate::status::publish::StatusPublisher::new(
             &agent,
             crate::status::writer::TITLE,
             None,
+            notifier,
         );
         let status = tokio::spawn(crate::status::writer::run(
             shared.board.clone(),
             publisher,
             shared.metrics.clone(),
+            wake,
             stop_rx.clone(),
         ));
         let mut workers = JoinSet::new();
@@ -350,6 +377,7 @@ impl Running {
             source,
             bridge,
             status,
+            deliveries,
         })
     }
 
@@ -365,8 +393,12 @@ impl Running {
             while self.workers.join_next().await.is_some() {}
         })
         .await;
-        // The writer ends at `stop` (a write under way finishes first).
+        // The writer ends at `stop` (a write under way finishes first); a
+        // delivery under way is cut short (the message stays queued).
         let _ = tokio::time::timeout(Duration::from_secs(5), self.status).await;
+        if let Some(deliveries) = self.deliveries {
+            deliveries.abort();
+        }
         if drained.is_err() {
             tracing::warn!(
                 "operations still running after {:?}: they stay journalled and are resolved at the next start",
@@ -407,9 +439,13 @@ impl Running {
                 return Ok(self);
             }
         };
-        // Every provider must build (secrets read, kinds known) before the
-        // running agent is stopped.
+        // Every provider must build (secrets read, kinds known), and every
+        // notification receiver, before the running agent is stopped.
         if let Err(e) = Agent::open(config.clone(), Access::ReadOnly, Arc::new(SystemClock)) {
+            refuse(e.to_string());
+            return Ok(self);
+        }
+        if let Err(e) = Notifier::from_config(&config) {
             refuse(e.to_string());
             return Ok(self);
         }
@@ -438,7 +474,7 @@ impl Running {
         }
         shared.board.reset_parts();
         let running = Running::start(Arc::new(agent), shared).map_err(|e| {
-            fail(format!("source: {e}"));
+            fail(e);
             exit::CONFIG
         })?;
         shared.metrics.reload(true);

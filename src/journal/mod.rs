@@ -20,7 +20,7 @@ pub mod store;
 pub use lock::StateLock;
 pub use store::{
     Applied, Approval, CorruptRow, Intent, IntentState, LastOperation, LocalOverride, OverrideSeen,
-    StateStore, StoredMemories, TombstoneRow, Tx,
+    PendingNotification, QueuedNotification, StateStore, StoredMemories, TombstoneRow, Tx,
 };
 
 use std::sync::Arc;
@@ -35,9 +35,8 @@ pub enum Access {
     Writer,
 }
 
-/// The state format this binary writes (see `store::MIGRATIONS` and
-/// `store::ADDED_COLUMNS`).
-pub const FORMAT: i64 = 4;
+/// The state format this binary writes (see `store::migrations`).
+pub const FORMAT: i64 = 5;
 /// The newest `min_reader_format` this binary can read, and the one it
 /// writes: format 3 holds deletions (the mass-deletion guard) in a table
 /// an older reader would ignore, and deleting what is held is exactly what

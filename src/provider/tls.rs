@@ -16,6 +16,14 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+/// An HTTP client builder (reqwest), with ring as the process's TLS
+/// provider (reqwest takes it from the process; installed once) and the
+/// system's trusted roots.
+pub fn http_client() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+}
+
 /// The connector for a provider: verifying against `ca_file` when given.
 pub fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

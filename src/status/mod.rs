@@ -6,6 +6,7 @@ pub mod branch;
 pub mod branch_files;
 pub mod files;
 pub mod html;
+pub mod notify;
 pub mod publish;
 pub mod render;
 pub mod report;

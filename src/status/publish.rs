@@ -1,5 +1,6 @@
 //! The status step of a writing cycle: the status branch, then the report
-//! files (which say whether the branch could be written). `tend apply`
+//! files (which say whether the branch could be written), then the
+//! notifications of the transitions (queued; delivered apart). `tend apply`
 //! runs it once after its cycle; `tend run`'s status writer runs it after
 //! every change of the fleet's report.
 //!
@@ -14,6 +15,7 @@ use std::time::SystemTime;
 
 use super::branch::{Published, StatusBranch, StatusBranchError};
 use super::files::{ReportFiles, ReportFilesError};
+use super::notify::deliver::Notifier;
 use super::report::{Report, StatusBranchReport};
 use crate::agent::Agent;
 use crate::journal::StateStore;
@@ -26,6 +28,10 @@ pub struct PublishOutcome {
     /// A commit was pushed to the status branch.
     pub committed: Option<String>,
     pub files_error: Option<ReportFilesError>,
+    /// Transitions queued for notification.
+    pub transitions: usize,
+    /// The notifications could not be recorded.
+    pub notify_error: Option<crate::journal::StateError>,
 }
 
 /// The status step of one agent.
@@ -34,6 +40,7 @@ pub struct StatusPublisher {
     branch: Option<StatusBranch>,
     store: Option<Arc<StateStore>>,
     title: &'static str,
+    notifier: Option<Arc<Notifier>>,
     /// The digest of the last files the branch holds (pushed, or found
     /// there): while they stay the same, nothing is fetched.
     published: Option<String>,
@@ -45,7 +52,12 @@ impl StatusPublisher {
     /// The publisher of `agent`. `previous`: the last report written (a
     /// one-shot command learns since when the branch has been failing
     /// from it).
-    pub fn new(agent: &Agent, title: &'static str, previous: Option<&Report>) -> Self {
+    pub fn new(
+        agent: &Agent,
+        title: &'static str,
+        previous: Option<&Report>,
+        notifier: Option<Arc<Notifier>>,
+    ) -> Self {
         let config = agent.config();
         let failing_since = previous
             .and_then(|r| r.status_branch.as_ref())
@@ -55,15 +67,17 @@ impl StatusPublisher {
             branch: agent.status_branch(),
             store: agent.store().cloned(),
             title,
+            notifier,
             published: None,
             failing_since,
         }
     }
 
-    /// Writes the report files only (a report with nothing decided must
-    /// not empty the status branch).
-    pub fn without_branch(&mut self) {
+    /// Writes the report files only: a report with nothing decided must
+    /// not empty the status branch, nor end every resource's conditions.
+    pub fn files_only(&mut self) {
         self.branch = None;
+        self.notifier = None;
     }
 
     pub fn files(&self) -> &ReportFiles {
@@ -102,6 +116,12 @@ impl StatusPublisher {
         let written = report_with.as_ref().unwrap_or(report);
         if let Err(e) = self.files.write(written, self.title) {
             outcome.files_error = Some(e);
+        }
+        if let (Some(notifier), Some(store)) = (&self.notifier, &self.store) {
+            match notifier.record(store, report, now) {
+                Ok(transitions) => outcome.transitions = transitions.len(),
+                Err(e) => outcome.notify_error = Some(e),
+            }
         }
         outcome
     }

@@ -34,6 +34,7 @@ pub async fn run(
     board: Arc<StatusBoard>,
     mut publisher: StatusPublisher,
     metrics: Arc<Metrics>,
+    deliveries: Arc<tokio::sync::Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut changes = board.subscribe();
@@ -72,9 +73,13 @@ pub async fn run(
         if let Some(commit) = &outcome.committed {
             tracing::info!(commit = %commit, "status branch: committed");
         }
+        if outcome.transitions > 0 {
+            deliveries.notify_one();
+        }
         let errors: Vec<String> = [
             outcome.branch_error.map(|e| e.to_string()),
             outcome.files_error.map(|e| format!("reports: {e}")),
+            outcome.notify_error.map(|e| format!("notifications: {e}")),
         ]
         .into_iter()
         .flatten()

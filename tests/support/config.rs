@@ -11,6 +11,8 @@ pub struct TendConfig {
     dir: PathBuf,
     top: BTreeMap<String, String>,
     sections: BTreeMap<String, BTreeMap<String, String>>,
+    /// TOML appended as it is (`[[notify]]` entries).
+    raw: String,
 }
 
 impl TendConfig {
@@ -21,6 +23,7 @@ impl TendConfig {
             dir: dir.to_path_buf(),
             top: BTreeMap::new(),
             sections: BTreeMap::new(),
+            raw: String::new(),
         };
         config
             .set_top("agent_id", "\"test-agent\"")
@@ -83,6 +86,15 @@ impl TendConfig {
         self
     }
 
+    /// A `[[notify]]` entry from its keys (TOML values).
+    pub fn notify(mut self, keys: &[(&str, &str)]) -> Self {
+        self.raw.push_str("[[notify]]\n");
+        for (k, v) in keys {
+            self.raw.push_str(&format!("{k} = {v}\n"));
+        }
+        self
+    }
+
     fn set_top(&mut self, key: &str, value: &str) -> &mut Self {
         self.top.insert(key.into(), value.into());
         self
@@ -108,6 +120,7 @@ impl TendConfig {
                 out.push_str(&format!("{k} = {v}\n"));
             }
         }
+        out.push_str(&self.raw);
         out
     }
 

@@ -6,6 +6,7 @@ pub mod config;
 pub mod daemon;
 pub mod git;
 pub mod postgres;
+pub mod receiver;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,6 +1,7 @@
 //! The SQLite state store: opening, formats and migrations, `meta`, and
 //! the integrity check. Reads are in [`read`], writes in [`write`].
 
+mod migrations;
 mod read;
 mod status;
 mod write;
@@ -9,7 +10,7 @@ pub use read::{
     Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StoredMemories,
     TombstoneRow,
 };
-pub use status::LastOperation;
+pub use status::{LastOperation, PendingNotification, QueuedNotification};
 pub use write::{Applied, Tx};
 
 use std::path::{Path, PathBuf};
@@ -20,105 +21,6 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::{FORMAT, READABLE_FORMAT, StateError};
 use crate::model::hash::sha256_hex;
-
-/// Migrations, applied in order; index + 1 is the format they produce.
-const MIGRATIONS: &[&str] = &[
-    // 1: the first layout.
-    r#"
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE resources (
-    name TEXT PRIMARY KEY,
-    provider TEXT NOT NULL,
-    database_name TEXT NOT NULL,
-    file TEXT NOT NULL,
-    applied_spec_hash TEXT,
-    applied_fields TEXT NOT NULL DEFAULT '{}',
-    applied_commit TEXT,
-    external_id TEXT,
-    existed INTEGER NOT NULL DEFAULT 0,
-    manifest TEXT NOT NULL DEFAULT '{}',
-    last_write_ms INTEGER,
-    updated_ms INTEGER NOT NULL
-);
-CREATE TABLE drift_seen (
-    name TEXT NOT NULL, field TEXT NOT NULL, first_seen_ms INTEGER NOT NULL,
-    PRIMARY KEY (name, field)
-);
-CREATE TABLE attempts (
-    name TEXT NOT NULL, field TEXT NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (name, field)
-);
-CREATE TABLE intents (
-    op_id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    spec_hash TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    request TEXT NOT NULL,
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    last_error TEXT,
-    created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL
-);
-CREATE INDEX intents_by_name ON intents (name, state);
-CREATE TABLE tombstones (
-    name TEXT PRIMARY KEY,
-    manifest TEXT NOT NULL,
-    removed_ms INTEGER NOT NULL,
-    removal_commit TEXT NOT NULL,
-    delete_requested_ms INTEGER,
-    last_error TEXT
-);
-CREATE TABLE local_overrides (
-    name TEXT PRIMARY KEY,
-    annotations TEXT NOT NULL,
-    set_ms INTEGER NOT NULL
-);
-CREATE TABLE override_seen (
-    name TEXT NOT NULL, source TEXT NOT NULL, fingerprint TEXT NOT NULL, first_seen_ms INTEGER NOT NULL,
-    PRIMARY KEY (name, source)
-);
-"#,
-    // 2: finding the pending intents (every cycle) must not scan the whole
-    // journal; format-1 readers ignore the index.
-    r#"
-CREATE INDEX IF NOT EXISTS intents_pending ON intents (state) WHERE state = 'pending';
-"#,
-    // 3: the mass-deletion guard remembers its holds and the operator's
-    // approvals; every open intent (pending, or a state this binary does
-    // not know) is found through an index; finished intents pruned from
-    // the journal leave their count behind (operation-id generations). A
-    // reader that ignored these tables would delete what this format holds
-    // and reuse operation ids: min_reader_format 3.
-    r#"
-CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state);
-CREATE TABLE IF NOT EXISTS deletion_holds (
-    name TEXT PRIMARY KEY, since_ms INTEGER NOT NULL, due_together INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS deletion_approvals (
-    name TEXT PRIMARY KEY, reason TEXT NOT NULL, approved_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pruned_generations (
-    name TEXT NOT NULL, kind TEXT NOT NULL, spec_hash TEXT NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (name, kind, spec_hash)
-);
-"#,
-];
-
-/// Columns added by a format (index + 1 + `MIGRATIONS.len()` is the format
-/// they produce): SQLite has no `ADD COLUMN IF NOT EXISTS`, so each is
-/// added only where missing.
-const ADDED_COLUMNS: &[&[(&str, &str, &str)]] = &[
-    // 4: failed update attempts remember the declared and observed values
-    // they were counted against, and count only while both stay the same.
-    // A format-3 reader ignores the columns (its counts never reset: the
-    // old behaviour, not a hazard): min_reader_format stays 3.
-    &[
-        ("attempts", "desired", "TEXT"),
-        ("attempts", "observed", "TEXT"),
-    ],
-];
 
 /// How much of a state database is read through a memory map.
 pub const MMAP_BYTES: i64 = 1 << 30;
@@ -401,25 +303,10 @@ impl StateStore {
         .map_err(|e| sql_err(&self.path, e))?;
         // Read again under the write lock: another writer may have migrated.
         let (current, min_reader, _) = Self::format_meta(&tx);
-        for (i, sql) in MIGRATIONS.iter().enumerate() {
+        for (i, step) in migrations::STEPS.iter().enumerate() {
             let format = i as i64 + 1;
             if format > current {
-                tx.execute_batch(sql).map_err(|e| sql_err(&self.path, e))?;
-            }
-        }
-        for (i, columns) in ADDED_COLUMNS.iter().enumerate() {
-            let format = (MIGRATIONS.len() + i) as i64 + 1;
-            if format <= current {
-                continue;
-            }
-            for (table, column, kind) in *columns {
-                let exists = tx
-                    .prepare(&format!("SELECT {column} FROM {table} LIMIT 0"))
-                    .is_ok();
-                if !exists {
-                    tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
-                        .map_err(|e| sql_err(&self.path, e))?;
-                }
+                step.apply(&tx).map_err(|e| sql_err(&self.path, e))?;
             }
         }
         // A newer writer's higher format and reader requirement stay: this

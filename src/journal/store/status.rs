@@ -50,3 +50,146 @@ impl StateStore {
         Ok(out)
     }
 }
+
+/// A notification not delivered yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingNotification {
+    pub id: i64,
+    pub receiver: String,
+    pub event: String,
+    /// The resource, or `""` for the source.
+    pub subject: String,
+    /// The body as it will be sent (formatted for its receiver).
+    pub body: String,
+    pub attempts: u32,
+    pub created_at: SystemTime,
+}
+
+/// A notification to queue: receiver, event, subject, body.
+pub type QueuedNotification = (String, String, String, String);
+
+impl StateStore {
+    /// The conditions last notified, as `(subject, condition)`. A state
+    /// written before notifications existed has none.
+    pub fn notify_conditions(
+        &self,
+    ) -> Result<std::collections::BTreeSet<(String, String)>, StateError> {
+        if !self.has_table("notify_conditions")? {
+            return Ok(Default::default());
+        }
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT subject, condition FROM notify_conditions")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Remembers `current` as the conditions notified and queues
+    /// `notifications`, in one transaction: a crash loses neither, and a
+    /// restart does not send them again.
+    pub fn record_notifications(
+        &self,
+        current: &std::collections::BTreeSet<(String, String)>,
+        notifications: &[QueuedNotification],
+        now: SystemTime,
+    ) -> Result<(), StateError> {
+        let now = super::ms(now);
+        let wanted = serde_json::to_string(
+            &current
+                .iter()
+                .map(|(s, c)| format!("{s}\u{1f}{c}"))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_else(|_| "[]".into());
+        self.write(|tx| {
+            tx.exec(
+                "DELETE FROM notify_conditions WHERE subject || char(31) || condition NOT IN (SELECT value FROM json_each(?1))",
+                rusqlite::params![wanted],
+            )?;
+            for (subject, condition) in current {
+                tx.exec(
+                    "INSERT INTO notify_conditions (subject, condition, since_ms) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+                    rusqlite::params![subject, condition, now],
+                )?;
+            }
+            for (receiver, event, subject, body) in notifications {
+                tx.exec(
+                    "INSERT INTO notify_outbox (receiver, event, subject, body, next_ms, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+                    rusqlite::params![receiver, event, subject, body, now],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Notifications due for delivery at `now`, oldest first.
+    pub fn due_notifications(
+        &self,
+        now: SystemTime,
+        limit: usize,
+    ) -> Result<Vec<PendingNotification>, StateError> {
+        if !self.has_table("notify_outbox")? {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare(
+                "SELECT id, receiver, event, subject, body, attempts, created_ms FROM notify_outbox \
+                 WHERE next_ms <= ?1 ORDER BY id LIMIT ?2",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(
+                rusqlite::params![super::ms(now), i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| {
+                    Ok(PendingNotification {
+                        id: r.get(0)?,
+                        receiver: r.get(1)?,
+                        event: r.get(2)?,
+                        subject: r.get(3)?,
+                        body: r.get(4)?,
+                        attempts: u32::try_from(r.get::<_, i64>(5)?).unwrap_or(u32::MAX),
+                        created_at: time(r.get(6)?),
+                    })
+                },
+            )
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// When the next queued notification falls due, if any is queued.
+    pub fn next_notification_due(&self) -> Result<Option<SystemTime>, StateError> {
+        if !self.has_table("notify_outbox")? {
+            return Ok(None);
+        }
+        self.conn()
+            .query_row("SELECT min(next_ms) FROM notify_outbox", [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .map(|ms| ms.map(time))
+            .map_err(|e| self.err(e))
+    }
+
+    /// A notification was delivered (or given up): it leaves the queue.
+    pub fn notification_done(&self, id: i64) -> Result<(), StateError> {
+        self.write(|tx| tx.exec("DELETE FROM notify_outbox WHERE id = ?1", [id]))
+    }
+
+    /// A delivery failed: tried again at `next`.
+    pub fn notification_failed(
+        &self,
+        id: i64,
+        error: &str,
+        next: SystemTime,
+    ) -> Result<(), StateError> {
+        self.write(|tx| {
+            tx.exec(
+                "UPDATE notify_outbox SET attempts = attempts + 1, last_error = ?2, next_ms = ?3 WHERE id = ?1",
+                rusqlite::params![id, error, super::ms(next)],
+            )
+        })
+    }
+}

@@ -219,7 +219,7 @@ impl Tx<'_> {
         sql_err(&self.store.path, e)
     }
 
-    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<(), StateError> {
+    pub(super) fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<(), StateError> {
         self.tx
             .prepare_cached(sql)
             .and_then(|mut s| s.execute(params))

@@ -1,0 +1,158 @@
+//! The state formats, one step each: the step that produces format N is
+//! `STEPS[N - 1]`. A migration runs every step above the file's format in
+//! one transaction: a crash leaves the file at its old format.
+
+use rusqlite::Transaction;
+
+/// What one format adds.
+pub(super) enum Step {
+    /// SQL run as a batch.
+    Sql(&'static str),
+    /// Columns `(table, column, type)` added where missing (SQLite has no
+    /// `ADD COLUMN IF NOT EXISTS`).
+    Columns(&'static [(&'static str, &'static str, &'static str)]),
+}
+
+impl Step {
+    pub(super) fn apply(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        match self {
+            Step::Sql(sql) => tx.execute_batch(sql),
+            Step::Columns(columns) => {
+                for (table, column, kind) in *columns {
+                    let exists = tx
+                        .prepare(&format!("SELECT {column} FROM {table} LIMIT 0"))
+                        .is_ok();
+                    if !exists {
+                        tx.execute_batch(&format!(
+                            "ALTER TABLE {table} ADD COLUMN {column} {kind}"
+                        ))?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Every format's step, in order.
+pub(super) const STEPS: &[Step] = &[
+    // 1: the first layout.
+    Step::Sql(
+        r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE resources (
+    name TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    database_name TEXT NOT NULL,
+    file TEXT NOT NULL,
+    applied_spec_hash TEXT,
+    applied_fields TEXT NOT NULL DEFAULT '{}',
+    applied_commit TEXT,
+    external_id TEXT,
+    existed INTEGER NOT NULL DEFAULT 0,
+    manifest TEXT NOT NULL DEFAULT '{}',
+    last_write_ms INTEGER,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE drift_seen (
+    name TEXT NOT NULL, field TEXT NOT NULL, first_seen_ms INTEGER NOT NULL,
+    PRIMARY KEY (name, field)
+);
+CREATE TABLE attempts (
+    name TEXT NOT NULL, field TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (name, field)
+);
+CREATE TABLE intents (
+    op_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    spec_hash TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    request TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE INDEX intents_by_name ON intents (name, state);
+CREATE TABLE tombstones (
+    name TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    removed_ms INTEGER NOT NULL,
+    removal_commit TEXT NOT NULL,
+    delete_requested_ms INTEGER,
+    last_error TEXT
+);
+CREATE TABLE local_overrides (
+    name TEXT PRIMARY KEY,
+    annotations TEXT NOT NULL,
+    set_ms INTEGER NOT NULL
+);
+CREATE TABLE override_seen (
+    name TEXT NOT NULL, source TEXT NOT NULL, fingerprint TEXT NOT NULL, first_seen_ms INTEGER NOT NULL,
+    PRIMARY KEY (name, source)
+);
+"#,
+    ),
+    // 2: finding the pending intents (every cycle) must not scan the whole
+    // journal; format-1 readers ignore the index.
+    Step::Sql(
+        r#"
+CREATE INDEX IF NOT EXISTS intents_pending ON intents (state) WHERE state = 'pending';
+"#,
+    ),
+    // 3: the mass-deletion guard remembers its holds and the operator's
+    // approvals; every open intent (pending, or a state this binary does
+    // not know) is found through an index; finished intents pruned from
+    // the journal leave their count behind (operation-id generations). A
+    // reader that ignored these tables would delete what this format holds
+    // and reuse operation ids: min_reader_format 3.
+    Step::Sql(
+        r#"
+CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state);
+CREATE TABLE IF NOT EXISTS deletion_holds (
+    name TEXT PRIMARY KEY, since_ms INTEGER NOT NULL, due_together INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS deletion_approvals (
+    name TEXT PRIMARY KEY, reason TEXT NOT NULL, approved_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pruned_generations (
+    name TEXT NOT NULL, kind TEXT NOT NULL, spec_hash TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (name, kind, spec_hash)
+);
+"#,
+    ),
+    // 4: failed update attempts remember the declared and observed values
+    // they were counted against, and count only while both stay the same.
+    // A format-3 reader ignores the columns (its counts never reset: the
+    // old behaviour, not a hazard): min_reader_format stays 3.
+    Step::Columns(&[
+        ("attempts", "desired", "TEXT"),
+        ("attempts", "observed", "TEXT"),
+    ]),
+    // 5: notifications: the conditions last notified (a restart neither
+    // repeats nor loses a transition) and the messages not yet delivered.
+    // A format-4 reader ignores them (it sends no notifications):
+    // min_reader_format stays 3.
+    Step::Sql(
+        r#"
+CREATE TABLE IF NOT EXISTS notify_conditions (
+    subject TEXT NOT NULL, condition TEXT NOT NULL, since_ms INTEGER NOT NULL,
+    PRIMARY KEY (subject, condition)
+);
+CREATE TABLE IF NOT EXISTS notify_outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    receiver TEXT NOT NULL,
+    event TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    body TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_ms INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox (next_ms);
+"#,
+    ),
+];

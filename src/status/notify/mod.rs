@@ -1,0 +1,285 @@
+//! Notifications on transitions (`[[notify]]`): a message when something
+//! starts being wrong (drift detected, an override expiring or expired,
+//! Blocked, Stalled, Unconvergeable, the source failing) and when all of
+//! it is over (recovered), never one per cycle.
+//!
+//! # Guarantees
+//! * A transition is found by comparing the conditions of the fleet's
+//!   report with the conditions last notified, which the state store
+//!   keeps: a restart neither sends a transition again nor loses one.
+//! * The conditions and the messages they cause are recorded in one
+//!   transaction, before anything is sent; delivery reads the queue, so a
+//!   message survives a crash and a receiver that is down.
+//! * Delivery never blocks reconciliation: it runs after the cycle
+//!   (`apply`) or in a task of its own (`run`), each attempt bounded by
+//!   the receiver's `timeout`, retried with backoff.
+//! * Payloads carry what the report says, never a credential.
+
+pub mod deliver;
+pub mod payload;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use super::report::Report;
+use crate::config::notify::NotifyEvent;
+use crate::engine::{DriftOrigin, State};
+
+/// Something that holds about one subject until it does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Condition {
+    Drift,
+    OverrideExpiring,
+    OverrideExpired,
+    Blocked,
+    Stalled,
+    Unconvergeable,
+    SourceError,
+}
+
+impl Condition {
+    const ALL: [Condition; 7] = [
+        Condition::Drift,
+        Condition::OverrideExpiring,
+        Condition::OverrideExpired,
+        Condition::Blocked,
+        Condition::Stalled,
+        Condition::Unconvergeable,
+        Condition::SourceError,
+    ];
+
+    /// Its name in the state store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Condition::Drift => "drift",
+            Condition::OverrideExpiring => "override-expiring",
+            Condition::OverrideExpired => "override-expired",
+            Condition::Blocked => "blocked",
+            Condition::Stalled => "stalled",
+            Condition::Unconvergeable => "unconvergeable",
+            Condition::SourceError => "source-error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// The event its start is notified as.
+    pub fn event(self) -> NotifyEvent {
+        match self {
+            Condition::Drift => NotifyEvent::DriftDetected,
+            Condition::OverrideExpiring => NotifyEvent::OverrideExpiring,
+            Condition::OverrideExpired => NotifyEvent::OverrideExpired,
+            Condition::Blocked => NotifyEvent::Blocked,
+            Condition::Stalled => NotifyEvent::Stalled,
+            Condition::Unconvergeable => NotifyEvent::Unconvergeable,
+            Condition::SourceError => NotifyEvent::SourceError,
+        }
+    }
+}
+
+/// The subject of the source's conditions (resource names are never
+/// empty).
+pub const SOURCE: &str = "";
+
+/// What a notification is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub event: NotifyEvent,
+    /// The resource, or [`SOURCE`].
+    pub subject: String,
+    /// For `recovered`: the conditions that ended.
+    pub ended: Vec<Condition>,
+}
+
+/// The conditions of `report` at `now`, by `(subject, condition)`.
+pub fn conditions(
+    report: &Report,
+    now: SystemTime,
+    warn_before: Duration,
+) -> BTreeSet<(String, Condition)> {
+    let mut out = BTreeSet::new();
+    if report.source.error.is_some() {
+        out.insert((SOURCE.to_string(), Condition::SourceError));
+    }
+    for r in &report.resources {
+        let mut add = |c| {
+            out.insert((r.name.clone(), c));
+        };
+        match r.state {
+            State::Blocked => add(Condition::Blocked),
+            State::Stalled => add(Condition::Stalled),
+            State::Unconvergeable => add(Condition::Unconvergeable),
+            _ => {}
+        }
+        if r.drift
+            .iter()
+            .any(|d| d.origin == DriftOrigin::OutOfBand && !d.ignored)
+        {
+            add(Condition::Drift);
+        }
+        if let Some(o) = &r.override_ {
+            let expires = o
+                .expires
+                .as_deref()
+                .and_then(|t| humantime::parse_rfc3339(t).ok());
+            if o.expired {
+                add(Condition::OverrideExpired);
+            } else if expires.is_some_and(|t| t <= crate::time::add(now, warn_before)) {
+                add(Condition::OverrideExpiring);
+            }
+        }
+    }
+    out
+}
+
+/// What changed from the conditions last notified (`before`, as stored:
+/// unknown names are ignored) to `now`: each condition that started, and
+/// for a subject of the report whose every condition ended, `recovered`.
+/// A subject gone from the report (a removed declaration, released) is
+/// forgotten without a message.
+pub fn transitions(
+    before: &BTreeSet<(String, String)>,
+    now: &BTreeSet<(String, Condition)>,
+    report: &Report,
+) -> Vec<Transition> {
+    let before: BTreeSet<(String, Condition)> = before
+        .iter()
+        .filter_map(|(s, c)| Some((s.clone(), Condition::parse(c)?)))
+        .collect();
+    let mut out: Vec<Transition> = now
+        .difference(&before)
+        .map(|(subject, c)| Transition {
+            event: c.event(),
+            subject: subject.clone(),
+            ended: Vec::new(),
+        })
+        .collect();
+    let mut ended: BTreeMap<&str, Vec<Condition>> = BTreeMap::new();
+    for (subject, c) in before.difference(now) {
+        ended.entry(subject.as_str()).or_default().push(*c);
+    }
+    for (subject, conditions) in ended {
+        let still = now.iter().any(|(s, _)| s == subject);
+        let present = subject == SOURCE || report.resources.iter().any(|r| r.name == subject);
+        if !still && present {
+            out.push(Transition {
+                event: NotifyEvent::Recovered,
+                subject: subject.to_string(),
+                ended: conditions,
+            });
+        }
+    }
+    out
+}
+
+/// The conditions as the state store keeps them.
+pub fn stored(now: &BTreeSet<(String, Condition)>) -> BTreeSet<(String, String)> {
+    now.iter()
+        .map(|(s, c)| (s.clone(), c.as_str().to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(resources: serde_json::Value, source_error: bool) -> Report {
+        let mut r = serde_json::json!({
+            "formatVersion": 1,
+            "generatedAt": "2027-01-15T08:00:00Z",
+            "agent": {"id": "a", "version": "0"},
+            "source": {"url": "u", "branch": "main", "commit": "c"},
+            "summary": {"total": 0, "inSync": 0, "drifted": 0, "missing": 0, "blocked": 0, "overridden": 0, "deleting": 0, "errors": 0},
+            "resources": resources,
+            "errors": [],
+        });
+        if source_error {
+            r["source"]["error"] = serde_json::json!({"message": "down", "since": "2027-01-15T07:00:00Z", "failures": 3});
+        }
+        serde_json::from_value(r).unwrap()
+    }
+
+    fn resource(name: &str, state: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut r = serde_json::json!({
+            "name": name, "file": "f", "state": state, "action": "None", "reason": "r",
+            "drift": [], "override": null, "operation": null,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            r[k] = v.clone();
+        }
+        r
+    }
+
+    fn at(t: &str) -> SystemTime {
+        humantime::parse_rfc3339(t).unwrap()
+    }
+
+    fn events(t: &[Transition]) -> Vec<(&str, &str)> {
+        t.iter()
+            .map(|t| (t.event.as_str(), t.subject.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn every_condition_starts_once_and_recovery_needs_all_of_them_gone() {
+        let day = Duration::from_secs(24 * 3600);
+        let now = at("2027-01-15T08:00:00Z");
+        let expiring = serde_json::json!({"override": {"source": "annotation", "kind": "paused", "fields": [], "reason": "INC-1", "expires": "2027-01-15T20:00:00Z", "expired": false}});
+        let expired = serde_json::json!({"override": {"source": "annotation", "kind": "paused", "fields": [], "reason": "INC-1", "expires": "2027-01-15T07:00:00Z", "expired": true}});
+        let later = serde_json::json!({"override": {"source": "annotation", "kind": "paused", "fields": [], "reason": "INC-1", "expires": "2027-03-01T00:00:00Z", "expired": false}});
+        let drift = serde_json::json!({"drift": [{"field": "connectionLimit", "desired": 1, "observed": 2, "origin": "out-of-band"}]});
+        let ignored = serde_json::json!({"drift": [{"field": "connectionLimit", "desired": 1, "observed": 2, "origin": "out-of-band", "ignored": true}]});
+        let first = report(
+            serde_json::json!([
+                resource("a", "Blocked", serde_json::json!({})),
+                resource("b", "Stalled", serde_json::json!({})),
+                resource("c", "Unconvergeable", serde_json::json!({})),
+                resource("d", "Overridden", expiring.clone()),
+                resource("e", "Drifted", drift),
+                resource("f", "Overridden", ignored),
+                resource("g", "Overridden", later),
+            ]),
+            true,
+        );
+        let now_c = conditions(&first, now, day);
+        let t = transitions(&BTreeSet::new(), &now_c, &first);
+        assert_eq!(
+            events(&t),
+            [
+                ("source-error", ""),
+                ("blocked", "a"),
+                ("stalled", "b"),
+                ("unconvergeable", "c"),
+                ("override-expiring", "d"),
+                ("drift-detected", "e"),
+            ]
+        );
+        // The same again: nothing.
+        assert!(transitions(&stored(&now_c), &now_c, &first).is_empty());
+
+        // d's override expires; a is fine again; the source recovers; e
+        // goes away entirely.
+        let second = report(
+            serde_json::json!([
+                resource("a", "InSync", serde_json::json!({})),
+                resource("b", "Stalled", serde_json::json!({})),
+                resource("c", "Unconvergeable", serde_json::json!({})),
+                resource("d", "Overridden", expired),
+            ]),
+            false,
+        );
+        let later_c = conditions(&second, now, day);
+        let t = transitions(&stored(&now_c), &later_c, &second);
+        assert_eq!(
+            events(&t),
+            [
+                ("override-expired", "d"),
+                ("recovered", ""),
+                ("recovered", "a")
+            ]
+        );
+        assert_eq!(t[2].ended, [Condition::Blocked]);
+    }
+}

@@ -412,3 +412,35 @@ fn the_running_agent_commits_on_changes_only() {
         || commits() == 2,
     );
 }
+
+/// The running agent's `/v1/status` says when the status branch cannot be
+/// written, and the reconciliation goes on.
+#[test]
+fn the_running_agents_status_says_why_the_branch_is_not_written() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    apply(&remote.config(&url, "first-agent"), 0);
+    let port = support::git::free_port();
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"second-agent\""))
+        .status("branch", "\"tend-status\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(&config, port, &[]);
+    daemon.wait_ready();
+    daemon.wait_for(
+        "statusBranch in /v1/status",
+        std::time::Duration::from_secs(10),
+        || {
+            daemon.status()["statusBranch"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("belongs to agent `first-agent`"))
+        },
+    );
+    let metrics = daemon.get("/metrics").unwrap().body;
+    assert!(
+        metrics.contains("tend_status_publish_failing 1"),
+        "{metrics}"
+    );
+    assert_eq!(daemon.status()["summary"]["total"], 2);
+}

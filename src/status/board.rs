@@ -27,6 +27,8 @@ struct Inner {
     parts: BTreeMap<String, Arc<Report>>,
     merged: Option<Arc<Report>>,
     source: SourceStatus,
+    /// Why the status branch cannot be written (the status writer says).
+    status_branch: Option<super::report::StatusBranchReport>,
 }
 
 /// `report` marked with the source's failure (or its end), copied only
@@ -55,6 +57,20 @@ fn with_source(report: Arc<Report>, source: &SourceStatus) -> Arc<Report> {
             ..report
         },
     })
+}
+
+/// `report` with the status branch's failure, copied only when that
+/// changes what it says.
+fn with_status_branch(
+    report: Arc<Report>,
+    failure: &Option<super::report::StatusBranchReport>,
+) -> Arc<Report> {
+    if &report.status_branch == failure {
+        return report;
+    }
+    let mut report = Arc::unwrap_or_clone(report);
+    report.status_branch = failure.clone();
+    Arc::new(report)
 }
 
 /// Shared between the workers (writers) and the server (reader).
@@ -106,7 +122,8 @@ impl StatusBoard {
             1 => inner.parts.values().next().cloned(),
             _ => Report::merge(inner.parts.values().map(Arc::as_ref)).map(Arc::new),
         };
-        inner.merged = merged.map(|r| with_source(r, &inner.source));
+        inner.merged =
+            merged.map(|r| with_status_branch(with_source(r, &inner.source), &inner.status_branch));
         drop(inner);
         self.changes.send_modify(|n| *n += 1);
     }
@@ -134,6 +151,22 @@ impl StatusBoard {
         inner.source = source;
         if let Some(merged) = inner.merged.take() {
             inner.merged = Some(with_source(merged, &inner.source));
+        }
+        drop(inner);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// What the status writer found: the status branch's failure, or
+    /// `None`. Changes the merged report (and notifies) only when it
+    /// changes.
+    pub fn set_status_branch(&self, failure: Option<super::report::StatusBranchReport>) {
+        let mut inner = self.lock();
+        if inner.status_branch == failure {
+            return;
+        }
+        inner.status_branch = failure;
+        if let Some(merged) = inner.merged.take() {
+            inner.merged = Some(with_status_branch(merged, &inner.status_branch));
         }
         drop(inner);
         self.changes.send_modify(|n| *n += 1);

@@ -25,6 +25,8 @@ use crate::journal::StateStore;
 pub struct PublishOutcome {
     /// The status branch's failure, if it has one.
     pub branch_error: Option<StatusBranchError>,
+    /// The same as the reports show it.
+    pub branch_report: Option<StatusBranchReport>,
     /// A commit was pushed to the status branch.
     pub committed: Option<String>,
     pub files_error: Option<ReportFilesError>,
@@ -99,16 +101,25 @@ impl StatusPublisher {
                 Ok(committed) => {
                     self.failing_since = None;
                     outcome.committed = committed;
+                    if report.status_branch.is_some() {
+                        let mut cleared = report.clone();
+                        cleared.status_branch = None;
+                        report_with = Some(cleared);
+                    }
                 }
                 Err(e) => {
                     let since = *self.failing_since.get_or_insert(now);
-                    let mut marked = report.clone();
-                    marked.status_branch = Some(StatusBranchReport {
+                    let failure = StatusBranchReport {
                         branch: branch.branch.clone(),
                         error: e.to_string(),
                         since: crate::time::rfc3339(since),
-                    });
-                    report_with = Some(marked);
+                    };
+                    if report.status_branch.as_ref() != Some(&failure) {
+                        let mut marked = report.clone();
+                        marked.status_branch = Some(failure.clone());
+                        report_with = Some(marked);
+                    }
+                    outcome.branch_report = Some(failure);
                     outcome.branch_error = Some(e);
                 }
             }

@@ -8,12 +8,16 @@
 //! * `history/` keeps at most `keep_reports` JSON reports, named by the
 //!   time they were made (`20270115T080000Z-000.json`), so names sort by
 //!   time. A report is added only when what it says changed from the
-//!   newest one kept ([`Report::content_digest`]): a quiet fleet does not
-//!   rotate a day's history away in an hour.
+//!   newest one kept ([`content_digest`]): a quiet fleet does not rotate a
+//!   day's history away in an hour.
+//! * Files are streamed to disk, never built whole in memory: at 10,000
+//!   resources the three renderings are megabytes each.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+use sha2::Digest;
 
 use super::report::Report;
 use super::{html, render};
@@ -35,6 +39,93 @@ pub enum ReportFilesError {
 pub struct ReportFiles {
     dir: PathBuf,
     keep: usize,
+    /// The content digest of the newest history entry, once known (read
+    /// from disk at the first write).
+    newest: Option<String>,
+}
+
+/// Keys of the pretty JSON whose values move every cycle: left out of the
+/// content digest.
+const VOLATILE: &[&str] = &["\"generatedAt\":", "\"observedAt\":", "\"failures\":"];
+
+/// Hashes pretty-printed report JSON line by line, leaving out the lines
+/// of [`VOLATILE`] keys (pretty JSON puts every scalar key on a line of
+/// its own).
+#[derive(Default)]
+struct ContentHasher {
+    hasher: sha2::Sha256,
+    line: Vec<u8>,
+}
+
+impl ContentHasher {
+    fn line_done(&mut self) {
+        let text = String::from_utf8_lossy(&self.line);
+        let trimmed = text.trim_start();
+        if !VOLATILE.iter().any(|k| trimmed.starts_with(k)) {
+            self.hasher.update(&self.line);
+        }
+        self.line.clear();
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for chunk in bytes.split_inclusive(|b| *b == b'\n') {
+            self.line.extend_from_slice(chunk);
+            if chunk.ends_with(b"\n") {
+                self.line_done();
+            }
+        }
+    }
+
+    fn finish(mut self) -> String {
+        if !self.line.is_empty() {
+            self.line_done();
+        }
+        let digest = self.hasher.finalize();
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// A digest of what a report's pretty JSON says, leaving out the times
+/// that move every cycle (when it was made, when each resource was
+/// observed, how many polls of a failing source failed): two reports with
+/// the same digest say the same thing about the fleet.
+pub fn content_digest(json: &[u8]) -> String {
+    let mut hasher = ContentHasher::default();
+    hasher.feed(json);
+    hasher.finish()
+}
+
+/// Writes what it is given to a file and to a [`ContentHasher`].
+struct Tee<W> {
+    file: W,
+    hasher: ContentHasher,
+}
+
+impl<W: Write> Write for Tee<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.hasher.feed(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// `std::fmt::Write` onto an `io::Write`, keeping the first I/O error.
+struct FmtIo<W> {
+    inner: W,
+    error: Option<io::Error>,
+}
+
+impl<W: Write> std::fmt::Write for FmtIo<W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.inner.write_all(s.as_bytes()).map_err(|e| {
+            self.error.get_or_insert(e);
+            std::fmt::Error
+        })
+    }
 }
 
 impl ReportFiles {
@@ -42,6 +133,7 @@ impl ReportFiles {
         ReportFiles {
             dir: dir.to_path_buf(),
             keep,
+            newest: None,
         }
     }
 
@@ -51,25 +143,42 @@ impl ReportFiles {
 
     /// Writes the three `latest.*` files and, when the content changed, a
     /// history entry. `title` heads the Markdown and HTML (`tend apply`).
-    pub fn write(&self, report: &Report, title: &str) -> Result<(), ReportFilesError> {
+    pub fn write(&mut self, report: &Report, title: &str) -> Result<(), ReportFilesError> {
         let at = |path: &Path| {
             let path = path.to_path_buf();
             move |source| ReportFilesError::Write { path, source }
         };
         fs::create_dir_all(&self.dir).map_err(at(&self.dir))?;
-        let json = serde_json::to_vec_pretty(report).map_err(io::Error::other);
-        let json = json.map_err(at(&self.dir.join("latest.json")))?;
-        for (name, bytes) in [
-            ("latest.json", json.as_slice()),
-            ("latest.md", render::markdown(report, title).as_bytes()),
-            ("latest.html", html::page(report, title).as_bytes()),
-        ] {
+        let json_path = self.dir.join("latest.json");
+        let digest = write_atomically_with(&json_path, |file| {
+            let mut tee = Tee {
+                file,
+                hasher: ContentHasher::default(),
+            };
+            serde_json::to_writer_pretty(&mut tee, report).map_err(io::Error::other)?;
+            tee.write_all(b"\n")?;
+            Ok(tee.hasher.finish())
+        })
+        .map_err(at(&json_path))?;
+        for (name, markdown) in [("latest.md", true), ("latest.html", false)] {
             let path = self.dir.join(name);
-            write_atomically(&path, bytes).map_err(at(&path))?;
+            write_atomically_with(&path, |file| {
+                let mut out = FmtIo {
+                    inner: file,
+                    error: None,
+                };
+                if markdown {
+                    render::markdown_into(&mut out, report, title);
+                } else {
+                    html::page_into(&mut out, report, title);
+                }
+                out.error.map_or(Ok(()), Err)
+            })
+            .map_err(at(&path))?;
         }
         if self.keep > 0 {
             let history = self.dir.join("history");
-            self.add_to_history(&history, report, &json)
+            self.add_to_history(&history, &json_path, report, digest)
                 .map_err(at(&history))?;
         }
         sync_dir(&self.dir).map_err(at(&self.dir))
@@ -81,16 +190,22 @@ impl ReportFiles {
         serde_json::from_slice(&bytes).ok()
     }
 
-    fn add_to_history(&self, history: &Path, report: &Report, json: &[u8]) -> io::Result<()> {
+    fn add_to_history(
+        &mut self,
+        history: &Path,
+        latest: &Path,
+        report: &Report,
+        digest: String,
+    ) -> io::Result<()> {
         fs::create_dir_all(history)?;
         let mut kept = entries(history)?;
-        let digest = report.content_digest();
-        let unchanged = kept
-            .last()
-            .and_then(|newest| fs::read(history.join(newest)).ok())
-            .and_then(|bytes| serde_json::from_slice::<Report>(&bytes).ok())
-            .is_some_and(|newest| newest.content_digest() == digest);
-        if !unchanged {
+        if self.newest.is_none() {
+            self.newest = kept
+                .last()
+                .and_then(|newest| fs::read(history.join(newest)).ok())
+                .map(|bytes| content_digest(&bytes));
+        }
+        if self.newest.as_deref() != Some(digest.as_str()) {
             // Reports made in the same second are numbered after the
             // newest of that second, so names keep sorting by time.
             let stem = compact_time(&report.generated_at);
@@ -101,9 +216,15 @@ impl ReportFiles {
                 .max()
                 .map_or(0, |n| n + 1);
             let name = format!("{stem}-{next:03}.json");
-            write_atomically(&history.join(&name), json)?;
+            // latest.json is replaced by a rename, never rewritten: a hard
+            // link keeps this version without copying it.
+            let entry = history.join(&name);
+            if fs::hard_link(latest, &entry).is_err() {
+                fs::copy(latest, &entry)?;
+            }
             kept.push(name);
             kept.sort();
+            self.newest = Some(digest);
         }
         let excess = kept.len().saturating_sub(self.keep);
         for old in &kept[..excess] {
@@ -140,16 +261,28 @@ fn compact_time(rfc3339: &str) -> String {
 
 /// Writes `bytes` to `path` through a temporary file beside it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically_with(path, |file| file.write_all(bytes))
+}
+
+/// Writes `path` through a temporary file beside it, with what `write`
+/// writes to a buffered file; the file is flushed and synced before it is
+/// renamed into place.
+fn write_atomically_with<T>(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<fs::File>) -> io::Result<T>,
+) -> io::Result<T> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let mut file = fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
+    let mut file = BufWriter::with_capacity(64 * 1024, fs::File::create(&tmp)?);
+    let value = write(&mut file)?;
+    let file = file.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
     drop(file);
-    fs::rename(&tmp, path)
+    fs::rename(&tmp, path)?;
+    Ok(value)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -165,5 +298,20 @@ mod tests {
         assert_eq!(compact_time("2027-01-15T08:00:00Z"), "20270115T080000Z");
         assert!(compact_time("2027-01-15T08:00:00Z") < compact_time("2027-01-15T10:00:00Z"));
         assert_eq!(compact_time(""), "unknown");
+    }
+
+    #[test]
+    fn the_content_digest_ignores_the_times_that_move() {
+        let a = b"{\n  \"generatedAt\": \"1\",\n  \"resources\": [\n    {\n      \"name\": \"x\",\n      \"observedAt\": \"1\"\n    }\n  ]\n}";
+        let b = b"{\n  \"generatedAt\": \"2\",\n  \"resources\": [\n    {\n      \"name\": \"x\",\n      \"observedAt\": \"2\"\n    }\n  ]\n}";
+        let c = b"{\n  \"generatedAt\": \"2\",\n  \"resources\": [\n    {\n      \"name\": \"y\",\n      \"observedAt\": \"2\"\n    }\n  ]\n}";
+        assert_eq!(content_digest(a), content_digest(b));
+        assert_ne!(content_digest(b), content_digest(c));
+        // Fed in pieces, the same digest.
+        let mut h = ContentHasher::default();
+        for piece in a.chunks(7) {
+            h.feed(piece);
+        }
+        assert_eq!(h.finish(), content_digest(a));
     }
 }

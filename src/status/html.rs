@@ -97,25 +97,38 @@ fn when(report: &Report, t: &str) -> String {
 
 /// A table of `rows` (cells as HTML); on a narrow screen each row becomes
 /// a card whose cells are labelled with their column.
-fn table(out: &mut String, id: &str, headers: &[&str], rows: &[Vec<String>]) {
+/// Rows are written as they come: a fleet's page is streamed, not built
+/// whole in memory first.
+fn table<W: Write>(
+    out: &mut W,
+    id: &str,
+    headers: &[&str],
+    rows: impl IntoIterator<Item = Vec<String>>,
+) {
     let _ = write!(out, "<div class=\"scroll\"><table id=\"{id}\"><thead><tr>");
     for header in headers {
         let _ = write!(out, "<th>{header}</th>");
     }
-    out.push_str("</tr></thead><tbody>");
+    let _ = out.write_str("</tr></thead><tbody>");
     for row in rows {
-        out.push_str("<tr>");
+        let _ = out.write_str("<tr>");
         for (cell, header) in row.iter().zip(headers) {
             let _ = write!(out, "<td data-label=\"{header}\">{cell}</td>");
         }
-        out.push_str("</tr>");
+        let _ = out.write_str("</tr>");
     }
-    out.push_str("</tbody></table></div>\n");
+    let _ = out.write_str("</tbody></table></div>\n");
 }
 
 /// The page of `report`; `title` names what made it (`tend run`).
 pub fn page(report: &Report, title: &str) -> String {
     let mut out = String::with_capacity(4096 + report.resources.len() * 400);
+    page_into(&mut out, report, title);
+    out
+}
+
+/// [`page`] written to `out`.
+pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     let s = &report.summary;
     let attention: Vec<&ResourceReport> = report
         .resources
@@ -166,7 +179,7 @@ pub fn page(report: &Report, title: &str) -> String {
         }
     }
 
-    out.push_str("<div class=\"counts\" id=\"summary\">");
+    let _ = out.write_str("<div class=\"counts\" id=\"summary\">");
     for (label, n, class) in [
         ("resources", s.total, "none"),
         ("in sync", s.in_sync, "ok"),
@@ -183,16 +196,16 @@ pub fn page(report: &Report, title: &str) -> String {
             "<div class=\"count\"><b class=\"{shown}\">{n}</b>{label}</div>"
         );
     }
-    out.push_str("</div>\n");
+    let _ = out.write_str("</div>\n");
 
     let code = |t: &str| format!("<code>{}</code>", h(t));
     if !attention.is_empty() {
-        out.push_str("<h2>Needs attention</h2>\n");
+        let _ = out.write_str("<h2>Needs attention</h2>\n");
         let rows: Vec<Vec<String>> = attention
             .iter()
             .map(|r| vec![code(&r.name), state_cell(r.state), h(&r.reason)])
             .collect();
-        table(&mut out, "attention", &["name", "state", "reason"], &rows);
+        table(out, "attention", &["name", "state", "reason"], rows);
     }
 
     let drift: Vec<Vec<String>> = report
@@ -210,12 +223,12 @@ pub fn page(report: &Report, title: &str) -> String {
         })
         .collect();
     if !drift.is_empty() {
-        out.push_str("<h2>Drift</h2>\n");
+        let _ = out.write_str("<h2>Drift</h2>\n");
         table(
-            &mut out,
+            out,
             "drift",
             &["name", "field", "declared", "observed", "origin"],
-            &drift,
+            drift,
         );
     }
 
@@ -250,12 +263,12 @@ pub fn page(report: &Report, title: &str) -> String {
         })
         .collect();
     if !overrides.is_empty() {
-        out.push_str("<h2>Active overrides</h2>\n");
+        let _ = out.write_str("<h2>Active overrides</h2>\n");
         table(
-            &mut out,
+            out,
             "overrides",
             &["name", "source", "kind", "reason", "expires", "first seen"],
-            &overrides,
+            overrides,
         );
     }
 
@@ -276,54 +289,51 @@ pub fn page(report: &Report, title: &str) -> String {
         })
         .collect();
     if !deletions.is_empty() {
-        out.push_str("<h2>Pending deletions</h2>\n");
+        let _ = out.write_str("<h2>Pending deletions</h2>\n");
         table(
-            &mut out,
+            out,
             "deletions",
             &["name", "state", "runs", "reason"],
-            &deletions,
+            deletions,
         );
     }
 
-    out.push_str("<h2>All resources</h2>\n");
+    let _ = out.write_str("<h2>All resources</h2>\n");
     let mut ordered: Vec<&ResourceReport> = report.resources.iter().collect();
     ordered.sort_by_key(|r| !needs_attention(r.state));
-    let rows: Vec<Vec<String>> = ordered
-        .iter()
-        .map(|r| {
-            let unobserved = if r.unobserved.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "<br><span class=\"warn\">not observed: {}</span>",
-                    h(&r.unobserved.join(", "))
-                )
-            };
-            vec![
-                format!(
-                    "{}<br><span class=\"meta\">{}</span>",
-                    code(&r.name),
-                    h(&r.file)
-                ),
-                state_cell(r.state),
-                r.action.as_str().to_string(),
-                format!("{}{unobserved}", h(&r.reason)),
-                r.observed_at
-                    .as_deref()
-                    .map(|t| when(report, t))
-                    .unwrap_or_else(|| "not observed".into()),
-            ]
-        })
-        .collect();
+    let rows = ordered.iter().map(|r| {
+        let unobserved = if r.unobserved.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<br><span class=\"warn\">not observed: {}</span>",
+                h(&r.unobserved.join(", "))
+            )
+        };
+        vec![
+            format!(
+                "{}<br><span class=\"meta\">{}</span>",
+                code(&r.name),
+                h(&r.file)
+            ),
+            state_cell(r.state),
+            r.action.as_str().to_string(),
+            format!("{}{unobserved}", h(&r.reason)),
+            r.observed_at
+                .as_deref()
+                .map(|t| when(report, t))
+                .unwrap_or_else(|| "not observed".into()),
+        ]
+    });
     table(
-        &mut out,
+        out,
         "resources",
         &["name", "state", "action", "reason", "observed"],
-        &rows,
+        rows,
     );
 
     if !report.errors.is_empty() {
-        out.push_str("<h2>Declaration errors</h2>\n");
+        let _ = out.write_str("<h2>Declaration errors</h2>\n");
         let rows: Vec<Vec<String>> = report
             .errors
             .iter()
@@ -334,19 +344,18 @@ pub fn page(report: &Report, title: &str) -> String {
                 ]
             })
             .collect();
-        table(&mut out, "errors", &["where", "problem"], &rows);
+        table(out, "errors", &["where", "problem"], rows);
     }
     if !report.orphaned_overrides.is_empty() {
-        out.push_str("<h2>Orphaned local overrides</h2>\n");
+        let _ = out.write_str("<h2>Orphaned local overrides</h2>\n");
         let rows: Vec<Vec<String>> = report
             .orphaned_overrides
             .iter()
             .map(|o| vec![code(&o.name), h(&o.reason), h(&o.set_at)])
             .collect();
-        table(&mut out, "orphans", &["name", "reason", "set"], &rows);
+        table(out, "orphans", &["name", "reason", "set"], rows);
     }
-    out.push_str("</body></html>\n");
-    out
+    let _ = out.write_str("</body></html>\n");
 }
 
 #[cfg(test)]

@@ -270,6 +270,12 @@ fn md_escape(s: &str) -> String {
 /// the report (`tend plan`, `tend apply`, `tend run`).
 pub fn markdown(report: &Report, title: &str) -> String {
     let mut out = String::new();
+    markdown_into(&mut out, report, title);
+    out
+}
+
+/// [`markdown`] written to `out`.
+pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     let _ = writeln!(out, "### {title}\n");
     let _ = writeln!(
         out,
@@ -364,5 +370,4 @@ pub fn markdown(report: &Report, title: &str) -> String {
             );
         }
     }
-    out
 }

@@ -213,30 +213,6 @@ impl Report {
         self
     }
 
-    /// A digest of what the report says, leaving out the times that move
-    /// every cycle (when it was made, when each resource was observed, how
-    /// many polls of a failing source failed): two reports with the same
-    /// digest say the same thing about the fleet.
-    pub fn content_digest(&self) -> String {
-        let mut value = serde_json::to_value(self).unwrap_or_default();
-        if let Some(top) = value.as_object_mut() {
-            top.remove("generatedAt");
-            if let Some(error) = top
-                .get_mut("source")
-                .and_then(|s| s.get_mut("error"))
-                .and_then(Value::as_object_mut)
-            {
-                error.remove("failures");
-            }
-            if let Some(resources) = top.get_mut("resources").and_then(Value::as_array_mut) {
-                for r in resources.iter_mut().filter_map(Value::as_object_mut) {
-                    r.remove("observedAt");
-                }
-            }
-        }
-        crate::model::hash::sha256_hex(value.to_string().as_bytes())
-    }
-
     /// Whether anything is pending (exit code 2 with `--detailed-exitcode`).
     pub fn has_pending(&self) -> bool {
         self.resources.iter().any(|r| {
@@ -482,16 +458,18 @@ fn declared_unobserved(
     if unobserved.is_empty() {
         return Vec::new();
     }
-    let spec = match &r.subject {
-        crate::reconcile::PlannedSubject::Declared(d) => d.normalized_spec.clone(),
-        other => match other.manifest() {
-            Some(m) => crate::model::hash::normalized_spec_value(m),
-            None => return Vec::new(),
-        },
+    let declared = |spec: &Value| -> Vec<String> {
+        unobserved
+            .iter()
+            .filter(|f| spec.get(f.as_str()).is_some_and(|v| !v.is_null()))
+            .cloned()
+            .collect()
     };
-    unobserved
-        .iter()
-        .filter(|f| spec.get(f.as_str()).is_some_and(|v| !v.is_null()))
-        .cloned()
-        .collect()
+    match &r.subject {
+        crate::reconcile::PlannedSubject::Declared(d) => declared(&d.normalized_spec),
+        other => other
+            .manifest()
+            .map(|m| declared(&crate::model::hash::normalized_spec_value(m)))
+            .unwrap_or_default(),
+    }
 }

@@ -215,6 +215,11 @@ impl Agent {
 
     /// The tracked branch, opened with this agent's access (a reader
     /// fetches into a private ref and records nothing).
+    /// The source's settings (credentials read).
+    pub fn source_settings(&self) -> &crate::source::tracker::SourceSettings {
+        &self.source_settings
+    }
+
     /// The status branch this agent writes (`None`: `[status] branch` is
     /// empty), in the source remote with the source's credentials.
     pub fn status_branch(&self) -> Option<crate::status::branch::StatusBranch> {

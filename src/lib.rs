@@ -4,7 +4,8 @@
 //! [`provider`] (where databases live) · [`engine`] (the pure decision
 //! core) · [`reconcile`] (the one reconcile path: inputs, routing,
 //! observation, planning, effects) · [`executor`] (operations, journalled)
-//! · [`journal`] (the state store) · [`agent`] (the long-lived agent the
+//! · [`journal`] (the state store) · [`propose`] (handing a change made
+//! at the provider back to Git) · [`agent`] (the long-lived agent the
 //! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]
 //! and [`time`] (time, injected and overflow-safe) · [`escape`] (outside
 //! text made safe for a terminal).
@@ -19,6 +20,7 @@ pub mod escape;
 pub mod executor;
 pub mod journal;
 pub mod model;
+pub mod propose;
 pub mod provider;
 pub mod reconcile;
 pub mod server;

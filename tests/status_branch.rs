@@ -117,7 +117,8 @@ fn check_first_commit(remote: &Remote, agent: &str) {
         serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
     assert_eq!(orders["state"], "InSync");
     assert_eq!(orders["decidedFrom"], main.as_str());
-    assert_eq!(orders["observed"]["connectionLimit"], 10);
+    // In sync: every declared field observed as declared.
+    assert!(orders.get("observed").is_none(), "{orders:#}");
     assert_eq!(orders["lastOperation"]["kind"], "create");
     assert_eq!(orders["lastOperation"]["result"], "done");
     assert_eq!(
@@ -170,14 +171,36 @@ fn the_status_branch_over_git_daemon_and_smart_http() {
         apply(&config, 0);
         assert_eq!(remote.status_commits(), 2, "{transport}");
         let orders = remote.show("status/orders.yaml");
-        assert!(orders.contains("connectionLimit: 20"), "{orders}");
+        assert!(
+            orders.contains(&format!("decidedFrom: {}", remote.repo.head())),
+            "{orders}"
+        );
         assert!(orders.contains("kind: update"), "{orders}");
+        // Changed at the provider: the observed value and the drift.
+        TendCommand::new(&[
+            "--config",
+            &config,
+            "sandbox",
+            "edit",
+            "orders",
+            "--set",
+            "connectionLimit=99",
+        ])
+        .expect_code(0);
+        apply(&config, 2);
+        let orders: serde_json::Value =
+            serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+        assert_eq!(orders["state"], "Drifted", "{transport}");
+        assert_eq!(orders["observed"]["connectionLimit"], 99);
+        assert_eq!(orders["drift"][0]["desired"], 20);
+        assert_eq!(orders["drift"][0]["origin"], "out-of-band");
         // The tracked branch is never written.
         assert_eq!(
             remote.git(&["rev-parse", "main"]),
             remote.repo.head(),
             "{transport}"
         );
+        assert_eq!(remote.status_commits(), 3, "{transport}");
         assert_ne!(remote.git(&["rev-parse", "main"]), main_before);
     }
 }
@@ -263,10 +286,10 @@ exit 0
         "{log}"
     );
     assert_eq!(remote.show("NOTES.md").trim(), "a note by a human");
+    let orders = remote.show("status/orders.yaml");
     assert!(
-        remote
-            .show("status/orders.yaml")
-            .contains("connectionLimit: 30")
+        orders.contains(&format!("decidedFrom: {}", remote.repo.head())),
+        "{orders}"
     );
     assert!(remote.latest().get("statusBranch").is_none());
 }

@@ -13,6 +13,7 @@ mod logging;
 mod overrides;
 mod plan;
 mod progress;
+mod propose;
 mod sandbox;
 mod schema;
 mod session;
@@ -78,6 +79,9 @@ pub enum Command {
     Override(overrides::OverrideCommand),
     /// Everything tend knows about one declaration, and why it decides as it does.
     Explain(plan::ExplainArgs),
+    /// Hand a change made at the provider back to Git: the declaration
+    /// edit that declares what the provider shows (a patch, or a branch).
+    Propose(propose::ProposeArgs),
     /// The sandbox provider's dashboard: change external state as an operator would.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
@@ -130,6 +134,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Deletions(command) => deletions::run(&cli.config, &command),
         Command::Override(command) => overrides::run(&cli.config, &command),
         Command::Explain(args) => plan::run_explain(&cli.config, &args),
+        Command::Propose(args) => propose::run(&cli.config, &args),
         Command::Sandbox(command) => sandbox::run(&cli.config, &command),
     };
     match result {

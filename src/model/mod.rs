@@ -10,6 +10,7 @@ pub mod schema;
 pub mod tree;
 pub mod validate;
 pub mod yaml;
+pub mod yaml_spans;
 
 pub use declaration::{DeletionPolicy, DriftPolicy, ManagedDatabase, Spec};
 pub use fields::{FIELDS, FieldInfo, Mutability};

@@ -173,3 +173,26 @@ pub fn push(
         None => PushOutcome::Pushed,
     })
 }
+
+/// Deletes `refs/heads/{branch}` at `url` (a proposal branch whose change
+/// Git now declares).
+pub fn delete_branch(
+    dir: &Path,
+    url: &str,
+    credentials: &Credentials,
+    branch: &str,
+) -> Result<PushOutcome, SourceError> {
+    let repo = super::fetch::open_or_init(dir)?;
+    let host_error = RefCell::new(None);
+    let mut options = PushOptions::new();
+    options
+        .remote_callbacks(callbacks(url, credentials, &host_error))
+        .follow_redirects(redirects(credentials));
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(|e| failed(url, &e, &host_error, Way::Push))?;
+    remote
+        .push(&[&format!(":refs/heads/{branch}")], Some(&mut options))
+        .map_err(|e| failed(url, &e, &host_error, Way::Push))?;
+    Ok(PushOutcome::Pushed)
+}

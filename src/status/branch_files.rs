@@ -41,8 +41,10 @@ struct ResourceFile<'a> {
     reason: &'a str,
     /// The source commit the decision was made from.
     decided_from: Option<&'a str>,
+    /// The provider's value of each declared field that differs (every
+    /// other declared field was observed as declared).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    observed: &'a BTreeMap<String, Value>,
+    observed: BTreeMap<&'a str, &'a Value>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     unobserved: &'a [String],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -53,6 +55,9 @@ struct ResourceFile<'a> {
     last_operation: Option<OperationFile<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     acts_at: Option<&'a str>,
+    /// How to keep a change made at the provider in Git.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    propose: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -107,12 +112,17 @@ pub fn render(
             action: r.action.as_str(),
             reason: &r.reason,
             decided_from: report.source.commit.as_deref(),
-            observed: &r.observed,
+            observed: r
+                .drift
+                .iter()
+                .map(|d| (d.field.as_str(), &d.observed))
+                .collect(),
             unobserved: &r.unobserved,
             drift: &r.drift,
             override_: r.override_.as_ref(),
             last_operation: op,
             acts_at: r.acts_at.as_deref(),
+            propose: r.propose.as_deref(),
         };
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
         files.insert(file_name(&r.name), format!("{HEADER}{yaml}").into_bytes());
@@ -210,6 +220,18 @@ fn summary(report: &Report) -> String {
                 o.kind,
                 o.source,
                 md(&o.reason)
+            );
+        }
+    }
+    let kept: Vec<&&ResourceReport> = ordered.iter().filter(|r| r.propose.is_some()).collect();
+    if !kept.is_empty() {
+        let _ = writeln!(out, "\n## Changes made at the provider, to keep in Git\n");
+        for r in kept {
+            let _ = writeln!(
+                out,
+                "- `{}`: to keep this change, run `{}`",
+                md(&r.name),
+                r.propose.as_deref().unwrap_or_default()
             );
         }
     }

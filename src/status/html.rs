@@ -272,6 +272,27 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         );
     }
 
+    let kept: Vec<Vec<String>> = report
+        .resources
+        .iter()
+        .filter_map(|r| r.propose.as_ref().map(|c| (r, c)))
+        .map(|(r, c)| {
+            vec![
+                code(&r.name),
+                code(c),
+                h(&r.drift
+                    .iter()
+                    .map(|d| d.field.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")),
+            ]
+        })
+        .collect();
+    if !kept.is_empty() {
+        let _ = out.write_str("<h2>Changes made at the provider, to keep in Git</h2>\n");
+        table(out, "propose", &["name", "run", "fields"], kept);
+    }
+
     let deletions: Vec<Vec<String>> = report
         .resources
         .iter()

@@ -165,6 +165,13 @@ pub fn status_branch_line(report: &Report) -> Option<String> {
     ))
 }
 
+/// How to keep a change made at the provider, where tend leaves it.
+pub fn propose_line(r: &ResourceReport) -> Option<String> {
+    r.propose
+        .as_ref()
+        .map(|command| format!("to keep this change, run `{}`", esc(command)))
+}
+
 /// The declared fields a resource's provider could not observe.
 fn unobserved_line(r: &ResourceReport) -> Option<String> {
     (!r.unobserved.is_empty()).then(|| {
@@ -224,9 +231,13 @@ pub fn text(report: &Report, colour: bool) -> String {
                 drift_origin(d.origin, d.ignored)
             );
         }
-        for line in [unobserved_line(r), override_line(report, r)]
-            .into_iter()
-            .flatten()
+        for line in [
+            unobserved_line(r),
+            override_line(report, r),
+            propose_line(r),
+        ]
+        .into_iter()
+        .flatten()
         {
             let _ = writeln!(out, "{indent}{line}");
         }
@@ -349,6 +360,19 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         let _ = writeln!(out, "\n#### Active overrides\n");
         for (r, line) in overridden {
             let _ = writeln!(out, "- `{}`: {}", r.name, md_escape(&line));
+        }
+    }
+    let kept: Vec<&ResourceReport> = report
+        .resources
+        .iter()
+        .filter(|r| r.propose.is_some())
+        .collect();
+    if !kept.is_empty() {
+        let _ = writeln!(out, "\n#### Changes made at the provider, to keep in Git\n");
+        for r in kept {
+            if let Some(line) = propose_line(r) {
+                let _ = writeln!(out, "- `{}`: {}", r.name, md_escape(&line));
+            }
         }
     }
     if !report.orphaned_overrides.is_empty() {

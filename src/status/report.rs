@@ -1,7 +1,6 @@
 //! The report contract (`formatVersion: 1`, camelCase, docs/reports.md).
 //! Changing a field here is a breaking change for every consumer.
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -127,10 +126,11 @@ pub struct ResourceReport {
     /// override's expiry; RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acts_at: Option<String>,
-    /// What the provider showed for each field the declaration sets, by
-    /// field path (absent when it could not be observed or is missing).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub observed: BTreeMap<String, Value>,
+    /// `tend propose NAME` when the resource has out-of-band drift that
+    /// tend leaves alone (an override, `driftPolicy: Report`): the way to
+    /// keep the change in Git.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propose: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -354,15 +354,21 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
 fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -> ResourceReport {
     let d = &r.decision;
     let ov = &d.overrides;
-    let (observed_at, unobserved, observed) = match &r.observed {
+    let (observed_at, unobserved) = match &r.observed {
         Observed::Found(o) => (
             Some(rfc3339(o.observed_at)),
             declared_unobserved(r, &o.unobserved),
-            observed_values(r, o),
         ),
-        Observed::NotFound => (Some(rfc3339(plan.now)), Vec::new(), BTreeMap::new()),
-        Observed::Failed(_) => (None, Vec::new(), BTreeMap::new()),
+        Observed::NotFound => (Some(rfc3339(plan.now)), Vec::new()),
+        Observed::Failed(_) => (None, Vec::new()),
     };
+    // Drift tend leaves alone stays: Git can declare it instead.
+    let kept = d.drift.iter().any(|x| {
+        x.origin == DriftOrigin::OutOfBand
+            && (x.ignored || !ov.is_empty() || d.rule == crate::engine::Rule::DriftReportOnly)
+    });
+    let propose =
+        (kept && r.subject.declaration().is_some()).then(|| format!("tend propose {}", r.name));
     ResourceReport {
         name: r.name.clone(),
         file: r.file.clone(),
@@ -415,38 +421,8 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
         observed_at,
         unobserved,
         acts_at: d.act_at.map(rfc3339),
-        observed,
+        propose,
     }
-}
-
-/// The observed value of every field the declaration sets (and the
-/// provider observes).
-fn observed_values(
-    r: &crate::reconcile::PlannedResource<'_>,
-    obs: &crate::provider::Observation,
-) -> BTreeMap<String, Value> {
-    let mut out = BTreeMap::new();
-    let Some(Value::Object(spec)) = r.subject.declaration().map(|d| &d.normalized_spec) else {
-        return out;
-    };
-    for (key, value) in spec {
-        match (key.as_str(), value) {
-            ("parameters", Value::Object(parameters)) => {
-                for setting in parameters.keys() {
-                    let path = format!("parameters.{setting}");
-                    if let Some(v) = obs.fields.get(&path) {
-                        out.insert(path, v.clone());
-                    }
-                }
-            }
-            _ => {
-                if let Some(v) = obs.fields.get(key) {
-                    out.insert(key.clone(), v.clone());
-                }
-            }
-        }
-    }
-    out
 }
 
 /// The fields a resource's declaration sets that its observation left

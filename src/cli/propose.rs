@@ -1,0 +1,230 @@
+//! `tend propose NAME`: the declaration change that makes Git declare what
+//! the provider shows, as a patch or a branch in the source remote.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use clap::{Args, ValueEnum};
+
+use super::{exit, session};
+use crate::escape::terminal as esc;
+use crate::journal::Access;
+use crate::propose::branch::{BranchOutcome, ProposalBranch, branch_name, pull_request_url};
+use crate::propose::{Proposal, ProposeError, propose, selected, unified_diff};
+use crate::reconcile::Mode;
+use crate::status::render::value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProposeOutput {
+    /// A unified diff on stdout (`git apply`, `patch -p1`).
+    Patch,
+    /// A commit on `tend/propose/NAME` in the source remote.
+    Branch,
+}
+
+#[derive(Debug, Args)]
+pub struct ProposeArgs {
+    /// The declaration's metadata.name.
+    pub name: String,
+    /// Only these fields (comma-separated paths: connectionLimit,
+    /// parameters.work_mem); default: every field with out-of-band drift.
+    #[arg(long, value_delimiter = ',')]
+    pub fields: Option<Vec<String>>,
+    #[arg(long, value_enum, default_value = "patch")]
+    pub output: ProposeOutput,
+}
+
+/// The file `path` at `commit` of the source's local Git data.
+fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, String> {
+    let repo = git2::Repository::open_bare(repo_dir).map_err(|e| e.message().to_string())?;
+    let commit = git2::Oid::from_str(commit)
+        .and_then(|id| repo.find_commit(id))
+        .map_err(|e| e.message().to_string())?;
+    let entry = commit
+        .tree()
+        .and_then(|t| t.get_path(Path::new(path)))
+        .map_err(|e| format!("{path} at {}: {}", commit.id(), e.message()))?;
+    let blob = repo
+        .find_blob(entry.id())
+        .map_err(|e| e.message().to_string())?;
+    String::from_utf8(blob.content().to_vec()).map_err(|_| format!("{path} is not UTF-8"))
+}
+
+/// The commit message of a proposal branch.
+fn message(p: &Proposal, agent_id: &str, base: &str) -> String {
+    let mut out = format!(
+        "propose: declare what the provider shows for {}\n\nChanged at the provider, kept in Git by tend propose:\n",
+        p.name
+    );
+    for c in &p.changes {
+        let seen = c.first_seen.map_or_else(
+            || " (no cycle has recorded it yet)".to_string(),
+            |t| format!(" (first seen {})", crate::time::rfc3339(t)),
+        );
+        out.push_str(&format!(
+            "  {}: {} -> {}{seen}\n",
+            c.field,
+            value(&c.declared),
+            value(&c.observed)
+        ));
+    }
+    if !p.reasons.is_empty() {
+        out.push_str(&format!("\nOverride reason: {}\n", p.reasons.join("; ")));
+    }
+    if !p.removed_annotations.is_empty() {
+        out.push_str(&format!(
+            "Removed annotations: {}\n",
+            p.removed_annotations.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "\nProposed by tend agent {agent_id} from commit {base}.\n"
+    ));
+    out
+}
+
+pub fn run(config_path: &Path, args: &ProposeArgs) -> io::Result<u8> {
+    let agent = match session::open_agent(config_path, Access::ReadOnly) {
+        Ok(agent) => agent,
+        Err(code) => return Ok(code),
+    };
+    session::one_cycle(
+        &agent,
+        Mode::Plan,
+        |_| Ok(()),
+        |result| {
+            let mut err = io::stderr().lock();
+            if result.source_failure.is_some() {
+                writeln!(
+                    err,
+                    "tend: the tracked branch cannot be read (above): a proposal is made against its head, so nothing is proposed"
+                )?;
+                return Ok(exit::ERROR);
+            }
+            let Some(plan) = result.outcome.map(|o| o.latest()) else {
+                return Ok(exit::ERROR);
+            };
+            let Some(r) = plan.resources.iter().find(|r| r.name == args.name) else {
+                writeln!(
+                    err,
+                    "tend: no declaration named `{}` at commit {}",
+                    esc(&args.name),
+                    plan.commit.as_deref().unwrap_or("?")
+                )?;
+                return Ok(exit::ERROR);
+            };
+            let Some(commit) = plan.commit.as_deref() else {
+                return Ok(exit::ERROR);
+            };
+            let d = &r.decision;
+            let drift = match selected(&r.name, &d.drift, args.fields.as_deref()) {
+                Ok(drift) => drift,
+                Err(e) => {
+                    writeln!(err, "tend: {}", esc(&e.to_string()))?;
+                    return Ok(exit::ERROR);
+                }
+            };
+            let repo_dir = crate::source::repo_dir(&agent.config().state_dir);
+            let text = match file_at(&repo_dir, commit, &r.file) {
+                Ok(t) => t,
+                Err(e) => {
+                    writeln!(err, "tend: cannot read the declaration: {e}")?;
+                    return Ok(exit::ERROR);
+                }
+            };
+            let proposal = match propose(
+                &text,
+                &r.file,
+                &r.name,
+                &drift,
+                &r.memory.drift_first_seen,
+                &d.overrides.reasons,
+            ) {
+                Ok(p) => p,
+                Err(e @ ProposeError::NothingToPropose { .. }) => {
+                    writeln!(err, "tend: {e}")?;
+                    return Ok(exit::ERROR);
+                }
+                Err(e) => {
+                    writeln!(err, "tend: {}", esc(&e.to_string()))?;
+                    return Ok(exit::ERROR);
+                }
+            };
+            for c in &proposal.changes {
+                writeln!(
+                    err,
+                    "{}: {}: declared {}, the provider shows {}",
+                    esc(&proposal.file),
+                    esc(&c.field),
+                    value(&c.declared),
+                    value(&c.observed)
+                )?;
+            }
+            if !proposal.removed_annotations.is_empty() {
+                writeln!(
+                    err,
+                    "removes {} (they existed only for these fields)",
+                    proposal.removed_annotations.join(", ")
+                )?;
+            }
+            if d.overrides
+                .sources
+                .contains(&crate::engine::OverrideSource::Local)
+            {
+                writeln!(
+                    err,
+                    "a local override is set on this host: `tend override clear {}` once the change is merged",
+                    esc(&r.name)
+                )?;
+            }
+            match args.output {
+                ProposeOutput::Patch => {
+                    write!(io::stdout().lock(), "{}", unified_diff(&proposal))?;
+                    Ok(exit::OK)
+                }
+                ProposeOutput::Branch => push_branch(&agent, &proposal, commit, &mut err),
+            }
+        },
+    )
+}
+
+fn push_branch(
+    agent: &crate::agent::Agent,
+    proposal: &Proposal,
+    base: &str,
+    err: &mut impl Write,
+) -> io::Result<u8> {
+    let source = agent.source_settings();
+    let target = ProposalBranch {
+        repo_dir: crate::source::repo_dir(&agent.config().state_dir),
+        url: source.url.clone(),
+        credentials: source.credentials.clone(),
+        agent_id: agent.agent_id().to_string(),
+        base_branch: source.branch.clone(),
+    };
+    let branch = branch_name(&proposal.name);
+    let outcome = match target.push(proposal, base, &message(proposal, agent.agent_id(), base)) {
+        Ok(o) => o,
+        Err(e) => {
+            writeln!(err, "tend: {}", esc(&e.to_string()))?;
+            return Ok(exit::ERROR);
+        }
+    };
+    let mut out = io::stdout().lock();
+    match &outcome {
+        BranchOutcome::Created(c) => writeln!(out, "{branch}: created at {c}")?,
+        BranchOutcome::Updated(c) => writeln!(out, "{branch}: updated to {c}")?,
+        BranchOutcome::Rebuilt(c) => writeln!(
+            out,
+            "{branch}: updated to {c} (a merge with the new {})",
+            source.branch
+        )?,
+        BranchOutcome::Unchanged(c) => {
+            writeln!(out, "{branch}: unchanged at {c} (it already proposes this)")?
+        }
+    }
+    if let Some(pr) = pull_request_url(&source.url, &source.branch, &branch) {
+        writeln!(out, "open a pull request: {pr}")?;
+    }
+    Ok(exit::OK)
+}

@@ -565,3 +565,67 @@ mod property {
         }
     }
 }
+
+/// `[status] propose = true`: a proposal branch for an overridden
+/// resource with out-of-band drift, updated while it lasts, deleted once
+/// Git declares the change.
+#[test]
+fn status_propose_keeps_a_branch_while_the_drift_lasts() {
+    let served = tempfile::tempdir().unwrap();
+    let seed = TestRepo::new();
+    seed.write("orders.yaml", ORDERS);
+    seed.commit("declarations");
+    let bare = seed.bare_clone(served.path());
+    let url = format!("file://{}", bare.display());
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &url)
+        .top("agent_id", Some("\"auto-agent\""))
+        .status("propose", "true")
+        .write()
+        .display()
+        .to_string();
+    let tend = |args: &[&str], code: i32| {
+        let mut all = vec!["--config", config.as_str()];
+        all.extend_from_slice(args);
+        TendCommand::new(&all).expect_code(code)
+    };
+    let branches = || {
+        git(
+            &bare,
+            &["for-each-ref", "--format=%(refname:short)", "refs/heads/"],
+        )
+    };
+    tend(&["apply"], 0);
+    assert_eq!(branches(), "main");
+    tend(
+        &["sandbox", "edit", "orders", "--set", "connectionLimit=500"],
+        0,
+    );
+    tend(&["apply"], 2);
+    assert_eq!(branches(), "main\ntend/propose/orders");
+    let first = git(&bare, &["rev-parse", "tend/propose/orders"]);
+    // Unchanged: no new commit.
+    tend(&["apply"], 2);
+    assert_eq!(git(&bare, &["rev-parse", "tend/propose/orders"]), first);
+    // The drift moves: the branch follows, fast-forward.
+    tend(
+        &["sandbox", "edit", "orders", "--set", "connectionLimit=600"],
+        0,
+    );
+    tend(&["apply"], 2);
+    assert_eq!(
+        git(&bare, &["log", "-1", "--format=%P", "tend/propose/orders"]),
+        first
+    );
+    // Merged: Git declares it now, the branch goes.
+    let work = served.path().join("merge");
+    git(
+        served.path(),
+        &["clone", "-q", &bare.display().to_string(), "merge"],
+    );
+    git(&work, &["fetch", "-q", "origin", "tend/propose/orders"]);
+    git(&work, &["merge", "-q", "--ff-only", "FETCH_HEAD"]);
+    git(&work, &["push", "-q", "origin", "main"]);
+    tend(&["apply"], 0);
+    assert_eq!(branches(), "main");
+}

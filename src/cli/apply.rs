@@ -84,6 +84,7 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         if let Some(e) = &published.notify_error {
             session::fail(format!("notifications: {e}"));
         }
+        published.proposals.log();
         let code = print_report_and_code(args.format, &report, failed);
         tracing::debug!("report printed");
         super::heap::release_at_exit(report);

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use super::{exit, session};
 use crate::escape::terminal as esc;
 use crate::journal::Access;
-use crate::propose::branch::{BranchOutcome, ProposalBranch, branch_name, pull_request_url};
+use crate::propose::branch::{ProposalBranch, branch_name, pull_request_url};
 use crate::propose::{Proposal, ProposeError, propose, selected, unified_diff};
 use crate::reconcile::Mode;
 use crate::status::render::value;
@@ -32,55 +32,6 @@ pub struct ProposeArgs {
     pub fields: Option<Vec<String>>,
     #[arg(long, value_enum, default_value = "patch")]
     pub output: ProposeOutput,
-}
-
-/// The file `path` at `commit` of the source's local Git data.
-fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, String> {
-    let repo = git2::Repository::open_bare(repo_dir).map_err(|e| e.message().to_string())?;
-    let commit = git2::Oid::from_str(commit)
-        .and_then(|id| repo.find_commit(id))
-        .map_err(|e| e.message().to_string())?;
-    let entry = commit
-        .tree()
-        .and_then(|t| t.get_path(Path::new(path)))
-        .map_err(|e| format!("{path} at {}: {}", commit.id(), e.message()))?;
-    let blob = repo
-        .find_blob(entry.id())
-        .map_err(|e| e.message().to_string())?;
-    String::from_utf8(blob.content().to_vec()).map_err(|_| format!("{path} is not UTF-8"))
-}
-
-/// The commit message of a proposal branch.
-fn message(p: &Proposal, agent_id: &str, base: &str) -> String {
-    let mut out = format!(
-        "propose: declare what the provider shows for {}\n\nChanged at the provider, kept in Git by tend propose:\n",
-        p.name
-    );
-    for c in &p.changes {
-        let seen = c.first_seen.map_or_else(
-            || " (no cycle has recorded it yet)".to_string(),
-            |t| format!(" (first seen {})", crate::time::rfc3339(t)),
-        );
-        out.push_str(&format!(
-            "  {}: {} -> {}{seen}\n",
-            c.field,
-            value(&c.declared),
-            value(&c.observed)
-        ));
-    }
-    if !p.reasons.is_empty() {
-        out.push_str(&format!("\nOverride reason: {}\n", p.reasons.join("; ")));
-    }
-    if !p.removed_annotations.is_empty() {
-        out.push_str(&format!(
-            "Removed annotations: {}\n",
-            p.removed_annotations.join(", ")
-        ));
-    }
-    out.push_str(&format!(
-        "\nProposed by tend agent {agent_id} from commit {base}.\n"
-    ));
-    out
 }
 
 pub fn run(config_path: &Path, args: &ProposeArgs) -> io::Result<u8> {
@@ -125,7 +76,7 @@ pub fn run(config_path: &Path, args: &ProposeArgs) -> io::Result<u8> {
                 }
             };
             let repo_dir = crate::source::repo_dir(&agent.config().state_dir);
-            let text = match file_at(&repo_dir, commit, &r.file) {
+            let text = match crate::propose::file_at(&repo_dir, commit, &r.file) {
                 Ok(t) => t,
                 Err(e) => {
                     writeln!(err, "tend: cannot read the declaration: {e}")?;
@@ -203,7 +154,11 @@ fn push_branch(
         base_branch: source.branch.clone(),
     };
     let branch = branch_name(&proposal.name);
-    let outcome = match target.push(proposal, base, &message(proposal, agent.agent_id(), base)) {
+    let outcome = match target.push(
+        proposal,
+        base,
+        &crate::propose::commit_message(proposal, agent.agent_id(), base),
+    ) {
         Ok(o) => o,
         Err(e) => {
             writeln!(err, "tend: {}", esc(&e.to_string()))?;
@@ -211,18 +166,7 @@ fn push_branch(
         }
     };
     let mut out = io::stdout().lock();
-    match &outcome {
-        BranchOutcome::Created(c) => writeln!(out, "{branch}: created at {c}")?,
-        BranchOutcome::Updated(c) => writeln!(out, "{branch}: updated to {c}")?,
-        BranchOutcome::Rebuilt(c) => writeln!(
-            out,
-            "{branch}: updated to {c} (a merge with the new {})",
-            source.branch
-        )?,
-        BranchOutcome::Unchanged(c) => {
-            writeln!(out, "{branch}: unchanged at {c} (it already proposes this)")?
-        }
-    }
+    writeln!(out, "{branch}: {outcome}")?;
     if let Some(pr) = pull_request_url(&source.url, &source.branch, &branch) {
         writeln!(out, "open a pull request: {pr}")?;
     }

@@ -281,6 +281,10 @@ pub struct StatusConfig {
     /// An override this close to its expiry is notified as expiring.
     #[serde(default = "one_day", deserialize_with = "values::duration")]
     pub warn_before: Duration,
+    /// Keep a `tend/propose/<name>` branch for every overridden resource
+    /// with out-of-band drift (docs/propose.md).
+    #[serde(default)]
+    pub propose: bool,
 }
 
 fn one_day() -> Duration {
@@ -294,6 +298,7 @@ impl Default for StatusConfig {
             reports_dir: None,
             keep_reports: default_keep_reports(),
             warn_before: one_day(),
+            propose: false,
         }
     }
 }

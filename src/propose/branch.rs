@@ -56,6 +56,22 @@ pub enum BranchOutcome {
     Unchanged(String),
 }
 
+impl std::fmt::Display for BranchOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BranchOutcome::Created(c) => write!(f, "created at {c}"),
+            BranchOutcome::Updated(c) => write!(f, "updated to {c}"),
+            BranchOutcome::Rebuilt(c) => {
+                write!(
+                    f,
+                    "updated to {c} (a merge with the tracked branch's new tip)"
+                )
+            }
+            BranchOutcome::Unchanged(c) => write!(f, "unchanged at {c} (it already proposes this)"),
+        }
+    }
+}
+
 /// Where and as whom proposals are pushed.
 #[derive(Debug, Clone)]
 pub struct ProposalBranch {

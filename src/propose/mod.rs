@@ -13,6 +13,7 @@
 //!   change in what the spec hash covers. Anything else is an error, never
 //!   a proposal.
 
+pub mod auto;
 pub mod branch;
 pub mod edit;
 
@@ -489,4 +490,53 @@ pub fn unified_diff(p: &Proposal) -> String {
         .context_radius(3)
         .header(&format!("a/{}", p.file), &format!("b/{}", p.file))
         .to_string()
+}
+
+/// The file `path` at `commit` of the source's local Git data.
+pub fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, String> {
+    let repo = git2::Repository::open_bare(repo_dir).map_err(|e| e.message().to_string())?;
+    let commit = git2::Oid::from_str(commit)
+        .and_then(|id| repo.find_commit(id))
+        .map_err(|e| e.message().to_string())?;
+    let entry = commit
+        .tree()
+        .and_then(|t| t.get_path(Path::new(path)))
+        .map_err(|e| format!("{path} at {}: {}", commit.id(), e.message()))?;
+    let blob = repo
+        .find_blob(entry.id())
+        .map_err(|e| e.message().to_string())?;
+    String::from_utf8(blob.content().to_vec()).map_err(|_| format!("{path} is not UTF-8"))
+}
+
+/// The commit message of a proposal branch.
+pub fn commit_message(p: &Proposal, agent_id: &str, base: &str) -> String {
+    let mut out = format!(
+        "propose: declare what the provider shows for {}\n\nChanged at the provider, kept in Git by tend propose:\n",
+        p.name
+    );
+    for c in &p.changes {
+        let seen = c.first_seen.map_or_else(
+            || " (no cycle has recorded it yet)".to_string(),
+            |t| format!(" (first seen {})", crate::time::rfc3339(t)),
+        );
+        out.push_str(&format!(
+            "  {}: {} -> {}{seen}\n",
+            c.field,
+            crate::status::render::value(&c.declared),
+            crate::status::render::value(&c.observed)
+        ));
+    }
+    if !p.reasons.is_empty() {
+        out.push_str(&format!("\nOverride reason: {}\n", p.reasons.join("; ")));
+    }
+    if !p.removed_annotations.is_empty() {
+        out.push_str(&format!(
+            "Removed annotations: {}\n",
+            p.removed_annotations.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "\nProposed by tend agent {agent_id} from commit {base}.\n"
+    ));
+    out
 }

@@ -196,3 +196,48 @@ pub fn delete_branch(
         .map_err(|e| failed(url, &e, &host_error, Way::Push))?;
     Ok(PushOutcome::Pushed)
 }
+
+/// Fetches every branch of `url` under `refs/heads/{prefix}` into
+/// `{local}` (pruned: a branch deleted there goes here too), and returns
+/// their names with `prefix` left out.
+pub fn fetch_branches(
+    dir: &Path,
+    url: &str,
+    credentials: &Credentials,
+    prefix: &str,
+    local: &str,
+) -> Result<Vec<String>, SourceError> {
+    let repo = super::fetch::open_or_init(dir)?;
+    let host_error = RefCell::new(None);
+    let headers = credentials.headers();
+    let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut options = FetchOptions::new();
+    options
+        .remote_callbacks(callbacks(url, credentials, &host_error))
+        .download_tags(git2::AutotagOption::None)
+        .prune(FetchPrune::On)
+        .update_fetchhead(false)
+        .follow_redirects(redirects(credentials))
+        .custom_headers(&header_refs);
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(|e| failed(url, &e, &host_error, Way::Fetch))?;
+    let refspec = format!("+refs/heads/{prefix}*:{local}*");
+    remote
+        .fetch(&[&refspec], Some(&mut options), None)
+        .map_err(|e| failed(url, &e, &host_error, Way::Fetch))?;
+    drop(options);
+    let glob = format!("{local}*");
+    let names = repo
+        .references_glob(&glob)
+        .map_err(|e| failed(url, &e, &host_error, Way::Fetch))?
+        .flatten()
+        .filter_map(|r| {
+            r.name()
+                .ok()
+                .and_then(|n| n.strip_prefix(local))
+                .map(str::to_string)
+        })
+        .collect();
+    Ok(names)
+}

@@ -19,6 +19,8 @@ use super::notify::deliver::Notifier;
 use super::report::{Report, StatusBranchReport};
 use crate::agent::Agent;
 use crate::journal::StateStore;
+use crate::propose::auto::{AutoOutcome, AutoPropose};
+use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
 #[derive(Debug, Default)]
@@ -34,6 +36,8 @@ pub struct PublishOutcome {
     pub transitions: usize,
     /// The notifications could not be recorded.
     pub notify_error: Option<crate::journal::StateError>,
+    /// What `[status] propose` did.
+    pub proposals: AutoOutcome,
 }
 
 /// The status step of one agent.
@@ -43,6 +47,8 @@ pub struct StatusPublisher {
     store: Option<Arc<StateStore>>,
     title: &'static str,
     notifier: Option<Arc<Notifier>>,
+    /// `[status] propose = true`.
+    auto_propose: Option<AutoPropose>,
     /// The digest of the last files the branch holds (pushed, or found
     /// there): while they stay the same, nothing is fetched.
     published: Option<String>,
@@ -70,6 +76,16 @@ impl StatusPublisher {
             store: agent.store().cloned(),
             title,
             notifier,
+            auto_propose: config.status.propose.then(|| {
+                let source = agent.source_settings();
+                AutoPropose::new(ProposalBranch {
+                    repo_dir: crate::source::repo_dir(&config.state_dir),
+                    url: source.url.clone(),
+                    credentials: source.credentials.clone(),
+                    agent_id: agent.agent_id().to_string(),
+                    base_branch: source.branch.clone(),
+                })
+            }),
             published: None,
             failing_since,
         }
@@ -80,6 +96,7 @@ impl StatusPublisher {
     pub fn files_only(&mut self) {
         self.branch = None;
         self.notifier = None;
+        self.auto_propose = None;
     }
 
     pub fn files(&self) -> &ReportFiles {
@@ -133,6 +150,9 @@ impl StatusPublisher {
                 Ok(transitions) => outcome.transitions = transitions.len(),
                 Err(e) => outcome.notify_error = Some(e),
             }
+        }
+        if let Some(auto) = &mut self.auto_propose {
+            outcome.proposals = auto.run(report);
         }
         outcome
     }

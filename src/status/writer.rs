@@ -87,6 +87,7 @@ pub async fn run(
         if outcome.transitions > 0 {
             deliveries.notify_one();
         }
+        outcome.proposals.log();
         board.set_status_branch(outcome.branch_report.clone());
         let errors: Vec<String> = [
             outcome.branch_error.map(|e| e.to_string()),

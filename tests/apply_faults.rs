@@ -153,7 +153,12 @@ fn a_lost_delete_response_is_retried_with_the_same_id() {
 }
 
 #[test]
-fn a_stale_read_after_tends_own_write_does_not_cause_a_second_write() {
+/// What it checks: while reads lag tend's write, the write cannot be
+/// confirmed; its intent stays pending and is replayed under the same id,
+/// never sent as a second write. (The decision rule for an observation
+/// older than tend's last write, `stale-observation`, is in
+/// tests/decide.rs: here the pending intent holds the resource first.)
+fn a_write_whose_confirmation_reads_stale_stays_pending_and_is_never_sent_twice() {
     let env = Env::new(&[decl("orders", 10)]);
     env.apply(0);
     // Let the create age past the lag, so only the update's read is stale.
@@ -287,6 +292,32 @@ fn killed_after_the_call_and_before_confirmation() {
         2,
         "the replay reached the provider under the same key"
     );
+    assert_eq!(state.operations().len(), 1);
+}
+
+/// Killed after an observation confirmed the effect and before the
+/// journal said so: the intent is still pending, the replay is answered
+/// from the provider's memory of the id, and it is confirmed then.
+#[test]
+fn killed_after_confirmation_and_before_the_journal_says_so() {
+    let env = Env::new(&[decl("orders", 10)]);
+    kill(paused_apply(&env, "after-confirm"));
+    assert_eq!(env.sandbox_state().databases.len(), 1);
+    let pending = only(&env.intents(), "create").clone();
+    assert_eq!(
+        pending.state,
+        IntentState::Pending,
+        "confirmed, but the journal never heard of it"
+    );
+    env.apply(0);
+    let state = env.sandbox_state();
+    assert_eq!(state.databases.len(), 1, "no duplicate");
+    let create = only(&env.intents(), "create").clone();
+    assert_eq!(
+        (create.op_id.as_str(), create.state),
+        (pending.op_id.as_str(), IntentState::Done)
+    );
+    assert_eq!(state.key_uses(&create.op_id), 2);
     assert_eq!(state.operations().len(), 1);
 }
 

@@ -341,6 +341,23 @@ fn ignored_fields_are_left_but_others_corrected() {
     );
 }
 
+/// A database that does not exist has no value to leave alone: it is
+/// created with the declared value of an ignored field too.
+#[test]
+fn create_with_ignore_fields_sets_the_declared_value() {
+    let decl = declaration(
+        "    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: INC-2\n",
+        "",
+    );
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory = Memory::default();
+    case.overrides = annotation_overrides(&decl, t(0));
+    let d = case.run();
+    expect(&d, State::Missing, Action::Create, Rule::Create);
+    assert_eq!(d.changes["connectionLimit"], json!(100));
+    assert_eq!(d.overrides.ignore_fields, ["connectionLimit"]);
+}
+
 fn expiring(on_expiry: OnExpiry) -> OverrideInput {
     OverrideInput {
         source: OverrideSource::Annotation,
@@ -726,7 +743,9 @@ fn any_memory() -> impl Strategy<Value = (bool, u64, u32)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+    // Failures are kept in tests/decide.proptest-regressions and replayed
+    // first at every run.
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
     fn decide_is_deterministic_and_respects_overrides(

@@ -376,23 +376,130 @@ fn hostile_names_and_values_are_quoted_never_interpolated() {
     assert_eq!(resource(&env.plan(0), "injection")["state"], "InSync");
 }
 
+/// tend's journal rows of `name`: (operation id, kind, state, calls sent).
+fn journal(env: &Env, name: &str) -> Vec<(String, String, String, i64)> {
+    let db = rusqlite::Connection::open(env.dir.path().join("state/state.db")).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT op_id, kind, state, attempts FROM intents WHERE name = ?1 ORDER BY created_ms",
+        )
+        .unwrap();
+    stmt.query_map([name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The provider connects through a proxy that loses the response of the
+/// armed statement after PostgreSQL committed it.
+fn through_proxy(env: &Env) -> support::pgproxy::PgProxy {
+    let proxy = support::pgproxy::PgProxy::start(env.pg.port);
+    std::fs::write(
+        env.config(),
+        format!(
+            "agent_id = \"pg-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\ndrift_grace = \"2s\"\ndeletion_delay = \"0s\"\nmax_deletion_percent = 100\nretry_min_delay = \"50ms\"\nmax_retries = 3\nconfirm_timeout = \"5s\"\n[providers.main]\nkind = \"postgres\"\nurl = \"postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable\"\ncreate_owner = true\n",
+            env.repo.url(),
+            proxy.port
+        ),
+    )
+    .unwrap();
+    proxy
+}
+
+/// `CREATE DATABASE` commits and its `CommandComplete` never reaches tend
+/// (the connection is cut right there). The retry carries the same
+/// operation id; the name reservation proves the database is tend's, so it
+/// is not Blocked as "name taken" by its own database, and it converges.
+/// Without the reservation the retry would meet "already exists" from a
+/// database it could not tell from someone else's.
 #[test]
-fn a_create_whose_connection_dies_after_commit_converges_without_a_duplicate() {
+fn a_create_whose_response_is_lost_after_commit_is_retried_with_its_id_and_converges() {
     let env = Env::new(&[("orders.yaml", ORDERS)]);
-    let marker = env.dir.path().join("paused");
-    let mut child = support::paused_apply(&env.config(), "after-call", &marker);
-    // The CREATE DATABASE committed; the process (and its connections) die.
-    child.kill().unwrap();
-    child.wait().unwrap();
-    env.q("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'tend'");
+    let proxy = through_proxy(&env);
+    proxy.arm("CREATE DATABASE");
+    let run = env.tend(&["apply"], 0);
+    assert_eq!(
+        proxy.cut(),
+        ["CREATE DATABASE"],
+        "the fault was never injected"
+    );
+    let rows = journal(&env, "orders");
+    assert_eq!(
+        rows.len(),
+        1,
+        "one operation, not a second for the retry: {rows:?}"
+    );
+    let (op, kind, state, calls) = &rows[0];
+    assert_eq!(
+        (kind.as_str(), state.as_str()),
+        ("create", "done"),
+        "{rows:?}"
+    );
+    assert!(
+        *calls >= 2,
+        "the call was retried with the same id: {rows:?}\n{}",
+        run.stderr
+    );
+    assert_eq!(
+        env.q("SELECT operation_id FROM tend.databases WHERE database_name = 'orders'"),
+        *op
+    );
+    let plan = env.plan(0);
+    assert_eq!(resource(&plan, "orders")["state"], "InSync", "{plan:#}");
     assert_eq!(
         env.q("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
         "1"
     );
+}
+
+/// The same for `ALTER DATABASE` (an update) and `DROP DATABASE` (a
+/// deletion): the lost response is retried under the same id, the
+/// statement's second run changes nothing, and the resource converges.
+#[test]
+fn lost_responses_of_alter_and_drop_are_retried_with_their_ids() {
+    let scratch = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: scratch\nspec:\n  deletionPolicy: Delete\n";
+    let env = Env::new(&[("orders.yaml", ORDERS), ("scratch.yaml", scratch)]);
     env.tend(&["apply"], 0);
+    let proxy = through_proxy(&env);
+
+    proxy.arm("ALTER DATABASE");
+    env.commit(
+        "orders.yaml",
+        &ORDERS.replace("connectionLimit: 50", "connectionLimit: 60"),
+    );
+    env.tend(&["apply"], 0);
+    assert_eq!(proxy.cut(), ["ALTER DATABASE"]);
+    let updates: Vec<_> = journal(&env, "orders")
+        .into_iter()
+        .filter(|r| r.1 == "update")
+        .collect();
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert_eq!(updates[0].2, "done");
+    assert!(updates[0].3 >= 2, "{updates:?}");
     assert_eq!(
-        env.q("SELECT count(*) FROM pg_database WHERE datname = 'orders'"),
-        "1"
+        env.q("SELECT datconnlimit FROM pg_database WHERE datname = 'orders'"),
+        "60"
+    );
+
+    proxy.arm("DROP DATABASE");
+    env.repo.remove("scratch.yaml");
+    env.repo.commit("scratch goes");
+    env.tend(&["apply"], 0);
+    assert_eq!(proxy.cut(), ["ALTER DATABASE", "DROP DATABASE"]);
+    let deletes: Vec<_> = journal(&env, "scratch")
+        .into_iter()
+        .filter(|r| r.1 == "delete")
+        .collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(deletes[0].2, "done");
+    assert!(deletes[0].3 >= 2, "{deletes:?}");
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'scratch'"),
+        "0"
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM tend.databases WHERE database_name = 'scratch'"),
+        "0"
     );
     assert_eq!(resource(&env.plan(0), "orders")["state"], "InSync");
 }
@@ -490,15 +597,28 @@ fn tls_connections_verify_the_server_against_the_configured_ca() {
             .expect_code(code)
     };
 
-    // The server refuses plain connections.
+    // The server refuses plain connections: the resource is in Error with
+    // the server's refusal, and nothing is created.
     write("", "disable");
-    let run = tend(1);
+    let plan = TendCommand::new(&[
+        "--config",
+        &config.display().to_string(),
+        "plan",
+        "--format",
+        "json",
+    ])
+    .env("TEND_LOG", "warn")
+    .expect_code(1)
+    .json();
+    let orders = resource(&plan, "orders");
+    assert_eq!(orders["state"], "Error", "{orders:#}");
     assert!(
-        run.stdout.contains("Error") || run.stderr.contains("no pg_hba.conf entry"),
-        "{}{}",
-        run.stdout,
-        run.stderr
+        orders["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no pg_hba.conf entry")),
+        "{orders:#}"
     );
+    tend(1);
 
     // A CA that did not sign the server's certificate: refused, and the
     // reason names the certificate.

@@ -195,7 +195,7 @@ fn mutate(value: &Value, key: &str) -> Value {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
     fn hash_ignores_order_quoting_comments_and_style(

@@ -107,7 +107,7 @@ fn check_first_commit(remote: &Remote, agent: &str) {
         )),
         "{author}"
     );
-    assert!(author.contains("2 resources, 2 in sync"), "{author}");
+    assert!(author.contains(": 2 resources, 2 in sync,"), "{author}");
     let agent_file: serde_json::Value = serde_norway::from_str(&remote.show("agent.yaml")).unwrap();
     assert_eq!(agent_file["agentId"], agent);
     assert_eq!(agent_file["statusFormat"], 1);

@@ -119,7 +119,7 @@ pub fn render(
                 .collect(),
             unobserved: &r.unobserved,
             drift: &r.drift,
-            override_: r.override_.as_ref(),
+            override_: r.override_.as_deref(),
             last_operation: op,
             acts_at: r.acts_at.as_deref(),
             propose: r.propose.as_deref(),
@@ -196,7 +196,7 @@ fn summary(report: &Report) -> String {
     }
     let overrides: Vec<(&ResourceReport, &OverrideReport)> = ordered
         .iter()
-        .filter_map(|r| r.override_.as_ref().map(|o| (*r, o)))
+        .filter_map(|r| r.override_.as_deref().map(|o| (*r, o)))
         .collect();
     if !overrides.is_empty() {
         let _ = writeln!(out, "\n## Active overrides\n");

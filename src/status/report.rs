@@ -110,9 +110,11 @@ pub struct ResourceReport {
     pub action: Action,
     pub reason: String,
     pub drift: Vec<DriftReport>,
+    /// Boxed, as `operation` is: most resources have neither, and a
+    /// fleet's report holds ten thousand of these, a few at a time.
     #[serde(rename = "override")]
-    pub override_: Option<OverrideReport>,
-    pub operation: Option<OperationReport>,
+    pub override_: Option<Box<OverrideReport>>,
+    pub operation: Option<Box<OperationReport>>,
     /// When the provider's answer about it was produced (RFC 3339); absent
     /// when it could not be observed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -386,36 +388,40 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
                 ignored: x.ignored,
             })
             .collect(),
-        override_: (!ov.is_empty()).then(|| OverrideReport {
-            source: ov
-                .sources
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            kind: ov.kind().to_string(),
-            fields: ov.ignore_fields.clone(),
-            reason: ov.reasons.join("; "),
-            expires: ov.expires.map(rfc3339),
-            expired: ov.expired,
-            first_seen: plan.now.checked_sub(ov.age).map(rfc3339),
+        override_: (!ov.is_empty()).then(|| {
+            Box::new(OverrideReport {
+                source: ov
+                    .sources
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                kind: ov.kind().to_string(),
+                fields: ov.ignore_fields.clone(),
+                reason: ov.reasons.join("; "),
+                expires: ov.expires.map(rfc3339),
+                expired: ov.expired,
+                first_seen: plan.now.checked_sub(ov.age).map(rfc3339),
+            })
         }),
         operation: match &r.operation {
-            Some(op) => Some(OperationReport {
+            Some(op) => Some(Box::new(OperationReport {
                 id: op.id.clone(),
                 kind: op.kind,
                 state: "planned".into(),
-            }),
+            })),
             // Held behind a journalled intent: that operation is the
             // resource's, and it is pending.
             None => plan
                 .intents
                 .iter()
                 .find(|i| i.name == r.name && i.rule == crate::engine::Rule::PendingIntent)
-                .map(|i| OperationReport {
-                    id: i.id.clone(),
-                    kind: i.kind,
-                    state: "pending".into(),
+                .map(|i| {
+                    Box::new(OperationReport {
+                        id: i.id.clone(),
+                        kind: i.kind,
+                        state: "pending".into(),
+                    })
                 }),
         },
         observed_at,

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod daemon;
 pub mod git;
+pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;
 
@@ -123,4 +124,26 @@ impl RunOutput {
             )
         })
     }
+}
+
+/// The counts of `tend apply`'s `N operations, M done` line (the whole
+/// line, so `10 operations` never passes for `0 operations`).
+pub fn operation_counts(stderr: &str) -> Option<(usize, usize)> {
+    stderr.lines().find_map(|line| {
+        let (total, rest) = line.trim().split_once(" operations, ")?;
+        let done = rest.strip_suffix(" done")?;
+        Some((total.parse().ok()?, done.parse().ok()?))
+    })
+}
+
+/// The count `validate` prints: `N declarations, M errors` (whole line).
+pub fn validate_counts(stdout: &str) -> Option<(usize, usize)> {
+    stdout.lines().find_map(|line| {
+        let (decls, rest) = line.trim().split_once(' ')?;
+        let rest = rest
+            .strip_prefix("declarations, ")
+            .or_else(|| rest.strip_prefix("declaration, "))?;
+        let (errors, _) = rest.split_once(' ')?;
+        Some((decls.parse().ok()?, errors.parse().ok()?))
+    })
 }

@@ -12,6 +12,9 @@ use super::{RecordedOperation, SandboxProvider};
 use crate::model::hash::sha256_hex;
 use crate::provider::{OperationId, ProviderError};
 
+/// How large the call log grows before it is rotated.
+pub const CALL_LOG_BYTES: u64 = 1 << 20;
+
 impl SandboxProvider {
     pub(super) fn stale_lag(&self) -> Duration {
         self.faults
@@ -56,16 +59,24 @@ impl SandboxProvider {
         if let Some(dir) = path.parent() {
             let _ = fs::create_dir_all(dir);
         }
+        // Bounded: past CALL_LOG_BYTES the log moves to calls.log.1 (the
+        // one before goes), so a long-running sandbox never fills a disk.
+        if fs::metadata(&path).is_ok_and(|m| m.len() >= CALL_LOG_BYTES) {
+            let _ = fs::rename(&path, self.dir.join("calls.log.1"));
+        }
         if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
             let _ = writeln!(f, "{} {call} {resource} {outcome}", self.now_ms());
         }
     }
 
-    /// The call log (`millis`, call, resource, outcome), oldest first.
+    /// The call log (`millis`, call, resource, outcome), oldest first (the
+    /// rotated part included).
     pub fn calls(&self) -> Vec<(u64, String, String, String)> {
-        fs::read_to_string(self.dir.join("calls.log"))
-            .unwrap_or_default()
-            .lines()
+        let text = ["calls.log.1", "calls.log"]
+            .iter()
+            .map(|f| fs::read_to_string(self.dir.join(f)).unwrap_or_default())
+            .collect::<String>();
+        text.lines()
             .filter_map(|l| {
                 let mut p = l.split(' ');
                 Some((

@@ -131,3 +131,23 @@ fn rate_limits_and_failures_are_injected_before_the_call() {
         assert_eq!(sandbox.observe("x").await.unwrap(), None);
     });
 }
+
+#[test]
+fn the_call_log_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+    let line = "x".repeat(200);
+    for _ in 0..12_000 {
+        sandbox.log_call("observe", &line, "ok");
+    }
+    let size = |f: &str| {
+        fs::metadata(sandbox.dir.join(f))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    assert!(size("calls.log") < super::faults::CALL_LOG_BYTES + 1024);
+    assert!(size("calls.log.1") > 0, "rotated");
+    assert!(size("calls.log") + size("calls.log.1") < 2 * super::faults::CALL_LOG_BYTES + 2048);
+    // The newest calls are still read.
+    assert!(!sandbox.calls().is_empty());
+}

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::git::{manifest, repo_with_declarations};
 
-const DECLARATIONS: usize = 10_000;
-const NO_CHANGE_RUNS: usize = 15;
-const ONE_CHANGE_RUNS: usize = 5;
+use support::bench::{Scale, figure, spread};
 
 /// One `tend apply`: wall time, peak RSS in KiB (when GNU time is there),
 /// exit code and stderr.
@@ -94,7 +92,11 @@ fn stats(mut samples: Vec<f64>) -> String {
 #[test]
 #[ignore = "benchmark: run explicitly, see docs/performance.md"]
 fn apply_over_10000_declarations() {
-    let repo = repo_with_declarations(DECLARATIONS);
+    let scale = Scale::from_env();
+    let declarations = scale.n(10_000, 300);
+    let no_change_runs = scale.n(15, 3);
+    let one_change_runs = scale.n(5, 2);
+    let repo = repo_with_declarations(declarations);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("tend.toml"),
@@ -109,22 +111,28 @@ fn apply_over_10000_declarations() {
     assert_eq!(cold.code, 0, "{}", cold.stderr);
     assert_eq!(
         support::operation_counts(&cold.stderr),
-        Some((10_000, 10_000)),
+        Some((declarations, declarations)),
         "{}",
         cold.stderr
     );
     println!(
-        "cold apply (10,000 creates): {:.2} s, peak RSS {:?} KiB",
+        "cold apply ({declarations} creates): {:.2} s, peak RSS {:?} KiB",
         cold.wall.as_secs_f64(),
         cold.rss_kib
     );
+    figure(
+        "apply cold (creates every declaration)",
+        format!("{:.2} s", cold.wall.as_secs_f64()),
+        &format!(
+            "{declarations} declarations, peak RSS {} KiB",
+            cold.rss_kib.unwrap_or(0)
+        ),
+    );
 
-    // A run's own time is its wall time less the fetch (libgit2's
+    // A run's own time is its wall time less its own fetch (libgit2's
     // initialisation in a new process, and the fetch call: both in the
-    // log) and the provider's observation. The fetch runs beside tend's
-    // reads of its caches, which can slow it; the fastest fetch of all
-    // runs is subtracted, so contention counts as tend's time.
-    let runs: Vec<Run> = (0..NO_CHANGE_RUNS)
+    // log) and its own provider observation: one definition, per run.
+    let runs: Vec<Run> = (0..no_change_runs)
         .map(|_| apply(dir.path(), true))
         .collect();
     let mut fetches = Vec::new();
@@ -145,45 +153,38 @@ fn apply_over_10000_declarations() {
             mark(&run.stderr, "observed").unwrap() - mark(&run.stderr, "observing").unwrap(),
         ));
     }
-    let fetch = fetches.iter().min().copied().unwrap_or_default();
-    let owns = runs
-        .iter()
-        .zip(&observes)
-        .map(|(run, observe)| ms(run.wall.saturating_sub(fetch + *observe)))
-        .collect();
-    let owns_own_fetch = runs
+    println!("no-change apply, {no_change_runs} runs:");
+    let whole: Vec<f64> = runs.iter().map(|r| ms(r.wall)).collect();
+    let (value, detail) = spread(&whole);
+    figure("**apply, no change: whole process**", value, &detail);
+    let (value, detail) = spread(&fetches.iter().copied().map(ms).collect::<Vec<_>>());
+    figure("apply, no change: libgit2 start + fetch", value, &detail);
+    let (value, detail) = spread(&observes.iter().copied().map(ms).collect::<Vec<_>>());
+    figure("apply, no change: provider observation", value, &detail);
+    let own: Vec<f64> = runs
         .iter()
         .zip(&observes)
         .zip(&fetches)
         .map(|((run, observe), fetch)| ms(run.wall.saturating_sub(*fetch + *observe)))
         .collect();
-    println!("no-change apply, {NO_CHANGE_RUNS} runs:");
-    println!(
-        "  whole process           {}",
-        stats(runs.iter().map(|r| ms(r.wall)).collect())
+    let (value, detail) = spread(&own);
+    figure(
+        "apply, no change: the rest (tend's own)",
+        value,
+        &format!("{detail}; each run's own fetch and observation subtracted"),
     );
-    println!(
-        "  fetch (libgit2 init + fetch call) {}; {:.1} ms subtracted",
-        stats(fetches.iter().copied().map(ms).collect()),
-        ms(fetch)
-    );
-    println!(
-        "  provider observation    {}",
-        stats(observes.iter().copied().map(ms).collect())
-    );
-    println!("  tend's own time         {}", stats(owns));
-    println!(
-        "  (each run's own fetch subtracted instead: {})",
-        stats(owns_own_fetch)
-    );
-    println!(
-        "  peak RSS                {} KiB",
-        runs.iter().filter_map(|r| r.rss_kib).max().unwrap_or(0)
+    figure(
+        "apply, no change: peak RSS",
+        format!(
+            "{} KiB",
+            runs.iter().filter_map(|r| r.rss_kib).max().unwrap_or(0)
+        ),
+        "the largest of the runs",
     );
 
     let mut walls = Vec::new();
     let mut rss = 0;
-    for i in 0..ONE_CHANGE_RUNS {
+    for i in 0..one_change_runs {
         repo.write(
             "databases/team-07/db-00007.yaml",
             &manifest("db-00007", 100 + i as u32),
@@ -200,7 +201,9 @@ fn apply_over_10000_declarations() {
         walls.push(ms(run.wall));
         rss = rss.max(run.rss_kib.unwrap_or(0));
     }
-    println!("one-change apply (1 update), {ONE_CHANGE_RUNS} runs:");
+    println!("one-change apply (1 update), {one_change_runs} runs:");
+    let (value, detail) = spread(&walls);
     println!("  whole process           {}", stats(walls));
     println!("  peak RSS                {rss} KiB");
+    figure("apply, one changed file: whole process", value, &detail);
 }

@@ -52,12 +52,14 @@ fn declarations(repo: &TestRepo, prefix: &str, n: usize) {
 #[test]
 #[ignore = "benchmark: run explicitly, see docs/performance.md"]
 fn plan_over_1000_databases_and_creating_200() {
+    let scale = support::bench::Scale::from_env();
+    let (create, managed, runs) = (scale.n(200, 10), scale.n(1000, 30), scale.n(15, 3));
     let pg = Postgres::start();
     let dir = tempfile::tempdir().unwrap();
 
     // Creating 200: tend apply (bounded concurrency) against a serial createdb loop.
     let repo = TestRepo::new();
-    declarations(&repo, "c", 200);
+    declarations(&repo, "c", create);
     let cfg = config(dir.path(), &repo, &pg, 8);
     let mut apply = Command::new(env!("CARGO_BIN_EXE_tend"));
     apply
@@ -66,13 +68,13 @@ fn plan_over_1000_databases_and_creating_200() {
     let tend_create = timed(apply, 0);
     assert_eq!(
         pg.psql("SELECT count(*) FROM pg_database WHERE datname LIKE 'c_%'"),
-        "200"
+        create.to_string()
     );
     let createdb = pg.path().join("createdb-loop.sh");
     std::fs::write(
         &createdb,
         format!(
-            "for i in $(seq 1 200); do createdb -h 127.0.0.1 -p {} -U postgres serial_$i || exit 1; done\n",
+            "for i in $(seq 1 {create}); do createdb -h 127.0.0.1 -p {} -U postgres serial_$i || exit 1; done\n",
             pg.port
         ),
     )
@@ -82,21 +84,24 @@ fn plan_over_1000_databases_and_creating_200() {
     let serial_create = timed(serial, 0);
     assert_eq!(
         pg.psql("SELECT count(*) FROM pg_database WHERE datname LIKE 'serial_%'"),
-        "200"
+        create.to_string()
     );
 
     // 1,000 managed databases: tend plan against one raw catalog query.
-    declarations(&repo, "p", 800);
+    declarations(&repo, "p", managed - create);
     let mut apply = Command::new(env!("CARGO_BIN_EXE_tend"));
     apply
         .args(["--config", &cfg, "apply"])
         .env("TEND_LOG", "warn");
     timed(apply, 0);
-    assert_eq!(pg.psql("SELECT count(*) FROM tend.databases"), "1000");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM tend.databases"),
+        managed.to_string()
+    );
     // Whole processes, interleaved (the machine's load hits both alike),
     // 15 runs each.
     let (mut plans, mut raw) = (Vec::new(), Vec::new());
-    for _ in 0..15 {
+    for _ in 0..runs {
         let run = Instant::now();
         TendCommand::new(&["--config", &cfg, "plan", "--format", "json"]).expect_code(0);
         plans.push(run.elapsed());
@@ -119,7 +124,34 @@ fn plan_over_1000_databases_and_creating_200() {
         spread(&plans),
         spread(&raw)
     );
+    let as_ms = |v: &[Duration]| v.iter().map(|d| support::bench::ms(*d)).collect::<Vec<_>>();
+    let (v, d) = support::bench::spread(&as_ms(&plans));
+    support::bench::figure(
+        &format!("postgres: `tend plan` over {managed} managed databases, whole process"),
+        v,
+        &d,
+    );
+    let (v, d) = support::bench::spread(&as_ms(&raw));
+    support::bench::figure(
+        "postgres: one raw `psql` catalog query, whole process",
+        v,
+        &d,
+    );
+    support::bench::figure(
+        &format!("postgres: create {create}, `tend apply` (max_concurrency 8)"),
+        format!("{:.2} s", tend_create.as_secs_f64()),
+        &format!(
+            "a serial createdb loop: {:.2} s ({:.2}x)",
+            serial_create.as_secs_f64(),
+            tend_create.as_secs_f64() / serial_create.as_secs_f64()
+        ),
+    );
     let (plan, raw) = (median(plans), median(raw));
+    support::bench::figure(
+        "**postgres: plan / psql (target <= 2x)**",
+        format!("{:.2}x", plan.as_secs_f64() / raw.as_secs_f64()),
+        "medians",
+    );
     println!(
         "create 200: tend apply (concurrency 8) {tend_create:?}, serial createdb loop {serial_create:?}, ratio {:.2}x",
         tend_create.as_secs_f64() / serial_create.as_secs_f64()

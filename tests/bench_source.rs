@@ -11,7 +11,7 @@ use tend::source::Source;
 use tend::source::auth::Credentials;
 use tend::source::tracker::SourceSettings;
 
-const DECLARATIONS: usize = 10_000;
+use support::bench::{Scale, figure, spread};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -21,7 +21,9 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 #[test]
 #[ignore = "benchmark: run explicitly, see docs/performance.md"]
 fn source_with_10000_declarations() {
-    let repo = repo_with_declarations(DECLARATIONS);
+    let scale = Scale::from_env();
+    let declarations = scale.n(10_000, 300);
+    let repo = repo_with_declarations(declarations);
     let served = tempfile::tempdir().unwrap();
     let bare = repo.bare_clone(served.path());
     let daemon = GitDaemon::start(served.path());
@@ -48,9 +50,9 @@ fn source_with_10000_declarations() {
             .declarations
             .declarations
             .len(),
-        DECLARATIONS
+        declarations
     );
-    assert_eq!(source.parse_count(), DECLARATIONS as u64);
+    assert_eq!(source.parse_count(), declarations as u64);
 
     let unchanged: Vec<Duration> = (0..15)
         .map(|_| {
@@ -59,7 +61,7 @@ fn source_with_10000_declarations() {
             t.elapsed()
         })
         .collect();
-    assert_eq!(source.parse_count(), DECLARATIONS as u64);
+    assert_eq!(source.parse_count(), declarations as u64);
 
     let mut one_change = Vec::new();
     for round in 0..5 {
@@ -91,8 +93,33 @@ fn source_with_10000_declarations() {
         })
         .collect();
 
+    let as_ms = |v: &[Duration]| v.iter().map(|d| support::bench::ms(*d)).collect::<Vec<_>>();
+    figure(
+        "source: cold snapshot (clone + parse)",
+        format!("{:.2} s", cold_time.as_secs_f64()),
+        &format!("{declarations} declarations, in-process"),
+    );
+    let (v, d) = spread(&as_ms(&unchanged));
+    figure(
+        "source: unchanged poll (in-process fetch and compare)",
+        v,
+        &d,
+    );
+    let (v, d) = spread(&as_ms(&one_change));
+    figure(
+        "source: one changed file (fetch, tree walk, 1 parse)",
+        v,
+        &d,
+    );
+    let (v, d) = spread(&as_ms(&cli));
+    figure("source: `git fetch` no-op, git CLI process", v, &d);
     let (unchanged, one_change, cli) = (median(unchanged), median(one_change), median(cli));
-    println!("declarations:                 {DECLARATIONS}");
+    figure(
+        "source: unchanged poll / `git fetch` (target <= 1.5x)",
+        format!("{:.2}x", unchanged.as_secs_f64() / cli.as_secs_f64()),
+        "in-process poll against a CLI process: the running agent's mode",
+    );
+    println!("declarations:                 {declarations}");
     println!("cold snapshot (clone+parse):  {cold_time:?}");
     println!("unchanged poll (median of 15): {unchanged:?}");
     println!("one-file change (median of 5): {one_change:?} (1 file parsed)");

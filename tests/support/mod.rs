@@ -2,6 +2,7 @@
 //! environment, and paths into the repository.
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod git;

@@ -1,0 +1,51 @@
+//! What the benchmarks share: their scale (`TEND_BENCH=quick` makes every
+//! workload small, so `scripts/bench.sh quick` runs in seconds and a test
+//! keeps the script from rotting), and the figures they print for the
+//! script's table.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+/// The size of a benchmark's workloads.
+#[derive(Debug, Clone, Copy)]
+pub struct Scale {
+    pub quick: bool,
+}
+
+impl Scale {
+    pub fn from_env() -> Self {
+        Scale {
+            quick: std::env::var("TEND_BENCH").as_deref() == Ok("quick"),
+        }
+    }
+
+    /// `full`, or `quick` in quick mode.
+    pub fn n(&self, full: usize, quick: usize) -> usize {
+        if self.quick { quick } else { full }
+    }
+}
+
+/// One figure for `scripts/bench.sh`: `FIGURE|key|value|detail`.
+pub fn figure(key: &str, value: impl Display, detail: &str) {
+    println!("FIGURE|{key}|{value}|{detail}");
+}
+
+/// Median and spread of `samples` (milliseconds): `(median, "min–max over
+/// N runs")`.
+pub fn spread(samples: &[f64]) -> (String, String) {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    (
+        format!("{:.1} ms", s[s.len() / 2]),
+        format!(
+            "median of {} runs, {:.1}-{:.1} ms",
+            s.len(),
+            s[0],
+            s[s.len() - 1]
+        ),
+    )
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

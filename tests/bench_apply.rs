@@ -97,12 +97,16 @@ fn apply_over_10000_declarations() {
     let no_change_runs = scale.n(15, 3);
     let one_change_runs = scale.n(5, 2);
     let repo = repo_with_declarations(declarations);
+    // A bare remote, as in production: the status branch is written to it.
+    let served = tempfile::tempdir().unwrap();
+    let bare = repo.bare_clone(served.path());
+    let remote = format!("file://{}", bare.display());
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("tend.toml"),
         format!(
             "agent_id = \"bench\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\npath = \"databases\"\n[reconcile]\nmax_concurrency = 16\n[providers.sandbox]\nkind = \"sandbox\"\nrate_limit = 10000\nmax_concurrency = 16\n",
-            repo.url()
+            remote
         ),
     )
     .unwrap();
@@ -190,6 +194,7 @@ fn apply_over_10000_declarations() {
             &manifest("db-00007", 100 + i as u32),
         );
         repo.commit("raise db-00007");
+        repo.git(&["push", "-q", &remote, "main"]);
         let run = apply(dir.path(), false);
         assert_eq!(run.code, 0, "{}", run.stderr);
         assert_eq!(

@@ -128,6 +128,19 @@ impl StatusBranch {
         format!("refs/tend/status/outgoing/{}", self.branch)
     }
 
+    /// The branch's tip at the remote (fetched; `None`: no such branch).
+    pub fn tip(&self) -> Result<Option<String>, StatusBranchError> {
+        transport::fetch_branch(
+            &self.repo_dir,
+            &self.url,
+            &self.credentials,
+            &self.branch,
+            &self.fetched_ref(),
+        )
+        .map(|tip| tip.map(|t| t.to_string()))
+        .map_err(|e| self.remote(e))
+    }
+
     /// Puts `files` on the branch with `message`, as described in the
     /// module docs.
     pub fn publish(
@@ -274,20 +287,51 @@ impl StatusBranch {
                 }
             }
         }
-        let mut status = repo.treebuilder(None).map_err(|e| self.git(e))?;
+        // The tip's own status tree is the starting point: a file whose
+        // bytes hash to the blob already there is left as it is (nothing
+        // written), so a change of one resource writes one blob.
+        let old_status = base
+            .as_ref()
+            .and_then(|b| b.get_name("status"))
+            .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
+            .and_then(|e| repo.find_tree(e.id()).ok());
+        let mut status = repo
+            .treebuilder(old_status.as_ref())
+            .map_err(|e| self.git(e))?;
+        let wanted: std::collections::HashSet<&str> = files
+            .keys()
+            .filter_map(|p| p.strip_prefix("status/"))
+            .collect();
+        if let Some(old) = &old_status {
+            for entry in old.iter() {
+                let name = entry.name().unwrap_or_default().to_string();
+                if !wanted.contains(name.as_str()) {
+                    status.remove(&name).map_err(|e| self.git(e))?;
+                }
+            }
+        }
         for (path, bytes) in files {
-            let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
-            let builder: &mut TreeBuilder<'_> = match path.strip_prefix("status/") {
-                Some(_) => &mut status,
-                None => &mut root,
+            let (builder, name): (&mut TreeBuilder<'_>, &str) = match path.strip_prefix("status/") {
+                Some(name) => (&mut status, name),
+                None => (
+                    &mut root,
+                    Path::new(path)
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or(path),
+                ),
             };
-            let name = Path::new(path)
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or(path);
-            builder
-                .insert(name, blob, 0o100644)
-                .map_err(|e| self.git(e))?;
+            let id = Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
+            let present = builder
+                .get(name)
+                .map_err(|e| self.git(e))?
+                .is_some_and(|e| e.id() == id);
+            if !present {
+                let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
+                builder
+                    .insert(name, blob, 0o100644)
+                    .map_err(|e| self.git(e))?;
+            }
         }
         if !status.is_empty() {
             let id = status.write().map_err(|e| self.git(e))?;

@@ -95,6 +95,18 @@ pub fn content_digest(json: &[u8]) -> String {
     hasher.finish()
 }
 
+/// The [`content_digest`] of `report` as `latest.json` would hold it,
+/// computed without writing it.
+pub fn report_digest(report: &Report) -> String {
+    let mut tee = Tee {
+        file: io::sink(),
+        hasher: ContentHasher::default(),
+    };
+    let _ = serde_json::to_writer_pretty(&mut tee, report);
+    let _ = tee.write_all(b"\n");
+    tee.hasher.finish()
+}
+
 /// Writes what it is given to a file and to a [`ContentHasher`].
 struct Tee<W> {
     file: W,

@@ -49,9 +49,10 @@ pub struct StatusPublisher {
     notifier: Option<Arc<Notifier>>,
     /// `[status] propose = true`.
     auto_propose: Option<AutoPropose>,
-    /// The digest of the last files the branch holds (pushed, or found
-    /// there): while they stay the same, nothing is fetched.
+    /// What the branch's files were last published from (see
+    /// `publish_branch`), and the file in the state dir that keeps it.
     published: Option<String>,
+    key_file: Option<std::path::PathBuf>,
     /// Since when the branch has been failing.
     failing_since: Option<SystemTime>,
 }
@@ -74,6 +75,9 @@ impl StatusPublisher {
             files: ReportFiles::new(&config.reports_dir(), config.status.keep_reports),
             branch: agent.status_branch(),
             store: agent.store().cloned(),
+            key_file: agent
+                .store()
+                .map(|_| config.state_dir.join("status-branch-published")),
             title,
             notifier,
             auto_propose: config.status.propose.then(|| {
@@ -162,6 +166,41 @@ impl StatusPublisher {
         branch: &StatusBranch,
         report: &Report,
     ) -> Result<Option<String>, StatusBranchError> {
+        // What the branch's files are a function of: the report (without
+        // its moving times) and the journal's finished operations; and
+        // what the branch holds: its tip. While both stay the same,
+        // nothing is rendered, written or pushed; the key survives
+        // processes in the state dir, so an unchanged `tend apply` costs a
+        // digest and a fetch that finds nothing new, not ten thousand
+        // files. Someone else's push moves the tip, and the files are
+        // checked again.
+        let finished = self
+            .store
+            .as_ref()
+            .and_then(|s| s.finished_operations_mark().ok())
+            .unwrap_or_default();
+        let content = format!(
+            "{}\n{finished:?}\n{}\n{}\n{}",
+            super::files::report_digest(report),
+            branch.url,
+            branch.branch,
+            env!("CARGO_PKG_VERSION")
+        );
+        let key_at = |tip: Option<&str>| {
+            crate::model::hash::sha256_hex(format!("{content}\n{tip:?}").as_bytes())
+        };
+        let tip = branch.tip()?;
+        let key = key_at(tip.as_deref());
+        if self.published.is_none() {
+            self.published = self
+                .key_file
+                .as_ref()
+                .and_then(|f| std::fs::read_to_string(f).ok())
+                .map(|k| k.trim().to_string());
+        }
+        if self.published.as_deref() == Some(key.as_str()) {
+            return Ok(None);
+        }
         let last_operations = match &self.store {
             Some(store) => store.last_operations().unwrap_or_else(|e| {
                 tracing::warn!("status branch: cannot read the last operations: {e}");
@@ -170,21 +209,21 @@ impl StatusPublisher {
             None => Default::default(),
         };
         let files = super::branch_files::render(report, &last_operations);
-        let digest = {
-            let mut all = Vec::new();
-            for (path, bytes) in &files {
-                all.extend_from_slice(path.as_bytes());
-                all.push(0);
-                all.extend_from_slice(bytes);
-                all.push(0);
-            }
-            crate::model::hash::sha256_hex(&all)
-        };
-        if self.published.as_deref() == Some(digest.as_str()) {
-            return Ok(None);
-        }
         let published = branch.publish(&files, &commit_message(report))?;
-        self.published = Some(digest);
+        // The key of what the branch holds now.
+        let key = match &published {
+            Published::Committed(id) => key_at(Some(id)),
+            Published::Unchanged => key,
+        };
+        if let Some(file) = &self.key_file
+            && let Err(e) = super::files::write_atomically(file, format!("{key}\n").as_bytes())
+        {
+            tracing::warn!(
+                "status branch: cannot remember what was published in {}: {e}",
+                file.display()
+            );
+        }
+        self.published = Some(key);
         Ok(match published {
             Published::Committed(id) => Some(id),
             Published::Unchanged => None,

@@ -20,6 +20,19 @@ pub struct LastOperation {
 }
 
 impl StateStore {
+    /// How many operations have finished and when the newest did: it
+    /// moves whenever one finishes (a cheap stand-in for every last
+    /// operation).
+    pub fn finished_operations_mark(&self) -> Result<(i64, i64), StateError> {
+        self.conn()
+            .query_row(
+                "SELECT count(*), coalesce(max(updated_ms), 0) FROM intents WHERE state IN ('done', 'failed')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(|e| self.err(e))
+    }
+
     /// The newest finished (done or failed) operation of every resource
     /// that has one.
     pub fn last_operations(&self) -> Result<HashMap<String, LastOperation>, StateError> {

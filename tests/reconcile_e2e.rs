@@ -607,7 +607,7 @@ fn plan_reads_a_state_written_before_the_guard_tables_existed() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(format, "5");
+    assert_eq!(format, tend::journal::FORMAT.to_string());
 }
 
 #[test]

@@ -170,9 +170,28 @@ fn the_status_branch_over_git_daemon_and_smart_http() {
             .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
         apply(&config, 0);
         assert_eq!(remote.status_commits(), 2, "{transport}");
+        // A commit that changes one declaration changes that resource's
+        // file and SUMMARY.md (which names the new source commit), and no
+        // other file: billing's file still says the commit it was decided
+        // from, which nothing since has changed for it.
+        let changed = remote.git(&["diff", "--name-only", "tend-status~1", "tend-status"]);
+        assert_eq!(
+            changed.lines().collect::<Vec<_>>(),
+            ["SUMMARY.md", "status/orders.yaml"],
+            "{transport}"
+        );
+        assert!(
+            remote
+                .show("SUMMARY.md")
+                .contains(&format!("Decided from commit `{}`", remote.repo.head())),
+            "{transport}"
+        );
+        let billing: serde_json::Value =
+            serde_norway::from_str(&remote.show("status/billing.yaml")).unwrap();
+        assert_eq!(billing["decidedFrom"], main_before.as_str(), "{transport}");
         let orders = remote.show("status/orders.yaml");
         assert!(
-            orders.contains(&format!("decidedFrom: {}", remote.repo.head())),
+            orders.contains(&format!("decidedFrom: \"{}\"", remote.repo.head())),
             "{orders}"
         );
         assert!(orders.contains("kind: update"), "{orders}");
@@ -286,11 +305,9 @@ exit 0
         "{log}"
     );
     assert_eq!(remote.show("NOTES.md").trim(), "a note by a human");
-    let orders = remote.show("status/orders.yaml");
-    assert!(
-        orders.contains(&format!("decidedFrom: {}", remote.repo.head())),
-        "{orders}"
-    );
+    let orders: serde_json::Value =
+        serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+    assert_eq!(orders["decidedFrom"], remote.repo.head().as_str());
     assert!(remote.latest().get("statusBranch").is_none());
 }
 
@@ -409,7 +426,15 @@ fn the_running_agent_commits_on_changes_only() {
         std::time::Duration::from_secs(10),
         || commits() == 1,
     );
-    // Many resyncs later (each a cycle): still one commit.
+    // Many resyncs later (each a cycle): still one commit, and the branch
+    // was not even fetched again.
+    let fetches = || {
+        daemon
+            .log()
+            .matches("status branch: fetching the tip")
+            .count()
+    };
+    let fetched = fetches();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let metrics = daemon.get("/metrics").unwrap().body;
     let cycles: f64 = metrics
@@ -419,6 +444,11 @@ fn the_running_agent_commits_on_changes_only() {
         .sum();
     assert!(cycles >= 5.0, "{metrics}");
     assert_eq!(commits(), 1);
+    assert_eq!(
+        fetches(),
+        fetched,
+        "the unchanged status branch was fetched again"
+    );
     assert!(metrics.contains("tend_status_commits_total 1"), "{metrics}");
     assert!(
         metrics.contains("tend_status_publish_failing 0"),

@@ -19,8 +19,9 @@ pub mod store;
 
 pub use lock::StateLock;
 pub use store::{
-    Applied, Approval, CorruptRow, Intent, IntentState, LastOperation, LocalOverride, OverrideSeen,
-    PendingNotification, QueuedNotification, StateStore, StoredMemories, TombstoneRow, Tx,
+    Applied, Approval, CorruptRow, DecidedFrom, Intent, IntentState, LastOperation, LocalOverride,
+    OverrideSeen, PendingNotification, QueuedNotification, StateStore, StoredMemories,
+    TombstoneRow, Tx,
 };
 
 use std::sync::Arc;
@@ -36,7 +37,7 @@ pub enum Access {
 }
 
 /// The state format this binary writes (see `store::migrations`).
-pub const FORMAT: i64 = 5;
+pub const FORMAT: i64 = 6;
 /// The newest `min_reader_format` this binary can read, and the one it
 /// writes: format 3 holds deletions (the mass-deletion guard) in a table
 /// an older reader would ignore, and deleting what is held is exactly what

@@ -130,6 +130,7 @@ impl StatusBranch {
 
     /// The branch's tip at the remote (fetched; `None`: no such branch).
     pub fn tip(&self) -> Result<Option<String>, StatusBranchError> {
+        tracing::debug!(branch = %self.branch, "status branch: fetching the tip");
         transport::fetch_branch(
             &self.repo_dir,
             &self.url,

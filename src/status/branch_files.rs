@@ -7,6 +7,13 @@
 //!   no count of failed polls. The same situation renders the same bytes,
 //!   so an unchanged fleet makes no commit; when a status commit is made,
 //!   its commit time is when tend observed what changed.
+//! * A resource's file changes only when that resource's situation does.
+//!   Its `decidedFrom` is the source commit at which tend came to what the
+//!   file says, not the newest commit: a later commit that changes nothing
+//!   for the resource leaves the file (and that field) as it is. A source
+//!   commit that touches one declaration of 10,000 changes one status file
+//!   and `SUMMARY.md` (which names the newest commit), and `git log` of a
+//!   status file is the history of that resource.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,7 +22,7 @@ use serde_json::Value;
 
 use super::report::{DriftReport, OverrideReport, Report, ResourceReport};
 use crate::engine::State;
-use crate::journal::LastOperation;
+use crate::journal::{DecidedFrom, LastOperation};
 
 /// The version of the status branch's layout `agent.yaml` names. A tend
 /// that finds a higher one does not write the branch.
@@ -39,8 +46,6 @@ struct ResourceFile<'a> {
     state: &'static str,
     action: &'static str,
     reason: &'a str,
-    /// The source commit the decision was made from.
-    decided_from: Option<&'a str>,
     /// The provider's value of each declared field that differs (every
     /// other declared field was observed as declared).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -91,12 +96,15 @@ fn file_name(name: &str) -> String {
 const HEADER: &str =
     "# Written by tend from what it observed; do not edit (the next change replaces it).\n";
 
-/// Every file of the branch, by path.
+/// Every file of the branch, by path, and each resource's digest and
+/// `decidedFrom` as they are now (`decided`: as they were, from the state).
 pub fn render(
     report: &Report,
     last_operations: &HashMap<String, LastOperation>,
-) -> BTreeMap<String, Vec<u8>> {
+    decided: &DecidedFrom,
+) -> (BTreeMap<String, Vec<u8>>, DecidedFrom) {
     let mut files = BTreeMap::new();
+    let mut decided_now = DecidedFrom::new();
     for r in &report.resources {
         let op = last_operations.get(&r.name).map(|o| OperationFile {
             id: &o.id,
@@ -111,7 +119,6 @@ pub fn render(
             state: r.state.as_str(),
             action: r.action.as_str(),
             reason: &r.reason,
-            decided_from: report.source.commit.as_deref(),
             observed: r
                 .drift
                 .iter()
@@ -125,7 +132,25 @@ pub fn render(
             propose: r.propose.as_deref(),
         };
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
-        files.insert(file_name(&r.name), format!("{HEADER}{yaml}").into_bytes());
+        let digest = crate::model::hash::sha256_hex(yaml.as_bytes());
+        let commit = match (decided.get(&r.name), report.source.commit.as_deref()) {
+            (Some((was, commit)), _) if *was == digest => Some(commit.clone()),
+            (_, Some(now)) => Some(now.to_string()),
+            (_, None) => None,
+        };
+        let decided_from = match &commit {
+            // Quoted: a commit id of digits and one `e` would read as a
+            // number.
+            Some(c) => format!("decidedFrom: \"{c}\"\n"),
+            None => String::new(),
+        };
+        files.insert(
+            file_name(&r.name),
+            format!("{HEADER}{decided_from}{yaml}").into_bytes(),
+        );
+        if let Some(commit) = commit {
+            decided_now.insert(r.name.clone(), (digest, commit));
+        }
     }
     let agent = AgentFile {
         agent_id: report.agent.id.clone(),
@@ -135,7 +160,7 @@ pub fn render(
     let yaml = serde_norway::to_string(&agent).unwrap_or_default();
     files.insert("agent.yaml".into(), format!("{HEADER}{yaml}").into_bytes());
     files.insert("SUMMARY.md".into(), summary(report).into_bytes());
-    files
+    (files, decided_now)
 }
 
 /// Orders resources for a reviewer: what needs a human first.

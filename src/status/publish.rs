@@ -53,6 +53,10 @@ pub struct StatusPublisher {
     /// `publish_branch`), and the file in the state dir that keeps it.
     published: Option<String>,
     key_file: Option<std::path::PathBuf>,
+    /// What this process last published the branch's files from (without
+    /// the tip): while it stays the same, the running agent does not even
+    /// fetch the branch.
+    published_content: Option<String>,
     /// Since when the branch has been failing.
     failing_since: Option<SystemTime>,
 }
@@ -91,6 +95,7 @@ impl StatusPublisher {
                 })
             }),
             published: None,
+            published_content: None,
             failing_since,
         }
     }
@@ -173,7 +178,10 @@ impl StatusPublisher {
         // processes in the state dir, so an unchanged `tend apply` costs a
         // digest and a fetch that finds nothing new, not ten thousand
         // files. Someone else's push moves the tip, and the files are
-        // checked again.
+        // checked again. Within one process, the content alone decides:
+        // the running agent does not fetch the branch while its files stay
+        // the same (a file someone edited there is put right with the next
+        // change).
         let finished = self
             .store
             .as_ref()
@@ -186,6 +194,9 @@ impl StatusPublisher {
             branch.branch,
             env!("CARGO_PKG_VERSION")
         );
+        if self.published_content.as_deref() == Some(content.as_str()) {
+            return Ok(None);
+        }
         let key_at = |tip: Option<&str>| {
             crate::model::hash::sha256_hex(format!("{content}\n{tip:?}").as_bytes())
         };
@@ -199,6 +210,7 @@ impl StatusPublisher {
                 .map(|k| k.trim().to_string());
         }
         if self.published.as_deref() == Some(key.as_str()) {
+            self.published_content = Some(content);
             return Ok(None);
         }
         let last_operations = match &self.store {
@@ -208,8 +220,22 @@ impl StatusPublisher {
             }),
             None => Default::default(),
         };
-        let files = super::branch_files::render(report, &last_operations);
+        let decided = match &self.store {
+            Some(store) => store.status_decided().unwrap_or_else(|e| {
+                tracing::warn!("status branch: cannot read what each file was decided from: {e}");
+                Default::default()
+            }),
+            None => Default::default(),
+        };
+        let (files, decided_now) = super::branch_files::render(report, &last_operations, &decided);
         let published = branch.publish(&files, &commit_message(report))?;
+        // Remembered once the files are on the branch (a failed push keeps
+        // the old commits, which the next attempt still finds).
+        if let Some(store) = &self.store
+            && let Err(e) = store.record_status_decided(&decided, &decided_now)
+        {
+            tracing::warn!("status branch: cannot remember what each file was decided from: {e}");
+        }
         // The key of what the branch holds now.
         let key = match &published {
             Published::Committed(id) => key_at(Some(id)),
@@ -224,6 +250,7 @@ impl StatusPublisher {
             );
         }
         self.published = Some(key);
+        self.published_content = Some(content);
         Ok(match published {
             Published::Committed(id) => Some(id),
             Published::Unchanged => None,

@@ -155,4 +155,17 @@ CREATE TABLE IF NOT EXISTS notify_outbox (
 CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox (next_ms);
 "#,
     ),
+    // 6: the source commit each status file was decided from, kept with a
+    // digest of what the file says, so a commit that changes nothing for
+    // a resource leaves its file alone; and an index by state and time
+    // that answers the status step's "has an operation finished?" alone,
+    // without reading every intent. Older readers ignore both.
+    Step::Sql(
+        r#"
+CREATE TABLE IF NOT EXISTS status_decided (
+    name TEXT PRIMARY KEY, digest TEXT NOT NULL, commit_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS intents_finished ON intents (state, updated_ms);
+"#,
+    ),
 ];

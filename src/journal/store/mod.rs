@@ -10,7 +10,7 @@ pub use read::{
     Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StoredMemories,
     TombstoneRow,
 };
-pub use status::{LastOperation, PendingNotification, QueuedNotification};
+pub use status::{DecidedFrom, LastOperation, PendingNotification, QueuedNotification};
 pub use write::{Applied, Tx};
 
 use std::path::{Path, PathBuf};
@@ -22,8 +22,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use super::{FORMAT, READABLE_FORMAT, StateError};
 use crate::model::hash::sha256_hex;
 
-/// How much of a state database is read through a memory map.
-pub const MMAP_BYTES: i64 = 1 << 30;
+/// SQLite's page cache per connection, in KiB: enough for the resource
+/// rows of 10,000 declarations.
+pub const PAGE_CACHE_KIB: i64 = 8 * 1024;
 
 fn ms(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
@@ -188,9 +189,11 @@ impl StateStore {
         };
         conn.busy_timeout(Duration::from_secs(10))
             .map_err(|e| sql_err(&path, e))?;
-        // Reads through a memory map: a cycle reads every resource's row,
-        // which through read(2) is thousands of page-sized system calls.
-        conn.pragma_update(None, "mmap_size", MMAP_BYTES)
+        // A cycle reads every resource's row: from SQLite's page cache,
+        // sized to hold them, rather than thousands of page-sized read(2)
+        // calls. Not a memory map: every page a map ever touched (a
+        // one-time read of the whole journal) would stay resident.
+        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)
             .map_err(|e| sql_err(&path, e))?;
         let store = StateStore {
             conn: Mutex::new(conn),

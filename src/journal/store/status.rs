@@ -1,5 +1,6 @@
-//! What the status step reads from the state: each resource's last
-//! finished operation (the status branch shows it).
+//! What the status step keeps in the state: each resource's last
+//! finished operation and the commit its status file was decided from
+//! (the status branch shows both), and the notifications.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -61,6 +62,60 @@ impl StateStore {
             out.entry(name).or_insert(op);
         }
         Ok(out)
+    }
+}
+
+/// Where each status file's `decidedFrom` comes from: by resource, the
+/// digest of what the file says and the source commit it was first said
+/// at.
+pub type DecidedFrom = HashMap<String, (String, String)>;
+
+impl StateStore {
+    /// Every resource's status digest and the commit it was decided from.
+    /// A state written before format 6 has none (every file is decided
+    /// from the current commit once).
+    pub fn status_decided(&self) -> Result<DecidedFrom, StateError> {
+        if !self.has_table("status_decided")? {
+            return Ok(Default::default());
+        }
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT name, digest, commit_id FROM status_decided")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Replaces the status digests with `current` (resources not in it
+    /// are forgotten), writing only the rows that changed.
+    pub fn record_status_decided(
+        &self,
+        previous: &DecidedFrom,
+        current: &DecidedFrom,
+    ) -> Result<(), StateError> {
+        if previous == current {
+            return Ok(());
+        }
+        self.write(|tx| {
+            for name in previous.keys().filter(|n| !current.contains_key(*n)) {
+                tx.exec(
+                    "DELETE FROM status_decided WHERE name = ?1",
+                    rusqlite::params![name],
+                )?;
+            }
+            for (name, (digest, commit)) in current {
+                if previous.get(name) != Some(&(digest.clone(), commit.clone())) {
+                    tx.exec(
+                        "INSERT INTO status_decided (name, digest, commit_id) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (name) DO UPDATE SET digest = ?2, commit_id = ?3",
+                        rusqlite::params![name, digest, commit],
+                    )?;
+                }
+            }
+            Ok(())
+        })
     }
 }
 

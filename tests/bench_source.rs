@@ -35,6 +35,7 @@ fn source_with_10000_declarations() {
         depth: None,
         allow_rewind: false,
         credentials: Credentials::default(),
+        trust: Default::default(),
     };
 
     let state = tempfile::tempdir().unwrap();

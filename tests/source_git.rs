@@ -18,6 +18,7 @@ fn settings(url: &str, branch: &str, path: &str) -> SourceSettings {
         depth: None,
         allow_rewind: false,
         credentials: Credentials::default(),
+        trust: Default::default(),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::engine::Policy;
 use crate::model::DriftPolicy;
 use crate::source::auth::{Credentials, TokenScheme};
 use crate::source::tracker::SourceSettings;
+use crate::source::trust::{AllowedSigners, Keyring, Trust, TrustError, TrustPolicy};
 
 /// A configuration problem. Exit code 78 (`EX_CONFIG`).
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +40,9 @@ pub enum ConfigError {
     /// A provider's settings do not make a working provider.
     #[error("[providers.{provider}]: {message}")]
     Provider { provider: String, message: String },
+    /// The signers file or keyring of `[source] verify` cannot be used.
+    #[error("[source] verify: {0}")]
+    Trust(#[from] TrustError),
     /// A secret file is missing, unreadable, empty or too large.
     #[error("{setting} = {}: {message}", path.display())]
     Secret {
@@ -158,6 +162,79 @@ pub struct SourceConfig {
     pub known_hosts_file: Option<PathBuf>,
     #[serde(default)]
     pub allow_rewind: bool,
+    /// Signatures a new head must carry.
+    #[serde(default)]
+    pub verify: VerifyMode,
+    /// Every new commit, not only the head, must be signed.
+    #[serde(default)]
+    pub verify_all: bool,
+    /// git's SSH allowed-signers file (`verify = "ssh"`).
+    pub allowed_signers_file: Option<PathBuf>,
+    /// Armored OpenPGP public keys (`verify = "gpg"`).
+    pub gpg_keyring_file: Option<PathBuf>,
+}
+
+/// `[source] verify`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyMode {
+    #[default]
+    None,
+    Ssh,
+    Gpg,
+}
+
+impl SourceConfig {
+    /// A `verify` without its keys, or keys without `verify` (an operator
+    /// who set the file believes commits are checked).
+    fn trust_problem(&self) -> Option<String> {
+        match (
+            self.verify,
+            &self.allowed_signers_file,
+            &self.gpg_keyring_file,
+        ) {
+            (VerifyMode::Ssh, None, _) => Some(
+                "[source] verify = \"ssh\" needs allowed_signers_file (git's allowed-signers format)".into(),
+            ),
+            (VerifyMode::Gpg, _, None) => Some(
+                "[source] verify = \"gpg\" needs gpg_keyring_file (armored public keys: gpg --export --armor)".into(),
+            ),
+            (VerifyMode::None, Some(_), _) | (VerifyMode::None, _, Some(_)) => Some(
+                "[source] names a signers file or keyring but verify = \"none\": set verify = \"ssh\" or \"gpg\", or remove the file setting".into(),
+            ),
+            (VerifyMode::Ssh, _, Some(_)) => Some(
+                "[source] verify = \"ssh\" reads allowed_signers_file, not gpg_keyring_file: remove gpg_keyring_file".into(),
+            ),
+            (VerifyMode::Gpg, Some(_), _) => Some(
+                "[source] verify = \"gpg\" reads gpg_keyring_file, not allowed_signers_file: remove allowed_signers_file".into(),
+            ),
+            (VerifyMode::None, None, None) if self.verify_all => Some(
+                "[source] verify_all = true needs verify = \"ssh\" or \"gpg\"".into(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The trust settings, with the signers file or keyring read.
+    pub fn trust(&self) -> Result<Trust, TrustError> {
+        let policy = match (
+            self.verify,
+            &self.allowed_signers_file,
+            &self.gpg_keyring_file,
+        ) {
+            (VerifyMode::Ssh, Some(file), _) => {
+                TrustPolicy::Ssh(std::sync::Arc::new(AllowedSigners::load(file)?))
+            }
+            (VerifyMode::Gpg, _, Some(file)) => {
+                TrustPolicy::Gpg(std::sync::Arc::new(Keyring::load(file)?))
+            }
+            _ => TrustPolicy::None,
+        };
+        Ok(Trust {
+            policy,
+            verify_all: self.verify_all,
+        })
+    }
 }
 
 fn default_token_username() -> String {
@@ -399,6 +476,8 @@ impl Config {
             &mut config.source.token_file,
             &mut config.source.ssh_key_file,
             &mut config.source.known_hosts_file,
+            &mut config.source.allowed_signers_file,
+            &mut config.source.gpg_keyring_file,
         ]
         .into_iter()
         .flatten()
@@ -434,6 +513,9 @@ impl Config {
             provider.resolve_paths(&|p: &PathBuf| resolve(p));
         }
         if let Some(problem) = credentials_in_url(&config.source.url) {
+            return Err(invalid(problem));
+        }
+        if let Some(problem) = config.source.trust_problem() {
             return Err(invalid(problem));
         }
         for (name, provider) in &config.providers {
@@ -512,6 +594,7 @@ impl Config {
             path: s.path.clone(),
             depth: s.depth,
             allow_rewind: s.allow_rewind,
+            trust: s.trust()?,
             credentials: Credentials {
                 token,
                 token_scheme: s.token_scheme,

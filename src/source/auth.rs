@@ -4,8 +4,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use std::str::FromStr;
+
 use git2::cert::Cert;
 use git2::{CertificateCheckStatus, Cred, CredentialType};
+use hmac::{Hmac, KeyInit, Mac};
+use sha1::Sha1;
+use ssh_key::{HashAlg, PublicKey, known_hosts};
 
 use super::SourceError;
 
@@ -86,6 +91,16 @@ impl Credentials {
                 origin(origin_url).unwrap_or_else(|| "?".into())
             )));
         }
+        if *attempts > 1
+            && allowed.contains(CredentialType::SSH_KEY)
+            && let Some(key) = &self.ssh_key_file
+        {
+            // The file's path, never its content.
+            return Err(git2::Error::from_str(&format!(
+                "the server refused the SSH key {} (is its public half in the server's authorized keys for this user?)",
+                key.display()
+            )));
+        }
         if *attempts > 1 {
             return Err(git2::Error::from_str(
                 match (&self.token, self.token_scheme) {
@@ -120,171 +135,228 @@ impl Credentials {
         ))
     }
 
-    /// Checks an SSH host key against `known_hosts_file`. TLS certificates
-    /// are left to libgit2's own verification.
+    /// Checks an SSH host key against `known_hosts_file`, for `host` on
+    /// `port` (libgit2 passes the bare host name; the port comes from the
+    /// configured URL). TLS certificates are left to libgit2's own
+    /// verification.
     pub fn check_certificate(
         &self,
         cert: &Cert<'_>,
         host: &str,
+        port: u16,
     ) -> Result<CertificateCheckStatus, SourceError> {
         let Some(hostkey) = cert.as_hostkey() else {
             return Ok(CertificateCheckStatus::CertificatePassthrough);
         };
-        let (Some(key), Some(kind)) = (hostkey.hostkey(), hostkey.hostkey_type()) else {
-            return Err(SourceError::HostKey {
-                host: host.to_string(),
-                message: "the server sent no raw host key to compare".into(),
-            });
+        let refuse = |message: String| SourceError::HostKey {
+            host: host.to_string(),
+            message,
         };
-        let fingerprint = format!(
-            "SHA256:{}",
-            base64_encode(&sha256(key)).trim_end_matches('=')
-        );
+        let Some(raw) = hostkey.hostkey() else {
+            return Err(refuse("the server sent no raw host key to compare".into()));
+        };
+        let key = PublicKey::from_bytes(raw)
+            .map_err(|e| refuse(format!("the server's host key cannot be read ({e})")))?;
+        let fingerprint = key.fingerprint(HashAlg::Sha256);
+        let algorithm = key.algorithm();
+        // What ssh-keyscan writes for this host: `host`, or `[host]:port`
+        // off port 22.
+        let name = known_hosts_name(host, port);
+        let keyscan = if port == 22 {
+            format!("ssh-keyscan {host}")
+        } else {
+            format!("ssh-keyscan -p {port} {host}")
+        };
         let Some(file) = &self.known_hosts_file else {
-            return Err(SourceError::HostKey {
-                host: host.to_string(),
-                message: format!(
-                    "no known_hosts_file is configured; verify the key ({fingerprint}) and add it: ssh-keyscan {host} > known_hosts, then set known_hosts_file"
-                ),
-            });
+            return Err(refuse(format!(
+                "no known_hosts_file is configured; verify the key ({algorithm} {fingerprint}) and add it: {keyscan} > known_hosts, then set known_hosts_file"
+            )));
         };
         let text = read_secret(file)?;
-        let name = kind.name();
         let mut host_known = false;
-        for entry in parse_known_hosts(&text) {
-            if !entry.hosts.iter().any(|h| host_matches(h, host)) {
+        for (number, line) in text.lines().enumerate() {
+            let entry = match line.trim() {
+                "" => continue,
+                l if l.starts_with('#') => continue,
+                l => match known_hosts::Entry::from_str(l) {
+                    Ok(entry) => entry,
+                    Err(e) => {
+                        tracing::warn!(
+                            "{}:{}: not a known_hosts entry tend can read ({e}); skipped",
+                            file.display(),
+                            number + 1
+                        );
+                        continue;
+                    }
+                },
+            };
+            if !entry_matches(entry.host_patterns(), &name) {
                 continue;
             }
+            let same_key = entry.public_key().key_data() == key.key_data();
+            match entry.marker() {
+                Some(known_hosts::Marker::Revoked) if same_key => {
+                    return Err(refuse(format!(
+                        "the host key {algorithm} {fingerprint} is marked @revoked in {}",
+                        file.display()
+                    )));
+                }
+                Some(_) => continue,
+                None => {}
+            }
             host_known = true;
-            if entry.key_type == name && entry.key == key {
+            if same_key {
                 return Ok(CertificateCheckStatus::CertificateOk);
             }
         }
-        let message = if host_known {
+        Err(refuse(if host_known {
             format!(
-                "the host key CHANGED (now {name} {fingerprint}); this may be an attack. If the change is expected, replace the entry for {host} in {}",
+                "the host key CHANGED (now {algorithm} {fingerprint}); this may be an attack. If the change is expected, replace the entry for {name} in {}",
                 file.display()
             )
         } else {
             format!(
-                "{host} is not in {}; verify its key ({name} {fingerprint}) and add it with: ssh-keyscan {host} >> {}",
+                "{name} is not in {}; verify its key ({algorithm} {fingerprint}) and add it with: {keyscan} >> {}",
                 file.display(),
                 file.display()
             )
-        };
-        Err(SourceError::HostKey {
-            host: host.to_string(),
-            message,
-        })
+        }))
     }
 }
 
-fn sha256(bytes: &[u8]) -> Vec<u8> {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).to_vec()
+/// The name a known_hosts file records for `host` on `port`.
+fn known_hosts_name(host: &str, port: u16) -> String {
+    if port == 22 {
+        host.to_string()
+    } else {
+        format!("[{host}]:{port}")
+    }
 }
 
-/// One plain known_hosts line (hashed `|1|` entries are skipped: they need
-/// HMAC-SHA1; use plain entries for tend's file).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KnownHost {
-    pub hosts: Vec<String>,
-    pub key_type: String,
-    pub key: Vec<u8>,
-}
-
-pub fn parse_known_hosts(text: &str) -> Vec<KnownHost> {
-    text.lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            if line.is_empty()
-                || line.starts_with('#')
-                || line.starts_with('|')
-                || line.starts_with('@')
-            {
-                return None;
+/// Whether an entry's host field names `name` (`host` or `[host]:port`):
+/// a hashed entry (`|1|salt|hash`, what `ssh-keyscan -H` and
+/// `HashKnownHosts yes` write) by its HMAC-SHA1, a pattern list by its
+/// patterns, where a matching negated pattern (`!host`) excludes.
+fn entry_matches(patterns: &known_hosts::HostPatterns, name: &str) -> bool {
+    match patterns {
+        known_hosts::HostPatterns::HashedName { salt, hash } => {
+            let Ok(mut mac) = Hmac::<Sha1>::new_from_slice(salt) else {
+                return false;
+            };
+            mac.update(name.as_bytes());
+            mac.verify_slice(hash).is_ok()
+        }
+        known_hosts::HostPatterns::Patterns(patterns) => {
+            let mut matched = false;
+            for pattern in patterns {
+                if let Some(negated) = pattern.strip_prefix('!') {
+                    if glob(negated, name) {
+                        return false;
+                    }
+                } else if glob(pattern, name) {
+                    matched = true;
+                }
             }
-            let mut parts = line.split_whitespace();
-            let hosts = parts.next()?.split(',').map(str::to_string).collect();
-            let key_type = parts.next()?.to_string();
-            let key = base64_decode(parts.next()?)?;
-            Some(KnownHost {
-                hosts,
-                key_type,
-                key,
-            })
-        })
-        .collect()
-}
-
-/// `host` or `[host]:port` (libgit2 passes the bare host name).
-fn host_matches(pattern: &str, host: &str) -> bool {
-    pattern == host
-        || pattern
-            .strip_prefix('[')
-            .and_then(|p| p.split_once("]:"))
-            .is_some_and(|(h, _)| h == host)
-}
-
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding (known_hosts keys and fingerprints only).
-pub fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
+            matched
         }
     }
-    out
 }
 
-pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for c in text.bytes().filter(|c| *c != b'=') {
-        let v = ALPHABET.iter().position(|a| *a == c)? as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
+/// OpenSSH's host pattern: `*` any run, `?` one character, compared
+/// case-insensitively.
+fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (
+        pattern.to_ascii_lowercase().chars().collect(),
+        name.to_ascii_lowercase().chars().collect(),
+    );
+    // Iterative wildcard matching with one backtrack point.
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
         }
     }
-    Some(out)
+    p[pi..].iter().all(|c| *c == '*')
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn base64_round_trips() {
-        for input in [&b""[..], b"f", b"fo", b"foo", b"foob", b"fooba", b"foobar"] {
-            assert_eq!(base64_decode(&base64_encode(input)).unwrap(), input);
+    /// `ssh-keyscan -H`'s entry for `[127.0.0.1]:2222`, made with this salt.
+    fn hashed(name: &str, salt: &[u8]) -> known_hosts::HostPatterns {
+        let mut mac = Hmac::<Sha1>::new_from_slice(salt).unwrap();
+        mac.update(name.as_bytes());
+        let hash: [u8; 20] = mac.finalize().into_bytes().into();
+        known_hosts::HostPatterns::HashedName {
+            salt: salt.to_vec(),
+            hash,
         }
-        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
-        assert_eq!(base64_encode(b"fo"), "Zm8=");
     }
 
     #[test]
-    fn known_hosts_lines_parse() {
-        let text = "# comment\ngit.example,10.0.0.1 ssh-ed25519 Zm9vYmFy\n[git.example]:2222 ssh-rsa Zm8=\n|1|hashed|entry ssh-rsa Zm8=\n";
-        let entries = parse_known_hosts(text);
-        assert_eq!(entries.len(), 2);
-        assert_eq!(entries[0].hosts, vec!["git.example", "10.0.0.1"]);
-        assert_eq!(entries[0].key, b"foobar");
-        assert!(host_matches(&entries[1].hosts[0], "git.example"));
-        assert!(!host_matches("other", "git.example"));
+    fn hashed_entries_match_their_host_and_port_only() {
+        let entry = hashed("[127.0.0.1]:2222", b"salt-of-twenty-bytes");
+        assert!(entry_matches(&entry, &known_hosts_name("127.0.0.1", 2222)));
+        assert!(!entry_matches(&entry, &known_hosts_name("127.0.0.1", 22)));
+        assert!(!entry_matches(&entry, &known_hosts_name("127.0.0.2", 2222)));
+        let plain = hashed("git.example", b"salt");
+        assert!(entry_matches(&plain, &known_hosts_name("git.example", 22)));
+    }
+
+    #[test]
+    fn a_hashed_line_as_ssh_keygen_writes_it_parses() {
+        // `ssh-keygen -H` output for host `git.example`.
+        let salt = b"0123456789abcdefghij";
+        let known_hosts::HostPatterns::HashedName { hash, .. } = hashed("git.example", salt) else {
+            unreachable!()
+        };
+        use base64ct::{Base64, Encoding};
+        let line = format!(
+            "|1|{}|{} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE6JZUUoW8FVth3yBPI9h6Il/Y1jruBtxeEKyRpGKPGb",
+            Base64::encode_string(salt),
+            Base64::encode_string(&hash)
+        );
+        let entry = known_hosts::Entry::from_str(&line).unwrap();
+        assert!(entry_matches(entry.host_patterns(), "git.example"));
+        assert!(!entry_matches(entry.host_patterns(), "other.example"));
+    }
+
+    #[test]
+    fn patterns_follow_openssh() {
+        let patterns = |list: &[&str]| {
+            known_hosts::HostPatterns::Patterns(list.iter().map(|s| s.to_string()).collect())
+        };
+        assert!(entry_matches(
+            &patterns(&["git.example", "10.0.0.1"]),
+            "10.0.0.1"
+        ));
+        assert!(entry_matches(&patterns(&["*.example"]), "git.example"));
+        assert!(entry_matches(
+            &patterns(&["[git.example]:2222"]),
+            "[git.example]:2222"
+        ));
+        assert!(!entry_matches(
+            &patterns(&["git.example"]),
+            "[git.example]:2222"
+        ));
+        assert!(!entry_matches(
+            &patterns(&["*.example", "!bad.example"]),
+            "bad.example"
+        ));
+        assert!(entry_matches(&patterns(&["GIT.example"]), "git.example"));
+        assert!(entry_matches(&patterns(&["git?.example"]), "git1.example"));
+        assert!(!entry_matches(&patterns(&["other"]), "git.example"));
     }
 }

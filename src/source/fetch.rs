@@ -266,7 +266,7 @@ fn classify(url: &str, e: &git2::Error, credentials: &Credentials) -> SourceErro
     }
     let auth = e.code() == ErrorCode::Auth
         || e.class() == ErrorClass::Http && (message.contains("401") || message.contains("403"))
-        || message.contains("refused the credentials")
+        || message.starts_with("the server refused")
         || message.contains("authentication");
     if auth {
         SourceError::Auth {

@@ -9,6 +9,8 @@
 //!   remove a declaration.
 //! * A new head that does not descend from the last accepted commit is
 //!   refused unless `allow_rewind` is set.
+//! * With `verify` set, a new head that is not signed by an allowed key is
+//!   refused (`trust`).
 //!
 //! All `git2` calls are blocking functions over paths; async callers run
 //! them on `spawn_blocking` (a `Repository` is not `Sync`).
@@ -19,6 +21,7 @@ pub mod parse_cache;
 pub mod snapshot;
 pub mod tracker;
 pub mod transport;
+pub mod trust;
 pub mod wake;
 
 use std::time::Duration;
@@ -54,6 +57,15 @@ pub enum SourceError {
         "refusing commit {new}: it does not descend from the last accepted commit {old} (history rewritten, or a stale mirror); set allow_rewind = true in [source] to accept it"
     )]
     Rewind { old: String, new: String },
+    #[error(
+        "refusing commit {commit}: signed by {signer}: {reason}; the last accepted commit stays in force (docs/runbooks/unverified-commit.md)"
+    )]
+    Unverified {
+        commit: String,
+        /// Who signed it ("unsigned" when nobody did).
+        signer: String,
+        reason: String,
+    },
     #[error(
         "every one of the {files} declaration files in commit {commit} fails to parse; keeping the last good snapshot. {first}"
     )]

@@ -15,6 +15,7 @@ use super::auth::Credentials;
 use super::fetch::{FetchInto, FetchSettings, fetch};
 use super::parse_cache::{self, ObjectId, ParsedTree, object_id};
 use super::snapshot::{Snapshot, declarations_tree, list_files};
+use super::trust::{Trust, Verifier};
 use crate::journal::Access;
 use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
@@ -32,6 +33,8 @@ pub struct SourceSettings {
     pub depth: Option<u32>,
     pub allow_rewind: bool,
     pub credentials: Credentials,
+    /// `verify`, `verify_all` and their keys.
+    pub trust: Trust,
 }
 
 /// The current failure of the source, kept until a poll succeeds.
@@ -79,6 +82,8 @@ pub struct Source {
     last_good: Option<Arc<Snapshot>>,
     failure: Option<SourceFailure>,
     parses: u64,
+    /// Signature checks of new heads, cached by commit.
+    verifier: Verifier,
 }
 
 impl Source {
@@ -130,6 +135,7 @@ impl Source {
             }
         };
         Ok(Source {
+            verifier: Verifier::new(settings.trust.clone()),
             settings,
             repo_dir: super::repo_dir(state_dir),
             accepted_file,
@@ -164,7 +170,7 @@ impl Source {
     /// Fetches and, when the head moved, builds a new snapshot. Never
     /// replaces the last good snapshot with a failure.
     pub fn poll(&mut self, now: SystemTime) -> PollOutcome {
-        let changed = match self.try_poll() {
+        let changed = match self.try_poll(now) {
             Ok(changed) => {
                 self.failure = None;
                 changed
@@ -246,8 +252,22 @@ impl Source {
         Ok(self.last_good)
     }
 
-    fn try_poll(&mut self) -> Result<bool, SourceError> {
+    fn try_poll(&mut self, now: SystemTime) -> Result<bool, SourceError> {
         let head = self.fetch_head()?;
+        if self.settings.trust.is_enabled()
+            && Some(head) != self.accepted
+            && self
+                .last_good
+                .as_ref()
+                .is_none_or(|s| s.commit != head.to_string())
+        {
+            let repo =
+                Repository::open_bare(&self.repo_dir).map_err(|e| SourceError::Repository {
+                    path: self.repo_dir.display().to_string(),
+                    message: e.message().to_string(),
+                })?;
+            self.verifier.check(&repo, head, self.accepted, now)?;
+        }
         self.snapshot_at(head)
     }
 

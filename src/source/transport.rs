@@ -26,18 +26,33 @@ pub fn callbacks<'a>(
     host_error: &'a RefCell<Option<SourceError>>,
 ) -> RemoteCallbacks<'a> {
     let mut attempts = 0;
+    let port = ssh_port(url);
     let mut callbacks = RemoteCallbacks::new();
     callbacks.credentials(move |at, username, allowed| {
         credentials.credential(url, at, username, allowed, &mut attempts)
     });
     callbacks.certificate_check(move |cert, host| {
-        credentials.check_certificate(cert, host).map_err(|e| {
-            let message = e.to_string();
-            *host_error.borrow_mut() = Some(e);
-            git2::Error::from_str(&message)
-        })
+        credentials
+            .check_certificate(cert, host, port)
+            .map_err(|e| {
+                let message = e.to_string();
+                *host_error.borrow_mut() = Some(e);
+                git2::Error::from_str(&message)
+            })
     });
     callbacks
+}
+
+/// The SSH port of `url`: `ssh://host:2222/…` names one; scp-like
+/// `git@host:path` and every other URL mean 22.
+fn ssh_port(url: &str) -> u16 {
+    url.split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+        .map(|authority| authority.rsplit_once('@').map_or(authority, |(_, h)| h))
+        .and_then(|host| host.rsplit_once(':'))
+        .filter(|(host, _)| !host.ends_with(']') || host.starts_with('['))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(22)
 }
 
 /// The redirect policy: with a token, none (a bearer header would go
@@ -76,11 +91,27 @@ fn failed(
     }
     let url = url.to_string();
     match way {
-        _ if e.code() == git2::ErrorCode::Auth || message.contains("authentication") => {
+        // "the server refused …" is the credential callback's own refusal.
+        _ if e.code() == git2::ErrorCode::Auth
+            || message.contains("authentication")
+            || message.starts_with("the server refused") =>
+        {
             SourceError::Auth { url, message }
         }
         Way::Fetch => SourceError::Fetch { url, message },
         Way::Push => SourceError::Push { url, message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_ssh_port_comes_from_the_url() {
+        use super::ssh_port;
+        assert_eq!(ssh_port("ssh://git@127.0.0.1:2222/srv/repo.git"), 2222);
+        assert_eq!(ssh_port("ssh://git@git.example/repo.git"), 22);
+        assert_eq!(ssh_port("git@git.example:team/repo.git"), 22);
+        assert_eq!(ssh_port("ssh://[::1]:2200/repo.git"), 2200);
     }
 }
 

@@ -2,6 +2,7 @@
 //! a fixed identity and no user or system config, `git daemon` on loopback,
 //! and `git http-backend` behind a small HTTP server with optional token.
 
+use base64ct::Encoding;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -243,7 +244,7 @@ fn authorized(headers: &[(String, String)], token: &str) -> bool {
         k.eq_ignore_ascii_case("authorization")
             && (v == &format!("Bearer {token}")
                 || v.strip_prefix("Basic ")
-                    .and_then(tend::source::auth::base64_decode)
+                    .and_then(|b| base64ct::Base64::decode_vec(b).ok())
                     .and_then(|b| String::from_utf8(b).ok())
                     .is_some_and(|pair| pair.split_once(':').is_some_and(|(_, p)| p == token)))
     })

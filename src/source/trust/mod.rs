@@ -1,0 +1,214 @@
+//! Which commits tend takes desired state from when `[source] verify` is
+//! set: signed ones, by an allowed key (docs/source.md, "Signed commits").
+//!
+//! # Guarantees
+//! * With a policy, a new head is accepted only when its commit carries a
+//!   valid signature by an allowed key at the time of the check; with
+//!   `verify_all`, every commit after the last accepted one up to the
+//!   head too, merge commits included.
+//! * A refusal is a [`SourceError::Unverified`] naming the commit, the
+//!   signer (or "unsigned") and why: the last accepted snapshot stays in
+//!   force, and nothing ever falls back to unverified.
+//! * A commit is checked once per process: the result is cached by its
+//!   id (the policy is fixed for a process's configuration; a reload
+//!   builds a new one). An unchanged poll checks nothing.
+//!
+//! Validity windows (`valid-after`, `valid-before`) are compared with the
+//! time of the check, not the commit's date: the date is written by
+//! whoever made the commit, and an expired key must not be able to bring
+//! in a new head by backdating it.
+
+pub mod allowed_signers;
+pub mod keyring;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use git2::{Oid, Repository};
+
+pub use allowed_signers::AllowedSigners;
+pub use keyring::Keyring;
+
+use super::SourceError;
+
+/// Reading a trust file failed; the configuration cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrustError {
+    #[error("cannot read {}: {message}", file.display())]
+    Read { file: PathBuf, message: String },
+    #[error("{}:{line}: {message}", file.display())]
+    Invalid {
+        file: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{} holds no {what}: tend would refuse every commit", file.display())]
+    Empty { file: PathBuf, what: &'static str },
+}
+
+/// Why one commit's signature was not accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub signer: String,
+    pub reason: String,
+    /// Refused for a validity window only (then not cached: the window
+    /// may open while the process runs).
+    timed: bool,
+}
+
+impl Refused {
+    pub fn new(signer: impl Into<String>, reason: impl Into<String>) -> Self {
+        Refused {
+            signer: signer.into(),
+            reason: reason.into(),
+            timed: false,
+        }
+    }
+
+    fn timed(signer: impl Into<String>, reason: impl Into<String>) -> Self {
+        Refused {
+            timed: true,
+            ..Refused::new(signer, reason)
+        }
+    }
+}
+
+/// `[source] verify`.
+#[derive(Debug, Clone, Default)]
+pub enum TrustPolicy {
+    /// Every commit is accepted (the default).
+    #[default]
+    None,
+    Ssh(Arc<AllowedSigners>),
+    Gpg(Arc<Keyring>),
+}
+
+/// The source's trust settings.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    pub policy: TrustPolicy,
+    /// Every new commit, not only the head.
+    pub verify_all: bool,
+}
+
+impl Trust {
+    pub fn is_enabled(&self) -> bool {
+        !matches!(self.policy, TrustPolicy::None)
+    }
+}
+
+/// Checks new heads against a [`Trust`], caching results by commit id.
+#[derive(Debug, Default)]
+pub struct Verifier {
+    trust: Trust,
+    /// Commit → its signer, or why it was refused.
+    checked: HashMap<Oid, Result<String, Refused>>,
+}
+
+impl Verifier {
+    pub fn new(trust: Trust) -> Self {
+        Verifier {
+            trust,
+            checked: HashMap::new(),
+        }
+    }
+
+    /// Whether `head` may become the accepted commit after `accepted`.
+    pub fn check(
+        &mut self,
+        repo: &Repository,
+        head: Oid,
+        accepted: Option<Oid>,
+        now: SystemTime,
+    ) -> Result<(), SourceError> {
+        if !self.trust.is_enabled() || Some(head) == accepted {
+            return Ok(());
+        }
+        self.check_one(repo, head, now)?;
+        if !self.trust.verify_all {
+            return Ok(());
+        }
+        // The first accepted commit is checked alone: the history before
+        // it is what the operator pointed tend at.
+        let Some(accepted) = accepted else {
+            return Ok(());
+        };
+        let range = new_commits(repo, head, accepted).map_err(|e| SourceError::Repository {
+            path: repo.path().display().to_string(),
+            message: format!("cannot list the commits after {accepted}: {}", e.message()),
+        })?;
+        let checked = range.len();
+        for commit in range {
+            self.check_one(repo, commit, now)?;
+        }
+        tracing::debug!("source: {checked} new commits verified up to {head}");
+        Ok(())
+    }
+
+    fn check_one(
+        &mut self,
+        repo: &Repository,
+        commit: Oid,
+        now: SystemTime,
+    ) -> Result<(), SourceError> {
+        let result = match self.checked.get(&commit) {
+            Some(result) => result.clone(),
+            None => {
+                let result = self.verify(repo, commit, now);
+                if let Ok(signer) = &result {
+                    tracing::info!("source: commit {commit} is signed by {signer}");
+                }
+                if !matches!(&result, Err(r) if r.timed) {
+                    self.checked.insert(commit, result.clone());
+                }
+                result
+            }
+        };
+        result.map(|_| ()).map_err(|r| SourceError::Unverified {
+            commit: commit.to_string(),
+            signer: r.signer,
+            reason: r.reason,
+        })
+    }
+
+    fn verify(&self, repo: &Repository, commit: Oid, now: SystemTime) -> Result<String, Refused> {
+        let (signature, data) = match repo.extract_signature(&commit, None) {
+            Ok(found) => found,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {
+                return Err(Refused::new("unsigned", "the commit carries no signature"));
+            }
+            Err(e) => {
+                return Err(Refused::new(
+                    "unknown",
+                    format!("cannot read the commit's signature: {}", e.message()),
+                ));
+            }
+        };
+        let Ok(armored) = std::str::from_utf8(&signature) else {
+            return Err(Refused::new(
+                "an unreadable signature",
+                "the signature is not text",
+            ));
+        };
+        match &self.trust.policy {
+            TrustPolicy::None => Ok("nobody (verify = \"none\")".into()),
+            TrustPolicy::Ssh(signers) => signers.verify(armored, &data, now),
+            TrustPolicy::Gpg(keyring) => keyring.verify(armored, &data, now),
+        }
+    }
+}
+
+/// The commits reachable from `head` and not from `accepted`, merge
+/// commits included.
+fn new_commits(repo: &Repository, head: Oid, accepted: Oid) -> Result<Vec<Oid>, git2::Error> {
+    let mut walk = repo.revwalk()?;
+    walk.push(head)?;
+    // An accepted commit missing from the local data (a shallow clone
+    // that never had it) hides nothing: every commit is checked.
+    if repo.find_commit(accepted).is_ok() {
+        walk.hide(accepted)?;
+    }
+    walk.collect()
+}

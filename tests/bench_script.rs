@@ -34,6 +34,7 @@ fn the_benchmark_script_prints_every_figure() {
         "**run: peak resident memory (target <= 100 MB)**",
         "run: signed webhook to cycle start",
         "source: unchanged poll / `git fetch`",
+        "source: unchanged poll, verify on / off",
         "**postgres: plan / psql (target <= 2x)**",
         "`tend validate` of 300 files",
     ] {

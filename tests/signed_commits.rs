@@ -508,3 +508,68 @@ fn verify_settings_that_cannot_work_are_configuration_errors() {
         assert!(run.stderr.contains(expect), "{settings:?}: {}", run.stderr);
     }
 }
+
+#[test]
+fn the_running_agent_keeps_the_accepted_commit_and_a_reload_trusts_a_new_key() {
+    let keys = tempfile::tempdir().unwrap();
+    let alice_key = new_key(&keys.path().join("alice"), "alice");
+    let bob_key = new_key(&keys.path().join("bob"), "bob");
+    let alice = Signer::Ssh {
+        key: alice_key.clone(),
+    };
+    let bob = Signer::Ssh {
+        key: bob_key.clone(),
+    };
+    let repo = TestRepo::new();
+    let accepted = first_commit(&repo, &alice);
+    let dir = tempfile::tempdir().unwrap();
+    let signers = dir.path().join("allowed_signers");
+    std::fs::write(&signers, allowed("alice@example.test", "", &alice_key)).unwrap();
+    let port = support::git::free_port();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .source("verify", "\"ssh\"")
+        .source("allowed_signers_file", "\"allowed_signers\"")
+        .source("interval", "\"1h\"")
+        .reconcile("resync", "\"1h\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(&config, port, &[]);
+    daemon.wait_ready();
+    assert_eq!(daemon.status()["source"]["commit"], accepted.as_str());
+
+    // Bob is not trusted yet: his commit (noticed by the watch on the
+    // local repository) is refused, and the agent stays at Alice's.
+    repo.write("orders.yaml", &manifest("orders", 20));
+    let bobs = bob.commit(&repo, "raise orders");
+    let refusal = format!("refusing commit {bobs}: signed by SSH key ");
+    daemon.wait_for("the refusal", std::time::Duration::from_secs(20), || {
+        daemon.status()["source"]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&refusal))
+    });
+    let status = daemon.status();
+    assert_eq!(status["source"]["commit"], accepted.as_str(), "{status:#}");
+
+    // The operator trusts Bob and reloads: the same head is accepted.
+    std::fs::write(
+        &signers,
+        allowed("alice@example.test", "", &alice_key) + &allowed("bob@example.test", "", &bob_key),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    daemon.wait_for(
+        "the accepted head",
+        std::time::Duration::from_secs(20),
+        || {
+            let status = daemon.status();
+            status["source"]["commit"] == bobs.as_str() && status["source"]["error"].is_null()
+        },
+    );
+    assert!(
+        daemon.log().contains(&format!(
+            "commit {bobs} is signed by bob@example.test (SSH key "
+        )),
+        "{}",
+        daemon.log()
+    );
+}

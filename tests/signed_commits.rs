@@ -573,3 +573,75 @@ fn the_running_agent_keeps_the_accepted_commit_and_a_reload_trusts_a_new_key() {
         daemon.log()
     );
 }
+
+#[test]
+fn gpg_a_key_that_has_expired_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("gnupg");
+    std::fs::create_dir_all(&home).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    // gpg living on 2020-01-01: the key made then expires a day later,
+    // and git signs with it "then".
+    let wrapper = dir.path().join("gpg-2020");
+    std::fs::write(
+        &wrapper,
+        "#!/bin/sh\nexec gpg --faked-system-time 20200101T000000 \"$@\"\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let gpg = |args: &[&str]| {
+        let out = Command::new(&wrapper)
+            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(args)
+            .env("GNUPGHOME", &home)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    gpg(&[
+        "--quick-gen-key",
+        "Old Key <old@example.test>",
+        "ed25519",
+        "sign",
+        "1d",
+    ]);
+    let keyring = gpg(&["--armor", "--export", "old@example.test"]);
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 10));
+    git_with(repo.path(), &[], &[], &["add", "-A"]);
+    git_with(
+        repo.path(),
+        &[
+            format!("gpg.program={}", wrapper.display()),
+            "user.signingkey=old@example.test".into(),
+        ],
+        &[("GNUPGHOME", home.as_path())],
+        &["commit", "-q", "-S", "-m", "signed in 2020"],
+    );
+    let head = repo.head();
+    let agent = Agent::gpg(&repo, &keyring);
+    let (code, operations, report) = agent.apply();
+    assert_eq!((code, operations), (1, Some((0, 0))), "{report}");
+    let message = report["source"]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("refusing commit {head}: signed by OpenPGP key "))
+            && message.contains("Old Key <old@example.test>")
+            && message.contains("the key expired at 2020-01-02T00:00:00Z"),
+        "{message}"
+    );
+    let _ = Command::new("gpgconf")
+        .args(["--kill", "gpg-agent"])
+        .env("GNUPGHOME", &home)
+        .output();
+}

@@ -67,7 +67,7 @@ impl Keyring {
 
     /// Checks `armored` (a commit's `gpgsig` header) over `data` (the
     /// commit without it): the signer's description, or why not.
-    pub fn verify(&self, armored: &str, data: &[u8], _now: SystemTime) -> Result<String, Refused> {
+    pub fn verify(&self, armored: &str, data: &[u8], now: SystemTime) -> Result<String, Refused> {
         if armored.contains("BEGIN SSH SIGNATURE") {
             return Err(Refused::new(
                 "an SSH key",
@@ -104,6 +104,24 @@ impl Keyring {
             if !key.details.revocation_signatures.is_empty() {
                 return Err(Refused::new(named, "the key is revoked"));
             }
+            let primary_expiry = expires_at(
+                key.primary_key.created_at(),
+                key.details.users.iter().flat_map(|u| &u.signatures),
+            );
+            let subkey_expiry = subkey
+                .filter(|_| !primary)
+                .and_then(|s| expires_at(s.key.created_at(), &s.signatures));
+            if let Some(expired) = [primary_expiry, subkey_expiry]
+                .into_iter()
+                .flatten()
+                .filter(|at| *at <= now)
+                .min()
+            {
+                return Err(Refused::timed(
+                    named,
+                    format!("the key expired at {}", crate::time::rfc3339(expired)),
+                ));
+            }
             let verified = match subkey {
                 Some(sub) if !primary => signature.verify(&sub.key, data),
                 _ => signature.verify(&key.primary_key, data),
@@ -126,6 +144,20 @@ impl Keyring {
             format!("the key is not in {}", self.file.display()),
         ))
     }
+}
+
+/// When a key made at `created` expires, by its newest self-signature
+/// that says (a later self-signature may extend or remove the expiry; a
+/// zero expiry means none).
+fn expires_at<'a>(
+    created: pgp::types::Timestamp,
+    signatures: impl IntoIterator<Item = &'a pgp::packet::Signature>,
+) -> Option<SystemTime> {
+    let newest = signatures
+        .into_iter()
+        .max_by_key(|s| s.created().map(|t| t.as_secs()))?;
+    let lifetime = std::time::Duration::from(newest.key_expiration_time()?);
+    (!lifetime.is_zero()).then(|| SystemTime::from(created) + lifetime)
 }
 
 /// ` (First Last <mail>)`: the key's first user id, for messages.

@@ -67,7 +67,7 @@ impl Refused {
         }
     }
 
-    fn timed(signer: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(super) fn timed(signer: impl Into<String>, reason: impl Into<String>) -> Self {
         Refused {
             timed: true,
             ..Refused::new(signer, reason)

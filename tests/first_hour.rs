@@ -237,28 +237,42 @@ fn a_failing_source_is_reported_with_the_last_accepted_commit() {
     assert!(read_json(&latest)["source"].get("error").is_none());
 }
 
-/// A configured `http` provider is refused as a configuration error (78)
-/// naming the provider, not a failed command (1).
+/// An `http` provider whose endpoint is not an HTTP URL is a configuration
+/// error (78) naming the provider; one that cannot be reached is a failed
+/// observation (1), never a configuration error.
 #[test]
-fn an_http_provider_is_a_configuration_error_until_it_is_built() {
+fn an_http_provider_endpoint_is_checked_at_start() {
     let repo = TestRepo::new();
-    repo.write("orders.yaml", &manifest("orders", 10));
+    repo.write(
+        "orders.yaml",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\nspec:\n  provider: dbaas\n  size: db-small\n",
+    );
     repo.commit("orders");
     let dir = tempfile::tempdir().unwrap();
-    let config = TendConfig::new(dir.path(), &repo.url())
-        .section("providers.dbaas", "kind", "\"http\"")
-        .section("providers.dbaas", "endpoint", "\"http://127.0.0.1:9\"")
-        .write()
-        .display()
-        .to_string();
+    let config = |endpoint: &str| {
+        TendConfig::new(dir.path(), &repo.url())
+            .section("providers.dbaas", "kind", "\"http\"")
+            .section("providers.dbaas", "endpoint", &format!("\"{endpoint}\""))
+            .write()
+            .display()
+            .to_string()
+    };
+    let bad = config("dbaas.internal:8080");
     for command in [&["plan"][..], &["apply"], &["explain", "orders"]] {
-        let run = tend(&config, command, 78);
+        let run = tend(&bad, command, 78);
         assert!(
-            run.stderr.contains("[providers.dbaas] kind = \"http\""),
+            run.stderr.contains("[providers.dbaas]") && run.stderr.contains("not an http://"),
             "{}",
             run.stderr
         );
     }
+    let unreachable = config("http://127.0.0.1:9");
+    let run = tend(&unreachable, &["plan"], 1);
+    assert!(
+        run.stdout.contains("could not observe `orders`") && run.stdout.contains("127.0.0.1:9"),
+        "{}",
+        run.stdout
+    );
 }
 
 /// Human output has one vocabulary and never Rust's debug formatting.

@@ -14,6 +14,7 @@ mod overrides;
 mod plan;
 mod progress;
 mod propose;
+mod provider;
 mod sandbox;
 mod schema;
 mod session;
@@ -85,6 +86,9 @@ pub enum Command {
     /// The sandbox provider's dashboard: change external state as an operator would.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// HTTP providers: check that a server keeps the contract.
+    #[command(subcommand)]
+    Provider(provider::ProviderCommand),
 }
 
 /// Output format of report-like commands.
@@ -136,6 +140,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Explain(args) => plan::run_explain(&cli.config, &args),
         Command::Propose(args) => propose::run(&cli.config, &args),
         Command::Sandbox(command) => sandbox::run(&cli.config, &command),
+        Command::Provider(command) => provider::run(&command),
     };
     match result {
         Ok(code) => code,

@@ -29,14 +29,6 @@ pub enum ConfigError {
     /// The file parses but a value is wrong.
     #[error("invalid configuration {path}: {message}")]
     Invalid { path: PathBuf, message: String },
-    /// A provider kind this build cannot run.
-    #[error(
-        "[providers.{provider}] kind = \"{kind}\" is not available in this build yet: use kind = \"sandbox\" or \"postgres\""
-    )]
-    UnsupportedProvider {
-        provider: String,
-        kind: &'static str,
-    },
     /// A provider's settings do not make a working provider.
     #[error("[providers.{provider}]: {message}")]
     Provider { provider: String, message: String },

@@ -17,7 +17,7 @@ pub enum ProviderConfig {
     Sandbox(SandboxConfig),
     /// A PostgreSQL server (one `CREATE DATABASE` per declaration).
     Postgres(PostgresConfig),
-    /// A DBaaS through its HTTP API (not available in this build yet).
+    /// A DBaaS through its HTTP API.
     Http(HttpConfig),
 }
 
@@ -128,15 +128,25 @@ pub struct PostgresConfig {
     pub rate_limit: u32,
 }
 
-/// Accepted so a configuration can name one; building it is refused until
-/// the HTTP provider lands.
+/// A DBaaS that speaks tend's HTTP provider contract
+/// (docs/provider-http-api.md).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
+    /// Base URL before `/v1` (`https://dbaas.internal`).
     pub endpoint: String,
+    /// File holding the bearer token (systemd `LoadCredential=`).
     pub token_file: Option<PathBuf>,
-    #[serde(default, deserialize_with = "values::duration")]
+    /// One request's limit.
+    #[serde(default = "default_timeout", deserialize_with = "values::duration")]
     pub timeout: Duration,
+    /// How long an asynchronous operation (`202 Accepted`) may run before
+    /// the call is retried (the retry finds the same operation).
+    #[serde(
+        default = "default_operation_timeout",
+        deserialize_with = "values::duration"
+    )]
+    pub operation_timeout: Duration,
     #[serde(
         default = "default_concurrency",
         deserialize_with = "values::concurrency"
@@ -144,6 +154,14 @@ pub struct HttpConfig {
     pub max_concurrency: usize,
     #[serde(default = "default_rate_limit", deserialize_with = "values::rate")]
     pub rate_limit: u32,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_operation_timeout() -> Duration {
+    Duration::from_secs(600)
 }
 
 fn default_rate_limit() -> u32 {

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::AnyProvider;
+use super::http::{HttpProvider, HttpSettings};
 use super::postgres::{PostgresProvider, PostgresSettings};
 use super::sandbox::SandboxProvider;
 use crate::clock::Clock;
@@ -47,9 +48,27 @@ pub fn build(
                     message,
                 })
         }
-        ProviderConfig::Http(_) => Err(ConfigError::UnsupportedProvider {
-            provider: name.to_string(),
-            kind: config.kind().as_str(),
-        }),
+        ProviderConfig::Http(c) => {
+            let token = match &c.token_file {
+                Some(file) => Some(secret::read(
+                    &format!("[providers.{name}] token_file"),
+                    file,
+                )?),
+                None => None,
+            };
+            let settings = HttpSettings {
+                endpoint: c.endpoint.clone(),
+                token,
+                timeout: c.timeout,
+                operation_timeout: c.operation_timeout,
+                max_connections: c.max_concurrency,
+            };
+            HttpProvider::new(settings)
+                .map(|p| AnyProvider::Http(Box::new(p)))
+                .map_err(|message| ConfigError::Provider {
+                    provider: name.to_string(),
+                    message,
+                })
+        }
     }
 }

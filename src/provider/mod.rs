@@ -14,6 +14,7 @@ use crate::model::hash::sha256_hex;
 use crate::model::{FIELDS, Mutability, SpecHash};
 
 pub mod build;
+pub mod http;
 pub mod postgres;
 pub mod sandbox;
 pub mod setting_list;
@@ -317,6 +318,7 @@ pub trait Provider: Send + Sync + 'static {
 pub enum AnyProvider {
     Sandbox(Box<sandbox::SandboxProvider>),
     Postgres(Box<postgres::PostgresProvider>),
+    Http(Box<http::HttpProvider>),
 }
 
 impl Provider for AnyProvider {
@@ -324,6 +326,7 @@ impl Provider for AnyProvider {
         match self {
             AnyProvider::Sandbox(p) => p.capabilities(),
             AnyProvider::Postgres(p) => p.capabilities(),
+            AnyProvider::Http(p) => p.capabilities(),
         }
     }
     async fn observe_all(
@@ -334,12 +337,14 @@ impl Provider for AnyProvider {
         match self {
             AnyProvider::Sandbox(p) => p.observe_all(names, deep).await,
             AnyProvider::Postgres(p) => p.observe_all(names, deep).await,
+            AnyProvider::Http(p) => p.observe_all(names, deep).await,
         }
     }
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.observe(database_name).await,
             AnyProvider::Postgres(p) => p.observe(database_name).await,
+            AnyProvider::Http(p) => p.observe(database_name).await,
         }
     }
     async fn create(
@@ -350,6 +355,7 @@ impl Provider for AnyProvider {
         match self {
             AnyProvider::Sandbox(p) => p.create(op, request).await,
             AnyProvider::Postgres(p) => p.create(op, request).await,
+            AnyProvider::Http(p) => p.create(op, request).await,
         }
     }
     async fn update(
@@ -360,12 +366,14 @@ impl Provider for AnyProvider {
         match self {
             AnyProvider::Sandbox(p) => p.update(op, request).await,
             AnyProvider::Postgres(p) => p.update(op, request).await,
+            AnyProvider::Http(p) => p.update(op, request).await,
         }
     }
     async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.delete(op, database_name).await,
             AnyProvider::Postgres(p) => p.delete(op, database_name).await,
+            AnyProvider::Http(p) => p.delete(op, database_name).await,
         }
     }
 }

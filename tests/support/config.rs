@@ -100,6 +100,12 @@ impl TendConfig {
         self
     }
 
+    /// Removes a whole `[section]` (the default sandbox provider, say).
+    pub fn without_section(mut self, section: &str) -> Self {
+        self.sections.remove(section);
+        self
+    }
+
     fn set(&mut self, section: &str, key: &str, value: &str) -> &mut Self {
         self.sections
             .entry(section.into())

@@ -9,6 +9,7 @@ pub mod git;
 pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;
+pub mod reference;
 pub mod sshd;
 
 use std::path::{Path, PathBuf};

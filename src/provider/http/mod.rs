@@ -1,0 +1,503 @@
+//! The HTTP provider (`kind = "http"`): a DBaaS that speaks tend's
+//! documented contract (docs/provider-http-api.md) over HTTP(S).
+//!
+//! # Guarantees
+//! * Every mutating request carries tend's operation id as
+//!   `Idempotency-Key`, so a retry after a lost response is the same
+//!   request to the server, never a second database.
+//! * `PATCH` and `DELETE` send `If-Match` with the ETag tend last observed:
+//!   a database someone changed since is answered `412`, which tend turns
+//!   into a conflict after observing the database again. It never retries
+//!   with the new ETag on its own (that would overwrite the other writer's
+//!   change without deciding about it).
+//! * Every status code is classified (`classify`): 429 and 503 with
+//!   `Retry-After` are rate limits with that delay, other 5xx and
+//!   transport failures are retryable, 4xx are permanent except 404 and
+//!   409/412 (conflicts).
+//! * Asynchronous work (`202 Accepted` + an operation) is polled until it
+//!   ends, within `operation_timeout`; a timeout is retryable (the retry
+//!   replays the same key and finds the same operation).
+
+pub mod check;
+mod classify;
+pub mod wire;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use super::{
+    Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError, ResourceStatus,
+};
+pub use classify::classify;
+use wire::{CreateDatabase, Database, DatabasePage, IDEMPOTENCY_KEY, Operation, UpdateDatabase};
+
+/// Fields an HTTP provider observes: the DBaaS fields, settings, the
+/// comment (what the contract's capabilities document lists).
+pub const HTTP_FIELDS: &[&str] = &[
+    "engine",
+    "version",
+    "size",
+    "storageGb",
+    "highAvailability",
+    "backupRetentionDays",
+    "region",
+    "parameters",
+    "comment",
+];
+
+/// What the provider needs, secrets read.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// Base URL; `/v1/…` is appended.
+    pub endpoint: String,
+    pub token: Option<String>,
+    /// One request's limit (connect to last byte).
+    pub timeout: Duration,
+    /// How long an asynchronous operation may run before the call is
+    /// reported as retryable.
+    pub operation_timeout: Duration,
+    pub max_connections: usize,
+}
+
+pub struct HttpProvider {
+    settings: HttpSettings,
+    client: reqwest::Client,
+    /// The ETag of each database as last seen (observation or answer).
+    etags: Mutex<HashMap<String, String>>,
+}
+
+/// A response read whole.
+struct Answer {
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Vec<u8>,
+}
+
+impl HttpProvider {
+    pub fn new(settings: HttpSettings) -> Result<Self, String> {
+        let base = settings.endpoint.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(format!(
+                "endpoint `{}` is not an http:// or https:// URL",
+                settings.endpoint
+            ));
+        }
+        let client = super::tls::http_client()
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
+            .pool_max_idle_per_host(settings.max_connections)
+            // A redirect would carry the bearer token elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(HttpProvider {
+            settings,
+            client,
+            etags: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!(
+            "{}{}{path}",
+            self.settings.endpoint.trim_end_matches('/'),
+            wire::PREFIX
+        )
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        resource: &str,
+        headers: &[(&str, String)],
+        body: Option<Vec<u8>>,
+    ) -> Result<Answer, ProviderError> {
+        let mut request = self.client.request(method, self.url(path));
+        if let Some(token) = &self.settings.token {
+            request = request.bearer_auth(token);
+        }
+        for (k, v) in headers {
+            request = request.header(*k, v);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.map_err(|e| ProviderError::Retryable {
+            resource: resource.to_string(),
+            message: format!("{}: {}", self.settings.endpoint, transport_message(&e)),
+        })?;
+        let status = response.status();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header("retry-after").and_then(|v| classify::retry_after(&v));
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| ProviderError::Retryable {
+                resource: resource.to_string(),
+                message: format!(
+                    "{}: the answer was cut off: {}",
+                    self.settings.endpoint,
+                    transport_message(&e)
+                ),
+            })?
+            .to_vec();
+        Ok(Answer {
+            status,
+            retry_after,
+            body,
+        })
+    }
+
+    /// `answer` as `T`, or its status classified.
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        resource: &str,
+        answer: &Answer,
+    ) -> Result<T, ProviderError> {
+        if !answer.status.is_success() {
+            return Err(classify(
+                resource,
+                answer.status,
+                answer.retry_after,
+                &answer.body,
+            ));
+        }
+        serde_json::from_slice(&answer.body).map_err(|e| ProviderError::Permanent {
+            resource: resource.to_string(),
+            message: format!(
+                "{} answered {} with a body that breaks the contract: {e}",
+                self.settings.endpoint, answer.status
+            ),
+        })
+    }
+
+    fn observation(&self, db: Database) -> Observation {
+        self.etags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(db.name.clone(), db.etag.clone());
+        let status = match db.status.as_str() {
+            "provisioning" => ResourceStatus::Provisioning,
+            "deleting" => ResourceStatus::Deleting,
+            _ => ResourceStatus::Ready,
+        };
+        let observed_at =
+            humantime::parse_rfc3339_weak(&db.observed_at).unwrap_or_else(|_| SystemTime::now());
+        Observation {
+            database_name: db.name,
+            external_id: db.id,
+            status,
+            fields: db.fields,
+            labels: db.labels,
+            observed_at,
+            unobserved: Vec::new(),
+        }
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<Observation>, ProviderError> {
+        let answer = self
+            .send(
+                Method::GET,
+                &format!("/databases/{}", segment(name)),
+                name,
+                &[],
+                None,
+            )
+            .await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            self.etags
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(name);
+            return Ok(None);
+        }
+        let db: Database = self.parse(name, &answer)?;
+        Ok(Some(self.observation(db)))
+    }
+
+    /// The ETag to send for `name`, observing it first when none is known.
+    async fn etag(&self, name: &str) -> Result<String, ProviderError> {
+        let known = self
+            .etags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned();
+        if let Some(tag) = known {
+            return Ok(tag);
+        }
+        self.get(name).await?;
+        self.etags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ProviderError::NotFound {
+                resource: name.to_string(),
+            })
+    }
+
+    /// A 412: look again (the next decision sees the other writer's
+    /// change), then report the conflict.
+    async fn stale(&self, name: &str, answer: &Answer) -> ProviderError {
+        if let Err(e) = self.get(name).await {
+            tracing::warn!("{name}: cannot observe it again after a 412: {e}");
+        }
+        ProviderError::Conflict {
+            resource: name.to_string(),
+            message: format!(
+                "the database changed since tend observed it (412): {}; it was observed again and will be decided afresh",
+                classify::problem_text(&answer.body)
+            ),
+        }
+    }
+
+    /// Polls the operation in a `202 Accepted` answer until it ends.
+    async fn finish(&self, resource: &str, answer: &Answer) -> Result<(), ProviderError> {
+        let mut op: Operation = self.parse(resource, answer)?;
+        let started = std::time::Instant::now();
+        let mut delay = Duration::from_millis(50);
+        while op.status == "running" {
+            if started.elapsed() >= self.settings.operation_timeout {
+                return Err(ProviderError::Retryable {
+                    resource: resource.to_string(),
+                    message: format!(
+                        "operation {} still running after {}",
+                        op.id,
+                        humantime::format_duration(self.settings.operation_timeout)
+                    ),
+                });
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+            let polled = self
+                .send(
+                    Method::GET,
+                    &format!("/operations/{}", segment(&op.id)),
+                    resource,
+                    &[],
+                    None,
+                )
+                .await?;
+            op = self.parse(resource, &polled)?;
+        }
+        match op.status.as_str() {
+            "succeeded" => Ok(()),
+            _ => Err(ProviderError::Permanent {
+                resource: resource.to_string(),
+                message: format!(
+                    "operation {} {}: {}",
+                    op.id,
+                    op.status,
+                    op.error
+                        .map(|p| p.detail.unwrap_or(p.title))
+                        .unwrap_or_else(|| "no reason given".into())
+                ),
+            }),
+        }
+    }
+
+    /// A create's or update's answer: the database (200/201), or an
+    /// operation to finish and then the database observed.
+    async fn changed(&self, name: &str, answer: Answer) -> Result<Observation, ProviderError> {
+        if answer.status == StatusCode::ACCEPTED {
+            self.finish(name, &answer).await?;
+            return self
+                .get(name)
+                .await?
+                .ok_or_else(|| ProviderError::NotFound {
+                    resource: name.to_string(),
+                });
+        }
+        let db: Database = self.parse(name, &answer)?;
+        Ok(self.observation(db))
+    }
+}
+
+/// A path segment, percent-encoded where the contract's names could need it.
+fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// reqwest's error with its causes (the kind alone says little).
+fn transport_message(e: &reqwest::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+fn json(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+impl Provider for HttpProvider {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::for_fields(HTTP_FIELDS, true)
+    }
+
+    /// Every database the token can see, page by page (one request per
+    /// page); the named ones among them, and every one with a marker.
+    async fn observe_all(
+        &self,
+        names: &[String],
+        _deep: &[String],
+    ) -> Result<Vec<Observation>, ProviderError> {
+        let wanted: std::collections::HashSet<&String> = names.iter().collect();
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let path = match &token {
+                Some(t) => format!("/databases?pageToken={}", segment(t)),
+                None => "/databases".to_string(),
+            };
+            let answer = self.send(Method::GET, &path, "*", &[], None).await?;
+            let page: DatabasePage = self.parse("*", &answer)?;
+            for db in page.items {
+                if wanted.contains(&db.name) || db.labels.contains_key(super::OWNER_AGENT_LABEL) {
+                    out.push(self.observation(db));
+                }
+            }
+            match page.next_page_token {
+                Some(next) if Some(&next) != token.as_ref() => token = Some(next),
+                Some(_) => {
+                    return Err(ProviderError::Permanent {
+                        resource: "*".into(),
+                        message: format!(
+                            "{} returned the same page token twice: the listing would never end",
+                            self.settings.endpoint
+                        ),
+                    });
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
+        self.get(database_name).await
+    }
+
+    async fn create(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError> {
+        let name = &request.database_name;
+        let body = CreateDatabase {
+            name: name.clone(),
+            fields: request.fields.clone(),
+            labels: request.labels.clone(),
+        };
+        let answer = self
+            .send(
+                Method::POST,
+                "/databases",
+                name,
+                &[(IDEMPOTENCY_KEY, op.0.clone())],
+                Some(json(&body)),
+            )
+            .await?;
+        self.changed(name, answer).await
+    }
+
+    async fn update(
+        &self,
+        op: &OperationId,
+        request: &ChangeRequest,
+    ) -> Result<Observation, ProviderError> {
+        let name = &request.database_name;
+        let etag = self.etag(name).await?;
+        let body = UpdateDatabase {
+            fields: request.fields.clone(),
+            labels: request.labels.clone(),
+        };
+        let answer = self
+            .send(
+                Method::PATCH,
+                &format!("/databases/{}", segment(name)),
+                name,
+                &[(IDEMPOTENCY_KEY, op.0.clone()), ("if-match", etag)],
+                Some(json(&body)),
+            )
+            .await?;
+        if answer.status == StatusCode::PRECONDITION_FAILED {
+            return Err(self.stale(name, &answer).await);
+        }
+        self.changed(name, answer).await
+    }
+
+    async fn delete(&self, op: &OperationId, database_name: &str) -> Result<(), ProviderError> {
+        let etag = match self.etag(database_name).await {
+            Ok(tag) => tag,
+            // Already gone (a replay after a lost answer): nothing to do.
+            Err(ProviderError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let answer = self
+            .send(
+                Method::DELETE,
+                &format!("/databases/{}", segment(database_name)),
+                database_name,
+                &[(IDEMPOTENCY_KEY, op.0.clone()), ("if-match", etag)],
+                None,
+            )
+            .await?;
+        match answer.status {
+            StatusCode::NO_CONTENT | StatusCode::OK => {
+                self.etags
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(database_name);
+                Ok(())
+            }
+            StatusCode::ACCEPTED => self.finish(database_name, &answer).await,
+            StatusCode::PRECONDITION_FAILED => Err(self.stale(database_name, &answer).await),
+            _ => Err(classify(
+                database_name,
+                answer.status,
+                answer.retry_after,
+                &answer.body,
+            )),
+        }
+    }
+}
+
+/// Labels and fields as the contract sends them (for `check`).
+pub(crate) fn change(fields: &[(&str, Value)], labels: &[(&str, &str)]) -> UpdateDatabase {
+    UpdateDatabase {
+        fields: fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}

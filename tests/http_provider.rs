@@ -1,0 +1,361 @@
+//! The http provider against the reference server over loopback, one test
+//! per fault, each asserting the invariant the fault threatens; and
+//! `tend provider check` against the reference server and against
+//! variants that break one rule each.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::TendCommand;
+use support::config::TendConfig;
+use support::git::TestRepo;
+use support::reference::ReferenceServer;
+
+fn dbaas(name: &str, size: &str) -> String {
+    format!(
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  engine: postgres\n  version: \"16\"\n  size: {size}\n  storageGb: 100\n  region: eu-west-1\n"
+    )
+}
+
+struct Setup {
+    server: ReferenceServer,
+    repo: TestRepo,
+    dir: tempfile::TempDir,
+    config: String,
+}
+
+fn setup(server_args: &[&str], declarations: &[(&str, &str)]) -> Setup {
+    let server = ReferenceServer::start(server_args);
+    let repo = TestRepo::new();
+    for (name, size) in declarations {
+        repo.write(&format!("{name}.yaml"), &dbaas(name, size));
+    }
+    repo.commit("declarations");
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .without_section("providers.sandbox")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", server.url()),
+        )
+        .section("providers.dbaas", "timeout", "\"5s\"")
+        .section("providers.dbaas", "max_concurrency", "8")
+        .section("providers.dbaas", "rate_limit", "1000")
+        .write();
+    Setup {
+        server,
+        repo,
+        dir,
+        config: config.display().to_string(),
+    }
+}
+
+impl Setup {
+    fn apply(&self, code: i32) -> support::RunOutput {
+        TendCommand::new(&["--config", &self.config, "apply"])
+            .current_dir(self.dir.path())
+            .expect_code(code)
+    }
+
+    fn plan(&self) -> serde_json::Value {
+        TendCommand::new(&["--config", &self.config, "plan", "--format", "json"])
+            .current_dir(self.dir.path())
+            .expect_code(0)
+            .json()
+    }
+
+    fn size(&self, name: &str) -> String {
+        self.server.database(name).unwrap()["fields"]["size"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+#[test]
+fn creates_observes_and_corrects_through_the_contract() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    let db = s.server.database("analytics").unwrap();
+    assert_eq!(db["fields"]["size"], "db-small");
+    assert_eq!(db["labels"]["tend.dev/owner-declaration"], "analytics");
+    let plan = s.plan();
+    assert_eq!(plan["resources"][0]["state"], "InSync", "{plan:#}");
+    // A declared change is a PATCH with If-Match.
+    s.repo
+        .write("analytics.yaml", &dbaas("analytics", "db-medium"));
+    s.repo.commit("bigger");
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(s.size("analytics"), "db-medium");
+    assert_eq!(s.server.count("updates"), 1);
+}
+
+#[test]
+fn a_response_lost_after_commit_makes_exactly_one_database() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.server.faults(json!({"dropResponses": 1}));
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(s.server.count("creates"), 1, "{}", s.server.stats());
+    assert_eq!(s.server.count("dropped"), 1, "{}", s.server.stats());
+    assert!(s.server.count("replays") >= 1, "{}", s.server.stats());
+    assert_eq!(s.server.stats()["databases"], 1);
+    // The retry used the same key: one key, used twice or more.
+    let uses = s.server.stats()["keyUses"].clone();
+    let uses: Vec<u64> = uses
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(uses.len(), 1, "{uses:?}");
+    assert!(uses[0] >= 2, "{uses:?}");
+}
+
+#[test]
+fn a_412_is_observed_again_and_never_overwritten_blindly() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.apply(0);
+    s.repo
+        .write("analytics.yaml", &dbaas("analytics", "db-medium"));
+    s.repo.commit("bigger");
+    // Someone sets size to db-large between tend's observation and its PATCH.
+    s.server.faults(json!({
+        "concurrentWrite": {"database": "analytics", "fields": {"size": "db-large"}}
+    }));
+    let run = TendCommand::new(&["--config", &s.config, "apply"])
+        .current_dir(s.dir.path())
+        .expect_code(1);
+    assert!(
+        run.stderr.contains("(412): Precondition Failed"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(s.server.count("updates"), 0, "the stale PATCH was refused");
+    assert_eq!(
+        s.size("analytics"),
+        "db-large",
+        "the other writer's value stands"
+    );
+    // Decided afresh, knowing the other writer's value: the plan shows it
+    // before anything is written again.
+    let plan = s.plan();
+    let drift = plan["resources"][0]["drift"].to_string();
+    assert!(drift.contains("db-large"), "{plan:#}");
+    // The declaration changed in Git, so the next apply applies it, with
+    // the ETag of what it saw.
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(s.server.count("updates"), 1);
+    assert_eq!(s.size("analytics"), "db-medium");
+}
+
+#[test]
+fn a_429_is_honoured_with_its_retry_after() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.server
+        .faults(json!({"rateLimitCalls": 2, "retryAfterSecs": 1}));
+    let started = Instant::now();
+    let run = s.apply(0);
+    let took = started.elapsed();
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        took >= Duration::from_millis(1900),
+        "two 429s with Retry-After: 1 waited only {took:?}"
+    );
+    assert!(run.stderr.contains("rate limited"), "{}", run.stderr);
+    assert_eq!(s.server.count("creates"), 1);
+}
+
+#[test]
+fn server_errors_are_retried_with_backoff_until_they_pass() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.server.faults(json!({"errorCalls": 3}));
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("502"), "{}", run.stderr);
+    assert_eq!(s.server.count("creates"), 1);
+    assert_eq!(s.server.stats()["databases"], 1);
+}
+
+#[test]
+fn a_stale_read_after_a_write_does_not_cause_a_second_write() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.apply(0);
+    s.repo
+        .write("analytics.yaml", &dbaas("analytics", "db-medium"));
+    s.repo.commit("bigger");
+    // Past the create's lag (a stale read right after a create shows no
+    // database at all: that is another test's subject).
+    std::thread::sleep(Duration::from_millis(1600));
+    s.server.faults(json!({"staleReadsMs": 1500}));
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(s.server.count("updates"), 1, "{}", s.server.stats());
+    // Later cycles (still reading stale copies for a moment) write nothing.
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((0, 0)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(s.server.count("updates"), 1);
+    assert_eq!(s.size("analytics"), "db-medium");
+}
+
+#[test]
+fn a_slow_asynchronous_operation_is_polled_to_completion() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.server.faults(json!({"operationDelayMs": 1500}));
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    let db = s.server.database("analytics").unwrap();
+    assert_eq!(db["status"], "ready", "{db}");
+    assert_eq!(s.server.count("creates"), 1);
+    let plan = s.plan();
+    assert_eq!(plan["resources"][0]["state"], "InSync", "{plan:#}");
+}
+
+#[test]
+fn two_hundred_fifty_databases_are_observed_over_pages() {
+    let names: Vec<String> = (0..250).map(|i| format!("db-{i:03}")).collect();
+    let declarations: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "db-small")).collect();
+    let s = setup(&[], &declarations);
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((250, 250)),
+        "{}",
+        run.stderr
+    );
+    let plan = s.plan();
+    let resources = plan["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 250);
+    assert!(resources.iter().all(|r| r["state"] == "InSync"), "{plan:#}");
+    // One page holds 100: the listing took three pages.
+    let (_, first) = s.server.request("GET", "/v1/databases", "");
+    assert_eq!(first["items"].as_array().unwrap().len(), 100);
+    assert!(first["nextPageToken"].is_string());
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((0, 0)),
+        "{}",
+        run.stderr
+    );
+}
+
+fn check(server: &ReferenceServer) -> support::RunOutput {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tend"))
+        .args(["provider", "check", &server.url()])
+        .output()
+        .unwrap();
+    support::RunOutput {
+        command: "tend provider check".into(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        output: out,
+    }
+}
+
+#[test]
+fn provider_check_passes_against_the_reference_server() {
+    for args in [&[][..], &["--provisioning-delay", "300ms"]] {
+        let server = ReferenceServer::start(args);
+        let run = check(&server);
+        assert_eq!(
+            run.output.status.code(),
+            Some(0),
+            "{}\n{}",
+            run.stdout,
+            run.stderr
+        );
+        for rule in [
+            "capabilities",
+            "problem-json",
+            "create",
+            "async-operations",
+            "idempotency-replay",
+            "idempotency-mismatch",
+            "etag-precondition",
+            "pagination",
+            "delete",
+        ] {
+            assert!(
+                run.stdout
+                    .lines()
+                    .any(|l| l.starts_with(&format!("PASS {rule}: "))),
+                "{rule}: {}",
+                run.stdout
+            );
+        }
+        assert_eq!(server.stats()["databases"], 0, "the check cleans up");
+    }
+}
+
+#[test]
+fn provider_check_names_the_rule_a_broken_server_breaks() {
+    for (flag, rule) in [
+        ("--broken-replay", "idempotency-replay"),
+        ("--broken-etag", "etag-precondition"),
+    ] {
+        let server = ReferenceServer::start(&[flag]);
+        let run = check(&server);
+        assert_eq!(run.output.status.code(), Some(1), "{}", run.stdout);
+        let failed: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("FAIL "))
+            .map(|l| l.split(':').next().unwrap())
+            .collect();
+        assert!(failed.contains(&rule), "{flag}: {}", run.stdout);
+    }
+}

@@ -1,0 +1,123 @@
+//! The reference provider server (`examples/reference_provider.rs`) on a
+//! free loopback port, with its admin endpoint for faults and counts;
+//! stopped on drop.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::git::free_port;
+
+/// The example's binary, built beside the tests (`cargo test` and
+/// `cargo nextest` build examples).
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let path = dir.join("examples").join("reference_provider");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --example reference_provider` (cargo test builds it)",
+        path.display()
+    );
+    path
+}
+
+pub struct ReferenceServer {
+    child: Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl ReferenceServer {
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new(binary())
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--data"])
+            .arg(dir.path().join("data.json"))
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start the reference provider");
+        let server = ReferenceServer { child, port, dir };
+        for _ in 0..400 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("the reference provider never listened on {port}");
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// One request; the status and the body as JSON (`Null` when empty).
+    pub fn request(&self, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = if body.trim().is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_string()))
+        };
+        (status, body)
+    }
+
+    /// Sets the faults (`POST /admin/faults`).
+    pub fn faults(&self, faults: serde_json::Value) {
+        let (status, body) = self.request("POST", "/admin/faults", &faults.to_string());
+        assert_eq!(status, 200, "{body}");
+    }
+
+    /// `GET /admin/stats`.
+    pub fn stats(&self) -> serde_json::Value {
+        self.request("GET", "/admin/stats", "").1
+    }
+
+    /// How often the server did `what` (`creates`, `updates`, `replays`, …).
+    pub fn count(&self, what: &str) -> u64 {
+        self.stats()["counts"][what].as_u64().unwrap_or(0)
+    }
+
+    /// `GET /v1/databases/NAME`.
+    pub fn database(&self, name: &str) -> Option<serde_json::Value> {
+        match self.request("GET", &format!("/v1/databases/{name}"), "") {
+            (200, body) => Some(body),
+            (404, _) => None,
+            (status, body) => panic!("GET {name}: {status} {body}"),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for ReferenceServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

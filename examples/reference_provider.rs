@@ -388,17 +388,11 @@ impl Server {
         }
         match (method, segments.as_slice()) {
             (&Method::GET, ["capabilities"]) => {
-                let fields = [
-                    ("engine", "immutable"),
-                    ("region", "immutable"),
-                    ("version", "mutable"),
-                    ("size", "mutable"),
-                    ("storageGb", "mutable"),
-                    ("highAvailability", "mutable"),
-                    ("backupRetentionDays", "mutable"),
-                    ("parameters", "mutable"),
-                    ("comment", "mutable"),
-                ]
+                let fields = tend::model::FIELDS
+                    .iter()
+                    .filter(|f| tend::provider::http::HTTP_FIELDS.contains(&f.name))
+                    .map(|f| (f.name, f.mutability.as_str()));
+                let fields = fields
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();

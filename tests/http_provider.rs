@@ -359,3 +359,91 @@ fn provider_check_names_the_rule_a_broken_server_breaks() {
         assert!(failed.contains(&rule), "{flag}: {}", run.stdout);
     }
 }
+
+/// docs/openapi.yaml names every request of the contract, and what the
+/// reference server answers validates against its schemas.
+#[test]
+fn the_openapi_document_describes_what_the_server_answers() {
+    let text = std::fs::read_to_string(support::repo_root().join("docs/openapi.yaml")).unwrap();
+    let doc: serde_json::Value = serde_norway::from_str(&text).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    for (path, method) in [
+        ("/v1/capabilities", "get"),
+        ("/v1/databases", "get"),
+        ("/v1/databases", "post"),
+        ("/v1/databases/{name}", "get"),
+        ("/v1/databases/{name}", "patch"),
+        ("/v1/databases/{name}", "delete"),
+        ("/v1/operations/{id}", "get"),
+    ] {
+        assert!(doc["paths"][path][method].is_object(), "{method} {path}");
+    }
+    let validator = |schema: &str| {
+        let root = json!({
+            "$ref": format!("#/components/schemas/{schema}"),
+            "components": doc["components"].clone(),
+        });
+        jsonschema::validator_for(&root).unwrap()
+    };
+    let s = setup(&["--provisioning-delay", "1s"], &[("analytics", "db-small")]);
+    s.apply(0);
+    let (_, capabilities) = s.server.request("GET", "/v1/capabilities", "");
+    let (_, page) = s.server.request("GET", "/v1/databases", "");
+    let database = s.server.database("analytics").unwrap();
+    let (_, missing) = s.server.request("GET", "/v1/databases/absent", "");
+    let (status, accepted) = s.server.request(
+        "POST",
+        "/v1/databases",
+        "",
+    );
+    assert_eq!(status, 400, "no Idempotency-Key: {accepted}");
+    for (schema, value) in [
+        ("Capabilities", &capabilities),
+        ("DatabasePage", &page),
+        ("Database", &database),
+        ("Problem", &missing),
+        ("Problem", &accepted),
+    ] {
+        let v = validator(schema);
+        let errors: Vec<String> = v.iter_errors(value).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{schema}: {errors:?}\n{value:#}");
+    }
+}
+
+/// examples/dbaas.toml runs the example declarations (the DBaaS one,
+/// examples/databases/analytics.yaml, among them) at the reference server.
+#[test]
+fn the_dbaas_example_runs_against_the_reference_server() {
+    let server = ReferenceServer::start(&[]);
+    let repo = TestRepo::new();
+    let examples = support::repo_root().join("examples/databases");
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        repo.write(
+            &format!("examples/databases/{name}"),
+            &std::fs::read_to_string(&path).unwrap(),
+        );
+    }
+    repo.commit("examples");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(support::repo_root().join("examples/dbaas.toml")).unwrap();
+    assert!(text.contains("url = \"..\"") && text.contains("http://127.0.0.1:8080"));
+    let text = text
+        .replace("url = \"..\"", &format!("url = \"{}\"", repo.url()))
+        .replace("http://127.0.0.1:8080", &server.url())
+        .replace("../target/tend-dbaas-example-state", "state");
+    let config = dir.path().join("dbaas.toml");
+    std::fs::write(&config, text).unwrap();
+    let config = config.display().to_string();
+    TendCommand::new(&["--config", &config, "apply"]).expect_code(0);
+    let plan = TendCommand::new(&["--config", &config, "plan", "--format", "json"])
+        .expect_code(0)
+        .json();
+    let resources = plan["resources"].as_array().unwrap();
+    assert!(resources.len() >= 6, "{plan:#}");
+    assert!(resources.iter().all(|r| r["state"] == "InSync"), "{plan:#}");
+    let analytics = server.database("analytics").unwrap();
+    assert_eq!(analytics["fields"]["size"], "db-medium", "{analytics}");
+    assert_eq!(analytics["fields"]["highAvailability"], true, "{analytics}");
+}

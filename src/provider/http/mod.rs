@@ -35,19 +35,10 @@ use super::{
 pub use classify::classify;
 use wire::{CreateDatabase, Database, DatabasePage, IDEMPOTENCY_KEY, Operation, UpdateDatabase};
 
-/// Fields an HTTP provider observes: the DBaaS fields, settings, the
-/// comment (what the contract's capabilities document lists).
-pub const HTTP_FIELDS: &[&str] = &[
-    "engine",
-    "version",
-    "size",
-    "storageGb",
-    "highAvailability",
-    "backupRetentionDays",
-    "region",
-    "parameters",
-    "comment",
-];
+/// Fields the contract carries: every provider field of both scopes (a
+/// DBaaS that cannot set one answers `422` naming it, and the resource
+/// reports that error; nothing is silently left unmanaged).
+pub const HTTP_FIELDS: &[&str] = super::sandbox::SANDBOX_FIELDS;
 
 /// What the provider needs, secrets read.
 #[derive(Debug, Clone)]

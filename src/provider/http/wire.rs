@@ -23,7 +23,7 @@ pub struct CapabilitiesDoc {
     /// Engines a database may be created with (`postgres`, `mysql`).
     pub engines: Vec<String>,
     /// Observable fields and their mutability there (`mutable`,
-    /// `immutable`, `createOnly`).
+    /// `immutable`, `create-only`).
     pub fields: BTreeMap<String, String>,
     /// Whether the server stores labels (ownership marker and overrides).
     pub labels: bool,

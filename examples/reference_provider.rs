@@ -393,9 +393,9 @@ impl Server {
                     .filter(|f| tend::provider::http::HTTP_FIELDS.contains(&f.name))
                     .map(|f| (f.name, f.mutability.as_str()));
                 let fields = fields
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
                 let doc = CapabilitiesDoc {
                     version: "v1".into(),
                     engines: vec!["postgres".into(), "mysql".into()],

@@ -153,24 +153,47 @@ fn a_lost_delete_response_is_retried_with_the_same_id() {
 }
 
 #[test]
-/// What it checks: while reads lag tend's write, the write cannot be
-/// confirmed; its intent stays pending and is replayed under the same id,
-/// never sent as a second write. (The decision rule for an observation
-/// older than tend's last write, `stale-observation`, is in
-/// tests/decide.rs: here the pending intent holds the resource first.)
-fn a_write_whose_confirmation_reads_stale_stays_pending_and_is_never_sent_twice() {
+/// What it checks: while reads lag tend's write, the write is confirmed by
+/// the provider's answer to it (not by a read), and the cycles that still
+/// read the old value (the `stale-observation` rule: an observation older
+/// than tend's last write) never send it again.
+fn a_write_whose_later_reads_are_stale_is_never_sent_twice() {
     let env = Env::new(&[decl("orders", 10)]);
     env.apply(0);
     // Let the create age past the lag, so only the update's read is stale.
     std::thread::sleep(Duration::from_millis(2200));
     env.repo.write("orders.yaml", &manifest("orders", 20));
     env.repo.commit("raise the limit");
-    // Reads lag writes by 2 s; confirmation gives up after 0.5 s.
+    // Reads lag writes by 2 s.
     env.configure("stale_reads = \"2s\"", "confirm_timeout = \"500ms\"");
+    // Done, and still pending in the report (the state after the cycle is
+    // read stale: not yet seen in sync).
     let first = env.apply(2);
-    assert!(first.stderr.contains("pending"), "{}", first.stderr);
-    // The next cycle sees the old value again, and must not write again.
-    env.apply(2);
+    assert_eq!(
+        support::operation_counts(&first.stderr),
+        Some((1, 1)),
+        "{}",
+        first.stderr
+    );
+    // The next cycle reads the old value (stale), and must not write again.
+    let plan = TendCommand::new(&[
+        "--config",
+        &env.config().display().to_string(),
+        "plan",
+        "--format",
+        "json",
+    ])
+    .expect_code(0)
+    .json();
+    let reason = plan["resources"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("older than"), "{plan:#}");
+    let second = env.apply(2);
+    assert_eq!(
+        support::operation_counts(&second.stderr),
+        Some((0, 0)),
+        "{}",
+        second.stderr
+    );
     std::thread::sleep(Duration::from_millis(2200));
     env.apply(0);
 

@@ -385,17 +385,16 @@ fn the_openapi_document_describes_what_the_server_answers() {
         });
         jsonschema::validator_for(&root).unwrap()
     };
-    let s = setup(&["--provisioning-delay", "1s"], &[("analytics", "db-small")]);
+    let s = setup(
+        &["--provisioning-delay", "1s"],
+        &[("analytics", "db-small")],
+    );
     s.apply(0);
     let (_, capabilities) = s.server.request("GET", "/v1/capabilities", "");
     let (_, page) = s.server.request("GET", "/v1/databases", "");
     let database = s.server.database("analytics").unwrap();
     let (_, missing) = s.server.request("GET", "/v1/databases/absent", "");
-    let (status, accepted) = s.server.request(
-        "POST",
-        "/v1/databases",
-        "",
-    );
+    let (status, accepted) = s.server.request("POST", "/v1/databases", "");
     assert_eq!(status, 400, "no Idempotency-Key: {accepted}");
     for (schema, value) in [
         ("Capabilities", &capabilities),

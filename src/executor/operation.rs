@@ -177,11 +177,11 @@ pub async fn run<P: Provider>(
         error: Some(error.to_string()),
         at: ctx.clock.now(),
     };
-    match result {
-        Ok(()) => {}
+    let answer = match result {
+        Ok(answer) => answer,
         // A create that meets an existing database may meet its own earlier
         // create (sent under another id before a crash): confirmation decides.
-        Err(ProviderError::Conflict { .. }) if op.kind == OperationKind::Create => {}
+        Err(ProviderError::Conflict { .. }) if op.kind == OperationKind::Create => None,
         Err(e) if e.is_transient() => {
             commit_blocking(&ctx, vec![wrote, end(IntentState::Pending, &e)]).await?;
             return Ok(OpOutcome::Pending(e.to_string()));
@@ -190,9 +190,9 @@ pub async fn run<P: Provider>(
             commit_blocking(&ctx, vec![wrote, end(IntentState::Failed, &e)]).await?;
             return Ok(OpOutcome::Failed(e.to_string()));
         }
-    }
+    };
     commit_blocking(&ctx, vec![wrote]).await?;
-    let (effects, outcome) = confirm(&runtime, &ctx, &op, sent_at).await;
+    let (effects, outcome) = confirm(&runtime, &ctx, &op, sent_at, answer).await;
     if matches!(outcome, OpOutcome::Done | OpOutcome::DoneWithDifferences(_)) {
         pause_point(AFTER_CONFIRM);
     }
@@ -205,12 +205,13 @@ async fn commit_blocking(ctx: &ExecContext, effects: Vec<Effect>) -> Result<(), 
 }
 
 /// The call, retried; every attempt is counted in the journal first
-/// (without the journal, nothing is sent).
+/// (without the journal, nothing is sent). A create's or update's answer
+/// is the provider's observation of the database after the write.
 async fn call<P: Provider>(
     runtime: &ProviderRuntime<P>,
     ctx: &ExecContext,
     op: &PlannedOperation,
-) -> Result<(), ProviderError> {
+) -> Result<Option<Observation>, ProviderError> {
     runtime
         .retry
         .run(&runtime.limiter, || async {
@@ -223,14 +224,16 @@ async fn call<P: Provider>(
                 })?;
             match (&op.request.body, op.kind) {
                 (RequestBody::Change(change), OperationKind::Create) => {
-                    runtime.provider.create(&op.id, change).await.map(|_| ())
+                    runtime.provider.create(&op.id, change).await.map(Some)
                 }
                 (RequestBody::Change(change), _) => {
-                    runtime.provider.update(&op.id, change).await.map(|_| ())
+                    runtime.provider.update(&op.id, change).await.map(Some)
                 }
-                (RequestBody::Delete { database_name }, _) => {
-                    runtime.provider.delete(&op.id, database_name).await
-                }
+                (RequestBody::Delete { database_name }, _) => runtime
+                    .provider
+                    .delete(&op.id, database_name)
+                    .await
+                    .map(|()| None),
             }
         })
         .await
@@ -365,21 +368,30 @@ fn confirmed(
 }
 
 /// Waits for an observation that shows the effect, no older than the call,
-/// and returns the effects to commit with the outcome.
+/// and returns the effects to commit with the outcome. The call's own
+/// answer (`answer`: the provider's observation after the write) is
+/// judged first, by the same rules: when it shows the effect, no second
+/// request is made.
 async fn confirm<P: Provider>(
     runtime: &ProviderRuntime<P>,
     ctx: &ExecContext,
     op: &PlannedOperation,
     sent_at: SystemTime,
+    mut answer: Option<Observation>,
 ) -> (Vec<Effect>, OpOutcome) {
     let deadline = tokio::time::Instant::now() + runtime.confirm_timeout;
     let mut wait = Duration::from_millis(50);
     let db = &op.request.database_name;
     loop {
-        let observed = runtime
-            .retry
-            .run(&runtime.limiter, || runtime.provider.observe(db))
-            .await;
+        let observed = match answer.take() {
+            Some(obs) => Ok(Some(obs)),
+            None => {
+                runtime
+                    .retry
+                    .run(&runtime.limiter, || runtime.provider.observe(db))
+                    .await
+            }
+        };
         let now = ctx.clock.now();
         let intent = |state: IntentState, error: Option<String>| Effect::Intent {
             op_id: op.id.0.clone(),

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Databases, idempotency keys (kept 24 h) and operations persist in the
-//! data file (written atomically after every change). `POST /admin/faults`
+//! data file: one JSON line appended per committed change, before the
+//! answer, replayed at start. `POST /admin/faults`
 //! sets faults (see [`Faults`]); `GET /admin/stats` counts what happened.
 //! `--broken-replay` and `--broken-etag` make a server that breaks one
 //! rule each, for `tend provider check` to catch.
@@ -47,7 +48,8 @@ struct Args {
     /// `202 Accepted` with an operation when this is not zero).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     provisioning_delay: Duration,
-    /// Databases per page of `GET /v1/databases` unless `pageSize` asks.
+    /// The most databases on one page of `GET /v1/databases` (and the
+    /// page size when `pageSize` asks for none).
     #[arg(long, default_value_t = 100)]
     page_size: usize,
     /// Broken on purpose: a replayed Idempotency-Key performs the request again.
@@ -120,6 +122,32 @@ struct StoredOperation {
     removes: bool,
 }
 
+/// One line of the data file: the state of one database, its request's
+/// key and its operations after a request committed.
+#[derive(Debug, Serialize, Deserialize)]
+struct Change {
+    database: String,
+    stored: Option<Stored>,
+    key: String,
+    recorded: Option<Recorded>,
+    operations: BTreeMap<String, StoredOperation>,
+    next_id: u64,
+}
+
+impl Change {
+    fn apply(self, data: &mut Data) {
+        match self.stored {
+            Some(stored) => data.databases.insert(self.database, stored),
+            None => data.databases.remove(&self.database),
+        };
+        if let Some(recorded) = self.recorded {
+            data.keys.insert(self.key, recorded);
+        }
+        data.operations.extend(self.operations);
+        data.next_id = data.next_id.max(self.next_id);
+    }
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Data {
     databases: BTreeMap<String, Stored>,
@@ -172,17 +200,22 @@ fn problem(status: u16, title: &str, detail: impl Into<String>) -> Response {
 }
 
 impl Server {
+    /// Replays the data file: one JSON line per committed change.
     fn load(args: Args) -> Self {
-        let data = match std::fs::read(&args.data) {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                eprintln!(
-                    "{}: not a data file ({e}); move it away",
-                    args.data.display()
-                );
-                std::process::exit(2)
-            }),
-            Err(_) => Data::default(),
-        };
+        let mut data = Data::default();
+        if let Ok(text) = std::fs::read_to_string(&args.data) {
+            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.is_empty()) {
+                let change: Change = serde_json::from_str(line).unwrap_or_else(|e| {
+                    eprintln!(
+                        "{}:{}: not a change of this server ({e}); move the file away",
+                        args.data.display(),
+                        i + 1
+                    );
+                    std::process::exit(2)
+                });
+                change.apply(&mut data);
+            }
+        }
         Server {
             args,
             data: Mutex::new(data),
@@ -191,11 +224,33 @@ impl Server {
         }
     }
 
-    fn save(&self, data: &Data) {
-        let tmp = self.args.data.with_extension("tmp");
-        let bytes = serde_json::to_vec(data).expect("serialisable");
-        if std::fs::write(&tmp, bytes).is_ok() {
-            let _ = std::fs::rename(&tmp, &self.args.data);
+    /// Appends what one request changed (the database, its key, its
+    /// operations) to the data file, before the answer goes out: a write
+    /// of one line, whatever the number of databases.
+    fn save(&self, data: &Data, database: &str, key: &str) {
+        let change = Change {
+            database: database.to_string(),
+            stored: data.databases.get(database).cloned(),
+            key: key.to_string(),
+            recorded: data.keys.get(key).cloned(),
+            operations: data
+                .operations
+                .iter()
+                .filter(|(_, o)| o.op.database == database)
+                .map(|(id, o)| (id.clone(), o.clone()))
+                .collect(),
+            next_id: data.next_id,
+        };
+        let mut line = serde_json::to_vec(&change).expect("serialisable");
+        line.push(b'\n');
+        use std::io::Write;
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.args.data)
+            .and_then(|mut f| f.write_all(&line));
+        if let Err(e) = written {
+            eprintln!("cannot append to {}: {e}", self.args.data.display());
         }
     }
 
@@ -352,6 +407,7 @@ impl Server {
                 _ => return problem(404, "Not Found", format!("no route {method} {path}")),
             };
             let status = response.0;
+            let key_for_log = key.clone();
             if status < 300 {
                 data.keys.insert(
                     key,
@@ -365,7 +421,14 @@ impl Server {
                     },
                 );
             }
-            self.save(&data);
+            let touched = match segments.as_slice() {
+                [_, name] => name.to_string(),
+                _ => serde_json::from_slice::<Value>(body)
+                    .ok()
+                    .and_then(|b| b["name"].as_str().map(str::to_string))
+                    .unwrap_or_default(),
+            };
+            self.save(&data, &touched, &key_for_log);
             let dropped = {
                 let mut f = self.faults.lock().unwrap();
                 let drop = status < 300 && f.drop_responses > 0;
@@ -434,7 +497,7 @@ impl Server {
                 "label" => labels.push(v),
                 "pageToken" => token = Some(v),
                 "pageSize" => match v.parse::<usize>() {
-                    Ok(n) if (1..=1000).contains(&n) => size = n,
+                    Ok(n) if (1..=1000).contains(&n) => size = n.min(self.args.page_size),
                     _ => return problem(400, "Bad Request", "pageSize is 1 to 1000"),
                 },
                 _ => {}

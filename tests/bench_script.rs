@@ -35,6 +35,7 @@ fn the_benchmark_script_prints_every_figure() {
         "run: signed webhook to cycle start",
         "source: unchanged poll / `git fetch`",
         "source: unchanged poll, verify on / off",
+        "**http: plan / raw page fetch (target <= 2x)**",
         "**postgres: plan / psql (target <= 2x)**",
         "`tend validate` of 300 files",
     ] {

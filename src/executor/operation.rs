@@ -143,7 +143,6 @@ pub async fn run<P: Provider>(
     ctx: ExecContext,
     op: PlannedOperation,
 ) -> Result<OpOutcome, StateError> {
-    let _slot = runtime.slots.acquire().await;
     let request_json = serde_json::to_value(&op.request).map_err(|e| StateError::Io {
         path: ctx.store.path().display().to_string(),
         message: format!("cannot encode the request of {}: {e}", op.id),
@@ -164,8 +163,14 @@ pub async fn run<P: Provider>(
     }
     pause_point(AFTER_INTENT);
 
+    // A provider slot covers each call to it (the call here, each
+    // confirming observation in `confirm`), not tend's journal writes:
+    // another operation's call proceeds while this one's intent or outcome
+    // is committed.
+    let slot = runtime.slots.acquire().await;
     let sent_at = ctx.clock.now();
     let result = call(&runtime, &ctx, &op).await;
+    drop(slot);
     pause_point(AFTER_CALL);
     let wrote = Effect::Wrote {
         name: op.name.clone(),
@@ -386,6 +391,7 @@ async fn confirm<P: Provider>(
         let observed = match answer.take() {
             Some(obs) => Ok(Some(obs)),
             None => {
+                let _slot = runtime.slots.acquire().await;
                 runtime
                     .retry
                     .run(&runtime.limiter, || runtime.provider.observe(db))

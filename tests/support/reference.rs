@@ -10,15 +10,34 @@ use std::time::Duration;
 
 use super::git::free_port;
 
-/// The example's binary, built beside the tests (`cargo test` and
-/// `cargo nextest` build examples).
+/// The example's binary, built beside the tests (`cargo nextest run` and
+/// `cargo test` build examples; a run filtered to one `--test` does not,
+/// and then it is built here, once, with the tests' profile).
 fn binary() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let path = dir.join("examples").join("reference_provider");
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let path = profile_dir.join("examples").join("reference_provider");
+    BUILT.call_once(|| {
+        if path.exists() {
+            return;
+        }
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo
+            .args(["build", "--example", "reference_provider"])
+            .current_dir(super::repo_root());
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("cannot run cargo");
+        assert!(
+            status.success(),
+            "cargo build --example reference_provider failed"
+        );
+    });
     assert!(
         path.exists(),
-        "{} is missing: build it with `cargo build --example reference_provider` (cargo test builds it)",
+        "{} is missing: build it with `cargo build --example reference_provider`",
         path.display()
     );
     path

@@ -362,9 +362,11 @@ impl Provider for HttpProvider {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
+            // The contract's largest page: the server answers with its own
+            // limit if lower.
             let path = match &token {
-                Some(t) => format!("/databases?pageToken={}", segment(t)),
-                None => "/databases".to_string(),
+                Some(t) => format!("/databases?pageSize=1000&pageToken={}", segment(t)),
+                None => "/databases?pageSize=1000".to_string(),
             };
             let answer = self.send(Method::GET, &path, "*", &[], None).await?;
             let page: DatabasePage = self.parse("*", &answer)?;

@@ -1,0 +1,162 @@
+//! Benchmark of the http provider against the reference server (prints
+//! figures; asserts only correctness). Run:
+//! `TEND_BENCH=full cargo nextest run --release --run-ignored only --test bench_http --no-capture`
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::TendCommand;
+use support::bench::{Scale, figure, ms, spread};
+use support::config::TendConfig;
+use support::git::TestRepo;
+use support::reference::ReferenceServer;
+
+fn declarations(repo: &TestRepo, prefix: &str, n: usize) {
+    for i in 0..n {
+        repo.write(
+            &format!("{prefix}/{prefix}-{i:04}.yaml"),
+            &format!(
+                "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {prefix}-{i:04}\nspec:\n  engine: postgres\n  size: db-small\n  storageGb: {}\n",
+                10 + i % 100
+            ),
+        );
+    }
+    repo.commit(prefix);
+}
+
+fn config(dir: &std::path::Path, repo: &TestRepo, server: &ReferenceServer, path: &str) -> String {
+    TendConfig::new(dir, &repo.url())
+        .without_section("providers.sandbox")
+        .source("path", &format!("\"{path}\""))
+        .reconcile("max_concurrency", "8")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", server.url()),
+        )
+        .section("providers.dbaas", "max_concurrency", "8")
+        .section("providers.dbaas", "rate_limit", "10000")
+        .write()
+        .display()
+        .to_string()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly, see docs/performance.md"]
+fn plan_over_1000_databases_and_creating_200() {
+    let scale = Scale::from_env();
+    let (managed, create, runs) = (scale.n(1000, 30), scale.n(200, 10), scale.n(15, 3));
+    let repo = TestRepo::new();
+    declarations(&repo, "fleet", managed);
+    declarations(&repo, "burst", create);
+
+    // Observing 1,000: the server answers pages of 100.
+    let server = ReferenceServer::start(&["--page-size", "100"]);
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = config(dir.path(), &repo, &server, "fleet");
+    let made = TendCommand::new(&["--config", &fleet, "apply"]).expect_code(0);
+    assert_eq!(
+        support::operation_counts(&made.stderr),
+        Some((managed, managed)),
+        "{}",
+        made.stderr
+    );
+    // The pages, as any client walks them (their tokens, learnt once).
+    let mut urls = vec![format!("{}/v1/databases", server.url())];
+    loop {
+        let last = urls
+            .last()
+            .unwrap()
+            .trim_start_matches(&server.url())
+            .to_string();
+        let (status, page) = server.request("GET", &last, "");
+        assert_eq!(status, 200);
+        match page["nextPageToken"].as_str() {
+            Some(token) => urls.push(format!("{}/v1/databases?pageToken={token}", server.url())),
+            None => break,
+        }
+    }
+    let mut plans = Vec::new();
+    let mut raw = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let plan = TendCommand::new(&["--config", &fleet, "plan", "--format", "json"])
+            .expect_code(0)
+            .json();
+        plans.push(t.elapsed());
+        assert_eq!(plan["summary"]["inSync"], managed, "{}", plan["summary"]);
+        // One curl process fetching every page over one connection.
+        let mut curl = Command::new("curl");
+        curl.args(["-s", "--fail"]);
+        for url in &urls {
+            curl.args(["-o", "/dev/null", url]);
+        }
+        let t = Instant::now();
+        let out = curl
+            .output()
+            .expect("cannot run curl (apt-get install curl)");
+        raw.push(t.elapsed());
+        assert!(out.status.success(), "{out:?}");
+    }
+    let as_ms = |v: &[Duration]| v.iter().map(|d| ms(*d)).collect::<Vec<_>>();
+    let (v, d) = spread(&as_ms(&plans));
+    figure(
+        &format!("http: `tend plan` over {managed} databases, whole process"),
+        v,
+        &format!("{d}; pages of 100"),
+    );
+    let (v, d) = spread(&as_ms(&raw));
+    figure(
+        &format!(
+            "http: one `curl` fetching the {} pages, whole process",
+            urls.len()
+        ),
+        v,
+        &d,
+    );
+    figure(
+        "**http: plan / raw page fetch (target <= 2x)**",
+        format!(
+            "{:.2}x",
+            median(plans).as_secs_f64() / median(raw).as_secs_f64()
+        ),
+        "medians",
+    );
+
+    // Creating 200 at a server that takes 50 ms per call (and lists up to
+    // 1,000 on a page, so listing is one call, as creating is).
+    let slow = ReferenceServer::start(&["--page-size", "1000"]);
+    slow.faults(json!({"latencyMs": 50}));
+    let dir = tempfile::tempdir().unwrap();
+    let burst = config(dir.path(), &repo, &slow, "burst");
+    let t = Instant::now();
+    let run = TendCommand::new(&["--config", &burst, "apply"]).expect_code(0);
+    let took = t.elapsed();
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((create, create)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(slow.count("creates"), create as u64);
+    let calls = slow.count("calls");
+    figure(
+        &format!(
+            "**http: create {create} at 50 ms per call, max_concurrency 8 (target <= 1.5 s)**"
+        ),
+        format!("{:.2} s", took.as_secs_f64()),
+        &format!(
+            "whole `tend apply`; {calls} API calls; the floor is {create} x 50 ms / 8 = {:.2} s",
+            create as f64 * 0.05 / 8.0
+        ),
+    );
+}

@@ -446,3 +446,41 @@ fn the_dbaas_example_runs_against_the_reference_server() {
     assert_eq!(analytics["fields"]["size"], "db-medium", "{analytics}");
     assert_eq!(analytics["fields"]["highAvailability"], true, "{analytics}");
 }
+
+/// The reference server keeps what it committed across a restart: the
+/// databases, and the idempotency keys (a replay after the restart still
+/// returns the original result).
+#[test]
+fn the_reference_server_keeps_databases_and_keys_across_a_restart() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.apply(0);
+    let before = s.server.database("analytics").unwrap();
+    let old_url = s.server.url();
+    let Setup {
+        server,
+        repo,
+        dir,
+        config,
+    } = s;
+    let server = server.restart(&[]);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let path = dir.path().join("tend.toml");
+    std::fs::write(&path, text.replace(&old_url, &server.url())).unwrap();
+    let after = server.database("analytics").unwrap();
+    assert_eq!(after["id"], before["id"]);
+    assert_eq!(after["etag"], before["etag"]);
+    // tend's next cycle finds everything as it left it: no operation.
+    let run = TendCommand::new(&["--config", &path.display().to_string(), "apply"])
+        .current_dir(dir.path())
+        .expect_code(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((0, 0)),
+        "{}",
+        run.stderr
+    );
+    // The create's idempotency key survived the restart.
+    let uses = server.stats()["keyUses"].clone();
+    assert_eq!(uses.as_object().unwrap().len(), 1, "{uses}");
+    drop(repo);
+}

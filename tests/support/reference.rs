@@ -51,9 +51,24 @@ pub struct ReferenceServer {
 
 impl ReferenceServer {
     pub fn start(extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// The same server again over its data file (a crash and a restart).
+    pub fn restart(mut self, extra: &[&str]) -> Self {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        Self::start_in(dir, extra)
+    }
+
+    fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
         let port = free_port();
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("server.log"))
+            .unwrap();
         let child = Command::new(binary())
             .args(["--listen", &format!("127.0.0.1:{port}"), "--data"])
             .arg(dir.path().join("data.json"))

@@ -247,6 +247,23 @@ fn first_sight_without_memory_counts_as_out_of_band() {
 }
 
 #[test]
+fn a_difference_left_by_tends_own_unconfirmed_write_is_corrected_now() {
+    // An update was sent and the process died before confirming it; the
+    // repository then went back to the applied spec (the intent was
+    // superseded). The provider shows tend's own half-done write: not an
+    // operator's change to hold for grace.
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
+    case.memory.unconfirmed_write = true;
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Update, Rule::DeclaredChange);
+    assert_eq!(d.drift[0].origin, DriftOrigin::Declared);
+    // Without that write in the journal, the same sight is out-of-band.
+    case.memory.unconfirmed_write = false;
+    assert_eq!(case.run().drift[0].origin, DriftOrigin::OutOfBand);
+}
+
+#[test]
 fn drift_policy_report_never_corrects() {
     let decl = declaration("", "  driftPolicy: Report\n");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));

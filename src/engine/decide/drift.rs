@@ -34,15 +34,16 @@ pub(super) fn compute_drift(
         // The spec unchanged since the last apply: nothing is a declared change
         // (and the applied field values need not even be loaded).
         let unchanged = input.memory.applied_spec_hash.as_ref() == Some(&decl.spec_hash);
-        let declared = !unchanged
-            && (input
-                .memory
-                .applied_fields
-                .get(field)
-                .is_some_and(|applied| applied != want)
-                || (input.memory.applied_spec_hash.is_some()
-                    && !input.memory.applied_fields.contains_key(field)
-                    && want != &Value::Null));
+        let declared = input.memory.unconfirmed_write
+            || !unchanged
+                && (input
+                    .memory
+                    .applied_fields
+                    .get(field)
+                    .is_some_and(|applied| applied != want)
+                    || (input.memory.applied_spec_hash.is_some()
+                        && !input.memory.applied_fields.contains_key(field)
+                        && want != &Value::Null));
         drift.push(Drift {
             field: field.to_string(),
             desired: want.clone(),

@@ -233,6 +233,12 @@ pub struct Memory {
     /// The database name and provider tend manages the resource at.
     pub database_name: Option<String>,
     pub provider: Option<String>,
+    /// tend journalled a create or update of this resource after its last
+    /// confirmed apply that was never confirmed (pending, or superseded
+    /// after a crash): the call may have reached the provider, so what the
+    /// provider shows may be tend's own unfinished write. A difference is
+    /// then tend's to correct, never out-of-band drift held for grace.
+    pub unconfirmed_write: bool,
 }
 
 /// Confirmed updates of one field that did not make it converge. They

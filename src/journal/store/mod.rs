@@ -535,6 +535,31 @@ mod tests {
     }
 
     #[test]
+    fn a_superseded_or_pending_write_is_an_unconfirmed_write_and_a_refused_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        let (h, now) = (SpecHash("h".into()), SystemTime::now());
+        for (op, name) in [("op1", "a"), ("op2", "b"), ("op3", "c")] {
+            store
+                .begin_intent(op, name, "create", &h, 0, &Value::Null, now)
+                .unwrap();
+        }
+        let superseded = Some("superseded: the declaration changed");
+        store
+            .finish_intent("op2", IntentState::Failed, superseded, now)
+            .unwrap();
+        let refused = Some("the server refused it");
+        store
+            .finish_intent("op3", IntentState::Failed, refused, now)
+            .unwrap();
+        let memories = store.read_memories().unwrap().memories;
+        let flag = |n: &str| memories.get(n).is_some_and(|m| m.unconfirmed_write);
+        assert!(flag("a"), "pending");
+        assert!(flag("b"), "superseded");
+        assert!(!flag("c"), "refused: nothing was written");
+    }
+
+    #[test]
     fn generations_count_finished_operations() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path(), true).unwrap().unwrap();

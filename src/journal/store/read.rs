@@ -213,6 +213,24 @@ impl StateStore {
                     .insert(field, time(value));
             }
         }
+        {
+            // Writes journalled after the last confirmed apply and never
+            // confirmed: pending, or superseded (the call may have been
+            // sent before a crash). Refused calls changed nothing.
+            let mut stmt = conn
+                .prepare(
+                    "SELECT DISTINCT i.name FROM intents i LEFT JOIN resources r ON r.name = i.name \
+                     WHERE (i.state = 'pending' OR (i.state = 'failed' AND i.last_error LIKE 'superseded:%')) \
+                     AND i.kind IN ('create', 'update') \
+                     AND (r.name IS NULL OR r.applied_spec_hash IS NULL OR i.created_ms >= r.updated_ms)",
+                )
+                .map_err(|e| self.err(e))?;
+            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+            while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+                let name: String = r.get(0).map_err(|e| self.err(e))?;
+                out.entry(name).or_default().unconfirmed_write = true;
+            }
+        }
         // A state written before format 4 has no values: its counts read
         // as counted against nothing, so they never hold a field.
         let values = if has_column(&conn, "attempts", "desired") {

@@ -175,6 +175,22 @@ pub(super) fn classify(resource: &str, e: tokio_postgres::Error) -> ProviderErro
         {
             retryable(resource, db.message())
         }
+        // Two CREATE DATABASE of one name at once: the other is still
+        // running (an earlier attempt's session, its client killed, which
+        // the server finishes anyway). Not "exists" yet, not a failure:
+        // the retry finds the database, or not.
+        Some(db)
+            if db.code().code() == "23505"
+                && db.constraint() == Some("pg_database_datname_index") =>
+        {
+            retryable(
+                resource,
+                format!(
+                    "another CREATE DATABASE of this name is in progress: {}",
+                    db.message()
+                ),
+            )
+        }
         Some(db) => ProviderError::Permanent {
             resource: resource.to_string(),
             message: format!("{} ({})", db.message(), db.code().code()),

@@ -439,11 +439,17 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
+        Self::parse(&text, path)
+    }
+
+    /// Checks the text of the configuration file at `path` (which names
+    /// it in errors and anchors its relative paths; it is not read).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
             message,
         };
-        let mut config: Config = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let mut config: Config = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
         let resolve = |p: &Path| {

@@ -6,7 +6,8 @@
 //! no unresolved intent in the journal.
 //!
 //! `TEND_CRASH_ITERATIONS=N` runs more iterations (CI: 50);
-//! `TEND_CRASH_SEED=S` replays one run (the seed is printed).
+//! `TEND_CRASH_SEED=S` replays one run (the seed is printed; CI runs seed
+//! 1), `TEND_CRASH_SEED=random` picks one.
 
 mod support;
 
@@ -49,13 +50,18 @@ fn env_number(name: &str, default: u64) -> u64 {
 #[test]
 fn apply_killed_at_random_moments_never_duplicates_loses_or_touches_foreign_databases() {
     let iterations = env_number("TEND_CRASH_ITERATIONS", 50);
-    let seed = env_number(
-        "TEND_CRASH_SEED",
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-            | 1,
-    );
+    // CI runs seed 1 (its kill delays and repository changes fixed; where
+    // a delay lands in tend's work still varies with the machine);
+    // `TEND_CRASH_SEED=random` explores.
+    let seed = match std::env::var("TEND_CRASH_SEED").as_deref() {
+        Ok("random") => {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        }
+        _ => env_number("TEND_CRASH_SEED", 1),
+    };
     println!("crash loop: TEND_CRASH_SEED={seed} TEND_CRASH_ITERATIONS={iterations}");
     let mut dice = Dice(seed);
 

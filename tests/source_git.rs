@@ -565,3 +565,27 @@ fn a_shallow_clone_accepts_later_commits_and_still_refuses_a_rewind() {
         );
     }
 }
+
+/// A writer killed while libgit2 moved the tracking ref leaves
+/// `<ref>.lock`; every later fetch failed on it. The next writer removes
+/// it (it holds the state dir's lock); a reader's lock is left alone.
+#[test]
+fn a_ref_lock_left_by_a_killed_writer_does_not_stop_the_next_fetch() {
+    let repo = repo_with(&[("orders.yaml", "orders", 10)]);
+    let state = tempfile::tempdir().unwrap();
+    let first = open(state.path(), settings(&repo.url(), "main", ".")).poll_once(SystemTime::now());
+    assert!(first.failure.is_none(), "{:?}", first.failure);
+    let git = state.path().join("source/repo.git");
+    let stale = git.join("refs/tend/source/heads/main.lock");
+    std::fs::write(&stale, "").unwrap();
+    let reader = git.join("refs/tend/readers/1-2-3/heads/main.lock");
+    std::fs::create_dir_all(reader.parent().unwrap()).unwrap();
+    std::fs::write(&reader, "").unwrap();
+    repo.write("billing.yaml", &manifest("billing", 5));
+    repo.commit("billing");
+    let next = open(state.path(), settings(&repo.url(), "main", ".")).poll_once(SystemTime::now());
+    assert!(next.failure.is_none(), "{:?}", next.failure);
+    assert_eq!(names(&next), vec!["billing", "orders"]);
+    assert!(!stale.exists(), "the writer's stale lock is removed");
+    assert!(reader.exists(), "a reader's lock is its own");
+}

@@ -51,6 +51,53 @@ fn private_ref(branch: &str) -> String {
 /// takes seconds): the writer deletes it.
 const STALE_READER_REF: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Removes the ref lock files a killed writer left in the bare repository
+/// at `dir`: libgit2 takes `<ref>.lock` while it moves a ref, and a
+/// process killed in between leaves it, after which every fetch fails
+/// ("failed to lock file … for writing") until someone deletes it. Only
+/// the writer calls this, holding the state dir's lock, so no other
+/// process is moving tend's own refs; readers' private refs
+/// (`refs/tend/readers/`) are left to them, and `packed-refs.lock` is
+/// removed only when it is older than any live operation could be.
+pub fn remove_stale_locks(dir: &Path) {
+    let mut stack = vec![dir.join("refs").join("tend")];
+    let readers = dir.join("refs").join("tend").join("readers");
+    let mut removed = Vec::new();
+    while let Some(at) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path == readers {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "lock")
+                && std::fs::remove_file(&path).is_ok()
+            {
+                removed.push(path);
+            }
+        }
+    }
+    let packed = dir.join("packed-refs.lock");
+    let old = std::fs::metadata(&packed)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > STALE_READER_REF);
+    if old && std::fs::remove_file(&packed).is_ok() {
+        removed.push(packed);
+    }
+    for path in removed {
+        tracing::warn!(
+            "source: removed {}, left by a tend that was killed while moving a ref",
+            path.display()
+        );
+    }
+}
+
 /// Opens the bare repository at `dir`, creating it on first use.
 pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
     let unusable = |e: git2::Error| SourceError::Repository {

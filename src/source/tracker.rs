@@ -134,6 +134,9 @@ impl Source {
                 });
             }
         };
+        if access == Access::Writer {
+            super::fetch::remove_stale_locks(&super::repo_dir(state_dir));
+        }
         Ok(Source {
             verifier: Verifier::new(settings.trust.clone()),
             settings,

@@ -119,12 +119,8 @@ pub async fn execute<T, P: Provider>(
     };
     let providers: Vec<String> = queues.keys().cloned().collect();
     for provider in &providers {
-        // Twice the provider's slots: an operation committing its journal
-        // entries has given its slot to the next one's call, which is
-        // already journalled and waiting (the provider still sees at most
-        // `max_concurrency` calls at once: the slots bound them).
         let slots = runtimes.get(provider).map_or(1, |r| r.max_concurrency);
-        for _ in 0..slots * 2 {
+        for _ in 0..slots {
             start_next(&mut tasks, &mut queues, provider);
         }
     }

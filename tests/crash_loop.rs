@@ -15,24 +15,9 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime};
 
+use support::dice::Dice;
 use support::git::TestRepo;
 use support::postgres::Postgres;
-
-/// xorshift64*: a seeded, dependency-free sequence.
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn manifest(name: &str, limit: u32) -> String {
     format!(

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
+use support::dice::Dice;
 use tend::agent::Agent;
 use tend::clock::{Clock, ManualClock};
 use tend::config::Config;
@@ -32,20 +33,6 @@ const NAMES: &[&str] = &["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"
 const GRACE: Duration = Duration::from_secs(600);
 const DELETION_DELAY: Duration = Duration::from_secs(300);
 const MAX_DELETIONS: usize = 2;
-
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What Git declares for one name.
 #[derive(Debug, Clone, PartialEq)]

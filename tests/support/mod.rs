@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod config;
 pub mod daemon;
+pub mod dice;
 pub mod git;
 pub mod pgproxy;
 pub mod postgres;

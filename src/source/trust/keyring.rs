@@ -24,11 +24,7 @@ pub struct Keyring {
 
 impl Keyring {
     pub fn load(file: &Path) -> Result<Self, TrustError> {
-        let text = std::fs::read_to_string(file).map_err(|e| TrustError::Read {
-            file: file.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        Self::parse(&text, file)
+        Self::parse(&super::read_file(file)?, file)
     }
 
     pub fn parse(text: &str, file: &Path) -> Result<Self, TrustError> {

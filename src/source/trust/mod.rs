@@ -48,6 +48,14 @@ pub enum TrustError {
     Empty { file: PathBuf, what: &'static str },
 }
 
+/// The text of a signers file or keyring.
+fn read_file(file: &std::path::Path) -> Result<String, TrustError> {
+    std::fs::read_to_string(file).map_err(|e| TrustError::Read {
+        file: file.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
 /// Why one commit's signature was not accepted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {

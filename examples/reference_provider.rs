@@ -467,7 +467,10 @@ impl Server {
                 };
                 json_response(200, &serde_json::to_value(doc).expect("serialisable"), None)
             }
-            (&Method::GET, ["databases"]) => self.list(&data, uri.query().unwrap_or(""), now),
+            (&Method::GET, ["databases"]) => {
+                Self::count(&mut data, "lists");
+                self.list(&data, uri.query().unwrap_or(""), now)
+            }
             (&Method::GET, ["databases", name]) => match data.databases.get(*name) {
                 Some(stored) => match self.read(stored, now) {
                     Some(db) => {

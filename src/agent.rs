@@ -171,6 +171,13 @@ impl Agent {
         &self.agent_id
     }
 
+    /// Turns on a deliberate bug (`crate::sabotage`), for a test that
+    /// shows its invariants catch it.
+    #[cfg(feature = "test-hooks")]
+    pub fn sabotage(&mut self, sabotage: crate::sabotage::Sabotage) {
+        self.policy.sabotage = sabotage;
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
@@ -208,6 +215,7 @@ impl Agent {
                 agent_id: Arc::from(self.agent_id.as_str()),
                 clock: self.clock.clone(),
                 draining: self.draining.clone(),
+                sabotage: self.policy.sabotage,
             }),
             _ => None,
         }

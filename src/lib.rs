@@ -8,7 +8,8 @@
 //! at the provider back to Git) · [`agent`] (the long-lived agent the
 //! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]
 //! and [`time`] (time, injected and overflow-safe) · [`escape`] (outside
-//! text made safe for a terminal).
+//! text made safe for a terminal) · [`sabotage`] (deliberate bugs, test
+//! builds only).
 
 pub mod agent;
 pub mod cli;
@@ -23,6 +24,7 @@ pub mod model;
 pub mod propose;
 pub mod provider;
 pub mod reconcile;
+pub mod sabotage;
 pub mod server;
 pub mod source;
 pub mod status;

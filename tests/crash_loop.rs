@@ -1,11 +1,11 @@
 //! A real-process crash loop against a real PostgreSQL cluster: the
-//! repository changes, `tend apply` starts and is SIGKILLed at a random
-//! moment, again and again; then one clean run, and the catalog must show
-//! exactly what Git declares: no duplicate or stray database, every
-//! declared one with its declared fields, the foreign database untouched,
-//! no unresolved intent in the journal.
+//! repository changes, `tend apply` (or `tend run`) starts and is
+//! SIGKILLed at a random moment, again and again; then one clean run, and
+//! the catalog must show exactly what Git declares: no duplicate or stray
+//! database, every declared one with its declared fields, the foreign
+//! database untouched, no unresolved intent in the journal.
 //!
-//! `TEND_CRASH_ITERATIONS=N` runs more iterations (CI: 50);
+//! `TEND_CRASH_ITERATIONS=N` runs more iterations (CI: 50 of each);
 //! `TEND_CRASH_SEED=S` replays one run (the seed is printed; CI runs seed
 //! 1), `TEND_CRASH_SEED=random` picks one.
 
@@ -32,8 +32,27 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Which process the loop kills.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Process {
+    /// `tend apply`: killed unless it finished first.
+    Apply,
+    /// `tend run` (polling every 200 ms): always killed.
+    Run,
+}
+
 #[test]
 fn apply_killed_at_random_moments_never_duplicates_loses_or_touches_foreign_databases() {
+    crash_loop(Process::Apply);
+}
+
+#[test]
+fn the_running_agent_killed_at_random_moments_never_duplicates_loses_or_touches_foreign_databases()
+{
+    crash_loop(Process::Run);
+}
+
+fn crash_loop(process: Process) {
     let iterations = env_number("TEND_CRASH_ITERATIONS", 50);
     // CI runs seed 1 (its kill delays and repository changes fixed; where
     // a delay lands in tend's work still varies with the machine);
@@ -47,7 +66,7 @@ fn apply_killed_at_random_moments_never_duplicates_loses_or_touches_foreign_data
         }
         _ => env_number("TEND_CRASH_SEED", 1),
     };
-    println!("crash loop: TEND_CRASH_SEED={seed} TEND_CRASH_ITERATIONS={iterations}");
+    println!("crash loop ({process:?}): TEND_CRASH_SEED={seed} TEND_CRASH_ITERATIONS={iterations}");
     let mut dice = Dice(seed);
 
     let pg = Postgres::start();
@@ -68,15 +87,20 @@ fn apply_killed_at_random_moments_never_duplicates_loses_or_touches_foreign_data
     std::fs::write(
         &config,
         format!(
-            "agent_id = \"crash-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[status]\nbranch = \"\"\n[reconcile]\ndeletion_delay = \"0s\"\nmax_deletions = 100\nmax_deletion_percent = 100\nretry_min_delay = \"50ms\"\nmax_retries = 2\nconfirm_timeout = \"5s\"\nmax_concurrency = 4\n[providers.main]\nkind = \"postgres\"\nurl = \"{}\"\nmax_concurrency = 4\nrate_limit = 1000\n",
+            "agent_id = \"crash-agent\"\nstate_dir = \"state\"\n[server]\nlisten = \"127.0.0.1:{}\"\n[source]\nurl = \"{}\"\ninterval = \"200ms\"\n[status]\nbranch = \"\"\n[reconcile]\ndeletion_delay = \"0s\"\nmax_deletions = 100\nmax_deletion_percent = 100\nretry_min_delay = \"50ms\"\nmax_retries = 2\nconfirm_timeout = \"5s\"\nmax_concurrency = 4\n[providers.main]\nkind = \"postgres\"\nurl = \"{}\"\nmax_concurrency = 4\nrate_limit = 1000\n",
+            support::git::free_port(),
             repo.url(),
             pg.url()
         ),
     )
     .unwrap();
-    let apply = || {
+    let start = || {
+        let command = match process {
+            Process::Apply => "apply",
+            Process::Run => "run",
+        };
         Command::new(env!("CARGO_BIN_EXE_tend"))
-            .args(["--config", &config.display().to_string(), "apply"])
+            .args(["--config", &config.display().to_string(), command])
             .current_dir(dir.path())
             .env_remove("TEND_CONFIG")
             .env("TEND_LOG", "error")
@@ -119,15 +143,21 @@ fn apply_killed_at_random_moments_never_duplicates_loses_or_touches_foreign_data
             }
         }
         repo.commit(&format!("iteration {iteration}"));
-        let mut child = apply();
-        std::thread::sleep(Duration::from_millis(dice.below(600)));
+        let mut child = start();
+        // A running agent needs longer to reach its operations (start,
+        // fetch, observe), and is never done by itself.
+        let reach = match process {
+            Process::Apply => 600,
+            Process::Run => 1500,
+        };
+        std::thread::sleep(Duration::from_millis(dice.below(reach)));
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap();
             killed += 1;
         }
         child.wait().unwrap();
     }
-    println!("crash loop: {killed} of {iterations} runs killed mid-flight");
+    println!("crash loop ({process:?}): {killed} of {iterations} runs killed mid-flight");
 
     // The faults stop: a clean run converges (a second one has nothing to do).
     let mut last = None;

@@ -106,6 +106,60 @@ fn creates_observes_and_corrects_through_the_contract() {
     assert_eq!(s.server.count("updates"), 1);
 }
 
+/// A cycle whose every write was confirmed by the provider's answer to it
+/// reports from those answers: the provider is listed once, before the
+/// decisions. A write left unconfirmed sends the cycle back to the
+/// provider, so the report tells what is there.
+#[test]
+fn writes_confirmed_by_their_answers_are_not_listed_again() {
+    let s = setup(
+        &[],
+        &[
+            ("analytics", "db-small"),
+            ("billing", "db-small"),
+            ("orders", "db-small"),
+        ],
+    );
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((3, 3)),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(s.server.count("creates"), 3, "{}", s.server.stats());
+    assert_eq!(s.server.count("lists"), 1, "{}", s.server.stats());
+    assert!(run.stdout.contains("3 in sync"), "{}", run.stdout);
+
+    // A create whose operation outlasts operation_timeout is sent but not
+    // confirmed: the report is made from a second listing.
+    s.repo
+        .write("payments.yaml", &dbaas("payments", "db-small"));
+    s.repo.commit("payments");
+    let impatient = TendConfig::new(s.dir.path(), &s.repo.url())
+        .without_section("providers.sandbox")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", s.server.url()),
+        )
+        .section("providers.dbaas", "operation_timeout", "\"300ms\"")
+        .reconcile("max_retries", "1")
+        .write();
+    s.server.faults(json!({"operationDelayMs": 5000}));
+    let run = TendCommand::new(&["--config", &impatient.display().to_string(), "apply"])
+        .current_dir(s.dir.path())
+        .expect_code(2);
+    assert_eq!(
+        s.server.count("lists"),
+        3,
+        "an unconfirmed write lists again: {}",
+        s.server.stats()
+    );
+    assert!(run.stdout.contains("payments"), "{}", run.stdout);
+}
+
 #[test]
 fn a_response_lost_after_commit_makes_exactly_one_database() {
     let s = setup(&[], &[("analytics", "db-small")]);

@@ -1,18 +1,27 @@
 //! A seeded simulation of the real agent: the real decision core,
 //! executor, journal and state store, the sandbox provider, a simulated
-//! clock and an in-memory source, driven by a random schedule of events
-//! (declarations added, edited, removed; overrides added and removed;
-//! out-of-band edits and drops; lost responses and failing calls; crashes
-//! that drop the process's state and keep the state store and provider;
-//! time passing). Invariants are checked after every step; a failure
-//! prints the seed, the step and the events so far.
+//! clock and an in-memory source, driven by a schedule of events generated
+//! from a seed: declarations added, edited, renamed, moved between files
+//! and removed; `ignore-fields` annotations, local pauses (`tend override
+//! set`) and pauses in provider labels set, expiring and cleared;
+//! out-of-band edits and drops at the provider; crashes that drop the
+//! process's state and keep the state store and the provider, restarting
+//! with lost responses, failing calls, 429 bursts or stale reads; a source
+//! that refuses new heads (a rewritten history, an unreachable remote), an
+//! empty tree and a file that does not parse; configuration reloads that
+//! change the drift policy and grace; time passing. Invariants are checked
+//! after every step. A failing schedule is shrunk to a short one that
+//! breaks the same invariant, and printed with its replay command.
 //!
-//! `TEND_SIM_SEEDS=N` runs N seeds (CI: 1,000, about two minutes),
-//! `TEND_SIM_SEED=S` replays one.
+//! `TEND_SIM_SEEDS=N` runs N seeds (CI: 1,000), `TEND_SIM_SEED=S` replays
+//! one (`TEND_SIM_TRACE=1` prints every cycle's decisions). The provider keeps databases by id, not by name
+//! (`names_not_unique`): only tend's operation ids stand between a
+//! retried create and a second database.
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -23,16 +32,20 @@ use tend::agent::Agent;
 use tend::clock::{Clock, ManualClock};
 use tend::config::Config;
 use tend::engine::{Action, State};
-use tend::journal::Access;
+use tend::journal::{Access, IntentState, StateStore};
 use tend::model::{DeclarationSet, parse_file};
+use tend::provider::Observed;
 use tend::provider::sandbox::SandboxProvider;
 use tend::reconcile::{Mode, Scope, reconcile};
+use tend::sabotage::Sabotage;
 use tend::source::Snapshot;
 
 const NAMES: &[&str] = &["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"];
-const GRACE: Duration = Duration::from_secs(600);
 const DELETION_DELAY: Duration = Duration::from_secs(300);
 const MAX_DELETIONS: usize = 2;
+/// How long a pause set by the simulation lasts (`override-expires`).
+const PAUSE_FOR: Duration = Duration::from_secs(2 * 3600);
+const STEPS: usize = 25;
 
 /// What Git declares for one name.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,32 +53,202 @@ struct Declared {
     limit: i64,
     delete: bool,
     ignore: bool,
+    /// In `moved/NAME.yaml` instead of `NAME.yaml`.
+    moved: bool,
 }
 
-fn yaml(name: &str, d: &Declared) -> String {
-    let annotations = if d.ignore {
-        "  annotations:\n    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: \"INC-1: simulated\"\n    tend.dev/override-expires: 720h\n"
-    } else {
-        ""
-    };
-    format!(
-        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\n{annotations}spec:\n  connectionLimit: {}\n  deletionPolicy: {}\n",
-        d.limit,
-        if d.delete { "Delete" } else { "Retain" }
-    )
+impl Declared {
+    fn file(&self, name: &str) -> String {
+        if self.moved {
+            format!("moved/{name}.yaml")
+        } else {
+            format!("{name}.yaml")
+        }
+    }
+
+    fn yaml(&self, name: &str) -> String {
+        let annotations = if self.ignore {
+            "  annotations:\n    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: \"INC-1: simulated\"\n    tend.dev/override-expires: 720h\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\n{annotations}spec:\n  connectionLimit: {}\n  deletionPolicy: {}\n",
+            self.limit,
+            if self.delete { "Delete" } else { "Retain" }
+        )
+    }
 }
 
-fn snapshot(declared: &BTreeMap<String, Declared>, step: usize) -> Arc<Snapshot> {
-    let files = declared
-        .iter()
-        .map(|(name, d)| parse_file(Path::new(&format!("{name}.yaml")), yaml(name, d).as_bytes()))
-        .collect();
-    Arc::new(Snapshot {
-        commit: format!("{step:040x}"),
-        commit_time: SystemTime::UNIX_EPOCH,
-        files: Vec::new(),
-        declarations: DeclarationSet::from_files(files),
-    })
+/// Faults the provider shows after a restart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    LostResponse,
+    FailingCalls,
+    RateLimited,
+    StaleReads,
+}
+
+impl Fault {
+    fn toml(self) -> &'static str {
+        match self {
+            Fault::None => "",
+            Fault::LostResponse => "lose_responses = 1\n",
+            Fault::FailingCalls => "fail_calls = 2\n",
+            Fault::RateLimited => "rate_limit_calls = 3\nretry_after = \"1ms\"\n",
+            Fault::StaleReads => "stale_reads = \"120s\"\n",
+        }
+    }
+}
+
+/// One event of a schedule. Names are indices into `NAMES`; an event that
+/// does not apply to the world as it is (editing an undeclared name) does
+/// nothing, so any subsequence of a schedule is a schedule (what shrinking
+/// needs).
+#[derive(Debug, Clone, PartialEq)]
+enum Event {
+    Declare {
+        name: usize,
+        limit: i64,
+        delete: bool,
+    },
+    Edit {
+        name: usize,
+        limit: i64,
+    },
+    Remove {
+        name: usize,
+    },
+    /// `metadata.name` (and the file) renamed.
+    Rename {
+        from: usize,
+        to: usize,
+    },
+    /// The file moves to another directory; the declaration stays.
+    Move {
+        name: usize,
+    },
+    IgnoreFields {
+        name: usize,
+        on: bool,
+    },
+    /// `tend override set NAME --pause` / `tend override clear NAME`.
+    LocalPause {
+        name: usize,
+        on: bool,
+    },
+    /// Pause labels set / removed at the provider.
+    LabelPause {
+        name: usize,
+        on: bool,
+    },
+    OutOfBand {
+        name: usize,
+        limit: i64,
+    },
+    Drop {
+        name: usize,
+    },
+    Advance {
+        secs: u64,
+    },
+    /// The process dies between cycles and restarts with a fault.
+    Crash {
+        fault: Fault,
+    },
+    RemoveAllButOne,
+    /// One cycle decides from a commit whose tree is empty.
+    EmptyTree,
+    /// One cycle decides from a commit in which this file does not parse.
+    Unparsable {
+        name: usize,
+    },
+    /// The source refuses new heads (rewritten history, unreachable
+    /// remote): tend decides from the last accepted commit until it
+    /// accepts again.
+    SourceRefuses {
+        on: bool,
+    },
+    /// The configuration is reloaded with a drift policy and grace.
+    Reload {
+        report_only: bool,
+        grace_secs: u64,
+    },
+}
+
+fn generate(seed: u64, steps: usize) -> Vec<Event> {
+    let mut dice = Dice(seed | 1);
+    (0..steps)
+        .map(|_| {
+            let name = dice.below(NAMES.len() as u64) as usize;
+            let on = dice.below(2) == 0;
+            match dice.below(22) {
+                0..=2 => Event::Declare {
+                    name,
+                    limit: 10 + dice.below(40) as i64,
+                    delete: dice.below(2) == 0,
+                },
+                3 => Event::Edit {
+                    name,
+                    limit: 10 + dice.below(40) as i64,
+                },
+                4 => Event::Remove { name },
+                5 => Event::Rename {
+                    from: name,
+                    to: dice.below(NAMES.len() as u64) as usize,
+                },
+                6 => Event::Move { name },
+                7 => Event::IgnoreFields { name, on },
+                8 => Event::LocalPause { name, on },
+                9 => Event::LabelPause { name, on },
+                10 | 11 => Event::OutOfBand {
+                    name,
+                    limit: 100 + dice.below(100) as i64,
+                },
+                12 => Event::Drop { name },
+                13 | 14 => Event::Advance {
+                    secs: 1 + dice.below(900),
+                },
+                15 => Event::Crash {
+                    fault: [
+                        Fault::None,
+                        Fault::LostResponse,
+                        Fault::FailingCalls,
+                        Fault::RateLimited,
+                        Fault::StaleReads,
+                    ][dice.below(5) as usize],
+                },
+                16 => Event::RemoveAllButOne,
+                17 => Event::EmptyTree,
+                18 => Event::Unparsable { name },
+                19 => Event::SourceRefuses { on },
+                20 => Event::Reload {
+                    report_only: dice.below(3) == 0,
+                    grace_secs: [0, 300, 600, 1800][dice.below(4) as usize],
+                },
+                _ => Event::Advance { secs: 30 },
+            }
+        })
+        .collect()
+}
+
+/// A broken promise: which invariant, at which step, and what was seen.
+#[derive(Debug, Clone)]
+struct Violation {
+    invariant: &'static str,
+    step: usize,
+    detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invariant `{}` broken at step {}: {}",
+            self.invariant, self.step, self.detail
+        )
+    }
 }
 
 /// What the simulation itself did to a database at the provider, and when.
@@ -75,32 +258,29 @@ struct OutOfBand {
     at: SystemTime,
 }
 
-/// A deliberately broken tend, to show an invariant catches it: tend runs
-/// with a setting that breaks the promise the invariants hold it to.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Sabotage {
-    None,
-    /// tend corrects out-of-band drift at once (no grace).
-    NoGrace,
-    /// tend deletes as soon as a declaration is removed.
-    NoDeletionDelay,
-    /// tend's mass-deletion guard lets everything through.
-    NoGuard,
-}
-
 struct World {
     sabotage: Sabotage,
+    setting: Setting,
     dir: tempfile::TempDir,
     clock: Arc<ManualClock>,
-    declared: BTreeMap<String, Declared>,
-    /// When each name was last removed from Git, and what it declared.
+    /// The tracked branch.
+    git: BTreeMap<String, Declared>,
+    /// What tend's snapshots hold: the branch, unless the source refuses.
+    accepted: BTreeMap<String, Declared>,
+    refusing: bool,
+    /// When each name last left the accepted commit, and what it declared.
     removed_at: BTreeMap<String, (SystemTime, Declared)>,
-    /// When each name's declaration last changed.
+    /// When each name's accepted declaration last changed.
     changed_at: BTreeMap<String, SystemTime>,
     out_of_band: BTreeMap<String, OutOfBand>,
+    /// Pauses the simulation set, by name: when.
+    local_pauses: BTreeMap<String, SystemTime>,
+    label_pauses: BTreeMap<String, SystemTime>,
+    report_only: bool,
+    grace: Duration,
+    fault: Fault,
     /// A database someone else owns (no marker): must never change.
     foreign: (String, BTreeMap<String, Value>),
-    history: Vec<String>,
 }
 
 impl World {
@@ -115,19 +295,36 @@ impl World {
         .with_clock(clock)
     }
 
-    fn config(&self, faults: &str) -> Config {
+    /// The configuration the operator wrote, except where `setting` runs
+    /// tend with a promise broken (the invariants still hold it to the
+    /// configured values).
+    fn config(&self) -> Config {
         let path = self.dir.path().join("tend.toml");
+        let s = self.setting;
+        let grace = if s.no_grace { 0 } else { self.grace.as_secs() };
+        let deletion_delay = if s.no_deletion_delay {
+            0
+        } else {
+            DELETION_DELAY.as_secs()
+        };
+        let max_deletions = if s.no_guard { 100 } else { MAX_DELETIONS };
         std::fs::write(
             &path,
             format!(
-                "agent_id = \"sim\"\nstate_dir = \"state\"\n[source]\nurl = \"/nonexistent\"\n[status]\nbranch = \"\"\nkeep_reports = 1\n[reconcile]\ndrift_grace = \"{}s\"\ndeletion_delay = \"{}s\"\nmax_deletions = {}\nmax_deletion_percent = 100\nretry_min_delay = \"1ms\"\nmax_retries = 2\nconfirm_timeout = \"50ms\"\n[providers.sandbox]\nkind = \"sandbox\"\nrate_limit = 10000\n[providers.sandbox.faults]\n{faults}",
-                if self.sabotage == Sabotage::NoGrace { 0 } else { GRACE.as_secs() },
-                if self.sabotage == Sabotage::NoDeletionDelay { 0 } else { DELETION_DELAY.as_secs() },
-                if self.sabotage == Sabotage::NoGuard { 100 } else { MAX_DELETIONS },
+                "agent_id = \"sim\"\nstate_dir = \"state\"\n[source]\nurl = \"/nonexistent\"\n[status]\nbranch = \"\"\nkeep_reports = 1\n[reconcile]\ndrift_policy = \"{}\"\ndrift_grace = \"{grace}s\"\ndeletion_delay = \"{deletion_delay}s\"\nmax_deletions = {max_deletions}\nmax_deletion_percent = 100\nretry_min_delay = \"1ms\"\nmax_retries = 2\nconfirm_timeout = \"50ms\"\n[providers.sandbox]\nkind = \"sandbox\"\nrate_limit = 10000\n[providers.sandbox.faults]\nnames_not_unique = true\n{}",
+                if self.report_only { "report" } else { "correct" },
+                self.fault.toml(),
             ),
         )
         .unwrap();
         Config::load(&path).unwrap()
+    }
+
+    fn open(&self) -> Result<Agent, String> {
+        let mut agent = Agent::open(self.config(), Access::Writer, self.clock.clone())
+            .map_err(|e| e.to_string())?;
+        agent.sabotage(self.sabotage);
+        Ok(agent)
     }
 
     fn limits(&self) -> BTreeMap<String, i64> {
@@ -147,11 +344,79 @@ impl World {
             })
             .collect()
     }
+
+    fn paused(&self, name: &str, now: SystemTime) -> bool {
+        let active = |at: &SystemTime| now.duration_since(*at).unwrap_or_default() < PAUSE_FOR;
+        self.local_pauses.get(name).is_some_and(active)
+            || self.label_pauses.get(name).is_some_and(active)
+    }
+
+    fn snapshot(&self, step: usize, tree: &Tree) -> Arc<Snapshot> {
+        let files = self
+            .accepted
+            .iter()
+            .filter(|_| *tree != Tree::Empty)
+            .map(|(name, d)| {
+                let text = match tree {
+                    Tree::Unparsable(broken) if broken == name => {
+                        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata: [\n"
+                            .to_string()
+                    }
+                    _ => d.yaml(name),
+                };
+                parse_file(Path::new(&d.file(name)), text.as_bytes())
+            })
+            .collect();
+        Arc::new(Snapshot {
+            commit: format!("{step:040x}"),
+            commit_time: SystemTime::UNIX_EPOCH,
+            files: Vec::new(),
+            declarations: DeclarationSet::from_files(files),
+        })
+    }
+
+    /// The branch reaches tend (unless the source refuses it): what left
+    /// or changed is noted with the time.
+    fn accept(&mut self, now: SystemTime) {
+        if self.refusing {
+            return;
+        }
+        for (name, d) in &self.accepted {
+            if !self.git.contains_key(name) {
+                self.removed_at.insert(name.clone(), (now, d.clone()));
+            }
+        }
+        for (name, d) in &self.git {
+            match self.accepted.get(name) {
+                Some(old) if old.limit == d.limit && old.ignore == d.ignore => {}
+                _ => {
+                    self.changed_at.insert(name.clone(), now);
+                    self.removed_at.remove(name);
+                }
+            }
+        }
+        self.accepted = self.git.clone();
+    }
+
+    fn store(&self) -> StateStore {
+        StateStore::open_for_overrides(&self.dir.path().join("state")).unwrap()
+    }
 }
 
-/// Runs one seed; `Err` names the broken invariant.
-async fn run_seed(seed: u64, steps: usize, sabotage: Sabotage) -> Result<(), String> {
-    let mut dice = Dice(seed | 1);
+/// What one cycle decides from.
+#[derive(Debug, Clone, PartialEq)]
+enum Tree {
+    Accepted,
+    Empty,
+    Unparsable(String),
+}
+
+/// Runs a schedule; `Err` names the broken invariant.
+async fn run_schedule(
+    events: &[Event],
+    sabotage: Sabotage,
+    setting: Setting,
+) -> Result<(), Violation> {
     let base = if Path::new("/dev/shm").is_dir() {
         tempfile::tempdir_in("/dev/shm").unwrap()
     } else {
@@ -159,16 +424,28 @@ async fn run_seed(seed: u64, steps: usize, sabotage: Sabotage) -> Result<(), Str
     };
     let mut w = World {
         sabotage,
+        setting,
         dir: base,
         clock: Arc::new(ManualClock::new(
             SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         )),
-        declared: BTreeMap::new(),
+        git: BTreeMap::new(),
+        accepted: BTreeMap::new(),
+        refusing: false,
         removed_at: BTreeMap::new(),
         changed_at: BTreeMap::new(),
         out_of_band: BTreeMap::new(),
+        local_pauses: BTreeMap::new(),
+        label_pauses: BTreeMap::new(),
+        report_only: false,
+        grace: Duration::from_secs(600),
+        fault: Fault::None,
         foreign: ("zulu".into(), BTreeMap::new()),
-        history: Vec::new(),
+    };
+    let broken = |step: usize, invariant: &'static str, detail: String| Violation {
+        invariant,
+        step,
+        detail,
     };
     // Someone else's database, planted before tend starts.
     {
@@ -183,246 +460,489 @@ async fn run_seed(seed: u64, steps: usize, sabotage: Sabotage) -> Result<(), Str
         state.databases.insert(w.foreign.0.clone(), db);
         sandbox.save(&state).unwrap();
     }
-    let mut agent =
-        Agent::open(w.config(""), Access::Writer, w.clock.clone()).map_err(|e| e.to_string())?;
-    for step in 0..steps {
+    let open = |w: &World| w.open().map_err(|e| broken(0, "the agent opens", e));
+    let mut agent = open(&w)?;
+    for (step, event) in events.iter().enumerate() {
         let now = w.clock.now();
-        let name = NAMES[dice.below(NAMES.len() as u64) as usize].to_string();
-        let event = match dice.below(12) {
-            0 | 1 => {
-                let d = Declared {
-                    limit: 10 + dice.below(40) as i64,
-                    delete: dice.below(2) == 0,
-                    ignore: false,
-                };
-                w.declared.insert(name.clone(), d);
-                w.changed_at.insert(name.clone(), now);
-                w.removed_at.remove(&name);
-                format!("declare {name}")
+        let mut tree = Tree::Accepted;
+        let mut dropped = None;
+        let name_of = |i: &usize| NAMES[*i].to_string();
+        match event {
+            Event::Declare {
+                name,
+                limit,
+                delete,
+            } => {
+                let moved = w.git.get(&name_of(name)).is_some_and(|d| d.moved);
+                w.git.insert(
+                    name_of(name),
+                    Declared {
+                        limit: *limit,
+                        delete: *delete,
+                        ignore: false,
+                        moved,
+                    },
+                );
             }
-            2 if w.declared.contains_key(&name) => {
-                let limit = 10 + dice.below(40) as i64;
-                w.declared.get_mut(&name).unwrap().limit = limit;
-                w.changed_at.insert(name.clone(), now);
-                format!("edit {name} limit={limit}")
-            }
-            3 if w.declared.contains_key(&name) => {
-                let d = w.declared.remove(&name).unwrap();
-                w.removed_at.insert(name.clone(), (now, d));
-                format!("remove {name}")
-            }
-            4 if w.declared.contains_key(&name) => {
-                let d = w.declared.get_mut(&name).unwrap();
-                d.ignore = !d.ignore;
-                w.changed_at.insert(name.clone(), now);
-                format!("ignore-fields {name} = {}", d.ignore)
-            }
-            5 => {
-                let sandbox = w.sandbox();
-                let mut state = sandbox.load().unwrap();
-                match state.databases.get_mut(&name) {
-                    Some(db) => {
-                        let limit = 100 + dice.below(100) as i64;
-                        // Still showing the last out-of-band value: the same
-                        // spell of drift, whose grace runs from its start.
-                        let current = db.fields.get("connectionLimit").and_then(Value::as_i64);
-                        let at = match w.out_of_band.get(&name) {
-                            Some(o) if Some(o.limit) == current => o.at,
-                            _ => now,
-                        };
-                        db.fields.insert("connectionLimit".into(), json!(limit));
-                        sandbox.save(&state).unwrap();
-                        w.out_of_band.insert(name.clone(), OutOfBand { limit, at });
-                        format!("out-of-band {name} limit={limit}")
-                    }
-                    None => "nothing".into(),
+            Event::Edit { name, limit } => {
+                if let Some(d) = w.git.get_mut(&name_of(name)) {
+                    d.limit = *limit;
                 }
             }
-            6 => {
-                let sandbox = w.sandbox();
-                let mut state = sandbox.load().unwrap();
-                if state.databases.remove(&name).is_some() {
-                    sandbox.save(&state).unwrap();
-                    w.out_of_band.remove(&name);
-                    format!("out-of-band drop {name}")
+            Event::Remove { name } => {
+                w.git.remove(&name_of(name));
+            }
+            Event::Rename { from, to } => {
+                if !w.git.contains_key(&name_of(to))
+                    && let Some(d) = w.git.remove(&name_of(from))
+                {
+                    w.git.insert(name_of(to), d);
+                }
+            }
+            Event::Move { name } => {
+                if let Some(d) = w.git.get_mut(&name_of(name)) {
+                    d.moved = !d.moved;
+                }
+            }
+            Event::IgnoreFields { name, on } => {
+                if let Some(d) = w.git.get_mut(&name_of(name)) {
+                    d.ignore = *on;
+                }
+            }
+            Event::LocalPause { name, on } => {
+                let store = w.store();
+                if *on {
+                    let annotations = BTreeMap::from([
+                        ("tend.dev/paused".to_string(), "true".to_string()),
+                        (
+                            "tend.dev/override-reason".to_string(),
+                            "INC-2: simulated".to_string(),
+                        ),
+                        ("tend.dev/override-expires".to_string(), "2h".to_string()),
+                    ]);
+                    store
+                        .set_local_override(&name_of(name), &annotations, now)
+                        .unwrap();
+                    w.local_pauses.insert(name_of(name), now);
                 } else {
-                    "nothing".into()
+                    store.clear_local_override(&name_of(name)).unwrap();
+                    w.local_pauses.remove(&name_of(name));
                 }
             }
-            7 => {
-                let d = Duration::from_secs(1 + dice.below(900));
-                w.clock.advance(d);
-                format!("advance {}s", d.as_secs())
+            Event::LabelPause { name, on } => {
+                let sandbox = w.sandbox();
+                let mut state = sandbox.load().unwrap();
+                if let Some(db) = state.databases.get_mut(&name_of(name)) {
+                    let keys = [
+                        ("tend.dev/paused", "true"),
+                        ("tend.dev/override-reason", "INC-3: simulated"),
+                        ("tend.dev/override-expires", "2h"),
+                    ];
+                    for (k, v) in keys {
+                        if *on {
+                            db.labels.insert(k.into(), v.into());
+                        } else {
+                            db.labels.remove(k);
+                        }
+                    }
+                    sandbox.save(&state).unwrap();
+                    if *on {
+                        w.label_pauses.entry(name_of(name)).or_insert(now);
+                    } else {
+                        w.label_pauses.remove(&name_of(name));
+                    }
+                }
             }
-            8 => {
-                let faults: String = match dice.below(3) {
-                    0 => "lose_responses = 1\n".into(),
-                    1 => "fail_calls = 2\n".into(),
-                    _ => String::new(),
-                };
+            Event::OutOfBand { name, limit } => {
+                let sandbox = w.sandbox();
+                let mut state = sandbox.load().unwrap();
+                if let Some(db) = state.databases.get_mut(&name_of(name)) {
+                    // Still showing the last out-of-band value: the same
+                    // spell of drift, whose grace runs from its start.
+                    let current = db.fields.get("connectionLimit").and_then(Value::as_i64);
+                    let at = match w.out_of_band.get(&name_of(name)) {
+                        Some(o) if Some(o.limit) == current => o.at,
+                        _ => now,
+                    };
+                    db.fields.insert("connectionLimit".into(), json!(limit));
+                    sandbox.save(&state).unwrap();
+                    w.out_of_band
+                        .insert(name_of(name), OutOfBand { limit: *limit, at });
+                }
+            }
+            Event::Drop { name } => {
+                let sandbox = w.sandbox();
+                let mut state = sandbox.load().unwrap();
+                if state.databases.remove(&name_of(name)).is_some() {
+                    sandbox.save(&state).unwrap();
+                    w.out_of_band.remove(&name_of(name));
+                    w.label_pauses.remove(&name_of(name));
+                    dropped = Some(name_of(name));
+                }
+            }
+            Event::Advance { secs } => w.clock.advance(Duration::from_secs(*secs)),
+            Event::Crash { fault } => {
                 // The process dies: its memory goes, the state store and
                 // the provider stay.
                 drop(agent);
-                agent = Agent::open(w.config(&faults), Access::Writer, w.clock.clone())
-                    .map_err(|e| e.to_string())?;
-                format!("crash; restart with faults {:?}", faults.trim())
+                w.fault = *fault;
+                agent = open(&w)?;
             }
-            9 if w.declared.len() > 1 => {
-                // A large removal: everything but one declaration.
-                let keep = w.declared.keys().next().cloned().unwrap();
-                let gone: Vec<String> =
-                    w.declared.keys().filter(|n| **n != keep).cloned().collect();
-                for n in &gone {
-                    let d = w.declared.remove(n).unwrap();
-                    w.removed_at.insert(n.clone(), (now, d));
+            Event::RemoveAllButOne => {
+                let keep = w.git.keys().next().cloned();
+                w.git.retain(|n, _| Some(n) == keep.as_ref());
+            }
+            Event::EmptyTree => tree = Tree::Empty,
+            Event::Unparsable { name } => {
+                if w.accepted.contains_key(&name_of(name)) {
+                    tree = Tree::Unparsable(name_of(name));
                 }
-                format!("remove all but {keep}: {gone:?}")
             }
-            _ => {
-                w.clock.advance(Duration::from_secs(30));
-                "advance 30s".into()
+            Event::SourceRefuses { on } => w.refusing = *on,
+            Event::Reload {
+                report_only,
+                grace_secs,
+            } => {
+                drop(agent);
+                w.report_only = *report_only;
+                w.grace = Duration::from_secs(*grace_secs);
+                agent = open(&w)?;
             }
-        };
-        w.history.push(format!("step {step}: {event}"));
+        }
+        let now = w.clock.now();
+        w.accept(now);
         let before = w.limits();
-        let snap = snapshot(&w.declared, step);
+        let snap = w.snapshot(step, &tree);
         let outcome = reconcile(&agent, &snap, Mode::Apply, &Scope::All).await;
         let after = w.limits();
+        if std::env::var_os("TEND_SIM_TRACE").is_some() {
+            eprintln!("step {step}: {event:?}");
+            match &outcome {
+                Ok(outcome) => {
+                    for r in &outcome.latest().resources {
+                        eprintln!(
+                            "  {} {} {}: {}",
+                            r.name, r.decision.state, r.decision.action, r.decision.reason
+                        );
+                    }
+                    for e in &outcome.operations {
+                        eprintln!(
+                            "  ran {} {}: {}",
+                            e.kind.as_str(),
+                            e.name,
+                            e.outcome.describe()
+                        );
+                    }
+                }
+                Err(e) => eprintln!("  error: {e}"),
+            }
+        }
         let now = w.clock.now();
-        let fail = |what: String| {
-            Err(format!(
-                "seed {seed}, step {step}: {what}\n{}",
-                w.history.join("\n")
-            ))
-        };
+
         // Someone else's database is never touched.
         match w.sandbox().load().unwrap().databases.get(&w.foreign.0) {
             Some(db) if db.fields == w.foreign.1 => {}
-            other => return fail(format!("the foreign database changed: {other:?}")),
+            other => {
+                return Err(broken(
+                    step,
+                    "foreign database untouched",
+                    format!("it changed: {other:?}"),
+                ));
+            }
         }
         // The mass-deletion guard: more due deletions than the limit hold
         // them all, so one cycle never deletes more than the limit.
-        let deleted = before.keys().filter(|db| !after.contains_key(*db)).count();
-        let dropped_by_sim = usize::from(event.starts_with("out-of-band drop"));
-        if deleted.saturating_sub(dropped_by_sim) > MAX_DELETIONS {
-            return fail(format!(
-                "{deleted} databases deleted in one cycle (the guard allows {MAX_DELETIONS})"
+        let deleted: Vec<&String> = before
+            .keys()
+            .filter(|db| !after.contains_key(*db) && Some(*db) != dropped.as_ref())
+            .collect();
+        if deleted.len() > MAX_DELETIONS {
+            return Err(broken(
+                step,
+                "mass-deletion guard",
+                format!(
+                    "{} databases deleted in one cycle (the guard allows {MAX_DELETIONS}): {deleted:?}",
+                    deleted.len()
+                ),
+            ));
+        }
+        if tree == Tree::Empty && !deleted.is_empty() {
+            return Err(broken(
+                step,
+                "no deletion from an empty tree",
+                format!("{deleted:?} deleted"),
             ));
         }
         for (db, limit) in &before {
             match after.get(db) {
                 // Gone: only a declaration removed from Git with Delete,
-                // after deletion_delay.
-                None => {
+                // after deletion_delay, and not paused.
+                None if Some(db) != dropped.as_ref() => {
                     let removed = w.removed_at.get(db);
-                    match removed {
-                        Some((at, d))
-                            if d.delete
-                                && now.duration_since(*at).unwrap_or_default()
-                                    >= DELETION_DELAY => {}
-                        _ => {
-                            return fail(format!(
-                                "{db} was deleted (removed: {removed:?}, now {now:?})"
-                            ));
-                        }
+                    let due = matches!(removed, Some((at, d))
+                        if d.delete
+                            && now.duration_since(*at).unwrap_or_default() >= DELETION_DELAY);
+                    if !due || w.accepted.contains_key(db) {
+                        return Err(broken(
+                            step,
+                            "deletion only when removed with Delete, after deletion_delay",
+                            format!("{db} was deleted (removed: {removed:?}, now {now:?})"),
+                        ));
+                    }
+                    if w.paused(db, now) {
+                        return Err(broken(
+                            step,
+                            "nothing paused changes",
+                            format!("{db} was deleted while paused"),
+                        ));
                     }
                 }
                 Some(new) if new != limit => {
-                    // tend changed it. Never an ignored field, never an
-                    // out-of-band value before grace (unless Git changed since).
-                    if let Some(d) = w.declared.get(db)
-                        && d.ignore
-                    {
-                        return fail(format!(
-                            "{db}: ignored connectionLimit changed {limit} -> {new}"
+                    // tend changed it. Never an ignored or paused field,
+                    // never an out-of-band value before grace or under the
+                    // report policy (unless Git changed since).
+                    if w.accepted.get(db).is_some_and(|d| d.ignore) {
+                        return Err(broken(
+                            step,
+                            "ignored fields never change",
+                            format!("{db}: ignored connectionLimit changed {limit} -> {new}"),
+                        ));
+                    }
+                    if w.paused(db, now) {
+                        return Err(broken(
+                            step,
+                            "nothing paused changes",
+                            format!("{db}: paused connectionLimit changed {limit} -> {new}"),
                         ));
                     }
                     if let Some(oob) = w.out_of_band.get(db)
                         && oob.limit == *limit
-                        && now.duration_since(oob.at).unwrap_or_default() < GRACE
                         && w.changed_at.get(db).is_none_or(|c| *c < oob.at)
                     {
-                        return fail(format!(
-                            "{db}: out-of-band {limit} corrected to {new} before drift_grace"
-                        ));
+                        if now.duration_since(oob.at).unwrap_or_default() < w.grace {
+                            return Err(broken(
+                                step,
+                                "no out-of-band correction before drift_grace",
+                                format!("{db}: out-of-band {limit} corrected to {new}"),
+                            ));
+                        }
+                        if w.report_only {
+                            return Err(broken(
+                                step,
+                                "no out-of-band correction under drift_policy report",
+                                format!("{db}: out-of-band {limit} corrected to {new}"),
+                            ));
+                        }
                     }
                 }
                 _ => {}
             }
         }
-        // Never two databases for one declaration; never InSync when it differs.
+        if let Some(db) = after
+            .keys()
+            .find(|db| !before.contains_key(*db) && w.paused(db, now))
+        {
+            return Err(broken(
+                step,
+                "nothing paused changes",
+                format!("{db} was created while paused"),
+            ));
+        }
+        // Never two databases for one declaration.
         let state = w.sandbox().load().unwrap();
-        let mut owners: BTreeMap<String, usize> = BTreeMap::new();
-        for db in state.databases.values() {
+        let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (db_name, db) in &state.databases {
             if let Some(decl) = db.labels.get("tend.dev/owner-declaration") {
-                *owners.entry(decl.clone()).or_default() += 1;
+                owners
+                    .entry(decl.clone())
+                    .or_default()
+                    .push(db_name.clone());
             }
         }
-        if let Some((decl, n)) = owners.iter().find(|(_, n)| **n > 1) {
-            return fail(format!("{n} databases for {decl}"));
+        if let Some((decl, dbs)) = owners.iter().find(|(_, dbs)| dbs.len() > 1) {
+            return Err(broken(
+                step,
+                "one database per declaration",
+                format!("{decl} has {dbs:?}"),
+            ));
         }
+        // Never InSync when the latest observation differs from Git.
         if let Ok(outcome) = &outcome {
             for r in &outcome.latest().resources {
-                if r.decision.state == State::InSync
-                    && let Some(d) = w.declared.get(&r.name)
-                    && after.get(&r.name) != Some(&d.limit)
-                    && !d.ignore
-                {
-                    return fail(format!(
-                        "{} reported InSync with {:?} declared {}",
-                        r.name,
-                        after.get(&r.name),
-                        d.limit
+                let Some(d) = w.accepted.get(&r.name) else {
+                    continue;
+                };
+                let seen = match &r.observed {
+                    Observed::Found(obs) => {
+                        obs.fields.get("connectionLimit").and_then(Value::as_i64)
+                    }
+                    _ => None,
+                };
+                if r.decision.state == State::InSync && seen != Some(d.limit) && !d.ignore {
+                    return Err(broken(
+                        step,
+                        "InSync only when observed as declared",
+                        format!(
+                            "{} reported InSync, observed {seen:?}, declared {}",
+                            r.name, d.limit
+                        ),
                     ));
                 }
             }
         }
     }
-    // The faults stop: everything converges within a bounded number of cycles.
+    // The faults stop: everything converges within a bounded number of
+    // cycles, and every journalled intent is resolved.
     drop(agent);
-    let agent =
-        Agent::open(w.config(""), Access::Writer, w.clock.clone()).map_err(|e| e.to_string())?;
-    w.clock.advance(GRACE + DELETION_DELAY);
-    let snap = snapshot(&w.declared, steps);
-    let mut last = None;
+    w.fault = Fault::None;
+    w.refusing = false;
+    let agent = open(&w)?;
+    w.clock.advance(w.grace + DELETION_DELAY + PAUSE_FOR);
+    let now = w.clock.now();
+    w.accept(now);
+    let steps = events.len();
+    let snap = w.snapshot(steps, &Tree::Accepted);
+    let mut last = Vec::new();
     for _ in 0..6 {
         let outcome = reconcile(&agent, &snap, Mode::Apply, &Scope::All)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| broken(steps, "convergence", e.to_string()))?;
         // Converged, or held with a reason the report gives: an override,
-        // a block, an unconvergeable field, a deletion the guard holds (an
-        // empty tree never deletes).
+        // a block, an unconvergeable field, a deletion the guard or an
+        // override holds, drift the report policy only reports.
         let settled = outcome.latest().resources.iter().all(|r| {
             matches!(
                 r.decision.state,
                 State::InSync | State::Overridden | State::Blocked | State::Unconvergeable
-            ) || (r.decision.state == State::Deleting && r.decision.action == Action::Hold)
+            ) || (r.decision.state == State::Deleting
+                && matches!(r.decision.action, Action::Hold | Action::None))
+                || (matches!(r.decision.state, State::Drifted | State::Missing)
+                    && w.report_only
+                    && r.decision.reason.contains("driftPolicy Report"))
         });
-        last = Some(
-            outcome
-                .latest()
-                .resources
-                .iter()
-                .map(|r| format!("{} {:?}: {}", r.name, r.decision.state, r.decision.reason))
-                .collect::<Vec<_>>(),
-        );
+        last = outcome
+            .latest()
+            .resources
+            .iter()
+            .map(|r| format!("{} {:?}: {}", r.name, r.decision.state, r.decision.reason))
+            .collect::<Vec<_>>();
         if settled {
+            let pending: BTreeSet<String> = w
+                .store()
+                .all_intents()
+                .unwrap()
+                .into_iter()
+                .filter(|i| i.state == IntentState::Pending)
+                .map(|i| format!("{} {} {}", i.kind, i.name, i.op_id))
+                .collect();
+            if !pending.is_empty() {
+                return Err(broken(
+                    steps,
+                    "every journalled intent is resolved",
+                    format!("pending after convergence: {pending:?}"),
+                ));
+            }
             return Ok(());
         }
-        w.clock.advance(Duration::from_secs(60));
+        // What the last cycle first saw (drift found only now, a pause
+        // that ended) has its grace and delay to run.
+        w.clock.advance(w.grace + DELETION_DELAY);
     }
-    Err(format!(
-        "seed {seed}: did not converge after the faults stopped: {last:#?}\n{}",
-        w.history.join("\n")
+    Err(broken(
+        steps,
+        "convergence",
+        format!("did not converge after the faults stopped: {last:#?}"),
     ))
+}
+
+/// Settings that break a promise, for the refutation tests: tend runs
+/// with them while the invariants hold it to the configured values.
+#[derive(Debug, Clone, Copy)]
+struct Setting {
+    /// drift_grace 0 (out-of-band drift corrected at once).
+    no_grace: bool,
+    /// deletion_delay 0 (deletes as soon as a declaration goes).
+    no_deletion_delay: bool,
+    /// A mass-deletion guard that allows everything.
+    no_guard: bool,
+}
+
+impl Setting {
+    const KEPT: Setting = Setting {
+        no_grace: false,
+        no_deletion_delay: false,
+        no_guard: false,
+    };
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Removes events while the same invariant still breaks: chunks of half
+/// the schedule, then quarters, down to single events (a simple
+/// delta-debugging pass, repeated until nothing more goes).
+fn shrink(
+    runtime: &tokio::runtime::Runtime,
+    events: &[Event],
+    sabotage: Sabotage,
+    setting: Setting,
+    invariant: &str,
+) -> Vec<Event> {
+    let fails = |candidate: &[Event]| {
+        runtime
+            .block_on(run_schedule(candidate, sabotage, setting))
+            .err()
+            .is_some_and(|v| v.invariant == invariant)
+    };
+    let mut current = events.to_vec();
+    let mut budget = 300;
+    loop {
+        let mut removed_any = false;
+        let mut chunk = current.len().div_ceil(2).max(1);
+        while chunk >= 1 && budget > 0 {
+            let mut start = 0;
+            while start < current.len() && budget > 0 {
+                let end = (start + chunk).min(current.len());
+                let candidate: Vec<Event> = current[..start]
+                    .iter()
+                    .chain(&current[end..])
+                    .cloned()
+                    .collect();
+                budget -= 1;
+                if fails(&candidate) {
+                    current = candidate;
+                    removed_any = true;
+                } else {
+                    start = end;
+                }
+            }
+            if chunk == 1 {
+                break;
+            }
+            chunk /= 2;
+        }
+        if !removed_any || budget == 0 {
+            return current;
+        }
+    }
+}
+
+fn describe(events: &[Event]) -> String {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| format!("  step {i}: {e:?}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
 fn seeded_schedules_keep_every_promise() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let seeds: Vec<u64> = match std::env::var("TEND_SIM_SEED") {
         Ok(seed) => vec![seed.parse().expect("TEND_SIM_SEED is a number")],
         Err(_) => {
@@ -434,41 +954,129 @@ fn seeded_schedules_keep_every_promise() {
         }
     };
     for seed in &seeds {
-        if let Err(e) = runtime.block_on(run_seed(*seed, 25, Sabotage::None)) {
-            panic!("{e}\nreplay: TEND_SIM_SEED={seed} cargo nextest run --test simulation");
+        let events = generate(*seed, STEPS);
+        if let Err(v) = runtime.block_on(run_schedule(&events, Sabotage::None, Setting::KEPT)) {
+            let failing = &events[..=v.step.min(events.len() - 1)];
+            let short = shrink(
+                &runtime,
+                failing,
+                Sabotage::None,
+                Setting::KEPT,
+                v.invariant,
+            );
+            let again = runtime
+                .block_on(run_schedule(&short, Sabotage::None, Setting::KEPT))
+                .err();
+            panic!(
+                "seed {seed}: {v}\nschedule:\n{}\nshrunk to {} events ({}):\n{}\nreplay: TEND_SIM_SEED={seed} cargo nextest run --test simulation seeded_schedules_keep_every_promise",
+                describe(failing),
+                short.len(),
+                again.map_or("no longer failing".into(), |v| v.to_string()),
+                describe(&short),
+            );
         }
     }
     println!(
-        "simulation: {} seeds, 25 steps each, every invariant held",
+        "simulation: {} seeds, {STEPS} steps each, every invariant held",
         seeds.len()
     );
 }
 
-/// Each invariant catches the bug it exists for: tend run with the
-/// promise broken is refuted within the CI seed budget, by that invariant.
+/// Each invariant catches the bug it exists for: tend with the promise
+/// broken is refuted within the CI seed budget, by that invariant, and the
+/// failing schedule shrinks to a short one that still breaks it.
 #[test]
 fn the_simulation_refutes_a_tend_that_breaks_a_promise() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    for (sabotage, expected) in [
-        (Sabotage::NoGrace, "before drift_grace"),
-        (Sabotage::NoDeletionDelay, "was deleted"),
-        (Sabotage::NoGuard, "in one cycle (the guard allows"),
-    ] {
+    let runtime = runtime();
+    let kept = Setting::KEPT;
+    let cases: [(&str, Sabotage, Setting, &str); 8] = [
+        (
+            "no grace",
+            Sabotage::None,
+            Setting {
+                no_grace: true,
+                ..kept
+            },
+            "no out-of-band correction before drift_grace",
+        ),
+        (
+            "no deletion delay",
+            Sabotage::None,
+            Setting {
+                no_deletion_delay: true,
+                ..kept
+            },
+            "deletion only when removed with Delete, after deletion_delay",
+        ),
+        (
+            "no guard",
+            Sabotage::None,
+            Setting {
+                no_guard: true,
+                ..kept
+            },
+            "mass-deletion guard",
+        ),
+        (
+            "ignore-fields not honoured",
+            Sabotage::IgnoreFieldsNotHonoured,
+            kept,
+            "ignored fields never change",
+        ),
+        (
+            "pauses not honoured",
+            Sabotage::PauseNotHonoured,
+            kept,
+            "nothing paused changes",
+        ),
+        (
+            "held drift reported InSync",
+            Sabotage::HeldDriftReportedInSync,
+            kept,
+            "InSync only when observed as declared",
+        ),
+        (
+            "a fresh operation id on retry",
+            Sabotage::FreshIdOnRetry,
+            kept,
+            "one database per declaration",
+        ),
+        (
+            "intents left pending",
+            Sabotage::IntentLeftPending,
+            kept,
+            "every journalled intent is resolved",
+        ),
+    ];
+    for (what, sabotage, setting, expected) in cases {
         let found = (1..=1000u64).find_map(|seed| {
+            let events = generate(seed, STEPS);
             runtime
-                .block_on(run_seed(seed, 25, sabotage))
+                .block_on(run_schedule(&events, sabotage, setting))
                 .err()
-                .map(|e| (seed, e))
+                .map(|v| (seed, events, v))
         });
-        let (seed, error) =
-            found.unwrap_or_else(|| panic!("{sabotage:?} was never caught in 1,000 seeds"));
-        assert!(
-            error.contains(expected),
-            "{sabotage:?} (seed {seed}) failed otherwise: {error}"
+        let (seed, events, violation) =
+            found.unwrap_or_else(|| panic!("{what} was never caught in 1,000 seeds"));
+        assert_eq!(
+            violation.invariant, expected,
+            "{what} (seed {seed}) broke another invariant first: {violation}"
         );
-        println!("simulation: {sabotage:?} caught by seed {seed}");
+        let failing = &events[..=violation.step.min(events.len() - 1)];
+        let short = shrink(&runtime, failing, sabotage, setting, expected);
+        let again = runtime.block_on(run_schedule(&short, sabotage, setting));
+        assert!(
+            again.as_ref().is_err_and(|v| v.invariant == expected),
+            "{what}: the shrunk schedule no longer breaks `{expected}`: {again:?}\n{}",
+            describe(&short)
+        );
+        assert!(short.len() <= failing.len());
+        println!(
+            "simulation: {what} caught by seed {seed} at step {}; shrunk from {} to {} events:\n{}",
+            violation.step,
+            failing.len(),
+            short.len(),
+            describe(&short)
+        );
     }
 }

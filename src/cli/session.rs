@@ -32,6 +32,7 @@ pub fn load_config(path: &Path) -> Result<Config, u8> {
 
 /// Opens the agent, or the exit code after saying why.
 pub fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
+    crate::source::start_libgit2_init();
     let config = load_config(path)?;
     Agent::open(config, access, Arc::new(SystemClock)).map_err(|e| {
         fail(&e);

@@ -27,7 +27,7 @@ enum Origin {
 }
 
 async fn from_agent(url: &str) -> Option<Report> {
-    let client = crate::provider::tls::http_client()
+    let client = crate::provider::tls::http_client_for(url)
         .timeout(Duration::from_secs(3))
         .build()
         .ok()?;

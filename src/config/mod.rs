@@ -574,6 +574,7 @@ impl Config {
             deletion_delay: self.reconcile.deletion_delay,
             deletion_stall: self.reconcile.deletion_stall,
             max_update_attempts: 3,
+            sabotage: crate::sabotage::Sabotage::None,
         }
     }
 

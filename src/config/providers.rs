@@ -147,6 +147,11 @@ pub struct HttpConfig {
         deserialize_with = "values::duration"
     )]
     pub operation_timeout: Duration,
+    /// How long the server's reads may lag its writes (a cache in front
+    /// of it): within this long of tend's own write, a database missing
+    /// from a listing is waited for, not created again.
+    #[serde(default, deserialize_with = "values::duration")]
+    pub read_lag: Duration,
     #[serde(
         default = "default_concurrency",
         deserialize_with = "values::concurrency"
@@ -196,4 +201,10 @@ pub struct FaultConfig {
     /// still differs.
     #[serde(default)]
     pub max_connection_limit: Option<i64>,
+    /// Keep databases by id, not by name, as some DBaaS APIs do: a create
+    /// under a new idempotency key beside a database of the same name
+    /// makes a second database (stored as `NAME~N`). Then only the
+    /// idempotency key stands between a retried create and a duplicate.
+    #[serde(default)]
+    pub names_not_unique: bool,
 }

@@ -19,7 +19,7 @@ pub mod request;
 pub mod retry;
 pub mod runtime;
 
-pub use operation::{JournalRequest, OpOutcome, PlannedOperation, RequestBody};
+pub use operation::{Confirmation, JournalRequest, OpOutcome, PlannedOperation, RequestBody};
 pub use queue::{Executed, Execution};
 pub use retry::RetryPolicy;
 pub use runtime::{ExecLimits, ProviderRuntime};
@@ -40,4 +40,6 @@ pub struct ExecContext {
     /// finish, no new one starts (what is left is decided again, or stays
     /// journalled, at the next start).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
+    pub sabotage: crate::sabotage::Sabotage,
 }

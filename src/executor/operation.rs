@@ -30,6 +30,7 @@ use crate::provider::{
     ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, OperationId,
     OperationKind, Provider, ProviderError,
 };
+use crate::sabotage::Sabotage;
 
 /// What is sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,6 +99,17 @@ impl OpOutcome {
     }
 }
 
+/// What the provider showed of a database when an operation was
+/// confirmed (the call's answer, or a later look no older than the call):
+/// the state after the write, as observed. A cycle reports from it instead
+/// of listing the provider again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Confirmation {
+    pub database_name: String,
+    /// `None`: the database is gone (a confirmed delete).
+    pub observation: Option<Observation>,
+}
+
 /// A journal row that cannot be turned back into an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnreadableIntent(pub String);
@@ -136,13 +148,14 @@ impl PlannedOperation {
     }
 }
 
-/// Runs one operation to its outcome. State-store failures are returned:
+/// Runs one operation to its outcome, with the observation that confirmed
+/// it (none unless it was confirmed). State-store failures are returned:
 /// without the journal, tend must not act.
 pub async fn run<P: Provider>(
     runtime: Arc<ProviderRuntime<P>>,
     ctx: ExecContext,
     op: PlannedOperation,
-) -> Result<OpOutcome, StateError> {
+) -> Result<(OpOutcome, Option<Confirmation>), StateError> {
     let request_json = serde_json::to_value(&op.request).map_err(|e| StateError::Io {
         path: ctx.store.path().display().to_string(),
         message: format!("cannot encode the request of {}: {e}", op.id),
@@ -189,20 +202,20 @@ pub async fn run<P: Provider>(
         Err(ProviderError::Conflict { .. }) if op.kind == OperationKind::Create => None,
         Err(e) if e.is_transient() => {
             commit_blocking(&ctx, vec![wrote, end(IntentState::Pending, &e)]).await?;
-            return Ok(OpOutcome::Pending(e.to_string()));
+            return Ok((OpOutcome::Pending(e.to_string()), None));
         }
         Err(e) => {
             commit_blocking(&ctx, vec![wrote, end(IntentState::Failed, &e)]).await?;
-            return Ok(OpOutcome::Failed(e.to_string()));
+            return Ok((OpOutcome::Failed(e.to_string()), None));
         }
     };
     commit_blocking(&ctx, vec![wrote]).await?;
-    let (effects, outcome) = confirm(&runtime, &ctx, &op, sent_at, answer).await;
+    let (effects, outcome, seen) = confirm(&runtime, &ctx, &op, sent_at, answer).await;
     if matches!(outcome, OpOutcome::Done | OpOutcome::DoneWithDifferences(_)) {
         pause_point(AFTER_CONFIRM);
     }
     commit_blocking(&ctx, effects).await?;
-    Ok(outcome)
+    Ok((outcome, seen))
 }
 
 async fn commit_blocking(ctx: &ExecContext, effects: Vec<Effect>) -> Result<(), StateError> {
@@ -217,9 +230,16 @@ async fn call<P: Provider>(
     ctx: &ExecContext,
     op: &PlannedOperation,
 ) -> Result<Option<Observation>, ProviderError> {
+    let attempts = std::sync::atomic::AtomicU32::new(0);
     runtime
         .retry
         .run(&runtime.limiter, || async {
+            let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let sent_id = if ctx.sabotage.is(Sabotage::FreshIdOnRetry) && attempt > 0 {
+                OperationId(format!("{}-retry-{attempt}", op.id.0))
+            } else {
+                op.id.clone()
+            };
             let id = op.id.0.clone();
             blocking(&ctx.store, move |s| s.note_attempt(&id))
                 .await
@@ -229,14 +249,14 @@ async fn call<P: Provider>(
                 })?;
             match (&op.request.body, op.kind) {
                 (RequestBody::Change(change), OperationKind::Create) => {
-                    runtime.provider.create(&op.id, change).await.map(Some)
+                    runtime.provider.create(&sent_id, change).await.map(Some)
                 }
                 (RequestBody::Change(change), _) => {
-                    runtime.provider.update(&op.id, change).await.map(Some)
+                    runtime.provider.update(&sent_id, change).await.map(Some)
                 }
                 (RequestBody::Delete { database_name }, _) => runtime
                     .provider
-                    .delete(&op.id, database_name)
+                    .delete(&sent_id, database_name)
                     .await
                     .map(|()| None),
             }
@@ -373,7 +393,8 @@ fn confirmed(
 }
 
 /// Waits for an observation that shows the effect, no older than the call,
-/// and returns the effects to commit with the outcome. The call's own
+/// and returns the effects to commit with the outcome (and, when
+/// confirmed, that observation). The call's own
 /// answer (`answer`: the provider's observation after the write) is
 /// judged first, by the same rules: when it shows the effect, no second
 /// request is made.
@@ -383,7 +404,7 @@ async fn confirm<P: Provider>(
     op: &PlannedOperation,
     sent_at: SystemTime,
     mut answer: Option<Observation>,
-) -> (Vec<Effect>, OpOutcome) {
+) -> (Vec<Effect>, OpOutcome, Option<Confirmation>) {
     let deadline = tokio::time::Instant::now() + runtime.confirm_timeout;
     let mut wait = Duration::from_millis(50);
     let db = &op.request.database_name;
@@ -408,8 +429,14 @@ async fn confirm<P: Provider>(
         match judge(&observed, op, &ctx.agent_id, sent_at) {
             Verdict::Confirmed(effect) => {
                 let (mut effects, outcome) = confirmed(op, effect, now, sent_at);
-                effects.push(intent(IntentState::Done, None));
-                return (effects, outcome);
+                if !ctx.sabotage.is(Sabotage::IntentLeftPending) {
+                    effects.push(intent(IntentState::Done, None));
+                }
+                let seen = observed.ok().map(|observation| Confirmation {
+                    database_name: db.clone(),
+                    observation,
+                });
+                return (effects, outcome, seen);
             }
             Verdict::Refused(why) => {
                 return (
@@ -420,6 +447,7 @@ async fn confirm<P: Provider>(
                         ),
                     )],
                     OpOutcome::Failed(why),
+                    None,
                 );
             }
             Verdict::NotYet(why) => {
@@ -431,6 +459,7 @@ async fn confirm<P: Provider>(
                     return (
                         vec![intent(IntentState::Pending, Some(message.clone()))],
                         OpOutcome::Pending(message),
+                        None,
                     );
                 }
                 tokio::time::sleep(wait).await;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::operation::{self, OpOutcome, PlannedOperation};
+use super::operation::{self, Confirmation, OpOutcome, PlannedOperation};
 use super::{ExecContext, ProviderRuntime};
 use crate::journal::StateError;
 use crate::provider::{OperationId, OperationKind, Provider};
@@ -29,6 +29,8 @@ pub struct Executed {
     pub kind: OperationKind,
     pub id: OperationId,
     pub outcome: OpOutcome,
+    /// The observation that confirmed it (none unless it was confirmed).
+    pub confirmed_by: Option<Confirmation>,
 }
 
 /// What running a batch of operations did.
@@ -93,16 +95,18 @@ pub async fn execute<T, P: Provider>(
                 let (name, kind, id) = (op.name.clone(), op.kind, op.id.clone());
                 // Its own task, so a panic still tells which provider's slot
                 // came free (the intent stays pending for the next cycle).
-                let (outcome, error) = match tokio::spawn(operation::run(runtime, ctx, op)).await {
-                    Ok(Ok(outcome)) => (outcome, None),
-                    Ok(Err(e)) => (OpOutcome::Pending(format!("journal: {e}")), Some(e)),
-                    Err(e) => {
-                        let message =
-                            format!("stopped: {e}; the intent stays pending for the next cycle");
-                        tracing::error!("{} {name} ({id}) {message}", kind.as_str());
-                        (OpOutcome::Pending(message), None)
-                    }
-                };
+                let (outcome, confirmed_by, error) =
+                    match tokio::spawn(operation::run(runtime, ctx, op)).await {
+                        Ok(Ok((outcome, seen))) => (outcome, seen, None),
+                        Ok(Err(e)) => (OpOutcome::Pending(format!("journal: {e}")), None, Some(e)),
+                        Err(e) => {
+                            let message = format!(
+                                "stopped: {e}; the intent stays pending for the next cycle"
+                            );
+                            tracing::error!("{} {name} ({id}) {message}", kind.as_str());
+                            (OpOutcome::Pending(message), None, None)
+                        }
+                    };
                 (
                     provider,
                     Executed {
@@ -110,6 +114,7 @@ pub async fn execute<T, P: Provider>(
                         kind,
                         id,
                         outcome,
+                        confirmed_by,
                     },
                     error,
                 )
@@ -248,6 +253,7 @@ mod tests {
             agent_id: Arc::from("agent"),
             clock: Arc::new(SystemClock),
             draining: Arc::default(),
+            sabotage: Default::default(),
         };
         let execution = execute(
             &runtimes,

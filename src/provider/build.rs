@@ -62,6 +62,7 @@ pub fn build(
                 timeout: c.timeout,
                 operation_timeout: c.operation_timeout,
                 max_connections: c.max_concurrency,
+                read_lag: c.read_lag,
             };
             HttpProvider::new(settings)
                 .map(|p| AnyProvider::Http(Box::new(p)))

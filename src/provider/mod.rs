@@ -123,6 +123,10 @@ pub struct Capabilities {
     /// Settings (`parameters.<name>`) the provider parses as lists: their
     /// values are compared in [`setting_list::canonical`] form.
     pub list_settings: &'static [setting_list::ListSetting],
+    /// How long the provider's reads may lag its writes (a cache in front
+    /// of it): within this long of tend's own write to a database, its
+    /// absence from a listing is not evidence that it is gone.
+    pub read_lag: std::time::Duration,
 }
 
 impl Capabilities {
@@ -138,6 +142,7 @@ impl Capabilities {
             fields,
             labels,
             list_settings: &[],
+            read_lag: std::time::Duration::ZERO,
         }
     }
 

@@ -24,6 +24,22 @@ pub fn http_client() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
+/// An HTTP client builder for one endpoint. For a plain `http://` URL no
+/// trusted roots are loaded: reading the system's store costs a one-shot
+/// command tens of milliseconds of its start, and a client that follows
+/// no redirects to another scheme never makes a TLS connection (one that
+/// is asked to fails, for want of a trusted root).
+pub fn http_client_for(url: &str) -> reqwest::ClientBuilder {
+    let plain = url
+        .get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
+    if plain {
+        http_client().tls_certs_only(Vec::new())
+    } else {
+        http_client()
+    }
+}
+
 /// The connector for a provider: verifying against `ca_file` when given.
 pub fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -21,6 +21,22 @@ use crate::model::SpecHash;
 use crate::provider::{OperationId, OperationKind};
 use crate::source::Snapshot;
 
+/// Where a planning pass gets what the providers show.
+pub(super) enum Observations {
+    /// Ask every provider.
+    Fresh,
+    /// Known already: after operations that were each confirmed by an
+    /// observation, the cycle's first observations with those in their
+    /// place (see `apply::views_after`).
+    Known(HashMap<String, ProviderView>),
+}
+
+/// What a planning pass decided, and the providers it could not observe.
+pub(super) struct Planned<'s> {
+    pub plan: Plan<'s>,
+    pub unobserved: HashSet<String>,
+}
+
 /// Reads, routes, guards, observes and decides.
 pub(super) async fn plan_cycle<'s>(
     agent: &Agent,
@@ -29,7 +45,8 @@ pub(super) async fn plan_cycle<'s>(
     scope: &Scope,
     just_replayed: &HashSet<String>,
     preloaded: Option<StoredMemories>,
-) -> Result<Plan<'s>, StateError> {
+    observations: Observations,
+) -> Result<Planned<'s>, StateError> {
     let now = agent.clock().now();
     let started = std::time::Instant::now();
     let mut inputs = match agent.store() {
@@ -52,9 +69,21 @@ pub(super) async fn plan_cycle<'s>(
     let mut effects = std::mem::take(&mut routing.effects);
     effects.extend(guard_effect);
 
-    tracing::debug!("observing, {:?} into the cycle", started.elapsed());
-    let views = observe::observe_all(agent.runtimes(), &routing.by_provider).await;
-    tracing::debug!("observed, {:?} into the cycle", started.elapsed());
+    let views = match observations {
+        Observations::Fresh => {
+            tracing::debug!("observing, {:?} into the cycle", started.elapsed());
+            let views = observe::observe_all(agent.runtimes(), &routing.by_provider).await;
+            tracing::debug!("observed, {:?} into the cycle", started.elapsed());
+            views
+        }
+        Observations::Known(views) => views,
+    };
+    let unobserved: HashSet<String> = routing
+        .by_provider
+        .keys()
+        .filter(|provider| !matches!(views.get(*provider), Some(Ok(_))))
+        .cloned()
+        .collect();
     let ctx = PlanContext {
         policy,
         now,
@@ -81,7 +110,7 @@ pub(super) async fn plan_cycle<'s>(
     }
     let mut errors = snapshot.declarations.diagnostics.clone();
     errors.append(&mut routing.diagnostics);
-    Ok(Plan {
+    let plan = Plan {
         agent_id: agent.agent_id().to_string(),
         commit: Some(snapshot.commit.clone()),
         commit_time: Some(snapshot.commit_time),
@@ -91,7 +120,8 @@ pub(super) async fn plan_cycle<'s>(
         orphaned_overrides,
         guard,
         now,
-    })
+    };
+    Ok(Planned { plan, unobserved })
 }
 
 /// Local overrides whose name is neither declared nor a resource the state

@@ -264,8 +264,10 @@ pub async fn reconcile<'s>(
                 scope,
                 &HashSet::new(),
                 preloaded,
+                cycle::Observations::Fresh,
             )
-            .await?;
+            .await?
+            .plan;
             Ok(Outcome {
                 plan,
                 operations: Vec::new(),

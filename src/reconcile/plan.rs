@@ -286,7 +286,12 @@ fn remember(
     effects: &mut Vec<Effect>,
 ) {
     match subject {
-        PlannedSubject::Removed(_) if matches!(observed, Observed::NotFound) => {
+        // Gone, and the decision says so (an absence within the provider's
+        // read lag after tend's own write is held, and remembered).
+        PlannedSubject::Removed(_)
+            if matches!(observed, Observed::NotFound)
+                && decision.state == crate::engine::State::Released =>
+        {
             effects.push(Effect::Forget {
                 name: name.to_string(),
             });

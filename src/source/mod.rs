@@ -30,6 +30,26 @@ pub use snapshot::Snapshot;
 pub use tracker::{PollOutcome, Source, SourceFailure};
 pub use wake::{Trigger, Wakeups};
 
+/// Starts libgit2's one-time initialisation on a thread of its own, for a
+/// command that will read the source after other start-up work (the
+/// configuration, the state store, the providers).
+///
+/// The initialisation loads OpenSSL and the system's trusted roots, tens
+/// of milliseconds of one core, whatever the source's transport: done
+/// beside the rest of the start, a one-shot command does not wait for it
+/// alone. The first libgit2 call waits for it to finish (libgit2's own
+/// once-only guard), so nothing can use libgit2 half-initialised.
+pub fn start_libgit2_init() {
+    let spawned = std::thread::Builder::new()
+        .name("libgit2-init".into())
+        // Caching is on by default: this changes nothing but runs the
+        // initialisation.
+        .spawn(|| git2::opts::enable_caching(true));
+    if let Err(e) = spawned {
+        tracing::debug!("libgit2 initialises on first use: {e}");
+    }
+}
+
 /// The bare repository the source is fetched into, in `state_dir`.
 pub fn repo_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
     state_dir.join("source").join("repo.git")

@@ -5,8 +5,8 @@ use serde_json::Value;
 
 use super::drift::{compute_drift, decide_drift};
 use super::{
-    Action, DecideInput, Decision, Drift, DriftOrigin, Rule, State, duration, observation_failed,
-    report_only, time,
+    Action, DecideInput, Decision, Drift, DriftOrigin, Rule, State, absence_unproven, duration,
+    observation_failed, report_only, time,
 };
 use crate::engine::desired::desired_fields_of;
 use crate::engine::overrides::EffectiveOverride;
@@ -186,6 +186,9 @@ fn decide_missing(input: &DecideInput<'_>, decl: &Declaration, ov: &EffectiveOve
                 "`{db}` does not exist, but `{name}` is paused: nothing is created until the override is removed or expires"
             ),
         );
+    }
+    if let Some(wait) = absence_unproven(input, &db, State::Missing) {
+        return wait;
     }
     let create = |rule, reason| {
         let mut d = Decision::new(State::Missing, Action::Create, rule, reason);

@@ -24,6 +24,7 @@ use super::deletion::DeletionGate;
 use super::overrides::{EffectiveOverride, OverrideInput, effective};
 use crate::model::{Declaration, DriftPolicy, ManagedDatabase, SpecHash};
 use crate::provider::{Capabilities, Observation, Observed};
+use crate::sabotage::Sabotage;
 
 /// What tend reports about a resource (docs/reports.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -297,6 +298,8 @@ pub struct Policy {
     pub deletion_stall: Duration,
     /// Confirmed attempts before a field is `Unconvergeable`.
     pub max_update_attempts: u32,
+    /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
+    pub sabotage: crate::sabotage::Sabotage,
 }
 
 impl Default for Policy {
@@ -308,6 +311,7 @@ impl Default for Policy {
             deletion_delay: Duration::from_secs(3600),
             deletion_stall: Duration::from_secs(3600),
             max_update_attempts: 3,
+            sabotage: crate::sabotage::Sabotage::None,
         }
     }
 }
@@ -408,11 +412,21 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
             }
         }
     }
-    let overrides = effective(&override_inputs, input.now);
+    let mut overrides = effective(&override_inputs, input.now);
+    let sabotage = input.policy.sabotage;
+    if sabotage.is(Sabotage::IgnoreFieldsNotHonoured) {
+        overrides.ignore_fields.clear();
+    }
+    if sabotage.is(Sabotage::PauseNotHonoured) {
+        overrides.paused = false;
+    }
     let mut decision = match input.subject {
         Subject::Declared(decl) => declared::decide_declared(input, decl, &overrides),
         Subject::Removed(tomb) => removed::decide_removed(input, tomb, &overrides),
     };
+    if sabotage.is(Sabotage::HeldDriftReportedInSync) && decision.state == State::Drifted {
+        decision.state = State::InSync;
+    }
     // An override that has yet to expire changes the decision when it
     // does: the resource is due again then.
     if let Some(expiry) = overrides.expires.filter(|at| *at > input.now) {
@@ -420,6 +434,33 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
     }
     decision.overrides = overrides;
     decision
+}
+
+/// A database missing from the provider's answer within its read lag
+/// after tend's own write to it: a lagging cache, not evidence that it is
+/// gone. Creating it again would be a new operation (a second database at
+/// a provider that does not keep names unique); forgetting a removed one
+/// would let its declaration, restored, create another. `Hold` (in
+/// `state`) until the lag has passed; `None` when the absence counts.
+fn absence_unproven(input: &DecideInput<'_>, db: &str, state: State) -> Option<Decision> {
+    let written = input.memory.last_write_at?;
+    let visible_by = crate::time::add(written, input.capabilities.read_lag);
+    if input.now >= visible_by {
+        return None;
+    }
+    let mut d = Decision::new(
+        state,
+        Action::Hold,
+        Rule::StaleObservation,
+        format!(
+            "`{db}` is not in the provider's answer, but tend wrote it at {} and the provider's reads may lag writes by {}: waiting until {} before deciding from its absence",
+            time(written),
+            duration(input.capabilities.read_lag),
+            time(visible_by)
+        ),
+    );
+    d.act_at = Some(visible_by);
+    Some(d)
 }
 
 fn provider_override(

@@ -20,6 +20,10 @@ pub(super) fn decide_removed(
     let obs = match input.observed {
         Observed::Failed(message) => return observation_failed(name, message),
         Observed::NotFound => {
+            let db = tomb.last.database_name();
+            if let Some(wait) = super::absence_unproven(input, &db, State::Deleting) {
+                return wait;
+            }
             let (state, rule, reason) = match tomb.last.spec.deletion_policy {
                 DeletionPolicy::Delete => (
                     State::Released,

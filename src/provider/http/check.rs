@@ -170,7 +170,7 @@ fn verdict(rule: &'static str, result: Result<String, String>) -> Verdict {
 
 /// Runs every check against the server at `base` (the URL before `/v1`).
 pub async fn run(base: &str, token: Option<String>) -> Result<Vec<Verdict>, String> {
-    let client = super::super::tls::http_client()
+    let client = super::super::tls::http_client_for(base)
         .timeout(Duration::from_secs(30))
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -52,6 +52,8 @@ pub struct HttpSettings {
     /// reported as retryable.
     pub operation_timeout: Duration,
     pub max_connections: usize,
+    /// How long the server's reads may lag its writes.
+    pub read_lag: Duration,
 }
 
 pub struct HttpProvider {
@@ -77,7 +79,7 @@ impl HttpProvider {
                 settings.endpoint
             ));
         }
-        let client = super::tls::http_client()
+        let client = super::tls::http_client_for(&settings.endpoint)
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
             .pool_max_idle_per_host(settings.max_connections)
@@ -348,7 +350,10 @@ fn json(value: &impl serde::Serialize) -> Vec<u8> {
 
 impl Provider for HttpProvider {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::for_fields(HTTP_FIELDS, true)
+        Capabilities {
+            read_lag: self.settings.read_lag,
+            ..Capabilities::for_fields(HTTP_FIELDS, true)
+        }
     }
 
     /// Every database the token can see, page by page (one request per

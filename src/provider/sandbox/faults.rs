@@ -89,6 +89,27 @@ impl SandboxProvider {
             .collect()
     }
 
+    pub(super) fn names_not_unique(&self) -> bool {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .names_not_unique
+    }
+
+    /// The first `NAME~N` no database is stored as (`names_not_unique`).
+    pub(super) fn free_duplicate_name(&self, name: &str) -> Result<String, ProviderError> {
+        for n in 1.. {
+            let candidate = format!("{name}~{n}");
+            let taken = self
+                .load_database(&candidate)
+                .map_err(|e| self.to_provider_error(name, e))?;
+            if taken.is_none() {
+                return Ok(candidate);
+            }
+        }
+        unreachable!("an unbounded range ends only by returning")
+    }
+
     /// Injected loss of a response after the change was committed.
     pub(super) fn lose_after(&self, resource: &str) -> Result<(), ProviderError> {
         let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());

@@ -267,7 +267,10 @@ impl SandboxProvider {
 
 impl Provider for SandboxProvider {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::for_fields(SANDBOX_FIELDS, true)
+        Capabilities {
+            read_lag: self.stale_lag(),
+            ..Capabilities::for_fields(SANDBOX_FIELDS, true)
+        }
     }
 
     async fn observe_all(
@@ -310,12 +313,16 @@ impl Provider for SandboxProvider {
             let existing = self
                 .load_database(name)
                 .map_err(|e| self.to_provider_error(name, e))?;
-            if existing.is_some() {
-                return Err(ProviderError::Conflict {
-                    resource: name.clone(),
-                    message: "a database of that name already exists".into(),
-                });
-            }
+            let stored_as = match existing {
+                None => name.clone(),
+                Some(_) if self.names_not_unique() => self.free_duplicate_name(name)?,
+                Some(_) => {
+                    return Err(ProviderError::Conflict {
+                        resource: name.clone(),
+                        message: "a database of that name already exists".into(),
+                    });
+                }
+            };
             let now = self.now_ms() / 1000;
             let mut db = SandboxDatabase {
                 id: format!(
@@ -333,9 +340,12 @@ impl Provider for SandboxProvider {
             // The database first, then the key: a crash between the two
             // leaves a database a retry meets as "exists" (a conflict the
             // caller confirms by observation), never a key without its effect.
-            self.store_database(name, &db)
+            self.store_database(&stored_as, &db)
                 .map_err(|e| self.to_provider_error(name, e))?;
-            self.record_key(op, "create", &digest, name)?;
+            self.record_key(op, "create", &digest, &stored_as)?;
+            if stored_as != *name {
+                return self.answer(&stored_as);
+            }
         }
         self.answer(name)
     }

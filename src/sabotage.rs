@@ -1,0 +1,37 @@
+//! Deliberate bugs, for showing that a test's invariants catch them.
+//!
+//! The simulation (tests/simulation.rs) holds tend to its promises; each
+//! invariant is proven able to fail by a test that turns on one of these
+//! and asserts the simulation finds it. They are named here, one per
+//! promise, so a newcomer sees what each invariant guards against.
+//!
+//! Only a build with the `test-hooks` feature (the test build) can turn
+//! one on: without it [`Sabotage::is`] is the constant `false`, every
+//! sabotaged branch is dead code, and nothing (no configuration key, no
+//! environment variable) sets the value.
+
+/// One deliberate bug, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sabotage {
+    #[default]
+    None,
+    /// decide: `ignore-fields` overrides are not honoured.
+    IgnoreFieldsNotHonoured,
+    /// decide: pauses (a local override among them) are not honoured.
+    PauseNotHonoured,
+    /// decide: drift that is held (grace, report-only) is reported `InSync`.
+    HeldDriftReportedInSync,
+    /// executor: every attempt of a call goes out under a new operation
+    /// id, so a retry after a lost response is new work to the provider.
+    FreshIdOnRetry,
+    /// executor: a confirmed operation's intent is never marked done.
+    IntentLeftPending,
+}
+
+impl Sabotage {
+    /// Whether this is `which` (always false without `test-hooks`).
+    #[inline(always)]
+    pub fn is(self, which: Sabotage) -> bool {
+        cfg!(feature = "test-hooks") && self == which
+    }
+}

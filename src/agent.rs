@@ -65,6 +65,8 @@ pub struct Agent {
     preloaded: Mutex<Option<StoredMemories>>,
     /// Set by [`Agent::drain`]: no new operation starts.
     draining: Arc<std::sync::atomic::AtomicBool>,
+    /// An in-process crash at a commit point (test builds only).
+    crash: crate::executor::hooks::CrashSwitch,
 }
 
 impl Agent {
@@ -138,6 +140,7 @@ impl Agent {
             progress: Arc::new(Silent),
             preloaded: Mutex::new(None),
             draining: Arc::default(),
+            crash: Default::default(),
         })
     }
 
@@ -178,6 +181,13 @@ impl Agent {
         self.policy.sabotage = sabotage;
     }
 
+    /// The switch that crashes an operation at a commit point
+    /// (`executor::hooks::CrashSwitch`).
+    #[cfg(feature = "test-hooks")]
+    pub fn crash_switch(&self) -> &crate::executor::hooks::CrashSwitch {
+        &self.crash
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
@@ -216,6 +226,7 @@ impl Agent {
                 clock: self.clock.clone(),
                 draining: self.draining.clone(),
                 sabotage: self.policy.sabotage,
+                crash: self.crash.clone(),
             }),
             _ => None,
         }

@@ -15,6 +15,9 @@
 pub enum Sabotage {
     #[default]
     None,
+    /// decide: a database without this declaration's ownership marker is
+    /// managed as if it were tend's.
+    OwnershipNotChecked,
     /// decide: `ignore-fields` overrides are not honoured.
     IgnoreFieldsNotHonoured,
     /// decide: pauses (a local override among them) are not honoured.

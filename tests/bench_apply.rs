@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::git::{manifest, repo_with_declarations};
 
-use support::bench::{Scale, figure, spread};
+use support::bench::{Scale, figure, mark, spread};
 
 /// One `tend apply`: wall time, peak RSS in KiB (when GNU time is there),
 /// exit code and stderr.
@@ -54,14 +54,6 @@ fn apply(dir: &Path, debug: bool) -> Run {
         code: output.status.code().unwrap_or(-1),
         stderr,
     }
-}
-
-/// Seconds since start of a `TEND_LOG=debug` line starting with `message`.
-fn mark(stderr: &str, message: &str) -> Option<f64> {
-    stderr.lines().find_map(|l| {
-        let (time, rest) = l.trim_start().split_once("s DEBUG ")?;
-        rest.starts_with(message).then(|| time.parse().ok())?
-    })
 }
 
 /// The duration a `TEND_LOG=debug` line reports (`… in 1.2ms`).

@@ -5,8 +5,10 @@
 //! and removed; `ignore-fields` annotations, local pauses (`tend override
 //! set`) and pauses in provider labels set, expiring and cleared;
 //! out-of-band edits and drops at the provider; crashes that drop the
-//! process's state and keep the state store and the provider, restarting
-//! with lost responses, failing calls, 429 bursts or stale reads; a source
+//! process's state and keep the state store and the provider, between
+//! cycles (restarting with lost responses, failing calls, 429 bursts or
+//! stale reads) and inside one, at an operation's commit point; a
+//! declaration naming someone else's database; a source
 //! that refuses new heads (a rewritten history, an unreachable remote), an
 //! empty tree and a file that does not parse; configuration reloads that
 //! change the drift policy and grace; time passing. Invariants are checked
@@ -32,6 +34,7 @@ use tend::agent::Agent;
 use tend::clock::{Clock, ManualClock};
 use tend::config::Config;
 use tend::engine::{Action, State};
+use tend::executor::hooks::{AFTER_CALL, AFTER_CONFIRM, AFTER_INTENT, SimulatedCrash};
 use tend::journal::{Access, IntentState, StateStore};
 use tend::model::{DeclarationSet, parse_file};
 use tend::provider::Observed;
@@ -40,9 +43,15 @@ use tend::reconcile::{Mode, Scope, reconcile};
 use tend::sabotage::Sabotage;
 use tend::source::Snapshot;
 
-const NAMES: &[&str] = &["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"];
+/// Names the simulation declares; the last is someone else's database
+/// (no marker), which a declaration may name but nothing else touches.
+const NAMES: &[&str] = &[
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "zulu",
+];
+/// The names events at the provider pick from (all but the foreign one).
+const OWNED: u64 = 6;
 const DELETION_DELAY: Duration = Duration::from_secs(300);
-const MAX_DELETIONS: usize = 2;
+const MAX_DELETIONS: usize = 1;
 /// How long a pause set by the simulation lasts (`override-expires`).
 const PAUSE_FOR: Duration = Duration::from_secs(2 * 3600);
 const STEPS: usize = 25;
@@ -157,6 +166,13 @@ enum Event {
     Crash {
         fault: Fault,
     },
+    /// The process dies in this cycle when an operation reaches a commit
+    /// point (after its intent, after its call, after its confirmation)
+    /// the `nth` time, and restarts.
+    CrashAt {
+        point: &'static str,
+        nth: u32,
+    },
     RemoveAllButOne,
     /// One cycle decides from a commit whose tree is empty.
     EmptyTree,
@@ -181,11 +197,12 @@ fn generate(seed: u64, steps: usize) -> Vec<Event> {
     let mut dice = Dice(seed | 1);
     (0..steps)
         .map(|_| {
-            let name = dice.below(NAMES.len() as u64) as usize;
+            let name = dice.below(OWNED) as usize;
             let on = dice.below(2) == 0;
-            match dice.below(22) {
+            match dice.below(24) {
                 0..=2 => Event::Declare {
-                    name,
+                    // Now and then the foreign database's name.
+                    name: dice.below(NAMES.len() as u64) as usize,
                     limit: 10 + dice.below(40) as i64,
                     delete: dice.below(2) == 0,
                 },
@@ -196,7 +213,7 @@ fn generate(seed: u64, steps: usize) -> Vec<Event> {
                 4 => Event::Remove { name },
                 5 => Event::Rename {
                     from: name,
-                    to: dice.below(NAMES.len() as u64) as usize,
+                    to: dice.below(OWNED) as usize,
                 },
                 6 => Event::Move { name },
                 7 => Event::IgnoreFields { name, on },
@@ -219,15 +236,19 @@ fn generate(seed: u64, steps: usize) -> Vec<Event> {
                         Fault::StaleReads,
                     ][dice.below(5) as usize],
                 },
-                16 => Event::RemoveAllButOne,
+                16 | 23 => Event::RemoveAllButOne,
                 17 => Event::EmptyTree,
                 18 => Event::Unparsable { name },
                 19 => Event::SourceRefuses { on },
+                21 | 22 => Event::CrashAt {
+                    point: [AFTER_INTENT, AFTER_CALL, AFTER_CONFIRM][dice.below(3) as usize],
+                    nth: 1 + dice.below(3) as u32,
+                },
                 20 => Event::Reload {
                     report_only: dice.below(3) == 0,
                     grace_secs: [0, 300, 600, 1800][dice.below(4) as usize],
                 },
-                _ => Event::Advance { secs: 30 },
+                _ => unreachable!("below(24)"),
             }
         })
         .collect()
@@ -452,7 +473,7 @@ async fn run_schedule(
         let sandbox = w.sandbox();
         let mut state = sandbox.load().unwrap();
         let mut db = serde_json::from_value::<tend::provider::sandbox::SandboxDatabase>(json!({
-            "id": "foreign-1", "fields": {"connectionLimit": 7}, "labels": {}, "created_at": 0, "ready_at": 0
+            "id": "foreign-1", "fields": {"databaseName": "zulu", "connectionLimit": 7}, "labels": {}, "created_at": 0, "ready_at": 0
         }))
         .unwrap();
         db.labels.clear();
@@ -473,13 +494,18 @@ async fn run_schedule(
                 limit,
                 delete,
             } => {
-                let moved = w.git.get(&name_of(name)).is_some_and(|d| d.moved);
+                // A declaration written again keeps its file and
+                // annotations.
+                let (moved, ignore) = w
+                    .git
+                    .get(&name_of(name))
+                    .map_or((false, false), |d| (d.moved, d.ignore));
                 w.git.insert(
                     name_of(name),
                     Declared {
                         limit: *limit,
                         delete: *delete,
-                        ignore: false,
+                        ignore,
                         moved,
                     },
                 );
@@ -592,6 +618,7 @@ async fn run_schedule(
                 let keep = w.git.keys().next().cloned();
                 w.git.retain(|n, _| Some(n) == keep.as_ref());
             }
+            Event::CrashAt { point, nth } => agent.crash_switch().arm(point, *nth),
             Event::EmptyTree => tree = Tree::Empty,
             Event::Unparsable { name } => {
                 if w.accepted.contains_key(&name_of(name)) {
@@ -614,6 +641,11 @@ async fn run_schedule(
         let before = w.limits();
         let snap = w.snapshot(step, &tree);
         let outcome = reconcile(&agent, &snap, Mode::Apply, &Scope::All).await;
+        if agent.crash_switch().take_fired() {
+            // The process died at the commit point: what it held goes.
+            drop(agent);
+            agent = open(&w)?;
+        }
         let after = w.limits();
         if std::env::var_os("TEND_SIM_TRACE").is_some() {
             eprintln!("step {step}: {event:?}");
@@ -876,6 +908,17 @@ impl Setting {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
+    // A simulated crash is a panic its operation's task contains: keep it
+    // out of the output (any other panic is printed as usual).
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<SimulatedCrash>().is_none() {
+                default(info);
+            }
+        }));
+    });
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -989,7 +1032,13 @@ fn seeded_schedules_keep_every_promise() {
 fn the_simulation_refutes_a_tend_that_breaks_a_promise() {
     let runtime = runtime();
     let kept = Setting::KEPT;
-    let cases: [(&str, Sabotage, Setting, &str); 8] = [
+    let cases: [(&str, Sabotage, Setting, &str); 9] = [
+        (
+            "ownership not checked",
+            Sabotage::OwnershipNotChecked,
+            kept,
+            "foreign database untouched",
+        ),
         (
             "no grace",
             Sabotage::None,

@@ -28,3 +28,72 @@ pub fn pause_point(point: &str) {
 #[cfg(not(feature = "test-hooks"))]
 #[inline(always)]
 pub fn pause_point(_point: &str) {}
+
+/// An in-process crash at a commit point, for the simulation: armed with a
+/// point and a count, the operation that reaches that point the count-th
+/// time stops there, as if the process had died: nothing after the point
+/// is committed, and no new operation starts (the agent drains). The
+/// simulation then drops the agent and opens it again over the same state
+/// store and provider.
+///
+/// Inert without the `test-hooks` feature: [`CrashSwitch::arm`] does not
+/// exist there, and [`CrashSwitch::reached`] does nothing.
+#[derive(Debug, Clone, Default)]
+pub struct CrashSwitch(std::sync::Arc<std::sync::Mutex<CrashState>>);
+
+#[derive(Debug, Default)]
+struct CrashState {
+    armed: Option<(&'static str, u32)>,
+    fired: bool,
+}
+
+impl CrashSwitch {
+    /// Crash at `point` the `nth` time (from 1) an operation reaches it.
+    #[cfg(feature = "test-hooks")]
+    pub fn arm(&self, point: &'static str, nth: u32) {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *state = CrashState {
+            armed: Some((point, nth.max(1))),
+            fired: false,
+        };
+    }
+
+    /// Whether the armed crash happened (and disarms it).
+    #[cfg(feature = "test-hooks")]
+    pub fn take_fired(&self) -> bool {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.armed = None;
+        std::mem::take(&mut state.fired)
+    }
+
+    /// Called at each commit point: stops the operation (a panic its task
+    /// contains; the intent stays as the journal has it) when armed for
+    /// this point and count.
+    #[inline(always)]
+    pub fn reached(&self, point: &'static str, draining: &std::sync::atomic::AtomicBool) {
+        if !cfg!(feature = "test-hooks") {
+            return;
+        }
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((armed, left)) = state.armed else {
+            return;
+        };
+        if armed != point {
+            return;
+        }
+        if left > 1 {
+            state.armed = Some((armed, left - 1));
+            return;
+        }
+        state.armed = None;
+        state.fired = true;
+        drop(state);
+        draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        std::panic::panic_any(SimulatedCrash(point));
+    }
+}
+
+/// The payload of a simulated crash's panic (a test's panic hook can tell
+/// it from a real one).
+#[derive(Debug)]
+pub struct SimulatedCrash(pub &'static str);

@@ -42,4 +42,6 @@ pub struct ExecContext {
     pub draining: Arc<std::sync::atomic::AtomicBool>,
     /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
     pub sabotage: crate::sabotage::Sabotage,
+    /// An in-process crash at a commit point (test builds only).
+    pub crash: hooks::CrashSwitch,
 }

@@ -175,6 +175,7 @@ pub async fn run<P: Provider>(
         .await?;
     }
     pause_point(AFTER_INTENT);
+    ctx.crash.reached(AFTER_INTENT, &ctx.draining);
 
     // A provider slot covers each call to it (the call here, each
     // confirming observation in `confirm`), not tend's journal writes:
@@ -185,6 +186,7 @@ pub async fn run<P: Provider>(
     let result = call(&runtime, &ctx, &op).await;
     drop(slot);
     pause_point(AFTER_CALL);
+    ctx.crash.reached(AFTER_CALL, &ctx.draining);
     let wrote = Effect::Wrote {
         name: op.name.clone(),
         at: sent_at,
@@ -213,6 +215,7 @@ pub async fn run<P: Provider>(
     let (effects, outcome, seen) = confirm(&runtime, &ctx, &op, sent_at, answer).await;
     if matches!(outcome, OpOutcome::Done | OpOutcome::DoneWithDifferences(_)) {
         pause_point(AFTER_CONFIRM);
+        ctx.crash.reached(AFTER_CONFIRM, &ctx.draining);
     }
     commit_blocking(&ctx, effects).await?;
     Ok((outcome, seen))

@@ -254,6 +254,7 @@ mod tests {
             clock: Arc::new(SystemClock),
             draining: Arc::default(),
             sabotage: Default::default(),
+            crash: Default::default(),
         };
         let execution = execute(
             &runtimes,

@@ -49,3 +49,11 @@ pub fn spread(samples: &[f64]) -> (String, String) {
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
+
+/// Seconds since start of a `TEND_LOG=debug` line starting with `message`.
+pub fn mark(stderr: &str, message: &str) -> Option<f64> {
+    stderr.lines().find_map(|l| {
+        let (time, rest) = l.trim_start().split_once("s DEBUG ")?;
+        rest.starts_with(message).then(|| time.parse().ok())?
+    })
+}

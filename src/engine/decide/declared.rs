@@ -116,7 +116,12 @@ pub(super) fn decide_declared(
         Observed::NotFound => return decide_missing(input, decl, ov),
         Observed::Found(obs) => obs,
     };
-    if let Some(blocked) = ownership(input, decl, obs) {
+    if let Some(blocked) = ownership(input, decl, obs)
+        && !input
+            .policy
+            .sabotage
+            .is(crate::sabotage::Sabotage::OwnershipNotChecked)
+    {
         return blocked;
     }
     let adopting = obs.marker_labels().is_none() && decl.annotations.adopt;

@@ -38,7 +38,7 @@ use tend::executor::hooks::{AFTER_CALL, AFTER_CONFIRM, AFTER_INTENT, SimulatedCr
 use tend::journal::{Access, IntentState, StateStore};
 use tend::model::{DeclarationSet, parse_file};
 use tend::provider::Observed;
-use tend::provider::sandbox::SandboxProvider;
+use tend::provider::sandbox::{SandboxProvider, SandboxState};
 use tend::reconcile::{Mode, Scope, reconcile};
 use tend::sabotage::Sabotage;
 use tend::source::Snapshot;
@@ -348,22 +348,9 @@ impl World {
         Ok(agent)
     }
 
-    fn limits(&self) -> BTreeMap<String, i64> {
-        self.sandbox()
-            .load()
-            .unwrap()
-            .databases
-            .iter()
-            .map(|(n, db)| {
-                (
-                    n.clone(),
-                    db.fields
-                        .get("connectionLimit")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(-1),
-                )
-            })
-            .collect()
+    /// Every database at the provider, as the provider stores it.
+    fn provider_state(&self) -> SandboxState {
+        self.sandbox().load().unwrap()
     }
 
     fn paused(&self, name: &str, now: SystemTime) -> bool {
@@ -422,6 +409,23 @@ impl World {
     fn store(&self) -> StateStore {
         StateStore::open_for_overrides(&self.dir.path().join("state")).unwrap()
     }
+}
+
+/// Each database's connection limit (-1: none).
+fn limits(state: &SandboxState) -> BTreeMap<String, i64> {
+    state
+        .databases
+        .iter()
+        .map(|(n, db)| {
+            (
+                n.clone(),
+                db.fields
+                    .get("connectionLimit")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(-1),
+            )
+        })
+        .collect()
 }
 
 /// What one cycle decides from.
@@ -638,7 +642,7 @@ async fn run_schedule(
         }
         let now = w.clock.now();
         w.accept(now);
-        let before = w.limits();
+        let before = limits(&w.provider_state());
         let snap = w.snapshot(step, &tree);
         let outcome = reconcile(&agent, &snap, Mode::Apply, &Scope::All).await;
         if agent.crash_switch().take_fired() {
@@ -646,7 +650,9 @@ async fn run_schedule(
             drop(agent);
             agent = open(&w)?;
         }
-        let after = w.limits();
+        // Read once: every check below looks at this state.
+        let state = w.provider_state();
+        let after = limits(&state);
         if std::env::var_os("TEND_SIM_TRACE").is_some() {
             eprintln!("step {step}: {event:?}");
             match &outcome {
@@ -672,7 +678,7 @@ async fn run_schedule(
         let now = w.clock.now();
 
         // Someone else's database is never touched.
-        match w.sandbox().load().unwrap().databases.get(&w.foreign.0) {
+        match state.databases.get(&w.foreign.0) {
             Some(db) if db.fields == w.foreign.1 => {}
             other => {
                 return Err(broken(
@@ -781,7 +787,6 @@ async fn run_schedule(
             ));
         }
         // Never two databases for one declaration.
-        let state = w.sandbox().load().unwrap();
         let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (db_name, db) in &state.databases {
             if let Some(decl) = db.labels.get("tend.dev/owner-declaration") {

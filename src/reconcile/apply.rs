@@ -119,6 +119,9 @@ fn views_after(
             provider_of.insert(r.name, r.provider);
         }
     }
+    // Confirmations go in after every observation: a tombstone and a new
+    // declaration may share a database, and the one whose operation ran
+    // must not be overwritten by the other's older observation.
     for (name, c) in confirmed {
         let Some(view) = provider_of.get(&name).and_then(|p| views.get_mut(p)) else {
             continue;

@@ -67,6 +67,8 @@ pub struct Agent {
     draining: Arc<std::sync::atomic::AtomicBool>,
     /// An in-process crash at a commit point (test builds only).
     crash: crate::executor::hooks::CrashSwitch,
+    /// The group's lease, held by a one-shot writer on a shared state.
+    held_lease: Option<crate::journal::HeldLease>,
 }
 
 impl Agent {
@@ -91,21 +93,42 @@ impl Agent {
         lock: Option<StateLock>,
         clock: Arc<dyn Clock>,
     ) -> Result<Agent, AgentError> {
+        Self::open_with_store(config, lock, clock, None, None)
+    }
+
+    /// [`Agent::open_locked`] on a state store already open (`tend run`
+    /// keeps its store, and with it a leader's fence, across a
+    /// configuration reload and a step-down). `known_agent_id`: the id the
+    /// agent had; kept without asking the state when the configuration
+    /// does not change it (a leader stepping down because its state
+    /// database is unreachable must still be able to stand by).
+    pub fn open_with_store(
+        config: Config,
+        lock: Option<StateLock>,
+        clock: Arc<dyn Clock>,
+        store: Option<Arc<StateStore>>,
+        known_agent_id: Option<String>,
+    ) -> Result<Agent, AgentError> {
         let access = if lock.is_some() {
             Access::Writer
         } else {
             Access::ReadOnly
         };
-        let store = StateStore::open(&config.state_dir, access == Access::Writer)?.map(Arc::new);
-        let agent_id = match (&store, access) {
-            (Some(store), Access::Writer) => store.agent_id(config.agent_id.as_deref())?,
-            (Some(store), Access::ReadOnly) => match &config.agent_id {
+        let store = match store {
+            Some(store) => Some(store),
+            None => StateStore::open_configured(&config, access == Access::Writer)?.map(Arc::new),
+        };
+        let known = known_agent_id.filter(|id| config.agent_id.as_ref().is_none_or(|c| c == id));
+        let agent_id = match (known, &store, access) {
+            (Some(id), _, _) => id,
+            (None, Some(store), Access::Writer) => store.agent_id(config.agent_id.as_deref())?,
+            (None, Some(store), Access::ReadOnly) => match &config.agent_id {
                 Some(id) => id.clone(),
                 None => store
                     .meta("agent_id")?
                     .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
             },
-            (None, _) => config
+            (None, None, _) => config
                 .agent_id
                 .clone()
                 .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
@@ -141,12 +164,32 @@ impl Agent {
             preloaded: Mutex::new(None),
             draining: Arc::default(),
             crash: Default::default(),
+            held_lease: None,
         })
     }
 
-    /// Gives the state dir's lock back (to reopen with a new configuration).
-    pub fn into_lock(self) -> Option<StateLock> {
-        self.lock
+    /// A one-shot writer (`tend apply`) on a shared PostgreSQL state takes
+    /// its group's leader lease for its run, or refuses when an agent
+    /// leads: two writers of one state would race each other. No-op on
+    /// the SQLite state (the state dir's lock already makes it the one
+    /// writer).
+    pub fn hold_lease(&mut self) -> Result<(), StateError> {
+        let Some(store) = self.store.clone() else {
+            return Ok(());
+        };
+        if store.backend() != crate::journal::BackendKind::Postgres || self.access != Access::Writer
+        {
+            return Ok(());
+        }
+        let ttl = self.config.state.lease_ttl;
+        self.held_lease = Some(crate::journal::HeldLease::take(store, &self.agent_id, ttl)?);
+        Ok(())
+    }
+
+    /// Gives the state dir's lock and the state store back (to reopen with
+    /// a new configuration).
+    pub fn into_parts(self) -> (Option<StateLock>, Option<Arc<StateStore>>) {
+        (self.lock, self.store)
     }
 
     /// Stops starting operations: those running finish, the rest wait for

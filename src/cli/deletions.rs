@@ -37,8 +37,10 @@ pub fn run(config_path: &Path, command: &DeletionsCommand) -> io::Result<u8> {
         Err(code) => return Ok(code),
     };
     let opened = match command {
-        DeletionsCommand::List => StateStore::open(&config.state_dir, false),
-        DeletionsCommand::Approve(_) => StateStore::open_for_overrides(&config.state_dir).map(Some),
+        DeletionsCommand::List => StateStore::open_configured(&config, false),
+        DeletionsCommand::Approve(_) => {
+            StateStore::open_configured_for_overrides(&config).map(Some)
+        }
     };
     let store = match opened {
         Ok(Some(store)) => store,

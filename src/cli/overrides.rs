@@ -69,9 +69,9 @@ fn open(config_path: &Path, writer: bool) -> Result<(Config, Option<StateStore>)
         exit::CONFIG
     })?;
     let opened = if writer {
-        StateStore::open_for_overrides(&config.state_dir).map(Some)
+        StateStore::open_configured_for_overrides(&config).map(Some)
     } else {
-        StateStore::open(&config.state_dir, false)
+        StateStore::open_configured(&config, false)
     };
     let store = opened.map_err(|e| {
         let _ = writeln!(io::stderr(), "tend: {e}");

@@ -34,13 +34,18 @@ pub fn load_config(path: &Path) -> Result<Config, u8> {
 pub fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
     crate::source::start_libgit2_init();
     let config = load_config(path)?;
-    Agent::open(config, access, Arc::new(SystemClock)).map_err(|e| {
+    let mut agent = Agent::open(config, access, Arc::new(SystemClock)).map_err(|e| {
         fail(&e);
         match e {
             AgentError::Config(_) => exit::CONFIG,
             AgentError::State(_) => exit::ERROR,
         }
-    })
+    })?;
+    agent.hold_lease().map_err(|e| {
+        fail(&e);
+        exit::ERROR
+    })?;
+    Ok(agent)
 }
 
 /// The runtime a one-shot command runs the library on: one thread for the

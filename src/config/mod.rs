@@ -77,7 +77,7 @@ pub struct Config {
     pub state: StateConfig,
 }
 
-/// `[state]`: what the state dir keeps.
+/// `[state]`: where the state is kept and for how long.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
@@ -85,12 +85,136 @@ pub struct StateConfig {
     /// newest few of each resource always stay, for `explain`).
     #[serde(default = "thirty_days", deserialize_with = "values::duration")]
     pub journal_retention: Duration,
+    /// `sqlite` (the state dir, one agent) or `postgres` (a schema shared
+    /// by a group of agents, one of which leads at a time).
+    #[serde(default)]
+    pub backend: StateBackend,
+    /// PostgreSQL: libpq-style URL of the database (no password in it).
+    pub url: Option<String>,
+    /// PostgreSQL: file holding the password.
+    pub password_file: Option<PathBuf>,
+    /// PostgreSQL: the schema of this agent group's tables.
+    #[serde(default = "default_state_schema")]
+    pub schema: String,
+    /// PostgreSQL: CA certificates (PEM) that verify the server.
+    pub tls_ca_file: Option<PathBuf>,
+    /// PostgreSQL: how long a leader's lease lasts without renewal (it is
+    /// renewed every third of it); a standby takes over after it.
+    #[serde(default = "default_lease_ttl", deserialize_with = "values::duration")]
+    pub lease_ttl: Duration,
+}
+
+/// Where the state is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackend {
+    #[default]
+    Sqlite,
+    Postgres,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig {
             journal_retention: thirty_days(),
+            backend: StateBackend::Sqlite,
+            url: None,
+            password_file: None,
+            schema: default_state_schema(),
+            tls_ca_file: None,
+            lease_ttl: default_lease_ttl(),
+        }
+    }
+}
+
+fn default_state_schema() -> String {
+    "tend_state".into()
+}
+
+fn default_lease_ttl() -> Duration {
+    Duration::from_secs(15)
+}
+
+impl StateConfig {
+    /// The PostgreSQL state's settings (its password read), or `None` for
+    /// the SQLite state dir.
+    pub fn postgres(
+        &self,
+    ) -> Result<Option<crate::journal::PgStateSettings>, crate::journal::StateError> {
+        if self.backend != StateBackend::Postgres {
+            return Ok(None);
+        }
+        let url = self.url.clone().unwrap_or_default();
+        let password = match &self.password_file {
+            Some(file) => Some(secret::read("[state] password_file", file).map_err(|e| {
+                crate::journal::StateError::Io {
+                    path: file.display().to_string(),
+                    message: e.to_string(),
+                }
+            })?),
+            None => None,
+        };
+        Ok(Some(crate::journal::PgStateSettings {
+            url,
+            password,
+            schema: self.schema.clone(),
+            tls_ca_file: self.tls_ca_file.clone(),
+        }))
+    }
+
+    /// Whether `other` keeps the state in the same place (everything but
+    /// the journal's retention).
+    pub fn same_place(&self, other: &StateConfig) -> bool {
+        (
+            self.backend,
+            &self.url,
+            &self.password_file,
+            &self.schema,
+            &self.tls_ca_file,
+            self.lease_ttl,
+        ) == (
+            other.backend,
+            &other.url,
+            &other.password_file,
+            &other.schema,
+            &other.tls_ca_file,
+            other.lease_ttl,
+        )
+    }
+
+    /// What is wrong with the `[state]` section, if anything.
+    fn problem(&self) -> Option<String> {
+        let postgres_only = [
+            ("url", self.url.is_some()),
+            ("password_file", self.password_file.is_some()),
+            ("tls_ca_file", self.tls_ca_file.is_some()),
+        ];
+        match self.backend {
+            StateBackend::Sqlite => postgres_only.iter().find(|(_, set)| *set).map(|(key, _)| {
+                format!("[state] {key} is a setting of backend = \"postgres\"; set that backend, or remove {key}")
+            }),
+            StateBackend::Postgres => {
+                let Some(url) = &self.url else {
+                    return Some("[state] backend = \"postgres\" needs url (postgres://user@host:port/database)".into());
+                };
+                if let Err(e) = url.parse::<tokio_postgres::Config>() {
+                    return Some(format!("[state] url is not a PostgreSQL URL: {e}"));
+                }
+                if password_in_postgres_url(url) {
+                    return Some("[state] url carries a password: put it in password_file (systemd LoadCredential=) and remove it from the url, which is shown in errors and logs".into());
+                }
+                let valid = !self.schema.is_empty()
+                    && self.schema.len() <= 63
+                    && self.schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                    && !self.schema.starts_with(|c: char| c.is_ascii_digit());
+                if !valid {
+                    return Some(format!("[state] schema {:?} must be 1 to 63 lowercase letters, digits or underscores, not starting with a digit", self.schema));
+                }
+                if self.lease_ttl < Duration::from_secs(3) {
+                    return Some("[state] lease_ttl must be at least 3s (it is renewed every third of it)".into());
+                }
+                None
+            }
         }
     }
 }
@@ -469,6 +593,18 @@ impl Config {
         config.state_dir = resolve(&config.state_dir);
         if let Some(dir) = &config.status.reports_dir {
             config.status.reports_dir = Some(resolve(dir));
+        }
+        for file in [
+            &mut config.state.password_file,
+            &mut config.state.tls_ca_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *file = resolve(file);
+        }
+        if let Some(problem) = config.state.problem() {
+            return Err(invalid(problem));
         }
         for file in [
             &mut config.source.token_file,

@@ -12,9 +12,13 @@
 //! * SIGHUP reloads the configuration; an invalid one is refused (logged,
 //!   `tend_config_reload_failed` 1) and the agent keeps running on the old.
 //! * `WATCHDOG=1` is sent only while every provider worker is alive.
+//! * On a shared PostgreSQL state, the agent acts only while it holds its
+//!   group's leader lease ([`leadership`]); otherwise it stands by, ready
+//!   and watched but starting no cycle.
 
 mod health;
 mod hooks;
+mod leadership;
 pub mod queue;
 mod signals;
 mod systemd;
@@ -31,12 +35,13 @@ use crate::agent::{Agent, AgentError};
 use crate::cli::exit;
 use crate::clock::SystemClock;
 use crate::config::{Config, ConfigError, secret};
-use crate::journal::{Access, StateLock};
+use crate::journal::{Access, BackendKind, Fence};
 use crate::server::{Metrics, ServerState};
 use crate::source::{PollOutcome, Snapshot, SourceError, Wakeups};
 use crate::status::board::{SourceStatus, StatusBoard};
 use crate::status::notify::deliver::Notifier;
 use health::Heartbeats;
+use leadership::Leadership;
 use signals::{Request, Signals};
 
 /// The journal is pruned this long after start, then this often.
@@ -149,6 +154,7 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
         }
     };
     let (ready_tx, ready_rx) = watch::channel(false);
+    let (standby_tx, standby_rx) = watch::channel(None);
     let board = Arc::new(StatusBoard::default());
     let metrics = Arc::new(Metrics::new());
     let resync = watch::Sender::new(0);
@@ -160,6 +166,7 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
             resync: resync.clone(),
             webhook_secret: Mutex::new(secret),
             ready: ready_rx,
+            standby: standby_rx,
         }),
         board,
         metrics,
@@ -173,26 +180,88 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
         server_stop_rx,
     ));
     tracing::info!("listening on http://{listen}");
-    let running = match Running::start(Arc::new(agent), &shared) {
-        Ok(r) => r,
-        Err(e) => {
-            fail(e);
-            return exit::CONFIG;
-        }
-    };
-    let stopped = coordinate(config_path, running, &shared, &mut signals, &ready_tx).await;
-    systemd::stopping();
-    let code = match stopped {
-        Err(code) => code,
-        Ok(running) => {
-            tracing::info!("stopping: no new operations; waiting for running ones");
-            let shutdown_timeout = running.agent.config().reconcile.shutdown_timeout;
-            tokio::select! {
-                _ = running.stop(shutdown_timeout) => exit::OK,
-                _ = signals.next() => {
-                    tracing::warn!("second signal: exiting now; unfinished operations stay journalled");
-                    EXIT_INTERRUPTED
+    let mut agent = agent;
+    let code = loop {
+        let leading = match agent
+            .store()
+            .filter(|s| s.backend() == BackendKind::Postgres)
+            .cloned()
+        {
+            None => None,
+            Some(store) => {
+                let ttl = agent.config().state.lease_ttl;
+                let leadership = Leadership::new(store.clone(), agent.agent_id(), ttl);
+                shared.metrics.leader(false);
+                let token = match stand_by(&leadership, &mut signals, &standby_tx).await {
+                    StandbyEnd::Leading(token) => token,
+                    StandbyEnd::Shutdown => break exit::OK,
+                };
+                store.set_fence(Some(Fence {
+                    agent_id: agent.agent_id().to_string(),
+                    token,
+                }));
+                standby_tx.send_replace(None);
+                tracing::info!(
+                    "leading agent group {} as {} (token {token})",
+                    agent.agent_id(),
+                    leadership.me.holder
+                );
+                Some((leadership, token))
+            }
+        };
+        shared.metrics.leader(true);
+        let running = match Running::start(Arc::new(agent), &shared) {
+            Ok(r) => r,
+            Err(e) => {
+                fail(e);
+                break exit::CONFIG;
+            }
+        };
+        let lost = async {
+            match &leading {
+                Some((leadership, token)) => leadership.keep(*token).await,
+                None => std::future::pending().await,
+            }
+        };
+        match coordinate(config_path, running, &shared, &mut signals, &ready_tx, lost).await {
+            Err(code) => break code,
+            Ok(Stopped::Shutdown(running)) => {
+                systemd::stopping();
+                tracing::info!("stopping: no new operations; waiting for running ones");
+                let shutdown_timeout = running.agent.config().reconcile.shutdown_timeout;
+                let code = tokio::select! {
+                    _ = running.stop(shutdown_timeout) => exit::OK,
+                    _ = signals.next() => {
+                        tracing::warn!("second signal: exiting now; unfinished operations stay journalled");
+                        EXIT_INTERRUPTED
+                    }
+                };
+                if let (Some((leadership, token)), exit::OK) = (&leading, code) {
+                    leadership.release(*token).await;
                 }
+                break code;
+            }
+            Ok(Stopped::LostLease(running, why)) => {
+                tracing::warn!("stepping down as leader: {why}");
+                shared.metrics.leader(false);
+                let config = running.agent.config().clone();
+                let providers: Vec<String> = running.agent.runtimes().keys().cloned().collect();
+                let timeout = config.reconcile.shutdown_timeout;
+                let Some(stopped) = running.stop(timeout).await else {
+                    fail("stepping down: the running cycles did not stop in time; exiting");
+                    break exit::ERROR;
+                };
+                for provider in &providers {
+                    shared.heartbeats.forget(provider);
+                }
+                shared.board.reset_parts();
+                agent = match reopen(stopped, config, &shared) {
+                    Ok(agent) => agent,
+                    Err(e) => {
+                        fail(format!("cannot reopen the agent after stepping down: {e}"));
+                        break exit::ERROR;
+                    }
+                };
             }
         }
     };
@@ -200,6 +269,59 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     tracing::info!("stopped");
     code
+}
+
+/// A stopped agent opened again with `config`, keeping its lock, its
+/// state store (and with it a leader's fence) and its id.
+fn reopen(stopped: Agent, config: Config, shared: &Shared) -> Result<Agent, AgentError> {
+    let agent_id = stopped.agent_id().to_string();
+    let (lock, store) = stopped.into_parts();
+    Agent::open_with_store(config, lock, Arc::new(SystemClock), store, Some(agent_id))
+        .map(|agent| agent.with_progress(shared.heartbeats.clone()))
+}
+
+/// How standing by ended.
+enum StandbyEnd {
+    Leading(i64),
+    Shutdown,
+}
+
+/// Stands by until this agent holds its group's lease: ready for systemd
+/// and `/readyz` (which names the leader), the watchdog kept, a reload
+/// noted (the configuration is read when the agent starts leading, which
+/// restarts it anyway) and a stop obeyed.
+async fn stand_by(
+    leadership: &Leadership,
+    signals: &mut Signals,
+    standby: &watch::Sender<Option<String>>,
+) -> StandbyEnd {
+    let announce = |line: String| {
+        systemd::status(&line);
+        standby.send_replace(Some(line));
+        systemd::ready();
+    };
+    let acquire = leadership.acquire(&announce);
+    tokio::pin!(acquire);
+    let watchdog = systemd::watchdog_interval();
+    let mut watchdog_tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+    loop {
+        tokio::select! {
+            token = &mut acquire => return StandbyEnd::Leading(token),
+            request = signals.next() => match request {
+                Request::Shutdown => return StandbyEnd::Shutdown,
+                Request::Reload => tracing::info!("reload while standing by: nothing runs; the agent reads its configuration when it starts leading"),
+            },
+            _ = watchdog_tick.tick(), if watchdog.is_some() => systemd::watchdog(),
+        }
+    }
+}
+
+/// Why the coordinator loop ended.
+enum Stopped {
+    /// A signal asked for a stop.
+    Shutdown(Running),
+    /// The leader lease is lost: stop acting and stand by again.
+    LostLease(Running, String),
 }
 
 /// The coordinator loop: signals, readiness, the status line and the
@@ -211,7 +333,9 @@ async fn coordinate(
     shared: &Shared,
     signals: &mut Signals,
     ready: &watch::Sender<bool>,
-) -> Result<Running, u8> {
+    lost: impl std::future::Future<Output = String>,
+) -> Result<Stopped, u8> {
+    tokio::pin!(lost);
     let mut changes = shared.board.subscribe();
     let watchdog = systemd::watchdog_interval();
     let mut prune_tick =
@@ -220,7 +344,7 @@ async fn coordinate(
     loop {
         tokio::select! {
             request = signals.next() => match request {
-                Request::Shutdown => return Ok(running),
+                Request::Shutdown => return Ok(Stopped::Shutdown(running)),
                 Request::Reload => {
                     systemd::reloading();
                     running = running.reload(config_path, shared).await?;
@@ -236,9 +360,10 @@ async fn coordinate(
                 }
             }
             _ = prune_tick.tick() => prune_journal(&running.agent).await,
+            why = &mut lost => return Ok(Stopped::LostLease(running, why)),
             changed = changes.changed() => {
                 if changed.is_err() {
-                    return Ok(running);
+                    return Ok(Stopped::Shutdown(running));
                 }
                 on_status_change(&running, shared, ready);
             }
@@ -382,8 +507,9 @@ impl Running {
     }
 
     /// Stops taking work and waits (up to `timeout`) for the workers to
-    /// finish their cycles; returns the agent's lock when they did.
-    async fn stop(mut self, timeout: Duration) -> Option<StateLock> {
+    /// finish their cycles; returns the agent (its lock and store) when
+    /// they did.
+    async fn stop(mut self, timeout: Duration) -> Option<Agent> {
         self.agent.drain();
         let _ = self.stop.send(true);
         self.source.abort();
@@ -408,7 +534,7 @@ impl Running {
             return None;
         }
         // The workers are gone: this is the last reference.
-        Arc::into_inner(self.agent).and_then(Agent::into_lock)
+        Arc::into_inner(self.agent)
     }
 
     /// Reloads the configuration: an invalid one (or one that moves the
@@ -432,6 +558,10 @@ impl Running {
             refuse("state_dir and [server] listen take effect only at a restart".into());
             return Ok(self);
         }
+        if !config.state.same_place(&old.state) {
+            refuse("where the state is kept ([state] backend, url, schema, lease_ttl, ...) takes effect only at a restart".into());
+            return Ok(self);
+        }
         let secret = match webhook_secret(&config) {
             Ok(s) => s,
             Err(e) => {
@@ -451,14 +581,14 @@ impl Running {
         }
         let timeout = old.reconcile.shutdown_timeout;
         let providers: Vec<String> = self.agent.runtimes().keys().cloned().collect();
-        let Some(lock) = self.stop(timeout).await else {
+        let Some(stopped) = self.stop(timeout).await else {
             fail(
                 "the reload could not stop the running cycles in time; exiting (restart to resume)",
             );
             return Err(exit::ERROR);
         };
-        let agent = match Agent::open_locked(config, Some(lock), Arc::new(SystemClock)) {
-            Ok(agent) => agent.with_progress(shared.heartbeats.clone()),
+        let agent = match reopen(stopped, config, shared) {
+            Ok(agent) => agent,
             Err(e) => {
                 fail(format!("cannot reopen the agent after a reload: {e}"));
                 return Err(exit::ERROR);

@@ -157,7 +157,7 @@ pub async fn run<P: Provider>(
     op: PlannedOperation,
 ) -> Result<(OpOutcome, Option<Confirmation>), StateError> {
     let request_json = serde_json::to_value(&op.request).map_err(|e| StateError::Io {
-        path: ctx.store.path().display().to_string(),
+        path: ctx.store.location().to_string(),
         message: format!("cannot encode the request of {}: {e}", op.id),
     })?;
     {

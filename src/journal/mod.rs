@@ -1,4 +1,4 @@
-//! The state dir's SQLite database (docs/apply.md, docs/runbooks/rollback.md): what tend remembers of
+//! The state (the state dir's SQLite database, or a PostgreSQL schema) (docs/apply.md, docs/runbooks/rollback.md): what tend remembers of
 //! each resource, the intent journal, tombstones, local overrides and
 //! first-seen times; and the one-writer lock.
 //!
@@ -19,9 +19,9 @@ pub mod store;
 
 pub use lock::StateLock;
 pub use store::{
-    Applied, Approval, CorruptRow, DecidedFrom, Intent, IntentState, LastOperation, LocalOverride,
-    OverrideSeen, PendingNotification, QueuedNotification, StateStore, StoredMemories,
-    TombstoneRow, Tx,
+    Applied, Approval, BackendKind, CorruptRow, DecidedFrom, Fence, HeldLease, Intent, IntentState,
+    LastOperation, LeaseHolder, LeaseRow, LocalOverride, OverrideSeen, PendingNotification,
+    PgStateSettings, QueuedNotification, StateStore, StoredMemories, TombstoneRow, Tx,
 };
 
 use std::sync::Arc;
@@ -93,6 +93,21 @@ pub enum StateError {
     Sqlite { path: String, message: String },
     #[error("state dir {path}: {message}")]
     Io { path: String, message: String },
+    /// A write of a leader that lost its lease: refused, nothing written.
+    #[error(
+        "state {location}: this agent no longer holds the leader lease of agent group {agent_id} (it wrote under token {token}; the lease is now {now}): nothing was written, and this agent steps down. See docs/runbooks/leader-lease.md"
+    )]
+    Fenced {
+        location: String,
+        agent_id: String,
+        token: i64,
+        now: String,
+    },
+    /// A one-shot writer found the group led by a running agent.
+    #[error(
+        "agent group {agent_id} is led by {leader}: a `tend apply` beside it would race it, so nothing was done. The leader reconciles on its own (POST /v1/reconcile on it to make it start now); or stop the group's agents first. See docs/runbooks/leader-lease.md"
+    )]
+    LeaseHeld { agent_id: String, leader: String },
     /// The thread running a state-store call stopped (a bug): what it was
     /// writing is not known to have happened.
     #[error("a state-store call stopped before it finished: {message}")]

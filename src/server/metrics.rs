@@ -50,6 +50,7 @@ pub struct Metrics {
     reloads: Family<Labels, Counter>,
     config_stale: Gauge,
     ready: Gauge,
+    leader: Gauge,
     status_commits: Counter,
     status_failing: Gauge,
     /// The commit label currently set (replaced, not accumulated).
@@ -82,6 +83,7 @@ impl Metrics {
             reloads: Family::default(),
             config_stale: Gauge::default(),
             ready: Gauge::default(),
+            leader: Gauge::default(),
             status_commits: Counter::default(),
             status_failing: Gauge::default(),
             commit: Mutex::new(None),
@@ -166,6 +168,11 @@ impl Metrics {
             "ready",
             "1 once the first snapshot was reconciled",
             m.ready.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this agent leads its group (always, with the sqlite state); 0 while it stands by",
+            m.leader.clone(),
         );
         r.register(
             "status_commits",
@@ -261,6 +268,10 @@ impl Metrics {
 
     pub fn ready(&self, ready: bool) {
         self.ready.set(i64::from(ready));
+    }
+
+    pub fn leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// The source commit in force and its age.

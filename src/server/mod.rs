@@ -45,6 +45,9 @@ pub struct ServerState {
     pub webhook_secret: Mutex<Option<Vec<u8>>>,
     /// Every provider has reported at least once.
     pub ready: watch::Receiver<bool>,
+    /// While this agent stands by for its group's leader lease: the line
+    /// naming the leader (`/readyz` says so, with 200: a standby is ready).
+    pub standby: watch::Receiver<Option<String>>,
 }
 
 impl ServerState {
@@ -132,6 +135,9 @@ async fn index(State(state): State<Arc<ServerState>>) -> Response {
 }
 
 async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
+    if let Some(line) = state.standby.borrow().as_ref() {
+        return text(StatusCode::OK, format!("{line}\n"));
+    }
     if *state.ready.borrow() {
         text(StatusCode::OK, "ready\n")
     } else {

@@ -20,6 +20,10 @@ struct State {
     armed: Option<String>,
     /// The completions lost so far.
     cut: Vec<String>,
+    /// Cut off: live connections were shut and new ones are closed at once.
+    severed: bool,
+    /// Every connection's client side, to shut at `sever`.
+    live: Vec<TcpStream>,
 }
 
 pub struct PgProxy {
@@ -37,6 +41,14 @@ impl PgProxy {
         thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
+                {
+                    let mut s = shared.lock().unwrap();
+                    if s.severed {
+                        let _ = client.shutdown(Shutdown::Both);
+                        continue;
+                    }
+                    s.live.push(client.try_clone().unwrap());
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)) else {
                     continue;
                 };
@@ -55,6 +67,20 @@ impl PgProxy {
     /// the connection cut.
     pub fn arm(&self, tag: &str) {
         self.state.lock().unwrap().armed = Some(tag.to_string());
+    }
+
+    /// A network partition: every connection through the proxy is cut and
+    /// new ones are refused until [`PgProxy::heal`].
+    pub fn sever(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.severed = true;
+        for stream in s.live.drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    pub fn heal(&self) {
+        self.state.lock().unwrap().severed = false;
     }
 
     /// The tags of the completions lost so far.

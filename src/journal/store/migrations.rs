@@ -169,3 +169,108 @@ CREATE INDEX IF NOT EXISTS intents_finished ON intents (state, updated_ms);
 "#,
     ),
 ];
+
+/// The PostgreSQL state at this binary's format, created whole (a shared
+/// state starts at format 6; a later format adds its own steps here). The
+/// same tables and columns as the SQLite steps above, with `BIGINT` for
+/// every integer (times are milliseconds, flags 0/1); and `leases`, the
+/// leader lease of each agent group sharing the schema.
+pub(super) const POSTGRES: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS resources (
+    name TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    database_name TEXT NOT NULL,
+    file TEXT NOT NULL,
+    applied_spec_hash TEXT,
+    applied_fields TEXT NOT NULL DEFAULT '{}',
+    applied_commit TEXT,
+    external_id TEXT,
+    existed BIGINT NOT NULL DEFAULT 0,
+    manifest TEXT NOT NULL DEFAULT '{}',
+    last_write_ms BIGINT,
+    updated_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS drift_seen (
+    name TEXT NOT NULL, field TEXT NOT NULL, first_seen_ms BIGINT NOT NULL,
+    PRIMARY KEY (name, field)
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    name TEXT NOT NULL, field TEXT NOT NULL, count BIGINT NOT NULL,
+    desired TEXT, observed TEXT,
+    PRIMARY KEY (name, field)
+);
+CREATE TABLE IF NOT EXISTS intents (
+    op_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    spec_hash TEXT NOT NULL,
+    generation BIGINT NOT NULL,
+    request TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts BIGINT NOT NULL DEFAULT 0,
+    last_error TEXT,
+    created_ms BIGINT NOT NULL,
+    updated_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS intents_by_name ON intents (name, state);
+CREATE INDEX IF NOT EXISTS intents_pending ON intents (state) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state);
+CREATE INDEX IF NOT EXISTS intents_finished ON intents (state, updated_ms);
+CREATE TABLE IF NOT EXISTS tombstones (
+    name TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    removed_ms BIGINT NOT NULL,
+    removal_commit TEXT NOT NULL,
+    delete_requested_ms BIGINT,
+    last_error TEXT
+);
+CREATE TABLE IF NOT EXISTS local_overrides (
+    name TEXT PRIMARY KEY,
+    annotations TEXT NOT NULL,
+    set_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS override_seen (
+    name TEXT NOT NULL, source TEXT NOT NULL, fingerprint TEXT NOT NULL, first_seen_ms BIGINT NOT NULL,
+    PRIMARY KEY (name, source)
+);
+CREATE TABLE IF NOT EXISTS deletion_holds (
+    name TEXT PRIMARY KEY, since_ms BIGINT NOT NULL, due_together BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS deletion_approvals (
+    name TEXT PRIMARY KEY, reason TEXT NOT NULL, approved_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pruned_generations (
+    name TEXT NOT NULL, kind TEXT NOT NULL, spec_hash TEXT NOT NULL, count BIGINT NOT NULL,
+    PRIMARY KEY (name, kind, spec_hash)
+);
+CREATE TABLE IF NOT EXISTS notify_conditions (
+    subject TEXT NOT NULL, condition TEXT NOT NULL, since_ms BIGINT NOT NULL,
+    PRIMARY KEY (subject, condition)
+);
+CREATE TABLE IF NOT EXISTS notify_outbox (
+    id BIGSERIAL PRIMARY KEY,
+    receiver TEXT NOT NULL,
+    event TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    body TEXT NOT NULL,
+    attempts BIGINT NOT NULL DEFAULT 0,
+    next_ms BIGINT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox (next_ms);
+CREATE TABLE IF NOT EXISTS status_decided (
+    name TEXT PRIMARY KEY, digest TEXT NOT NULL, commit_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS leases (
+    agent_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid BIGINT NOT NULL,
+    token BIGINT NOT NULL,
+    acquired_ms BIGINT NOT NULL,
+    renewed_ms BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL
+);
+"#;

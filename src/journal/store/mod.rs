@@ -1,11 +1,20 @@
-//! The SQLite state store: opening, formats and migrations, `meta`, and
-//! the integrity check. Reads are in [`read`], writes in [`write`].
+//! The state store: opening, formats and migrations, `meta`, and the
+//! integrity check, over either backend: SQLite in the state dir (the
+//! default) or a PostgreSQL schema shared by a group of agents
+//! ([`postgres`], [`lease`]). Reads are in [`read`], writes in [`write`];
+//! both are written once against [`sql`].
 
+mod copy;
+pub mod lease;
 mod migrations;
+pub mod postgres;
 mod read;
+pub(crate) mod sql;
 mod status;
 mod write;
 
+pub use lease::{Fence, HeldLease, LeaseHolder, LeaseRow};
+pub use postgres::PgStateSettings;
 pub use read::{
     Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StoredMemories,
     TombstoneRow,
@@ -21,6 +30,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::{FORMAT, READABLE_FORMAT, StateError};
 use crate::model::hash::sha256_hex;
+use postgres::PgSession;
+use sql::{Row, SqlError, SqlValue, args};
 
 /// SQLite's page cache per connection, in KiB: enough for the resource
 /// rows of 10,000 declarations.
@@ -38,19 +49,66 @@ fn time(ms: i64) -> SystemTime {
     )
 }
 
-/// The state database. Statements are short; one connection behind a mutex.
+/// The connection a store runs its statements on.
+#[derive(Debug)]
+pub(super) enum Backend {
+    Sqlite(Connection),
+    Postgres(PgSession),
+}
+
+impl Backend {
+    fn execute(&self, sql: &str, args: &[SqlValue]) -> Result<usize, SqlError> {
+        match self {
+            Backend::Sqlite(c) => sql::sqlite_execute(c, sql, args),
+            Backend::Postgres(s) => s.execute(sql, args),
+        }
+    }
+
+    fn query(&self, sql: &str, args: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+        match self {
+            Backend::Sqlite(c) => sql::sqlite_query(c, sql, args),
+            Backend::Postgres(s) => s.query(sql, args),
+        }
+    }
+
+    fn batch(&self, sql: &str) -> Result<(), SqlError> {
+        match self {
+            Backend::Sqlite(c) => c.execute_batch(sql).map_err(SqlError::from),
+            Backend::Postgres(s) => s.batch(sql),
+        }
+    }
+}
+
+/// Which backend a store is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+}
+
+/// The state store. Statements are short; one connection behind a mutex.
 #[derive(Debug)]
 pub struct StateStore {
-    conn: Mutex<Connection>,
-    path: PathBuf,
+    conn: Mutex<Backend>,
+    /// How errors and `tend state show` name this state (the file, or the
+    /// URL without password and the schema).
+    location: String,
+    kind: BackendKind,
     /// Write transactions committed through this store (see
     /// [`StateStore::freshness`]).
     writes: std::sync::atomic::AtomicU64,
+    /// The leader lease every write is checked against (PostgreSQL only).
+    fence: Mutex<Option<Fence>>,
+    /// Set when a write was refused by the fence: this agent lost its
+    /// lease and must stop acting.
+    fenced: std::sync::atomic::AtomicBool,
 }
 
 /// Identifies a moment of the database's content: this store's writes
-/// and SQLite's `data_version` (which moves when another connection
-/// commits). Anything read at one freshness is current while it holds.
+/// and the backend's own change counter (SQLite's `data_version`, which
+/// moves when another connection commits; on PostgreSQL a counter every
+/// write transaction raises). Anything read at one freshness is current
+/// while it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Freshness {
     writes: u64,
@@ -58,16 +116,44 @@ pub struct Freshness {
 }
 
 impl StateStore {
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The file, or the PostgreSQL URL (without password) and schema.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.kind
+    }
+
+    fn wrap(backend: Backend, location: String) -> Self {
+        let kind = match backend {
+            Backend::Sqlite(_) => BackendKind::Sqlite,
+            Backend::Postgres(_) => BackendKind::Postgres,
+        };
+        StateStore {
+            conn: Mutex::new(backend),
+            location,
+            kind,
+            writes: std::sync::atomic::AtomicU64::new(0),
+            fence: Mutex::new(None),
+            fenced: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// The database's content now, as a value to compare later.
     pub fn freshness(&self) -> Result<Freshness, StateError> {
-        let data_version = self
-            .conn()
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        let sql = match self.kind {
+            BackendKind::Sqlite => "PRAGMA data_version",
+            BackendKind::Postgres => {
+                "SELECT coalesce((SELECT value FROM meta WHERE key = 'changes'), '0')"
+            }
+        };
+        let row = self.row(sql, &[])?;
+        let data_version = match row.as_ref().map(|r| r.0.first()) {
+            Some(Some(SqlValue::Int(n))) => *n,
+            Some(Some(SqlValue::Text(t))) => t.parse().unwrap_or(0),
+            _ => 0,
+        };
         Ok(Freshness {
             writes: self.writes.load(std::sync::atomic::Ordering::SeqCst),
             data_version,
@@ -79,12 +165,36 @@ impl StateStore {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn err(&self, e: rusqlite::Error) -> StateError {
-        sql_err(&self.path, e)
+    fn err(&self, e: SqlError) -> StateError {
+        match e {
+            SqlError::Sqlite(e) => sql_err(Path::new(&self.location), e),
+            other => StateError::Sqlite {
+                path: self.location.clone(),
+                message: other.to_string(),
+            },
+        }
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+    fn conn(&self) -> std::sync::MutexGuard<'_, Backend> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every row `sql` returns.
+    fn rows(&self, sql: &str, args: &[SqlValue]) -> Result<Vec<Row>, StateError> {
+        self.conn().query(sql, args).map_err(|e| self.err(e))
+    }
+
+    /// The first row `sql` returns, if any.
+    fn row(&self, sql: &str, args: &[SqlValue]) -> Result<Option<Row>, StateError> {
+        Ok(self.rows(sql, args)?.into_iter().next())
+    }
+
+    /// Runs `sql` on the store's connection outside tend's own writes: for
+    /// tests that damage rows on purpose (both backends).
+    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn execute_unchecked(&self, sql: &str) -> Result<usize, StateError> {
+        self.conn().execute(sql, &[]).map_err(|e| self.err(e))
     }
 
     /// Checks compatibility without writing a byte: `immutable=1` makes
@@ -106,32 +216,16 @@ impl StateStore {
         if !has_meta {
             return Ok(());
         }
-        let found: Option<String> = conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = 'min_reader_format'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| sql_err(path, e))?;
-        let found = found.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
-        if found > READABLE_FORMAT {
-            let writer: Option<String> = conn
-                .query_row(
-                    "SELECT value FROM meta WHERE key = 'writer_version'",
-                    [],
-                    |r| r.get(0),
-                )
+        let read = |key: &str| -> Result<Option<String>, StateError> {
+            conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
                 .optional()
-                .map_err(|e| sql_err(path, e))?;
-            return Err(StateError::TooNew {
-                path: path.display().to_string(),
-                found,
-                supported: READABLE_FORMAT,
-                writer: writer.unwrap_or_else(|| "(unknown version)".into()),
-            });
-        }
-        Ok(())
+                .map_err(|e| sql_err(path, e))
+        };
+        refuse_too_new(
+            &path.display().to_string(),
+            read("min_reader_format")?,
+            read("writer_version")?,
+        )
     }
 
     /// Opens (and for a writer creates and migrates) `state_dir/state.db`.
@@ -195,13 +289,53 @@ impl StateStore {
         // one-time read of the whole journal) would stay resident.
         conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)
             .map_err(|e| sql_err(&path, e))?;
-        let store = StateStore {
-            conn: Mutex::new(conn),
-            path,
-            writes: std::sync::atomic::AtomicU64::new(0),
-        };
+        let store = Self::wrap(Backend::Sqlite(conn), path.display().to_string());
         if writer {
-            store.migrate()?;
+            store.migrate_sqlite()?;
+        }
+        Ok(Some(store))
+    }
+
+    /// Opens the state the configuration names: the state dir's SQLite
+    /// database, or the PostgreSQL schema of `[state] backend =
+    /// "postgres"` (a reader on a schema that does not exist yet gets
+    /// `None`, as on a state dir without a database).
+    pub fn open_configured(
+        config: &crate::config::Config,
+        writer: bool,
+    ) -> Result<Option<Self>, StateError> {
+        match config.state.postgres()? {
+            None => Self::open(&config.state_dir, writer),
+            Some(settings) => Self::open_postgres(&settings, writer),
+        }
+    }
+
+    /// Opens the state in a PostgreSQL schema. The format guard reads
+    /// before anything is written (a newer `min_reader_format` is refused
+    /// with nothing changed); a writer then creates the schema and tables
+    /// if missing.
+    pub fn open_postgres(
+        settings: &PgStateSettings,
+        writer: bool,
+    ) -> Result<Option<Self>, StateError> {
+        let location = settings.location();
+        let session = PgSession::start(settings).map_err(|message| StateError::Sqlite {
+            path: location.clone(),
+            message,
+        })?;
+        let store = Self::wrap(Backend::Postgres(session), location);
+        let has_meta = store.postgres_has_meta(&settings.schema)?;
+        if has_meta {
+            refuse_too_new(
+                &store.location,
+                store.meta("min_reader_format")?,
+                store.meta("writer_version")?,
+            )?;
+        } else if !writer {
+            return Ok(None);
+        }
+        if writer {
+            store.migrate_postgres(&settings.schema)?;
         }
         Ok(Some(store))
     }
@@ -243,12 +377,7 @@ impl StateStore {
                 OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
             )
             .map_err(|e| sql_err(&fresh, e))?;
-            let store = StateStore {
-                conn: Mutex::new(conn),
-                path: fresh.clone(),
-                writes: std::sync::atomic::AtomicU64::new(0),
-            };
-            store.migrate()?;
+            Self::wrap(Backend::Sqlite(conn), fresh.display().to_string()).migrate_sqlite()?;
             // Closing the last connection checkpoints the WAL into the
             // file and removes it: the file alone is the database.
         }
@@ -286,56 +415,118 @@ impl StateStore {
     /// is already there: every writer open (an operator's `override set`
     /// beside a running agent included) would otherwise take the write lock
     /// just to rewrite `meta`.
-    fn migrate(&self) -> Result<(), StateError> {
-        let mut conn = self.conn();
+    fn migrate_sqlite(&self) -> Result<(), StateError> {
+        let path = PathBuf::from(&self.location);
+        let mut guard = self.conn();
+        let Backend::Sqlite(conn) = &mut *guard else {
+            return Ok(());
+        };
         conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| sql_err(&self.path, e))?;
+            .map_err(|e| sql_err(&path, e))?;
         conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(|e| sql_err(&self.path, e))?;
+            .map_err(|e| sql_err(&path, e))?;
         let version = env!("CARGO_PKG_VERSION");
-        let (format, min_reader, writer) = Self::format_meta(&conn);
+        let (format, min_reader, writer) = Self::format_meta(conn);
         if format >= FORMAT && min_reader >= READABLE_FORMAT && writer.as_deref() == Some(version) {
             return Ok(());
         }
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| sql_err(&self.path, e))?;
+            .map_err(|e| sql_err(&path, e))?;
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )
-        .map_err(|e| sql_err(&self.path, e))?;
+        .map_err(|e| sql_err(&path, e))?;
         // Read again under the write lock: another writer may have migrated.
         let (current, min_reader, _) = Self::format_meta(&tx);
         for (i, step) in migrations::STEPS.iter().enumerate() {
             let format = i as i64 + 1;
             if format > current {
-                step.apply(&tx).map_err(|e| sql_err(&self.path, e))?;
+                step.apply(&tx).map_err(|e| sql_err(&path, e))?;
             }
         }
-        // A newer writer's higher format and reader requirement stay: this
-        // binary only raises them.
-        for (key, value) in [
-            ("format", current.max(FORMAT).to_string()),
-            (
-                "min_reader_format",
-                min_reader.max(READABLE_FORMAT).to_string(),
-            ),
-            ("writer_version", version.to_string()),
-        ] {
+        for (key, value) in format_values(current, min_reader) {
             tx.execute(
                 "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 params![key, value],
             )
-            .map_err(|e| sql_err(&self.path, e))?;
+            .map_err(|e| sql_err(&path, e))?;
         }
-        tx.commit().map_err(|e| sql_err(&self.path, e))
+        tx.commit().map_err(|e| sql_err(&path, e))
+    }
+
+    /// Creates the schema and its tables (at this binary's format) where
+    /// missing, under an advisory lock so that two agents starting together
+    /// do not race; writes nothing when already current.
+    fn migrate_postgres(&self, schema: &str) -> Result<(), StateError> {
+        let version = env!("CARGO_PKG_VERSION");
+        let number = |v: Option<String>| v.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let current = || -> Result<(i64, i64, Option<String>), StateError> {
+            if !self.postgres_has_meta(schema)? {
+                return Ok((0, 0, None));
+            }
+            Ok((
+                number(self.meta("format")?),
+                number(self.meta("min_reader_format")?),
+                self.meta("writer_version")?,
+            ))
+        };
+        let (format, min_reader, writer) = current()?;
+        if format >= FORMAT && min_reader >= READABLE_FORMAT && writer.as_deref() == Some(version) {
+            return Ok(());
+        }
+        self.write_unfenced(|tx| {
+            // First the lock: `CREATE … IF NOT EXISTS` is not safe against
+            // a concurrent create (two agents starting together).
+            tx.query(
+                "SELECT pg_advisory_xact_lock(hashtext(?1))::text",
+                args![format!("tend-state-migrate:{schema}")],
+            )?;
+            tx.batch(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                postgres::quote_ident(schema)
+            ))?;
+            tx.batch(migrations::POSTGRES)?;
+            // Read again under the lock: another agent may have migrated.
+            let meta = |key: &str| -> Result<Option<String>, StateError> {
+                Ok(tx
+                    .query("SELECT value FROM meta WHERE key = ?1", args![key])?
+                    .first()
+                    .and_then(|r| r.get::<String>(0).ok()))
+            };
+            let (current, min_reader) = (number(meta("format")?), number(meta("min_reader_format")?));
+            for (key, value) in format_values(current, min_reader) {
+                tx.exec(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    args![key, value],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn postgres_has_meta(&self, schema: &str) -> Result<bool, StateError> {
+        let row = self.row(
+            "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = ?1 AND tablename = 'meta'",
+            args![schema],
+        )?;
+        Ok(row.map(|r| r.get::<i64>(0).unwrap_or(0)).unwrap_or(0) > 0)
     }
 
     /// A `meta` value.
     pub fn meta(&self, key: &str) -> Result<Option<String>, StateError> {
-        self.conn()
-            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-            .optional()
+        self.row("SELECT value FROM meta WHERE key = ?1", args![key])?
+            .map(|r| r.get(0))
+            .transpose()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every `meta` key and value, by key.
+    pub fn meta_all(&self) -> Result<Vec<(String, String)>, StateError> {
+        self.rows("SELECT key, value FROM meta ORDER BY key", &[])?
+            .iter()
+            .map(|r| Ok((r.get(0)?, r.get(1)?)))
+            .collect::<Result<_, SqlError>>()
             .map_err(|e| self.err(e))
     }
 
@@ -361,14 +552,13 @@ impl StateStore {
         Ok(id)
     }
 
-    fn set_meta(&self, key: &str, value: &str) -> Result<(), StateError> {
-        self.conn()
-            .execute(
+    pub(crate) fn set_meta(&self, key: &str, value: &str) -> Result<(), StateError> {
+        self.write(|tx| {
+            tx.exec(
                 "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key, value],
+                args![key, value],
             )
-            .map(|_| ())
-            .map_err(|e| self.err(e))
+        })
     }
 
     /// Opens the state database for a local override change: read-write but
@@ -382,36 +572,49 @@ impl StateStore {
         })
     }
 
-    /// `PRAGMA integrity_check` plus tend's own invariants; each problem is
-    /// one line.
+    /// [`StateStore::open_for_overrides`] on the configured backend.
+    pub fn open_configured_for_overrides(
+        config: &crate::config::Config,
+    ) -> Result<Self, StateError> {
+        Self::open_configured(config, true)?.ok_or_else(|| StateError::Io {
+            path: config.state_dir.display().to_string(),
+            message: "the state database could not be created".into(),
+        })
+    }
+
+    fn count(&self, sql: &str) -> Result<i64, StateError> {
+        self.row(sql, &[])?
+            .map(|r| r.get::<i64>(0))
+            .transpose()
+            .map_err(|e| self.err(e))
+            .map(Option::unwrap_or_default)
+    }
+
+    /// The backend's own integrity check (SQLite's `PRAGMA
+    /// integrity_check`; PostgreSQL checks its own pages) plus tend's
+    /// invariants; each problem is one line.
     pub fn check(&self) -> Result<Vec<String>, StateError> {
-        let conn = self.conn();
         let mut problems = Vec::new();
-        let integrity: Vec<String> = conn
-            .prepare("PRAGMA integrity_check")
-            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-            .map_err(|e| self.err(e))?;
-        problems.extend(integrity.into_iter().filter(|l| l != "ok"));
+        if self.kind == BackendKind::Sqlite {
+            let integrity = self.rows("PRAGMA integrity_check", &[])?;
+            problems.extend(
+                integrity
+                    .iter()
+                    .filter_map(|r| r.get::<String>(0).ok())
+                    .filter(|l| l != "ok"),
+            );
+        }
         for key in ["format", "min_reader_format"] {
-            let found: Option<String> = conn
-                .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-                .optional()
-                .map_err(|e| self.err(e))?;
-            if found.is_none() {
+            if self.meta(key)?.is_none() {
                 problems.push(format!("meta.{key} is missing"));
             }
         }
-        let bad_states: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM intents WHERE state NOT IN ('pending', 'done', 'failed')",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+        let bad_states = self.count(
+            "SELECT count(*) FROM intents WHERE state NOT IN ('pending', 'done', 'failed')",
+        )?;
         if bad_states > 0 {
             problems.push(format!("{bad_states} intents have an unknown state"));
         }
-        drop(conn);
         let corrupt = self
             .open_intents()?
             .into_iter()
@@ -424,35 +627,58 @@ impl StateStore {
 
     /// A readable summary for `tend state show`.
     pub fn summary(&self) -> Result<String, StateError> {
-        // Before taking the connection: these take it themselves.
         let (held, approved) = (self.held_deletions()?.len(), self.approvals()?.len());
-        let conn = self.conn();
-        let count = |sql: &str| {
-            conn.query_row(sql, [], |r| r.get::<_, i64>(0))
-                .map_err(|e| sql_err(&self.path, e))
-        };
         let mut out = String::new();
-        let meta: Vec<(String, String)> = conn
-            .prepare("SELECT key, value FROM meta ORDER BY key")
-            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-            .map_err(|e| self.err(e))?;
-        out.push_str(&format!("state: {}\n", self.path.display()));
-        for (k, v) in meta {
-            out.push_str(&format!("  {k}: {v}\n"));
+        out.push_str(&format!("state: {}\n", self.location));
+        for (k, v) in self.meta_all()? {
+            if k != "changes" {
+                out.push_str(&format!("  {k}: {v}\n"));
+            }
         }
         out.push_str(&format!(
             "  resources managed: {}\n  intents: {} pending, {} done, {} failed\n  tombstones: {}\n  local overrides: {}\n  deletions held by the guard: {}\n  deletions approved: {}\n",
-            count("SELECT count(*) FROM resources WHERE existed = 1")?,
-            count("SELECT count(*) FROM intents WHERE state = 'pending'")?,
-            count("SELECT count(*) FROM intents WHERE state = 'done'")?,
-            count("SELECT count(*) FROM intents WHERE state = 'failed'")?,
-            count("SELECT count(*) FROM tombstones")?,
-            count("SELECT count(*) FROM local_overrides")?,
+            self.count("SELECT count(*) FROM resources WHERE existed = 1")?,
+            self.count("SELECT count(*) FROM intents WHERE state = 'pending'")?,
+            self.count("SELECT count(*) FROM intents WHERE state = 'done'")?,
+            self.count("SELECT count(*) FROM intents WHERE state = 'failed'")?,
+            self.count("SELECT count(*) FROM tombstones")?,
+            self.count("SELECT count(*) FROM local_overrides")?,
             held,
             approved,
         ));
         Ok(out)
     }
+}
+
+/// The `meta` values a migration leaves: a newer writer's higher format and
+/// reader requirement stay (this binary only raises them).
+fn format_values(current: i64, min_reader: i64) -> [(&'static str, String); 3] {
+    [
+        ("format", current.max(FORMAT).to_string()),
+        (
+            "min_reader_format",
+            min_reader.max(READABLE_FORMAT).to_string(),
+        ),
+        ("writer_version", env!("CARGO_PKG_VERSION").to_string()),
+    ]
+}
+
+/// [`StateError::TooNew`] when the state needs a newer reader.
+fn refuse_too_new(
+    location: &str,
+    min_reader: Option<String>,
+    writer: Option<String>,
+) -> Result<(), StateError> {
+    let found = min_reader.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    if found > READABLE_FORMAT {
+        return Err(StateError::TooNew {
+            path: location.to_string(),
+            found,
+            supported: READABLE_FORMAT,
+            writer: writer.unwrap_or_else(|| "(unknown version)".into()),
+        });
+    }
+    Ok(())
 }
 
 fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
@@ -495,11 +721,9 @@ fn immutable_uri(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    //! SQLite-only: the file itself. The behaviour both backends share is
+    //! tested on both by tests/state_store.rs.
     use super::*;
-    use crate::model::SpecHash;
-    use serde_json::Value;
-    use std::collections::BTreeMap;
-    use std::time::Duration;
 
     #[test]
     fn a_newer_min_reader_format_is_refused_and_the_file_left_unchanged() {
@@ -507,8 +731,7 @@ mod tests {
         {
             let store = StateStore::open(dir.path(), true).unwrap().unwrap();
             store.set_meta("min_reader_format", "99").unwrap();
-            let conn = store.conn();
-            conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+            store.conn().batch("PRAGMA journal_mode = DELETE").unwrap();
         }
         let path = dir.path().join("state.db");
         let before = std::fs::read(&path).unwrap();
@@ -535,254 +758,13 @@ mod tests {
     }
 
     #[test]
-    fn a_superseded_or_pending_write_is_an_unconfirmed_write_and_a_refused_one_is_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
-        let (h, now) = (SpecHash("h".into()), SystemTime::now());
-        for (op, name) in [("op1", "a"), ("op2", "b"), ("op3", "c")] {
-            store
-                .begin_intent(op, name, "create", &h, 0, &Value::Null, now)
-                .unwrap();
-        }
-        let superseded = Some("superseded: the declaration changed");
-        store
-            .finish_intent("op2", IntentState::Failed, superseded, now)
-            .unwrap();
-        let refused = Some("the server refused it");
-        store
-            .finish_intent("op3", IntentState::Failed, refused, now)
-            .unwrap();
-        let memories = store.read_memories().unwrap().memories;
-        let flag = |n: &str| memories.get(n).is_some_and(|m| m.unconfirmed_write);
-        assert!(flag("a"), "pending");
-        assert!(flag("b"), "superseded");
-        assert!(!flag("c"), "refused: nothing was written");
-    }
-
-    #[test]
-    fn generations_count_finished_operations() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
-        let h = SpecHash("h".into());
-        let now = SystemTime::now();
-        assert_eq!(store.next_generation("a", "update", &h).unwrap(), 0);
-        assert_eq!(
-            store
-                .begin_intent("op1", "a", "update", &h, 0, &Value::Null, now)
-                .unwrap(),
-            0
-        );
-        store.note_attempt("op1").unwrap();
-        assert_eq!(
-            store
-                .begin_intent("op1", "a", "update", &h, 0, &Value::Null, now)
-                .unwrap(),
-            1
-        );
-        assert_eq!(
-            store.next_generation("a", "update", &h).unwrap(),
-            0,
-            "a pending intent is retried, not replaced"
-        );
-        store
-            .finish_intent("op1", IntentState::Done, None, now)
-            .unwrap();
-        assert_eq!(store.next_generation("a", "update", &h).unwrap(), 1);
-        assert!(store.pending_intents().unwrap().is_empty());
-    }
-
-    #[test]
-    fn applied_fields_are_read_by_name_and_a_corrupt_value_is_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
-        let fields = BTreeMap::from([("owner".to_string(), Value::from("app"))]);
-        let hash = SpecHash("old".into());
-        for name in ["good", "bad"] {
-            let applied = Applied {
-                provider: "p",
-                database_name: name,
-                file: "f.yaml",
-                manifest: &Value::Null,
-                spec_hash: &hash,
-                fields: &fields,
-                commit: None,
-                external_id: "id",
-            };
-            store
-                .write(|tx| tx.record_applied(name, &applied, SystemTime::now()))
-                .unwrap();
-        }
-        store
-            .conn()
-            .execute(
-                "UPDATE resources SET applied_fields = '{not json' WHERE name = 'bad'",
-                [],
-            )
-            .unwrap();
-        let read = store
-            .applied_fields(&["good".into(), "bad".into(), "absent".into()])
-            .unwrap();
-        assert_eq!(read.len(), 2, "an absent resource has no row");
-        assert_eq!(read[0].1, Some(hash.clone()));
-        assert_eq!(read[0].2.as_ref().unwrap(), &fields);
-        let corrupt = read[1].2.as_ref().unwrap_err();
-        assert_eq!(corrupt.name, "bad");
-        assert!(corrupt.problem.contains("not a JSON object"), "{corrupt}");
-        assert!(
-            store
-                .read_memories()
-                .unwrap()
-                .memories
-                .values()
-                .all(|m| m.existed)
-        );
-    }
-
-    #[test]
-    fn unknown_intent_states_are_open_and_corrupt_not_pending() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
-        let h = SpecHash("h".into());
-        let now = SystemTime::now();
-        for op in ["p", "d", "x", "j"] {
-            store
-                .begin_intent(op, op, "update", &h, 0, &Value::Null, now)
-                .unwrap();
-        }
-        store
-            .finish_intent("d", IntentState::Done, None, now)
-            .unwrap();
-        let conn = store.conn();
-        conn.execute("UPDATE intents SET state = 'frozen' WHERE op_id = 'x'", [])
-            .unwrap();
-        conn.execute("UPDATE intents SET request = '{' WHERE op_id = 'j'", [])
-            .unwrap();
-        drop(conn);
-        let open = store.open_intents().unwrap();
-        let names: Vec<String> = open
-            .iter()
-            .map(|r| match r {
-                Ok(i) => format!("ok:{}", i.name),
-                Err(c) => format!("corrupt:{}", c.name),
-            })
-            .collect();
-        assert_eq!(
-            names,
-            ["corrupt:j", "ok:p", "corrupt:x"],
-            "oldest first, then by id"
-        );
-        assert_eq!(store.pending_intents().unwrap().len(), 1);
-        let problems = store.check().unwrap();
-        assert!(
-            problems
-                .iter()
-                .any(|p| p.contains("unknown state `frozen`")),
-            "{problems:?}"
-        );
-    }
-
-    #[test]
     fn an_open_at_the_current_format_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         drop(StateStore::open(dir.path(), true).unwrap().unwrap());
         let reader = StateStore::open(dir.path(), false).unwrap().unwrap();
-        let before = reader
-            .conn()
-            .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
-            .unwrap();
+        let before = reader.freshness().unwrap().data_version;
         drop(StateStore::open(dir.path(), true).unwrap().unwrap());
-        let after = reader
-            .conn()
-            .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
-            .unwrap();
+        let after = reader.freshness().unwrap().data_version;
         assert_eq!(before, after, "a second writer open changed the file");
-    }
-
-    #[test]
-    fn pruning_keeps_pending_and_recent_intents_and_never_reuses_a_generation() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
-        let h = SpecHash("h".into());
-        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        for (i, op) in ["a0", "a1", "a2", "a3", "a4"].iter().enumerate() {
-            let at = old + Duration::from_secs(i as u64);
-            store
-                .begin_intent(op, "a", "update", &h, i as u32, &Value::Null, at)
-                .unwrap();
-            store
-                .finish_intent(op, IntentState::Done, None, at)
-                .unwrap();
-        }
-        store
-            .begin_intent("a5", "a", "update", &h, 5, &Value::Null, old)
-            .unwrap();
-        assert_eq!(store.next_generation("a", "update", &h).unwrap(), 5);
-        let pruned = store
-            .prune_journal(old + Duration::from_secs(3600), 2)
-            .unwrap();
-        assert_eq!(
-            pruned, 3,
-            "the three oldest finished go; the newest two stay"
-        );
-        let mut left: Vec<String> = store
-            .all_intents()
-            .unwrap()
-            .into_iter()
-            .map(|i| i.op_id)
-            .collect();
-        left.sort();
-        assert_eq!(
-            left,
-            ["a3", "a4", "a5"].map(String::from),
-            "pending a5 is never pruned"
-        );
-        assert_eq!(
-            store.next_generation("a", "update", &h).unwrap(),
-            5,
-            "the next operation does not reuse a pruned one's id"
-        );
-        assert_eq!(
-            store
-                .prune_journal(old + Duration::from_secs(3600), 2)
-                .unwrap(),
-            0
-        );
-    }
-
-    #[test]
-    fn freshness_moves_with_every_write_this_store_or_another_connection_makes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
-        let read = store.read_memories().unwrap().freshness.unwrap();
-        assert_eq!(
-            store.freshness().unwrap(),
-            read,
-            "nothing written: still fresh"
-        );
-        store
-            .write(|tx| tx.record_write("a", SystemTime::now()))
-            .unwrap();
-        let after_own = store.freshness().unwrap();
-        assert_ne!(after_own, read, "this store wrote");
-        // `tend override set` from another process: another connection.
-        let other = StateStore::open_for_overrides(dir.path()).unwrap();
-        other
-            .set_local_override("a", &BTreeMap::new(), SystemTime::now())
-            .unwrap();
-        assert_ne!(
-            store.freshness().unwrap(),
-            after_own,
-            "another connection wrote"
-        );
-    }
-
-    #[test]
-    fn the_agent_id_is_generated_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
-        let id = store.agent_id(None).unwrap();
-        assert!(id.starts_with("tend-"));
-        assert_eq!(store.agent_id(None).unwrap(), id);
-        assert_eq!(store.agent_id(Some("configured")).unwrap(), "configured");
     }
 }

@@ -7,10 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
-use rusqlite::{OptionalExtension, params_from_iter};
 use serde_json::Value;
 
-use super::{StateStore, time};
+use super::sql::{Row, SqlError, SqlValue, args};
+use super::{BackendKind, StateStore, time};
 use crate::engine::{FailedAttempts, HeldDeletion, Memory};
 use crate::journal::StateError;
 use crate::model::{ManagedDatabase, SpecHash};
@@ -136,7 +136,7 @@ pub struct StoredMemories {
 const INTENT_COLUMNS: &str =
     "op_id, name, kind, spec_hash, generation, request, state, attempts, last_error, created_ms";
 
-fn intent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Intent, CorruptRow>> {
+fn intent_row(r: &Row) -> Result<Result<Intent, CorruptRow>, SqlError> {
     let name: String = r.get(1)?;
     let op_id: String = r.get(0)?;
     let corrupt = |problem: String| CorruptRow {
@@ -148,7 +148,7 @@ fn intent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Intent, CorruptR
     let Some(state) = IntentState::parse(&state_text) else {
         return Ok(Err(corrupt(format!("unknown state `{state_text}`"))));
     };
-    let request = match serde_json::from_str(&r.get::<_, String>(5)?) {
+    let request = match serde_json::from_str(&r.get::<String>(5)?) {
         Ok(v) => v,
         Err(e) => return Ok(Err(corrupt(format!("the request is not JSON ({e})")))),
     };
@@ -167,103 +167,103 @@ fn intent_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Intent, CorruptR
 }
 
 impl StateStore {
-    /// Every resource's memory (without applied field values), in three
-    /// queries: a cycle over thousands of resources must not pay three
-    /// queries each.
+    /// Maps every row of `sql` through `f`.
+    pub(super) fn map_rows<T>(
+        &self,
+        sql: &str,
+        args: &[SqlValue],
+        f: impl Fn(&Row) -> Result<T, SqlError>,
+    ) -> Result<Vec<T>, StateError> {
+        self.rows(sql, args)?
+            .iter()
+            .map(f)
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every resource's memory (without applied field values), in four
+    /// queries: a cycle over thousands of resources must not pay queries
+    /// for each.
     pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
         let freshness = self.freshness()?;
-        let conn = self.conn();
         let mut out: HashMap<String, Memory> = HashMap::new();
-        let mut stmt = conn
-            .prepare("SELECT name, applied_spec_hash, applied_commit, existed, last_write_ms, database_name, provider FROM resources")
-            .map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let name: String = r.get(0).map_err(|e| self.err(e))?;
-            let memory = Memory {
-                applied_spec_hash: r
-                    .get::<_, Option<String>>(1)
-                    .map_err(|e| self.err(e))?
-                    .map(SpecHash),
-                applied_commit: r.get(2).map_err(|e| self.err(e))?,
-                existed: r.get::<_, i64>(3).map_err(|e| self.err(e))? != 0,
-                last_write_at: r
-                    .get::<_, Option<i64>>(4)
-                    .map_err(|e| self.err(e))?
-                    .map(time),
-                database_name: Some(r.get(5).map_err(|e| self.err(e))?),
-                provider: Some(r.get(6).map_err(|e| self.err(e))?),
-                ..Memory::default()
-            };
+        for (name, memory) in self.map_rows(
+            "SELECT name, applied_spec_hash, applied_commit, existed, last_write_ms, database_name, provider FROM resources",
+            &[],
+            |r| {
+                Ok((
+                    r.get::<String>(0)?,
+                    Memory {
+                        applied_spec_hash: r.get::<Option<String>>(1)?.map(SpecHash),
+                        applied_commit: r.get(2)?,
+                        existed: r.get::<bool>(3)?,
+                        last_write_at: r.get::<Option<i64>>(4)?.map(time),
+                        database_name: Some(r.get(5)?),
+                        provider: Some(r.get(6)?),
+                        ..Memory::default()
+                    },
+                ))
+            },
+        )? {
             out.insert(name, memory);
         }
-        drop(rows);
-        {
-            let mut stmt = conn
-                .prepare("SELECT name, field, first_seen_ms FROM drift_seen")
-                .map_err(|e| self.err(e))?;
-            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-            while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-                let name: String = r.get(0).map_err(|e| self.err(e))?;
-                let field: String = r.get(1).map_err(|e| self.err(e))?;
-                let value: i64 = r.get(2).map_err(|e| self.err(e))?;
-                out.entry(name)
-                    .or_default()
-                    .drift_first_seen
-                    .insert(field, time(value));
-            }
+        for (name, field, seen) in self.map_rows(
+            "SELECT name, field, first_seen_ms FROM drift_seen",
+            &[],
+            |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)),
+        )? {
+            out.entry(name)
+                .or_default()
+                .drift_first_seen
+                .insert(field, time(seen));
         }
-        {
-            // Writes journalled after the last confirmed apply and never
-            // confirmed: pending, or superseded (the call may have been
-            // sent before a crash). Refused calls changed nothing.
-            let mut stmt = conn
-                .prepare(
-                    "SELECT DISTINCT i.name FROM intents i LEFT JOIN resources r ON r.name = i.name \
-                     WHERE (i.state = 'pending' OR (i.state = 'failed' AND i.last_error LIKE 'superseded:%')) \
-                     AND i.kind IN ('create', 'update') \
-                     AND (r.name IS NULL OR r.applied_spec_hash IS NULL OR i.created_ms >= r.updated_ms)",
-                )
-                .map_err(|e| self.err(e))?;
-            let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-            while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-                let name: String = r.get(0).map_err(|e| self.err(e))?;
-                out.entry(name).or_default().unconfirmed_write = true;
-            }
+        // Writes journalled after the last confirmed apply and never
+        // confirmed: pending, or superseded (the call may have been
+        // sent before a crash). Refused calls changed nothing.
+        for name in self.map_rows(
+            "SELECT DISTINCT i.name FROM intents i LEFT JOIN resources r ON r.name = i.name \
+             WHERE (i.state = 'pending' OR (i.state = 'failed' AND i.last_error LIKE 'superseded:%')) \
+             AND i.kind IN ('create', 'update') \
+             AND (r.name IS NULL OR r.applied_spec_hash IS NULL OR i.created_ms >= r.updated_ms)",
+            &[],
+            |r| r.get::<String>(0),
+        )? {
+            out.entry(name).or_default().unconfirmed_write = true;
         }
         // A state written before format 4 has no values: its counts read
         // as counted against nothing, so they never hold a field.
-        let values = if has_column(&conn, "attempts", "desired") {
+        let values = if self.has_column("attempts", "desired") {
             "desired, observed"
         } else {
             "NULL, NULL"
         };
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT name, field, count, {values} FROM attempts"
-            ))
-            .map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let name: String = r.get(0).map_err(|e| self.err(e))?;
-            let field: String = r.get(1).map_err(|e| self.err(e))?;
-            let count: i64 = r.get(2).map_err(|e| self.err(e))?;
-            // An unreadable value counts against nothing (the field is
-            // tried again), never against everything.
-            let value = |i: usize| -> Option<Value> {
-                r.get::<_, Option<String>>(i)
-                    .ok()
-                    .flatten()
-                    .and_then(|t| serde_json::from_str(&t).ok())
-            };
-            out.entry(name).or_default().failed_attempts.insert(
-                field,
-                FailedAttempts {
-                    count: u32::try_from(count).unwrap_or(u32::MAX),
-                    desired: value(3),
-                    observed: value(4),
-                },
-            );
+        for (name, field, attempts) in self.map_rows(
+            &format!("SELECT name, field, count, {values} FROM attempts"),
+            &[],
+            |r| {
+                // An unreadable value counts against nothing (the field is
+                // tried again), never against everything.
+                let value = |i: usize| -> Option<Value> {
+                    r.get::<Option<String>>(i)
+                        .ok()
+                        .flatten()
+                        .and_then(|t| serde_json::from_str(&t).ok())
+                };
+                Ok((
+                    r.get::<String>(0)?,
+                    r.get::<String>(1)?,
+                    FailedAttempts {
+                        count: r.get::<u32>(2)?,
+                        desired: value(3),
+                        observed: value(4),
+                    },
+                ))
+            },
+        )? {
+            out.entry(name)
+                .or_default()
+                .failed_attempts
+                .insert(field, attempts);
         }
         Ok(StoredMemories {
             memories: out,
@@ -287,19 +287,15 @@ impl StateStore {
         )>,
         StateError,
     > {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT applied_spec_hash, applied_fields FROM resources WHERE name = ?1",
-            )
-            .map_err(|e| self.err(e))?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let row: Option<(Option<String>, String)> = stmt
-                .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-                .map_err(|e| self.err(e))?;
-            let Some((hash, text)) = row else { continue };
+            let row = self.row(
+                "SELECT applied_spec_hash, applied_fields FROM resources WHERE name = ?1",
+                args![name],
+            )?;
+            let Some(row) = row else { continue };
+            let (hash, text): (Option<String>, String) =
+                (|| Ok((row.get(0)?, row.get(1)?)))().map_err(|e: SqlError| self.err(e))?;
             let fields = serde_json::from_str(&text).map_err(|e| CorruptRow {
                 table: "resources",
                 name: name.clone(),
@@ -316,15 +312,14 @@ impl StateStore {
         &self,
         name: &str,
     ) -> Result<Option<Result<(ManagedDatabase, String), CorruptRow>>, StateError> {
-        let row: Option<(String, String)> = self
-            .conn()
-            .query_row(
+        let row = self
+            .map_rows(
                 "SELECT manifest, file FROM resources WHERE name = ?1",
-                [name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
+                args![name],
+                |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)),
+            )?
+            .into_iter()
+            .next();
         Ok(row.map(|(manifest, file)| {
             serde_json::from_str(&manifest)
                 .map(|m| (m, file))
@@ -338,107 +333,97 @@ impl StateStore {
 
     /// Whether the state holds a resource or a tombstone named `name`.
     pub fn knows_resource(&self, name: &str) -> Result<bool, StateError> {
-        self.conn()
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM resources WHERE name = ?1) \
-                 OR EXISTS (SELECT 1 FROM tombstones WHERE name = ?1)",
-                [name],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))
+        Ok(self
+            .map_rows(
+                "SELECT (SELECT count(*) FROM resources WHERE name = ?1) \
+                 + (SELECT count(*) FROM tombstones WHERE name = ?1)",
+                args![name],
+                |r| r.get::<i64>(0),
+            )?
+            .first()
+            .is_some_and(|n| *n > 0))
     }
 
     /// Every tombstone.
     pub fn tombstones(&self) -> Result<Vec<Result<TombstoneRow, CorruptRow>>, StateError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT name, manifest, removed_ms, removal_commit, delete_requested_ms, last_error FROM tombstones ORDER BY name")
-            .map_err(|e| self.err(e))?;
-        stmt.query_map([], |r| {
-            let name: String = r.get(0)?;
-            let manifest: String = r.get(1)?;
-            Ok(match serde_json::from_str::<ManagedDatabase>(&manifest) {
-                Ok(last) => Ok(TombstoneRow {
-                    name,
-                    last,
-                    removed_at: time(r.get(2)?),
-                    removal_commit: r.get(3)?,
-                    delete_requested_at: r.get::<_, Option<i64>>(4)?.map(time),
-                    last_error: r.get(5)?,
-                }),
-                Err(e) => Err(CorruptRow {
-                    table: "tombstones",
-                    name,
-                    problem: format!("the removed declaration cannot be read ({e})"),
-                }),
-            })
-        })
-        .map_err(|e| self.err(e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| self.err(e))
+        self.map_rows(
+            "SELECT name, manifest, removed_ms, removal_commit, delete_requested_ms, last_error FROM tombstones ORDER BY name",
+            &[],
+            |r| {
+                let name: String = r.get(0)?;
+                let manifest: String = r.get(1)?;
+                Ok(match serde_json::from_str::<ManagedDatabase>(&manifest) {
+                    Ok(last) => Ok(TombstoneRow {
+                        name,
+                        last,
+                        removed_at: time(r.get(2)?),
+                        removal_commit: r.get(3)?,
+                        delete_requested_at: r.get::<Option<i64>>(4)?.map(time),
+                        last_error: r.get(5)?,
+                    }),
+                    Err(e) => Err(CorruptRow {
+                        table: "tombstones",
+                        name,
+                        problem: format!("the removed declaration cannot be read ({e})"),
+                    }),
+                })
+            },
+        )
     }
 
     /// Every local override.
     pub fn local_overrides(&self) -> Result<Vec<Result<LocalOverride, CorruptRow>>, StateError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT name, annotations, set_ms FROM local_overrides ORDER BY name")
-            .map_err(|e| self.err(e))?;
-        stmt.query_map([], |r| {
-            let name: String = r.get(0)?;
-            let text: String = r.get(1)?;
-            Ok(match serde_json::from_str(&text) {
-                Ok(annotations) => Ok(LocalOverride {
-                    name,
-                    annotations,
-                    set_at: time(r.get(2)?),
-                }),
-                Err(e) => Err(CorruptRow {
-                    table: "local_overrides",
-                    name,
-                    problem: format!("the override cannot be read ({e})"),
-                }),
-            })
-        })
-        .map_err(|e| self.err(e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| self.err(e))
+        self.map_rows(
+            "SELECT name, annotations, set_ms FROM local_overrides ORDER BY name",
+            &[],
+            |r| {
+                let name: String = r.get(0)?;
+                let text: String = r.get(1)?;
+                Ok(match serde_json::from_str(&text) {
+                    Ok(annotations) => Ok(LocalOverride {
+                        name,
+                        annotations,
+                        set_at: time(r.get(2)?),
+                    }),
+                    Err(e) => Err(CorruptRow {
+                        table: "local_overrides",
+                        name,
+                        problem: format!("the override cannot be read ({e})"),
+                    }),
+                })
+            },
+        )
     }
 
     /// When each override (by resource and source) was first seen.
     pub fn overrides_seen(&self) -> Result<HashMap<(String, String), OverrideSeen>, StateError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT name, source, fingerprint, first_seen_ms FROM override_seen")
-            .map_err(|e| self.err(e))?;
-        stmt.query_map([], |r| {
-            Ok((
-                (r.get(0)?, r.get(1)?),
-                OverrideSeen {
-                    fingerprint: r.get(2)?,
-                    first_seen: time(r.get(3)?),
+        Ok(self
+            .map_rows(
+                "SELECT name, source, fingerprint, first_seen_ms FROM override_seen",
+                &[],
+                |r| {
+                    Ok((
+                        (r.get(0)?, r.get(1)?),
+                        OverrideSeen {
+                            fingerprint: r.get(2)?,
+                            first_seen: time(r.get(3)?),
+                        },
+                    ))
                 },
-            ))
-        })
-        .map_err(|e| self.err(e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| self.err(e))
+            )?
+            .into_iter()
+            .collect())
     }
 
     fn intents_where(
         &self,
         clause: &str,
-        args: &[&str],
+        args: &[SqlValue],
     ) -> Result<Vec<Result<Intent, CorruptRow>>, StateError> {
-        let conn = self.conn();
         let sql = format!(
             "SELECT {INTENT_COLUMNS} FROM intents WHERE {clause} ORDER BY created_ms, op_id"
         );
-        let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-        stmt.query_map(params_from_iter(args), intent_row)
-            .map_err(|e| self.err(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))
+        self.map_rows(&sql, args, intent_row)
     }
 
     /// Intents not finished: pending ones, and rows whose state this binary
@@ -463,7 +448,7 @@ impl StateStore {
 
     /// Every intent of one resource (`explain`), unreadable rows included.
     pub fn intents_of(&self, name: &str) -> Result<Vec<Result<Intent, CorruptRow>>, StateError> {
-        self.intents_where("name = ?1", &[name])
+        self.intents_where("name = ?1", args![name])
     }
 
     /// Every readable intent (tests, `state show`).
@@ -477,16 +462,30 @@ impl StateStore {
 
     /// Whether the database has `table`: a reader never migrates, so a
     /// state written by an older format lacks the newer tables (read as
-    /// empty: nothing was held or approved before they existed).
+    /// empty: nothing was held or approved before they existed). A
+    /// PostgreSQL state is created whole at one format: every table is
+    /// there.
     pub(super) fn has_table(&self, table: &str) -> Result<bool, StateError> {
-        self.conn()
-            .query_row(
+        if self.kind == BackendKind::Postgres {
+            return Ok(true);
+        }
+        Ok(self
+            .map_rows(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                [table],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n > 0)
-            .map_err(|e| self.err(e))
+                args![table],
+                |r| r.get::<i64>(0),
+            )?
+            .first()
+            .is_some_and(|n| *n > 0))
+    }
+
+    /// Whether `table` has `column` (a reader of an older format's state,
+    /// which it never migrates).
+    fn has_column(&self, table: &str, column: &str) -> bool {
+        self.kind == BackendKind::Postgres
+            || self
+                .rows(&format!("SELECT {column} FROM {table} LIMIT 0"), &[])
+                .is_ok()
     }
 
     /// Approvals of held deletions, by resource.
@@ -494,22 +493,22 @@ impl StateStore {
         if !self.has_table("deletion_approvals")? {
             return Ok(HashMap::new());
         }
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT name, reason, approved_ms FROM deletion_approvals")
-            .map_err(|e| self.err(e))?;
-        stmt.query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                Approval {
-                    reason: r.get(1)?,
-                    approved_at: time(r.get(2)?),
+        Ok(self
+            .map_rows(
+                "SELECT name, reason, approved_ms FROM deletion_approvals",
+                &[],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        Approval {
+                            reason: r.get(1)?,
+                            approved_at: time(r.get(2)?),
+                        },
+                    ))
                 },
-            ))
-        })
-        .map_err(|e| self.err(e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| self.err(e))
+            )?
+            .into_iter()
+            .collect())
     }
 
     /// Deletions the mass-deletion guard holds, by resource.
@@ -517,22 +516,22 @@ impl StateStore {
         if !self.has_table("deletion_holds")? {
             return Ok(HashMap::new());
         }
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT name, since_ms, due_together FROM deletion_holds")
-            .map_err(|e| self.err(e))?;
-        stmt.query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                HeldDeletion {
-                    since: time(r.get(1)?),
-                    due_together: usize::try_from(r.get::<_, i64>(2)?).unwrap_or(usize::MAX),
+        Ok(self
+            .map_rows(
+                "SELECT name, since_ms, due_together FROM deletion_holds",
+                &[],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        HeldDeletion {
+                            since: time(r.get(1)?),
+                            due_together: usize::try_from(r.get::<i64>(2)?).unwrap_or(usize::MAX),
+                        },
+                    ))
                 },
-            ))
-        })
-        .map_err(|e| self.err(e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| self.err(e))
+            )?
+            .into_iter()
+            .collect())
     }
 
     /// How many operations of this kind on this spec were completed: the
@@ -546,23 +545,15 @@ impl StateStore {
         kind: &str,
         spec_hash: &SpecHash,
     ) -> Result<u32, StateError> {
-        self.conn()
-            .prepare_cached(
+        Ok(self
+            .map_rows(
                 "SELECT (SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending')
                       + coalesce((SELECT count FROM pruned_generations WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3), 0)",
-            )
-            .and_then(|mut s| {
-                s.query_row(rusqlite::params![name, kind, spec_hash.0], |r| {
-                    r.get::<_, u32>(0)
-                })
-            })
-            .map_err(|e| self.err(e))
+                args![name, kind, spec_hash.0.as_str()],
+                |r| r.get::<u32>(0),
+            )?
+            .first()
+            .copied()
+            .unwrap_or(0))
     }
-}
-
-/// Whether `table` has `column` (a reader of an older format's state, which
-/// it never migrates).
-fn has_column(conn: &rusqlite::Connection, table: &str, column: &str) -> bool {
-    conn.prepare(&format!("SELECT {column} FROM {table} LIMIT 0"))
-        .is_ok()
 }

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use super::sql::args;
 use super::{StateStore, time};
 use crate::journal::StateError;
 
@@ -25,39 +26,42 @@ impl StateStore {
     /// moves whenever one finishes (a cheap stand-in for every last
     /// operation).
     pub fn finished_operations_mark(&self) -> Result<(i64, i64), StateError> {
-        self.conn()
-            .query_row(
+        Ok(self
+            .map_rows(
                 "SELECT count(*), coalesce(max(updated_ms), 0) FROM intents WHERE state IN ('done', 'failed')",
-                [],
+                &[],
                 |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(|e| self.err(e))
+            )?
+            .first()
+            .copied()
+            .unwrap_or((0, 0)))
     }
 
     /// The newest finished (done or failed) operation of every resource
     /// that has one.
     pub fn last_operations(&self) -> Result<HashMap<String, LastOperation>, StateError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare(
-                "SELECT i.name, i.op_id, i.kind, i.state, i.last_error, i.updated_ms FROM intents i \
-                 JOIN (SELECT name, MAX(updated_ms) AS newest FROM intents \
-                       WHERE state IN ('done', 'failed') GROUP BY name) n \
-                 ON n.name = i.name AND n.newest = i.updated_ms \
-                 WHERE i.state IN ('done', 'failed') ORDER BY i.op_id",
-            )
-            .map_err(|e| self.err(e))?;
-        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        let rows = self.map_rows(
+            "SELECT i.name, i.op_id, i.kind, i.state, i.last_error, i.updated_ms FROM intents i \
+             JOIN (SELECT name, MAX(updated_ms) AS newest FROM intents \
+                   WHERE state IN ('done', 'failed') GROUP BY name) n \
+             ON n.name = i.name AND n.newest = i.updated_ms \
+             WHERE i.state IN ('done', 'failed') ORDER BY i.op_id",
+            &[],
+            |r| {
+                Ok((
+                    r.get::<String>(0)?,
+                    LastOperation {
+                        id: r.get(1)?,
+                        kind: r.get(2)?,
+                        result: r.get(3)?,
+                        error: r.get(4)?,
+                        finished_at: time(r.get(5)?),
+                    },
+                ))
+            },
+        )?;
         let mut out = HashMap::new();
-        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let name: String = r.get(0).map_err(|e| self.err(e))?;
-            let op = LastOperation {
-                id: r.get(1).map_err(|e| self.err(e))?,
-                kind: r.get(2).map_err(|e| self.err(e))?,
-                result: r.get(3).map_err(|e| self.err(e))?,
-                error: r.get(4).map_err(|e| self.err(e))?,
-                finished_at: time(r.get(5).map_err(|e| self.err(e))?),
-            };
+        for (name, op) in rows {
             // Two finished in the same millisecond: one, always the same.
             out.entry(name).or_insert(op);
         }
@@ -78,14 +82,14 @@ impl StateStore {
         if !self.has_table("status_decided")? {
             return Ok(Default::default());
         }
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT name, digest, commit_id FROM status_decided")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+        Ok(self
+            .map_rows(
+                "SELECT name, digest, commit_id FROM status_decided",
+                &[],
+                |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))),
+            )?
+            .into_iter()
+            .collect())
     }
 
     /// Replaces the status digests with `current` (resources not in it
@@ -102,15 +106,15 @@ impl StateStore {
             for name in previous.keys().filter(|n| !current.contains_key(*n)) {
                 tx.exec(
                     "DELETE FROM status_decided WHERE name = ?1",
-                    rusqlite::params![name],
+                    args![name],
                 )?;
             }
             for (name, (digest, commit)) in current {
                 if previous.get(name) != Some(&(digest.clone(), commit.clone())) {
                     tx.exec(
                         "INSERT INTO status_decided (name, digest, commit_id) VALUES (?1, ?2, ?3) \
-                         ON CONFLICT (name) DO UPDATE SET digest = ?2, commit_id = ?3",
-                        rusqlite::params![name, digest, commit],
+                         ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, commit_id = excluded.commit_id",
+                        args![name, digest, commit],
                     )?;
                 }
             }
@@ -145,14 +149,14 @@ impl StateStore {
         if !self.has_table("notify_conditions")? {
             return Ok(Default::default());
         }
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare("SELECT subject, condition FROM notify_conditions")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+        Ok(self
+            .map_rows(
+                "SELECT subject, condition FROM notify_conditions",
+                &[],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .into_iter()
+            .collect())
     }
 
     /// Remembers `current` as the conditions notified and queues
@@ -165,28 +169,24 @@ impl StateStore {
         now: SystemTime,
     ) -> Result<(), StateError> {
         let now = super::ms(now);
-        let wanted = serde_json::to_string(
-            &current
-                .iter()
-                .map(|(s, c)| format!("{s}\u{1f}{c}"))
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or_else(|_| "[]".into());
+        let previous = self.notify_conditions()?;
         self.write(|tx| {
-            tx.exec(
-                "DELETE FROM notify_conditions WHERE subject || char(31) || condition NOT IN (SELECT value FROM json_each(?1))",
-                rusqlite::params![wanted],
-            )?;
+            for (subject, condition) in previous.difference(current) {
+                tx.exec(
+                    "DELETE FROM notify_conditions WHERE subject = ?1 AND condition = ?2",
+                    args![subject, condition],
+                )?;
+            }
             for (subject, condition) in current {
                 tx.exec(
                     "INSERT INTO notify_conditions (subject, condition, since_ms) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
-                    rusqlite::params![subject, condition, now],
+                    args![subject, condition, now],
                 )?;
             }
             for (receiver, event, subject, body) in notifications {
                 tx.exec(
                     "INSERT INTO notify_outbox (receiver, event, subject, body, next_ms, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
-                    rusqlite::params![receiver, event, subject, body, now],
+                    args![receiver, event, subject, body, now],
                 )?;
             }
             Ok(())
@@ -202,30 +202,22 @@ impl StateStore {
         if !self.has_table("notify_outbox")? {
             return Ok(Vec::new());
         }
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare(
-                "SELECT id, receiver, event, subject, body, attempts, created_ms FROM notify_outbox \
-                 WHERE next_ms <= ?1 ORDER BY id LIMIT ?2",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(
-                rusqlite::params![super::ms(now), i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| {
-                    Ok(PendingNotification {
-                        id: r.get(0)?,
-                        receiver: r.get(1)?,
-                        event: r.get(2)?,
-                        subject: r.get(3)?,
-                        body: r.get(4)?,
-                        attempts: u32::try_from(r.get::<_, i64>(5)?).unwrap_or(u32::MAX),
-                        created_at: time(r.get(6)?),
-                    })
-                },
-            )
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+        self.map_rows(
+            "SELECT id, receiver, event, subject, body, attempts, created_ms FROM notify_outbox \
+             WHERE next_ms <= ?1 ORDER BY id LIMIT ?2",
+            args![super::ms(now), limit],
+            |r| {
+                Ok(PendingNotification {
+                    id: r.get(0)?,
+                    receiver: r.get(1)?,
+                    event: r.get(2)?,
+                    subject: r.get(3)?,
+                    body: r.get(4)?,
+                    attempts: r.get(5)?,
+                    created_at: time(r.get(6)?),
+                })
+            },
+        )
     }
 
     /// When the next queued notification falls due, if any is queued.
@@ -233,17 +225,19 @@ impl StateStore {
         if !self.has_table("notify_outbox")? {
             return Ok(None);
         }
-        self.conn()
-            .query_row("SELECT min(next_ms) FROM notify_outbox", [], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
-            .map(|ms| ms.map(time))
-            .map_err(|e| self.err(e))
+        Ok(self
+            .map_rows("SELECT min(next_ms) FROM notify_outbox", &[], |r| {
+                r.get::<Option<i64>>(0)
+            })?
+            .first()
+            .copied()
+            .flatten()
+            .map(time))
     }
 
     /// A notification was delivered (or given up): it leaves the queue.
     pub fn notification_done(&self, id: i64) -> Result<(), StateError> {
-        self.write(|tx| tx.exec("DELETE FROM notify_outbox WHERE id = ?1", [id]))
+        self.write(|tx| tx.exec("DELETE FROM notify_outbox WHERE id = ?1", args![id]))
     }
 
     /// A delivery failed: tried again at `next`.
@@ -256,7 +250,7 @@ impl StateStore {
         self.write(|tx| {
             tx.exec(
                 "UPDATE notify_outbox SET attempts = attempts + 1, last_error = ?2, next_ms = ?3 WHERE id = ?1",
-                rusqlite::params![id, error, super::ms(next)],
+                args![id, error, super::ms(next)],
             )
         })
     }

@@ -3,26 +3,45 @@
 //! not at all, and an operation's confirmation records the applied spec
 //! and finishes its intent atomically.
 //!
-//! Transactions start `IMMEDIATE`: a transaction that starts reading and
-//! later writes cannot take the write lock while another connection holds
-//! it, and SQLite then fails at once instead of waiting out the busy
-//! timeout ("database is locked" beside a running writer).
+//! SQLite transactions start `IMMEDIATE`: a transaction that starts
+//! reading and later writes cannot take the write lock while another
+//! connection holds it, and SQLite then fails at once instead of waiting
+//! out the busy timeout ("database is locked" beside a running writer).
+//!
+//! On PostgreSQL, a store that holds the group's leader lease checks its
+//! fencing token first in every write transaction ([`super::lease`]): a
+//! leader that lost the lease writes nothing, and the row lock it takes
+//! keeps a takeover from committing until the write did.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use rusqlite::{Transaction, TransactionBehavior, params};
 use serde_json::Value;
 
-use super::{StateStore, ms, sql_err};
+use super::sql::{Row, SqlError, SqlValue, args};
+use super::{Backend, BackendKind, StateStore, ms};
 use crate::engine::HeldDeletion;
 use crate::journal::{IntentState, StateError};
 use crate::model::SpecHash;
 
 /// A write transaction on the state database.
 pub struct Tx<'c> {
-    tx: Transaction<'c>,
+    conn: &'c Backend,
     store: &'c StateStore,
+}
+
+/// Rolls an unfinished transaction back (an error, or a panic, inside it).
+struct Open<'c> {
+    conn: &'c Backend,
+    finished: bool,
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.conn.batch("ROLLBACK");
+        }
+    }
 }
 
 /// What a confirmed create, update or adopt put at the provider.
@@ -39,18 +58,55 @@ pub struct Applied<'a> {
 }
 
 impl StateStore {
-    /// Runs `f` in one `IMMEDIATE` transaction and commits it.
+    /// Runs `f` in one transaction and commits it (checked against the
+    /// leader lease when this store holds one).
     pub fn write<T>(
         &self,
         f: impl FnOnce(&Tx<'_>) -> Result<T, StateError>,
     ) -> Result<T, StateError> {
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| sql_err(&self.path, e))?;
-        let wrapped = Tx { tx, store: self };
-        let value = f(&wrapped)?;
-        wrapped.tx.commit().map_err(|e| sql_err(&self.path, e))?;
+        self.transaction(true, f)
+    }
+
+    /// A transaction that no fence checks and that leaves the change
+    /// counter alone: creating the schema.
+    pub(super) fn write_unfenced<T>(
+        &self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        self.transaction(false, f)
+    }
+
+    fn transaction<T>(
+        &self,
+        checked: bool,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        let guard = self.conn();
+        let conn: &Backend = &guard;
+        let begin = match self.kind {
+            BackendKind::Sqlite => "BEGIN IMMEDIATE",
+            BackendKind::Postgres => "BEGIN",
+        };
+        conn.batch(begin).map_err(|e| self.err(e))?;
+        let mut open = Open {
+            conn,
+            finished: false,
+        };
+        let tx = Tx { conn, store: self };
+        if checked && self.kind == BackendKind::Postgres {
+            self.check_fence(&tx)?;
+            tx.exec(
+                "INSERT INTO meta (key, value) VALUES ('changes', '1') \
+                 ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text",
+                &[],
+            )?;
+        }
+        let value = f(&tx)?;
+        open.finished = true;
+        if let Err(e) = conn.batch("COMMIT") {
+            let _ = conn.batch("ROLLBACK");
+            return Err(self.err(e));
+        }
         self.wrote();
         Ok(value)
     }
@@ -73,13 +129,9 @@ impl StateStore {
                 "INSERT INTO intents (op_id, name, kind, spec_hash, generation, request, state, attempts, created_ms, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7)
                  ON CONFLICT(op_id) DO UPDATE SET updated_ms = excluded.updated_ms",
-                params![op_id, name, kind, spec_hash.0, generation, request.to_string(), ms(now)],
+                args![op_id, name, kind, spec_hash.0.as_str(), generation, request.to_string(), ms(now)],
             )?;
-            tx.tx
-                .query_row("SELECT attempts FROM intents WHERE op_id = ?1", [op_id], |r| {
-                    r.get(0)
-                })
-                .map_err(|e| tx.err(e))
+            tx.query_one("SELECT attempts FROM intents WHERE op_id = ?1", args![op_id])
         })
     }
 
@@ -88,7 +140,7 @@ impl StateStore {
         self.write(|tx| {
             tx.exec(
                 "UPDATE intents SET attempts = attempts + 1 WHERE op_id = ?1",
-                params![op_id],
+                args![op_id],
             )
         })
     }
@@ -123,14 +175,14 @@ impl StateStore {
         now: SystemTime,
     ) -> Result<(), StateError> {
         let text = serde_json::to_string(annotations).map_err(|e| StateError::Io {
-            path: self.path.display().to_string(),
+            path: self.location.clone(),
             message: format!("cannot encode the override: {e}"),
         })?;
         self.write(|tx| {
             tx.exec(
                 "INSERT INTO local_overrides (name, annotations, set_ms) VALUES (?1, ?2, ?3) \
                  ON CONFLICT(name) DO UPDATE SET annotations = excluded.annotations, set_ms = excluded.set_ms",
-                params![name, text, ms(now)],
+                args![name, text, ms(now)],
             )
         })
     }
@@ -138,10 +190,8 @@ impl StateStore {
     /// Removes the local override of `name`; whether there was one.
     pub fn clear_local_override(&self, name: &str) -> Result<bool, StateError> {
         self.write(|tx| {
-            tx.tx
-                .execute("DELETE FROM local_overrides WHERE name = ?1", [name])
+            tx.count("DELETE FROM local_overrides WHERE name = ?1", args![name])
                 .map(|n| n > 0)
-                .map_err(|e| tx.err(e))
         })
     }
 
@@ -150,10 +200,8 @@ impl StateStore {
     /// there were any.
     pub fn reset_attempts(&self, name: &str) -> Result<bool, StateError> {
         self.write(|tx| {
-            tx.tx
-                .execute("DELETE FROM attempts WHERE name = ?1", [name])
+            tx.count("DELETE FROM attempts WHERE name = ?1", args![name])
                 .map(|n| n > 0)
-                .map_err(|e| tx.err(e))
         })
     }
 
@@ -169,7 +217,7 @@ impl StateStore {
             tx.exec(
                 "INSERT INTO deletion_approvals (name, reason, approved_ms) VALUES (?1, ?2, ?3) \
                  ON CONFLICT(name) DO UPDATE SET reason = excluded.reason, approved_ms = excluded.approved_ms",
-                params![name, reason, ms(now)],
+                args![name, reason, ms(now)],
             )
         })
     }
@@ -181,50 +229,64 @@ impl StateStore {
     /// pending one; their counts stay in `pruned_generations`, so no
     /// operation id is ever reused. Returns how many were dropped.
     pub fn prune_journal(&self, cutoff: SystemTime, keep: u32) -> Result<usize, StateError> {
+        // The finished intents to drop, ranked newest first per resource.
+        const PRUNABLE: &str = "SELECT op_id FROM (
+                 SELECT op_id, state, updated_ms,
+                        row_number() OVER (PARTITION BY name ORDER BY updated_ms DESC, op_id DESC) AS newest
+                 FROM intents) AS ranked
+             WHERE state != 'pending' AND updated_ms < ?1 AND newest > ?2";
         self.write(|tx| {
             tx.exec(
-                "CREATE TEMP TABLE IF NOT EXISTS prunable (op_id TEXT PRIMARY KEY)",
-                [],
+                &format!(
+                    "INSERT INTO pruned_generations (name, kind, spec_hash, count)
+                     SELECT name, kind, spec_hash, count(*) FROM intents
+                     WHERE op_id IN ({PRUNABLE})
+                     GROUP BY name, kind, spec_hash
+                     ON CONFLICT(name, kind, spec_hash) DO UPDATE SET count = pruned_generations.count + excluded.count"
+                ),
+                args![ms(cutoff), keep],
             )?;
-            tx.exec("DELETE FROM temp.prunable", [])?;
-            tx.exec(
-                "INSERT INTO temp.prunable (op_id)
-                 SELECT op_id FROM (
-                     SELECT op_id, state, updated_ms,
-                            row_number() OVER (PARTITION BY name ORDER BY updated_ms DESC, op_id DESC) AS newest
-                     FROM intents)
-                 WHERE state != 'pending' AND updated_ms < ?1 AND newest > ?2",
-                params![ms(cutoff), keep],
-            )?;
-            tx.exec(
-                "INSERT INTO pruned_generations (name, kind, spec_hash, count)
-                 SELECT name, kind, spec_hash, count(*) FROM intents
-                 WHERE op_id IN (SELECT op_id FROM temp.prunable)
-                 GROUP BY name, kind, spec_hash
-                 ON CONFLICT(name, kind, spec_hash) DO UPDATE SET count = count + excluded.count",
-                [],
-            )?;
-            tx.tx
-                .execute(
-                    "DELETE FROM intents WHERE op_id IN (SELECT op_id FROM temp.prunable)",
-                    [],
-                )
-                .map_err(|e| tx.err(e))
+            tx.count(
+                &format!("DELETE FROM intents WHERE op_id IN ({PRUNABLE})"),
+                args![ms(cutoff), keep],
+            )
         })
     }
 }
 
 impl Tx<'_> {
-    fn err(&self, e: rusqlite::Error) -> StateError {
-        sql_err(&self.store.path, e)
+    fn err(&self, e: SqlError) -> StateError {
+        self.store.err(e)
     }
 
-    pub(super) fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<(), StateError> {
-        self.tx
-            .prepare_cached(sql)
-            .and_then(|mut s| s.execute(params))
-            .map(|_| ())
-            .map_err(|e| self.err(e))
+    pub(super) fn exec(&self, sql: &str, args: &[SqlValue]) -> Result<(), StateError> {
+        self.count(sql, args).map(|_| ())
+    }
+
+    /// Runs `sql`; how many rows it changed.
+    pub(super) fn count(&self, sql: &str, args: &[SqlValue]) -> Result<usize, StateError> {
+        self.conn.execute(sql, args).map_err(|e| self.err(e))
+    }
+
+    pub(super) fn query(&self, sql: &str, args: &[SqlValue]) -> Result<Vec<Row>, StateError> {
+        self.conn.query(sql, args).map_err(|e| self.err(e))
+    }
+
+    pub(super) fn batch(&self, sql: &str) -> Result<(), StateError> {
+        self.conn.batch(sql).map_err(|e| self.err(e))
+    }
+
+    /// The first column of the first row (a missing row is an error).
+    pub(super) fn query_one<T: super::sql::FromSqlValue>(
+        &self,
+        sql: &str,
+        args: &[SqlValue],
+    ) -> Result<T, StateError> {
+        let rows = self.query(sql, args)?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.err(SqlError::Type(format!("no row for `{sql}`"))))?;
+        row.get(0).map_err(|e| self.err(e))
     }
 
     /// Records a confirmed apply: the spec and fields now at the provider.
@@ -237,7 +299,7 @@ impl Tx<'_> {
         now: SystemTime,
     ) -> Result<(), StateError> {
         let fields = serde_json::to_string(a.fields).map_err(|e| StateError::Io {
-            path: self.store.path.display().to_string(),
+            path: self.store.location.clone(),
             message: format!("cannot encode the applied fields of {name}: {e}"),
         })?;
         self.exec(
@@ -246,9 +308,9 @@ impl Tx<'_> {
              ON CONFLICT(name) DO UPDATE SET provider = excluded.provider, database_name = excluded.database_name, file = excluded.file,
                applied_spec_hash = excluded.applied_spec_hash, applied_fields = excluded.applied_fields, applied_commit = excluded.applied_commit,
                external_id = excluded.external_id, existed = 1, manifest = excluded.manifest, updated_ms = excluded.updated_ms",
-            params![name, a.provider, a.database_name, a.file, a.spec_hash.0, fields, a.commit, a.external_id, a.manifest.to_string(), ms(now)],
+            args![name, a.provider, a.database_name, a.file, a.spec_hash.0.as_str(), fields, a.commit, a.external_id, a.manifest.to_string(), ms(now)],
         )?;
-        self.exec("DELETE FROM drift_seen WHERE name = ?1", [name])
+        self.exec("DELETE FROM drift_seen WHERE name = ?1", args![name])
     }
 
     /// Keeps the declaration's file and manifest current for a managed
@@ -256,7 +318,7 @@ impl Tx<'_> {
     pub fn touch(&self, name: &str, file: &str, manifest: &Value) -> Result<(), StateError> {
         self.exec(
             "UPDATE resources SET file = ?2, manifest = ?3 WHERE name = ?1 AND (file != ?2 OR manifest != ?3)",
-            params![name, file, manifest.to_string()],
+            args![name, file, manifest.to_string()],
         )
     }
 
@@ -264,7 +326,7 @@ impl Tx<'_> {
     pub fn record_write(&self, name: &str, at: SystemTime) -> Result<(), StateError> {
         self.exec(
             "UPDATE resources SET last_write_ms = ?2 WHERE name = ?1",
-            params![name, ms(at)],
+            args![name, ms(at)],
         )
     }
 
@@ -276,21 +338,17 @@ impl Tx<'_> {
         fields: &[String],
         now: SystemTime,
     ) -> Result<(), StateError> {
-        let known: Vec<String> = self
-            .tx
-            .prepare_cached("SELECT field FROM drift_seen WHERE name = ?1")
-            .and_then(|mut s| s.query_map([name], |r| r.get(0))?.collect())
-            .map_err(|e| self.err(e))?;
+        let known = self.strings("SELECT field FROM drift_seen WHERE name = ?1", name)?;
         for field in known.iter().filter(|f| !fields.contains(f)) {
             self.exec(
                 "DELETE FROM drift_seen WHERE name = ?1 AND field = ?2",
-                params![name, field],
+                args![name, field],
             )?;
         }
         for field in fields.iter().filter(|f| !known.contains(f)) {
             self.exec(
                 "INSERT INTO drift_seen (name, field, first_seen_ms) VALUES (?1, ?2, ?3)",
-                params![name, field, ms(now)],
+                args![name, field, ms(now)],
             )?;
         }
         Ok(())
@@ -305,20 +363,22 @@ impl Tx<'_> {
         name: &str,
         still_different: &[(String, Value, Value)],
     ) -> Result<(), StateError> {
-        let fields: Vec<&str> = still_different.iter().map(|(f, _, _)| f.as_str()).collect();
-        let differing = serde_json::to_string(&fields).unwrap_or_else(|_| "[]".into());
-        self.exec(
-            "DELETE FROM attempts WHERE name = ?1 AND field NOT IN (SELECT value FROM json_each(?2))",
-            params![name, differing],
-        )?;
+        for field in self.strings("SELECT field FROM attempts WHERE name = ?1", name)? {
+            if !still_different.iter().any(|(f, _, _)| *f == field) {
+                self.exec(
+                    "DELETE FROM attempts WHERE name = ?1 AND field = ?2",
+                    args![name, field],
+                )?;
+            }
+        }
         for (field, desired, observed) in still_different {
             let (desired, observed) = (desired.to_string(), observed.to_string());
             self.exec(
                 "INSERT INTO attempts (name, field, count, desired, observed) VALUES (?1, ?2, 1, ?3, ?4) \
                  ON CONFLICT(name, field) DO UPDATE SET \
-                 count = CASE WHEN desired IS excluded.desired AND observed IS excluded.observed THEN count + 1 ELSE 1 END, \
+                 count = CASE WHEN attempts.desired IS NOT DISTINCT FROM excluded.desired AND attempts.observed IS NOT DISTINCT FROM excluded.observed THEN attempts.count + 1 ELSE 1 END, \
                  desired = excluded.desired, observed = excluded.observed",
-                params![name, field, desired, observed],
+                args![name, field, desired, observed],
             )?;
         }
         Ok(())
@@ -334,7 +394,7 @@ impl Tx<'_> {
     ) -> Result<(), StateError> {
         self.exec(
             "UPDATE intents SET state = ?2, last_error = ?3, updated_ms = ?4 WHERE op_id = ?1",
-            params![op_id, state.as_str(), error, ms(now)],
+            args![op_id, state.as_str(), error, ms(now)],
         )
     }
 
@@ -347,7 +407,7 @@ impl Tx<'_> {
     ) -> Result<(), StateError> {
         self.exec(
             "UPDATE intents SET last_error = ?2, updated_ms = ?3 WHERE op_id = ?1",
-            params![op_id, error, ms(now)],
+            args![op_id, error, ms(now)],
         )
     }
 
@@ -361,8 +421,8 @@ impl Tx<'_> {
         commit: &str,
     ) -> Result<(), StateError> {
         self.exec(
-            "INSERT OR IGNORE INTO tombstones (name, manifest, removed_ms, removal_commit) VALUES (?1, ?2, ?3, ?4)",
-            params![name, manifest.to_string(), ms(now), commit],
+            "INSERT INTO tombstones (name, manifest, removed_ms, removal_commit) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+            args![name, manifest.to_string(), ms(now), commit],
         )
     }
 
@@ -370,7 +430,7 @@ impl Tx<'_> {
     /// remembered of it, go.
     pub fn remove_tombstone(&self, name: &str) -> Result<(), StateError> {
         for table in ["tombstones", "deletion_holds", "deletion_approvals"] {
-            self.exec(&format!("DELETE FROM {table} WHERE name = ?1"), [name])?;
+            self.exec(&format!("DELETE FROM {table} WHERE name = ?1"), args![name])?;
         }
         Ok(())
     }
@@ -384,7 +444,7 @@ impl Tx<'_> {
     ) -> Result<(), StateError> {
         self.exec(
             "UPDATE tombstones SET delete_requested_ms = coalesce(delete_requested_ms, ?2), last_error = ?3 WHERE name = ?1",
-            params![name, ms(requested), error],
+            args![name, ms(requested), error],
         )
     }
 
@@ -401,7 +461,7 @@ impl Tx<'_> {
             "deletion_holds",
             "deletion_approvals",
         ] {
-            self.exec(&format!("DELETE FROM {table} WHERE name = ?1"), [name])?;
+            self.exec(&format!("DELETE FROM {table} WHERE name = ?1"), args![name])?;
         }
         Ok(())
     }
@@ -418,18 +478,18 @@ impl Tx<'_> {
         self.exec(
             "INSERT INTO override_seen (name, source, fingerprint, first_seen_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(name, source) DO UPDATE SET fingerprint = excluded.fingerprint, first_seen_ms = excluded.first_seen_ms",
-            params![name, source, fingerprint, ms(first_seen)],
+            args![name, source, fingerprint, ms(first_seen)],
         )
     }
 
     /// Remembers that the guard holds exactly these deletions.
     pub fn hold_deletions(&self, names: &[String], hold: HeldDeletion) -> Result<(), StateError> {
-        self.exec("DELETE FROM deletion_holds", [])?;
+        self.exec("DELETE FROM deletion_holds", &[])?;
         for name in names {
             self.exec(
                 "INSERT INTO deletion_holds (name, since_ms, due_together) VALUES (?1, ?2, ?3)
                  ON CONFLICT(name) DO UPDATE SET since_ms = excluded.since_ms, due_together = excluded.due_together",
-                params![name, ms(hold.since), i64::try_from(hold.due_together).unwrap_or(i64::MAX)],
+                args![name, ms(hold.since), i64::try_from(hold.due_together).unwrap_or(i64::MAX)],
             )?;
         }
         Ok(())
@@ -437,6 +497,15 @@ impl Tx<'_> {
 
     /// The guard no longer holds anything.
     pub fn release_deletions(&self) -> Result<(), StateError> {
-        self.exec("DELETE FROM deletion_holds", [])
+        self.exec("DELETE FROM deletion_holds", &[])
+    }
+
+    /// The first column of every row, as text (one parameter).
+    fn strings(&self, sql: &str, name: &str) -> Result<Vec<String>, StateError> {
+        self.query(sql, args![name])?
+            .iter()
+            .map(|r| r.get(0))
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))
     }
 }

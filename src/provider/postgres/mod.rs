@@ -228,7 +228,7 @@ fn connect_failure(resource: &str, e: tokio_postgres::Error) -> ProviderError {
     if e.as_db_error().is_some() {
         return classify(resource, e);
     }
-    let message = connect_error(e);
+    let message = connect_error(&e);
     let configuration = if message.contains("server does not support TLS") {
         Some(
             "the server offers no TLS, but the url's sslmode asks for it: enable ssl on the server, or change sslmode in [providers] url",
@@ -250,7 +250,7 @@ fn connect_failure(resource: &str, e: tokio_postgres::Error) -> ProviderError {
 }
 
 /// A connection error with its cause (TLS failures hide in the source).
-fn connect_error(e: tokio_postgres::Error) -> String {
+pub(crate) fn connect_error(e: &tokio_postgres::Error) -> String {
     let mut message = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(cause) = source {

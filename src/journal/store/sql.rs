@@ -1,0 +1,203 @@
+//! The one SQL surface the state store is written against, so every query
+//! is written once and runs on both backends: SQLite (the state dir) and
+//! PostgreSQL (a state shared by several agents, [`super::postgres`]).
+//!
+//! Values are integers, text or NULL only (the schema has nothing else):
+//! booleans are integers 0/1 and times milliseconds since the epoch, on
+//! both backends. Statements use `?N` placeholders; the PostgreSQL session
+//! rewrites them to `$N`. SQL that only one backend speaks (`PRAGMA`,
+//! `sqlite_master`, advisory locks) stays in that backend's code.
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+
+/// A parameter or column value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SqlValue {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+impl From<&str> for SqlValue {
+    fn from(v: &str) -> Self {
+        SqlValue::Text(v.to_string())
+    }
+}
+
+impl From<&String> for SqlValue {
+    fn from(v: &String) -> Self {
+        SqlValue::Text(v.clone())
+    }
+}
+
+impl From<String> for SqlValue {
+    fn from(v: String) -> Self {
+        SqlValue::Text(v)
+    }
+}
+
+impl From<i64> for SqlValue {
+    fn from(v: i64) -> Self {
+        SqlValue::Int(v)
+    }
+}
+
+impl From<u32> for SqlValue {
+    fn from(v: u32) -> Self {
+        SqlValue::Int(i64::from(v))
+    }
+}
+
+impl From<usize> for SqlValue {
+    fn from(v: usize) -> Self {
+        SqlValue::Int(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+
+impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(SqlValue::Null, Into::into)
+    }
+}
+
+/// `args![a, b]`: statement parameters, in `?1`, `?2` order.
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {
+        &[$($crate::journal::store::sql::SqlValue::from($a)),*][..]
+    };
+}
+pub(crate) use args;
+
+impl rusqlite::ToSql for SqlValue {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            SqlValue::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+            SqlValue::Int(i) => ToSqlOutput::Borrowed(ValueRef::Integer(*i)),
+            SqlValue::Text(t) => ToSqlOutput::Borrowed(ValueRef::Text(t.as_bytes())),
+        })
+    }
+}
+
+/// A failed statement, before the store names where.
+#[derive(Debug)]
+pub enum SqlError {
+    Sqlite(rusqlite::Error),
+    /// PostgreSQL: the server's message and SQLSTATE, or the connection's.
+    Postgres(String),
+    /// A column did not hold the type the query reads.
+    Type(String),
+}
+
+impl std::fmt::Display for SqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SqlError::Sqlite(e) => write!(f, "{e}"),
+            SqlError::Postgres(m) | SqlError::Type(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for SqlError {
+    fn from(e: rusqlite::Error) -> Self {
+        SqlError::Sqlite(e)
+    }
+}
+
+/// One result row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row(pub(super) Vec<SqlValue>);
+
+/// A Rust value a column can be read as.
+pub trait FromSqlValue: Sized {
+    fn from_sql_value(v: &SqlValue) -> Option<Self>;
+}
+
+impl FromSqlValue for i64 {
+    fn from_sql_value(v: &SqlValue) -> Option<Self> {
+        match v {
+            SqlValue::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+impl FromSqlValue for u32 {
+    fn from_sql_value(v: &SqlValue) -> Option<Self> {
+        i64::from_sql_value(v).map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+    }
+}
+
+impl FromSqlValue for bool {
+    fn from_sql_value(v: &SqlValue) -> Option<Self> {
+        i64::from_sql_value(v).map(|i| i != 0)
+    }
+}
+
+impl FromSqlValue for String {
+    fn from_sql_value(v: &SqlValue) -> Option<Self> {
+        match v {
+            SqlValue::Text(t) => Some(t.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl<T: FromSqlValue> FromSqlValue for Option<T> {
+    fn from_sql_value(v: &SqlValue) -> Option<Self> {
+        match v {
+            SqlValue::Null => Some(None),
+            v => T::from_sql_value(v).map(Some),
+        }
+    }
+}
+
+impl Row {
+    /// Column `i` as a `T`; a NULL or a value of another type where `T`
+    /// does not allow it is an error naming the column.
+    pub fn get<T: FromSqlValue>(&self, i: usize) -> Result<T, SqlError> {
+        let value = self.0.get(i).unwrap_or(&SqlValue::Null);
+        T::from_sql_value(value).ok_or_else(|| {
+            SqlError::Type(format!(
+                "column {i} holds {value:?}, not a {}",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+}
+
+/// Runs statements on one SQLite connection through its statement cache.
+pub(super) fn sqlite_execute(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    args: &[SqlValue],
+) -> Result<usize, SqlError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    Ok(stmt.execute(rusqlite::params_from_iter(args.iter()))?)
+}
+
+pub(super) fn sqlite_query(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    args: &[SqlValue],
+) -> Result<Vec<Row>, SqlError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let columns = stmt.column_count();
+    let mut rows = stmt.query(rusqlite::params_from_iter(args.iter()))?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let mut values = Vec::with_capacity(columns);
+        for i in 0..columns {
+            values.push(match r.get_ref(i)? {
+                ValueRef::Null => SqlValue::Null,
+                ValueRef::Integer(n) => SqlValue::Int(n),
+                // The schema has no REAL columns; an aggregate might.
+                ValueRef::Real(f) => SqlValue::Int(f as i64),
+                ValueRef::Text(t) | ValueRef::Blob(t) => {
+                    SqlValue::Text(String::from_utf8_lossy(t).into_owned())
+                }
+            });
+        }
+        out.push(Row(values));
+    }
+    Ok(out)
+}

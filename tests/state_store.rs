@@ -1,0 +1,575 @@
+//! The state store's behaviour, the same cases on both backends: SQLite
+//! in a state dir and PostgreSQL (a real cluster from the test harness,
+//! each case in a schema of its own).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tend::journal::{Applied, IntentState, PgStateSettings, StateStore};
+use tend::model::SpecHash;
+
+/// Where a case's store lives; it is dropped after the case.
+enum Place {
+    Sqlite(tempfile::TempDir),
+    Postgres(PgStateSettings),
+}
+
+impl Place {
+    fn open(&self, writer: bool) -> Result<Option<StateStore>, tend::journal::StateError> {
+        match self {
+            Place::Sqlite(dir) => StateStore::open(dir.path(), writer),
+            Place::Postgres(settings) => StateStore::open_postgres(settings, writer),
+        }
+    }
+
+    fn writer(&self) -> StateStore {
+        self.open(true).unwrap().unwrap()
+    }
+}
+
+type Case = (&'static str, fn(&Place));
+
+const CASES: &[Case] = &[
+    (
+        "superseded_or_pending_writes_are_unconfirmed",
+        superseded_or_pending_writes_are_unconfirmed,
+    ),
+    (
+        "generations_count_finished_operations",
+        generations_count_finished_operations,
+    ),
+    (
+        "applied_fields_are_read_by_name_and_corrupt_values_reported",
+        applied_fields_are_read_by_name_and_corrupt_values_reported,
+    ),
+    (
+        "unknown_intent_states_are_open_and_corrupt",
+        unknown_intent_states_are_open_and_corrupt,
+    ),
+    (
+        "pruning_keeps_pending_and_recent_intents",
+        pruning_keeps_pending_and_recent_intents,
+    ),
+    (
+        "freshness_moves_with_every_write",
+        freshness_moves_with_every_write,
+    ),
+    (
+        "the_agent_id_is_generated_once",
+        the_agent_id_is_generated_once,
+    ),
+    (
+        "tombstones_overrides_and_deletion_holds_round_trip",
+        tombstones_overrides_and_deletion_holds_round_trip,
+    ),
+    (
+        "drift_and_attempts_are_kept_per_field",
+        drift_and_attempts_are_kept_per_field,
+    ),
+    (
+        "notifications_queue_and_conditions",
+        notifications_queue_and_conditions,
+    ),
+    (
+        "a_failed_write_leaves_nothing",
+        a_failed_write_leaves_nothing,
+    ),
+    (
+        "a_reader_sees_no_state_before_a_writer",
+        a_reader_sees_no_state_before_a_writer,
+    ),
+];
+
+fn run_all(place: impl Fn(&str) -> Place) {
+    for (name, case) in CASES {
+        eprintln!("case {name}");
+        let place = place(name);
+        case(&place);
+    }
+}
+
+#[test]
+fn the_store_suite_passes_on_sqlite() {
+    run_all(|_| Place::Sqlite(tempfile::tempdir().unwrap()));
+}
+
+#[test]
+fn the_store_suite_passes_on_postgres() {
+    let pg = support::postgres::Postgres::start();
+    run_all(|name| Place::Postgres(settings(&pg, &format!("s_{}", &name[..name.len().min(40)]))));
+}
+
+fn settings(pg: &support::postgres::Postgres, schema: &str) -> PgStateSettings {
+    PgStateSettings {
+        url: pg.url(),
+        password: None,
+        schema: schema.to_string(),
+        tls_ca_file: None,
+    }
+}
+
+#[test]
+fn a_newer_min_reader_format_on_postgres_is_refused_and_nothing_is_written() {
+    let pg = support::postgres::Postgres::start();
+    let place = Place::Postgres(settings(&pg, "guarded"));
+    drop(place.writer());
+    pg.psql("UPDATE guarded.meta SET value = '99' WHERE key = 'min_reader_format'");
+    // Every row's transaction id and the tables: a write changes one.
+    let snapshot = || {
+        pg.psql(
+            "SELECT string_agg(key || '=' || value || '@' || xmin::text, ',' ORDER BY key) FROM guarded.meta \
+             UNION ALL SELECT count(*)::text FROM pg_tables WHERE schemaname = 'guarded'",
+        )
+    };
+    let before = snapshot();
+    for writer in [true, false] {
+        let err = place.open(writer).unwrap_err().to_string();
+        assert!(
+            err.contains("min_reader_format is 99") && err.contains("docs/runbooks/rollback.md"),
+            "{err}"
+        );
+        assert!(err.contains("schema guarded"), "names the schema: {err}");
+    }
+    assert_eq!(snapshot(), before, "the refused opens wrote nothing");
+}
+
+#[test]
+fn agents_starting_together_create_one_postgres_state() {
+    let pg = support::postgres::Postgres::start();
+    let settings = settings(&pg, "together");
+    let opened: Vec<_> = (0..6)
+        .map(|_| {
+            let settings = settings.clone();
+            std::thread::spawn(move || {
+                StateStore::open_postgres(&settings, true).map(|s| s.is_some())
+            })
+        })
+        .collect();
+    for handle in opened {
+        assert!(
+            handle.join().unwrap().unwrap(),
+            "every writer opens the state"
+        );
+    }
+    assert_eq!(
+        pg.psql("SELECT value FROM together.meta WHERE key = 'format'"),
+        "6"
+    );
+}
+
+fn superseded_or_pending_writes_are_unconfirmed(place: &Place) {
+    let store = place.writer();
+    let (h, now) = (SpecHash("h".into()), SystemTime::now());
+    for (op, name) in [("op1", "a"), ("op2", "b"), ("op3", "c")] {
+        store
+            .begin_intent(op, name, "create", &h, 0, &Value::Null, now)
+            .unwrap();
+    }
+    store
+        .finish_intent(
+            "op2",
+            IntentState::Failed,
+            Some("superseded: the declaration changed"),
+            now,
+        )
+        .unwrap();
+    store
+        .finish_intent(
+            "op3",
+            IntentState::Failed,
+            Some("the server refused it"),
+            now,
+        )
+        .unwrap();
+    let memories = store.read_memories().unwrap().memories;
+    let flag = |n: &str| memories.get(n).is_some_and(|m| m.unconfirmed_write);
+    assert!(flag("a"), "pending");
+    assert!(flag("b"), "superseded");
+    assert!(!flag("c"), "refused: nothing was written");
+}
+
+fn generations_count_finished_operations(place: &Place) {
+    let store = place.writer();
+    let h = SpecHash("h".into());
+    let now = SystemTime::now();
+    assert_eq!(store.next_generation("a", "update", &h).unwrap(), 0);
+    assert_eq!(
+        store
+            .begin_intent("op1", "a", "update", &h, 0, &Value::Null, now)
+            .unwrap(),
+        0
+    );
+    store.note_attempt("op1").unwrap();
+    assert_eq!(
+        store
+            .begin_intent("op1", "a", "update", &h, 0, &Value::Null, now)
+            .unwrap(),
+        1,
+        "a replay keeps the row and its attempts"
+    );
+    assert_eq!(
+        store.next_generation("a", "update", &h).unwrap(),
+        0,
+        "a pending intent is retried, not replaced"
+    );
+    store
+        .finish_intent("op1", IntentState::Done, None, now)
+        .unwrap();
+    assert_eq!(store.next_generation("a", "update", &h).unwrap(), 1);
+    assert!(store.pending_intents().unwrap().is_empty());
+}
+
+fn applied(name: &str, hash: &SpecHash, fields: &BTreeMap<String, Value>, store: &StateStore) {
+    let applied = Applied {
+        provider: "p",
+        database_name: name,
+        file: "f.yaml",
+        manifest: &Value::Null,
+        spec_hash: hash,
+        fields,
+        commit: None,
+        external_id: "id",
+    };
+    store
+        .write(|tx| tx.record_applied(name, &applied, SystemTime::now()))
+        .unwrap();
+}
+
+fn applied_fields_are_read_by_name_and_corrupt_values_reported(place: &Place) {
+    let store = place.writer();
+    let fields = BTreeMap::from([("owner".to_string(), Value::from("app"))]);
+    let hash = SpecHash("old".into());
+    for name in ["good", "bad"] {
+        applied(name, &hash, &fields, &store);
+    }
+    store
+        .execute_unchecked("UPDATE resources SET applied_fields = '{not json' WHERE name = 'bad'")
+        .unwrap();
+    let read = store
+        .applied_fields(&["good".into(), "bad".into(), "absent".into()])
+        .unwrap();
+    assert_eq!(read.len(), 2, "an absent resource has no row");
+    assert_eq!(read[0].1, Some(hash.clone()));
+    assert_eq!(read[0].2.as_ref().unwrap(), &fields);
+    let corrupt = read[1].2.as_ref().unwrap_err();
+    assert_eq!(corrupt.name, "bad");
+    assert!(corrupt.problem.contains("not a JSON object"), "{corrupt}");
+    let memories = store.read_memories().unwrap().memories;
+    assert!(memories.values().all(|m| m.existed) && memories.len() == 2);
+    assert!(store.knows_resource("good").unwrap());
+    assert!(!store.knows_resource("absent").unwrap());
+}
+
+fn unknown_intent_states_are_open_and_corrupt(place: &Place) {
+    let store = place.writer();
+    let h = SpecHash("h".into());
+    let now = SystemTime::now();
+    for op in ["p", "d", "x", "j"] {
+        store
+            .begin_intent(op, op, "update", &h, 0, &Value::Null, now)
+            .unwrap();
+    }
+    store
+        .finish_intent("d", IntentState::Done, None, now)
+        .unwrap();
+    store
+        .execute_unchecked("UPDATE intents SET state = 'frozen' WHERE op_id = 'x'")
+        .unwrap();
+    store
+        .execute_unchecked("UPDATE intents SET request = '{' WHERE op_id = 'j'")
+        .unwrap();
+    let names: Vec<String> = store
+        .open_intents()
+        .unwrap()
+        .iter()
+        .map(|r| match r {
+            Ok(i) => format!("ok:{}", i.name),
+            Err(c) => format!("corrupt:{}", c.name),
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["corrupt:j", "ok:p", "corrupt:x"],
+        "oldest first, then by id"
+    );
+    assert_eq!(store.pending_intents().unwrap().len(), 1);
+    let problems = store.check().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("unknown state `frozen`")),
+        "{problems:?}"
+    );
+}
+
+fn pruning_keeps_pending_and_recent_intents(place: &Place) {
+    let store = place.writer();
+    let h = SpecHash("h".into());
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    for (i, op) in ["a0", "a1", "a2", "a3", "a4"].iter().enumerate() {
+        let at = old + Duration::from_secs(i as u64);
+        store
+            .begin_intent(op, "a", "update", &h, i as u32, &Value::Null, at)
+            .unwrap();
+        store
+            .finish_intent(op, IntentState::Done, None, at)
+            .unwrap();
+    }
+    store
+        .begin_intent("a5", "a", "update", &h, 5, &Value::Null, old)
+        .unwrap();
+    assert_eq!(store.next_generation("a", "update", &h).unwrap(), 5);
+    let cutoff = old + Duration::from_secs(3600);
+    assert_eq!(
+        store.prune_journal(cutoff, 2).unwrap(),
+        3,
+        "the three oldest finished go; the newest two stay"
+    );
+    let mut left: Vec<String> = store
+        .all_intents()
+        .unwrap()
+        .into_iter()
+        .map(|i| i.op_id)
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["a3", "a4", "a5"].map(String::from),
+        "pending a5 is never pruned"
+    );
+    assert_eq!(
+        store.next_generation("a", "update", &h).unwrap(),
+        5,
+        "the next operation does not reuse a pruned one's id"
+    );
+    assert_eq!(store.prune_journal(cutoff, 2).unwrap(), 0);
+}
+
+fn freshness_moves_with_every_write(place: &Place) {
+    let store = place.writer();
+    let read = store.read_memories().unwrap().freshness.unwrap();
+    assert_eq!(
+        store.freshness().unwrap(),
+        read,
+        "nothing written: still fresh"
+    );
+    store
+        .write(|tx| tx.record_write("a", SystemTime::now()))
+        .unwrap();
+    let after_own = store.freshness().unwrap();
+    assert_ne!(after_own, read, "this store wrote");
+    // `tend override set` from another process: another connection.
+    let other = place.writer();
+    other
+        .set_local_override("a", &BTreeMap::new(), SystemTime::now())
+        .unwrap();
+    assert_ne!(
+        store.freshness().unwrap(),
+        after_own,
+        "another connection wrote"
+    );
+}
+
+fn the_agent_id_is_generated_once(place: &Place) {
+    let store = place.writer();
+    let id = store.agent_id(None).unwrap();
+    assert!(id.starts_with("tend-"));
+    assert_eq!(store.agent_id(None).unwrap(), id);
+    assert_eq!(
+        place.writer().agent_id(None).unwrap(),
+        id,
+        "kept in the state"
+    );
+    assert_eq!(store.agent_id(Some("configured")).unwrap(), "configured");
+}
+
+fn tombstones_overrides_and_deletion_holds_round_trip(place: &Place) {
+    let store = place.writer();
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000);
+    let manifest: Value = serde_json::from_str(
+        r#"{"apiVersion":"tend.dev/v1","kind":"ManagedDatabase","metadata":{"name":"gone"},"spec":{"provider":"p","databaseName":"gone","owner":"app"}}"#,
+    )
+    .unwrap();
+    store
+        .write(|tx| {
+            tx.add_tombstone("gone", &manifest, now, "c1")?;
+            tx.add_tombstone("gone", &manifest, now + Duration::from_secs(5), "c2")
+        })
+        .unwrap();
+    let tombstones = store.tombstones().unwrap();
+    assert_eq!(tombstones.len(), 1);
+    let row = tombstones[0].as_ref().unwrap();
+    assert_eq!(
+        (row.removal_commit.as_str(), row.removed_at),
+        ("c1", now),
+        "the first removal is kept"
+    );
+    store
+        .write(|tx| tx.tombstone_progress("gone", now, Some("busy")))
+        .unwrap();
+    assert_eq!(
+        store.tombstones().unwrap()[0]
+            .as_ref()
+            .unwrap()
+            .last_error
+            .as_deref(),
+        Some("busy")
+    );
+    let pause = BTreeMap::from([("tend.dev/paused".to_string(), "true".to_string())]);
+    store.set_local_override("gone", &pause, now).unwrap();
+    let overrides = store.local_overrides().unwrap();
+    assert!(overrides[0].as_ref().unwrap().is_pause());
+    store
+        .write(|tx| tx.override_seen("gone", "git", "f1", now))
+        .unwrap();
+    assert_eq!(
+        store.overrides_seen().unwrap()[&("gone".to_string(), "git".to_string())].first_seen,
+        now
+    );
+    let hold = tend::engine::HeldDeletion {
+        since: now,
+        due_together: 7,
+    };
+    store
+        .write(|tx| tx.hold_deletions(&["gone".to_string()], hold))
+        .unwrap();
+    assert_eq!(store.held_deletions().unwrap()["gone"], hold);
+    store
+        .approve_deletion("gone", "decommissioned", now)
+        .unwrap();
+    assert_eq!(store.approvals().unwrap()["gone"].reason, "decommissioned");
+    assert!(store.clear_local_override("gone").unwrap());
+    assert!(!store.clear_local_override("gone").unwrap());
+    store.write(|tx| tx.forget("gone")).unwrap();
+    assert!(store.tombstones().unwrap().is_empty());
+    assert!(store.held_deletions().unwrap().is_empty());
+    assert!(store.approvals().unwrap().is_empty());
+}
+
+fn drift_and_attempts_are_kept_per_field(place: &Place) {
+    let store = place.writer();
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(3_000_000);
+    let fields = BTreeMap::new();
+    applied("a", &SpecHash("h".into()), &fields, &store);
+    store
+        .write(|tx| tx.sync_drift("a", &["owner".into(), "encoding".into()], t0))
+        .unwrap();
+    store
+        .write(|tx| tx.sync_drift("a", &["owner".into()], t0 + Duration::from_secs(9)))
+        .unwrap();
+    let memory = &store.read_memories().unwrap().memories["a"];
+    assert_eq!(memory.drift_first_seen.len(), 1);
+    assert_eq!(
+        memory.drift_first_seen["owner"], t0,
+        "the first sighting is kept"
+    );
+    let diff = |d: &str, o: &str| ("owner".to_string(), Value::from(d), Value::from(o));
+    for _ in 0..2 {
+        store
+            .write(|tx| tx.record_attempts("a", &[diff("x", "y")]))
+            .unwrap();
+    }
+    let count = |s: &StateStore| {
+        s.read_memories().unwrap().memories["a"]
+            .failed_attempts
+            .get("owner")
+            .map(|a| a.count)
+    };
+    assert_eq!(count(&store), Some(2), "the same two values count on");
+    store
+        .write(|tx| tx.record_attempts("a", &[diff("x", "z")]))
+        .unwrap();
+    assert_eq!(count(&store), Some(1), "other values start again");
+    store.write(|tx| tx.record_attempts("a", &[])).unwrap();
+    assert_eq!(count(&store), None, "a converged field's count goes");
+    store
+        .write(|tx| tx.record_attempts("a", &[diff("x", "y")]))
+        .unwrap();
+    assert!(store.reset_attempts("a").unwrap());
+    assert_eq!(count(&store), None);
+}
+
+fn notifications_queue_and_conditions(place: &Place) {
+    let store = place.writer();
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(4_000_000);
+    let conditions = |list: &[(&str, &str)]| -> std::collections::BTreeSet<(String, String)> {
+        list.iter()
+            .map(|(s, c)| (s.to_string(), c.to_string()))
+            .collect()
+    };
+    let queued = (
+        "hook".to_string(),
+        "drift".to_string(),
+        "a".to_string(),
+        "{}".to_string(),
+    );
+    store
+        .record_notifications(
+            &conditions(&[("a", "drift"), ("b", "blocked")]),
+            &[queued.clone(), queued],
+            now,
+        )
+        .unwrap();
+    store
+        .record_notifications(&conditions(&[("a", "drift")]), &[], now)
+        .unwrap();
+    assert_eq!(
+        store.notify_conditions().unwrap(),
+        conditions(&[("a", "drift")])
+    );
+    let due = store.due_notifications(now, 10).unwrap();
+    assert_eq!(due.len(), 2);
+    assert!(due[0].id < due[1].id, "oldest first");
+    assert_eq!(
+        store.due_notifications(now, 1).unwrap().len(),
+        1,
+        "the limit holds"
+    );
+    store
+        .notification_failed(due[0].id, "refused", now + Duration::from_secs(60))
+        .unwrap();
+    store.notification_done(due[1].id).unwrap();
+    assert!(store.due_notifications(now, 10).unwrap().is_empty());
+    assert_eq!(
+        store.next_notification_due().unwrap(),
+        Some(now + Duration::from_secs(60))
+    );
+    let retried = store
+        .due_notifications(now + Duration::from_secs(60), 10)
+        .unwrap();
+    assert_eq!(retried[0].attempts, 1);
+}
+
+fn a_failed_write_leaves_nothing(place: &Place) {
+    let store = place.writer();
+    let h = SpecHash("h".into());
+    let failed: Result<(), _> = store.write(|tx| {
+        tx.finish_intent("none", IntentState::Done, None, SystemTime::now())?;
+        tx.record_write("x", SystemTime::now())?;
+        Err(tend::journal::StateError::Worker {
+            message: "injected".into(),
+        })
+    });
+    assert!(failed.is_err());
+    store
+        .begin_intent("op", "a", "create", &h, 0, &Value::Null, SystemTime::now())
+        .unwrap();
+    assert_eq!(
+        store.all_intents().unwrap().len(),
+        1,
+        "the store still writes after a rollback"
+    );
+}
+
+fn a_reader_sees_no_state_before_a_writer(place: &Place) {
+    assert!(
+        place.open(false).unwrap().is_none(),
+        "no state yet: nothing to read"
+    );
+    drop(place.writer());
+    let reader = place.open(false).unwrap().unwrap();
+    assert!(reader.summary().unwrap().contains("resources managed: 0"));
+}

@@ -755,3 +755,36 @@ fn request_bodies_are_capped() {
     );
     assert_eq!(daemon.get("/healthz").unwrap().status, 200);
 }
+
+/// A provider that answers nothing fails every cycle: the "last successful
+/// cycle" alert must fire for an outage, not keep moving because the cycle
+/// finished.
+#[test]
+fn a_cycle_that_observes_nothing_is_not_a_successful_cycle() {
+    let env = Env::new(|c| {
+        c.faults("fail_calls", "1000000")
+            .reconcile("max_retries", "0")
+    });
+    let daemon = env.start(&[]);
+    daemon.wait_for("a failed cycle", Duration::from_secs(20), || {
+        daemon.get("/metrics").is_some_and(|m| {
+            m.body.lines().any(|l| {
+                l.starts_with("tend_cycles_total{")
+                    && l.contains("result=\"error\"")
+                    && !l.ends_with(" 0")
+            })
+        })
+    });
+    let text = daemon.get("/metrics").unwrap().body;
+    assert!(
+        text.lines()
+            .any(|l| l == "tend_last_successful_cycle_timestamp_seconds 0.0"),
+        "{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("tend_cycles_total{")
+            && l.contains("result=\"ok\"")
+            && !l.ends_with(" 0")),
+        "{text}"
+    );
+}

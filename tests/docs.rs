@@ -349,3 +349,123 @@ fn the_rollback_runbooks_move_works_with_and_without_wal_files() {
         }
     }
 }
+
+/// Every `tests/FILE.rs::NAME` a document cites (the design record links
+/// each claim to the test that demonstrates it) names a test that exists.
+#[test]
+fn every_test_a_document_cites_exists() {
+    let mut cited = 0;
+    let mut missing = Vec::new();
+    for path in doc_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, _) in text.match_indices("tests/") {
+            let rest = &text[i..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || "_/.:".contains(c)))
+                .unwrap_or(rest.len());
+            let Some((file, name)) = rest[..end].split_once(".rs::") else {
+                continue;
+            };
+            if file == "tests/FILE" {
+                continue;
+            }
+            cited += 1;
+            let source =
+                std::fs::read_to_string(repo_root().join(format!("{file}.rs"))).unwrap_or_default();
+            if !source.contains(&format!("fn {name}()")) {
+                missing.push(format!("{}: {file}.rs::{name}", path.display()));
+            }
+        }
+    }
+    assert!(
+        cited >= 30,
+        "the design record cites its tests ({cited} found)"
+    );
+    assert!(
+        missing.is_empty(),
+        "cited tests that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The ```toml blocks of `path`: (line, text), the fence's indentation
+/// removed.
+fn toml_blocks(path: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let trimmed = lines[i].trim_start();
+        if trimmed != "```toml" {
+            i += 1;
+            continue;
+        }
+        let indent = lines[i].len() - trimmed.len();
+        let start = i + 1;
+        let mut body = String::new();
+        i += 1;
+        while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+            body.push_str(lines[i].get(indent..).unwrap_or(lines[i].trim_start()));
+            body.push('\n');
+            i += 1;
+        }
+        out.push((start, body));
+    }
+    out
+}
+
+fn merge(into: &mut toml::Table, from: toml::Table) {
+    for (key, value) in from {
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Every configuration snippet in README.md and docs/ is TOML that tend
+/// loads: merged into a minimal configuration (a source and a sandbox
+/// provider), each block must pass `Config::load`, so a renamed or
+/// removed setting breaks the build instead of a reader's service.
+#[test]
+fn every_configuration_snippet_is_a_configuration_tend_loads() {
+    let base: toml::Table = toml::from_str(
+        "agent_id = \"doc-agent\"\n[source]\nurl = \"https://git.example/platform/databases.git\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for path in doc_files() {
+        for (line, text) in toml_blocks(&path) {
+            let place = format!(
+                "{}:{line}",
+                path.strip_prefix(repo_root()).unwrap().display()
+            );
+            let block: toml::Table = match toml::from_str(&text) {
+                Ok(t) => t,
+                Err(e) => {
+                    problems.push(format!("{place}: not TOML: {e}"));
+                    continue;
+                }
+            };
+            let mut config = base.clone();
+            merge(&mut config, block);
+            let file = dir.path().join("tend.toml");
+            std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+            if let Err(e) = tend::config::Config::load(&file) {
+                problems.push(format!("{place}: {e}"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 7, "only {checked} snippets found");
+    assert!(
+        problems.is_empty(),
+        "configuration snippets tend refuses:\n{}",
+        problems.join("\n")
+    );
+}

@@ -121,6 +121,14 @@ fn out_of_band_drift_is_reported_then_an_override_turns_it_overridden() {
     assert_eq!(r["override"]["reason"], "INC-7 traffic spike");
     assert_eq!(r["override"]["expires"], "2099-01-01T00:00:00Z");
     assert_eq!(r["override"]["expired"], false);
+    // The contract's camelCase key, never the Rust field's name.
+    assert!(
+        r["override"]["firstSeen"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+            && r["override"].get("first_seen").is_none(),
+        "{r:#}"
+    );
     assert_eq!(report["summary"]["overridden"], 1);
     assert_eq!(
         report["source"]["commit"],

@@ -589,3 +589,19 @@ fn a_ref_lock_left_by_a_killed_writer_does_not_stop_the_next_fetch() {
     assert!(!stale.exists(), "the writer's stale lock is removed");
     assert!(reader.exists(), "a reader's lock is its own");
 }
+
+/// A writer killed while libgit2 created the bare repository leaves
+/// `config.lock`; every later open then failed ("failed to lock file
+/// config.lock", found by the apply crash loop) until someone deleted it.
+#[test]
+fn a_config_lock_left_by_a_writer_killed_while_creating_the_repository_is_removed() {
+    let repo = repo_with(&[("orders.yaml", "orders", 10)]);
+    let state = tempfile::tempdir().unwrap();
+    let git = state.path().join("source/repo.git");
+    std::fs::create_dir_all(&git).unwrap();
+    std::fs::write(git.join("config.lock"), "").unwrap();
+    let first = open(state.path(), settings(&repo.url(), "main", ".")).poll_once(SystemTime::now());
+    assert!(first.failure.is_none(), "{:?}", first.failure);
+    assert_eq!(names(&first), vec!["orders"]);
+    assert!(!git.join("config.lock").exists());
+}

@@ -573,3 +573,36 @@ fn a_reader_sees_no_state_before_a_writer(place: &Place) {
     let reader = place.open(false).unwrap().unwrap();
     assert!(reader.summary().unwrap().contains("resources managed: 0"));
 }
+
+/// TLS as for the postgres provider: the URL's `sslmode` and a CA file
+/// that verifies the server; a server that refuses plain connections is
+/// refused with its reason.
+#[test]
+fn the_postgres_state_speaks_tls_verified_by_the_configured_ca() {
+    let pg = support::postgres::Postgres::start_with_tls();
+    let with = |sslmode: &str, ca: bool| PgStateSettings {
+        url: format!("{}?sslmode={sslmode}", pg.url()),
+        password: None,
+        schema: "secured".into(),
+        tls_ca_file: ca.then(|| pg.ca_file()),
+    };
+    let plain = StateStore::open_postgres(&with("disable", false), true)
+        .unwrap_err()
+        .to_string();
+    assert!(plain.contains("no pg_hba.conf entry"), "{plain}");
+    let store = StateStore::open_postgres(&with("require", true), true)
+        .unwrap()
+        .unwrap();
+    store
+        .begin_intent(
+            "op",
+            "a",
+            "create",
+            &SpecHash("h".into()),
+            0,
+            &Value::Null,
+            SystemTime::now(),
+        )
+        .unwrap();
+    assert_eq!(store.all_intents().unwrap().len(), 1);
+}

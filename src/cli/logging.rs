@@ -53,7 +53,13 @@ pub fn init() {
     {
         let _ = tracing_subscriber::registry()
             .with(filter)
-            .with(journald.with_syslog_identifier("tend".into()))
+            .with(
+                journald
+                    .with_syslog_identifier("tend".into())
+                    // Fields as docs/operations.md names them (`PROVIDER`, not
+                    // the layer's default `F_PROVIDER`).
+                    .with_field_prefix(None),
+            )
             .try_init();
         return;
     }

@@ -179,21 +179,28 @@ async fn cycle(
                     r.decision.reason
                 );
             }
-            for r in &plan.resources {
-                if matches!(r.observed, crate::provider::Observed::Failed(_)) {
-                    metrics.provider_error(provider, "observe");
-                    break;
-                }
+            let failed = |r: &crate::reconcile::PlannedResource<'_>| {
+                matches!(r.observed, crate::provider::Observed::Failed(_))
+            };
+            if plan.resources.iter().any(failed) {
+                metrics.provider_error(provider, "observe");
             }
+            // A cycle that could observe none of its resources (the
+            // provider is down) did not succeed, though it finished: the
+            // "last successful cycle" alert must fire for a provider
+            // outage.
+            let observed = plan.resources.is_empty() || !plan.resources.iter().all(failed);
             board.publish(provider, build_report(agent.config(), plan), !full);
             if let Some(report) = board.latest() {
                 metrics.fleet(&report);
             }
-            metrics.cycle(provider, kind, true, started.elapsed().as_secs_f64());
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            metrics.succeeded_at(now);
+            metrics.cycle(provider, kind, observed, started.elapsed().as_secs_f64());
+            if observed {
+                let now = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                metrics.succeeded_at(now);
+            }
             tracing::info!(
                 provider,
                 scope = kind,

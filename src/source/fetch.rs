@@ -59,10 +59,17 @@ const STALE_READER_REF: std::time::Duration = std::time::Duration::from_secs(600
 /// process is moving tend's own refs; readers' private refs
 /// (`refs/tend/readers/`) are left to them, and `packed-refs.lock` is
 /// removed only when it is older than any live operation could be.
+/// `config.lock` is taken only while the repository is created (by the
+/// writer, which holds the state dir's lock): one left behind is from a
+/// writer killed then, and would fail every later open.
 pub fn remove_stale_locks(dir: &Path) {
     let mut stack = vec![dir.join("refs").join("tend")];
     let readers = dir.join("refs").join("tend").join("readers");
     let mut removed = Vec::new();
+    let config = dir.join("config.lock");
+    if std::fs::remove_file(&config).is_ok() {
+        removed.push(config);
+    }
     while let Some(at) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&at) else {
             continue;
@@ -92,7 +99,7 @@ pub fn remove_stale_locks(dir: &Path) {
     }
     for path in removed {
         tracing::warn!(
-            "source: removed {}, left by a tend that was killed while moving a ref",
+            "source: removed {}, left by a tend that was killed while writing it",
             path.display()
         );
     }

@@ -159,7 +159,14 @@ pub struct OverrideReport {
     pub expires: Option<String>,
     pub expired: bool,
     /// When tend first saw the oldest of the overrides (RFC 3339): its age.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `firstSeen`, as the report contract (docs/reports.md) names it;
+    /// reports written before read back through the alias.
+    #[serde(
+        default,
+        rename = "firstSeen",
+        alias = "first_seen",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub first_seen: Option<String>,
 }
 

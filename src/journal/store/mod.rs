@@ -77,6 +77,20 @@ impl Backend {
             Backend::Postgres(s) => s.batch(sql),
         }
     }
+
+    /// Calls `f` with each row (SQLite: one at a time, never the whole
+    /// result in memory).
+    fn each(
+        &self,
+        sql: &str,
+        args: &[SqlValue],
+        f: &mut dyn FnMut(&Row) -> Result<(), SqlError>,
+    ) -> Result<(), SqlError> {
+        match self {
+            Backend::Sqlite(c) => sql::sqlite_each(c, sql, args, f),
+            Backend::Postgres(s) => s.query(sql, args)?.iter().try_for_each(f),
+        }
+    }
 }
 
 /// Which backend a store is on.

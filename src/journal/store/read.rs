@@ -174,11 +174,14 @@ impl StateStore {
         args: &[SqlValue],
         f: impl Fn(&Row) -> Result<T, SqlError>,
     ) -> Result<Vec<T>, StateError> {
-        self.rows(sql, args)?
-            .iter()
-            .map(f)
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))
+        let mut out = Vec::new();
+        self.conn()
+            .each(sql, args, &mut |row| {
+                out.push(f(row)?);
+                Ok(())
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(out)
     }
 
     /// Every resource's memory (without applied field values), in four

@@ -180,14 +180,30 @@ pub(super) fn sqlite_query(
     sql: &str,
     args: &[SqlValue],
 ) -> Result<Vec<Row>, SqlError> {
+    let mut out = Vec::new();
+    sqlite_each(conn, sql, args, &mut |row| {
+        out.push(row.clone());
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f` with each row in turn, one row buffer reused: a query over
+/// every resource holds one row at a time, not the whole result.
+pub(super) fn sqlite_each(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    args: &[SqlValue],
+    f: &mut dyn FnMut(&Row) -> Result<(), SqlError>,
+) -> Result<(), SqlError> {
     let mut stmt = conn.prepare_cached(sql)?;
     let columns = stmt.column_count();
     let mut rows = stmt.query(rusqlite::params_from_iter(args.iter()))?;
-    let mut out = Vec::new();
+    let mut row = Row(Vec::with_capacity(columns));
     while let Some(r) = rows.next()? {
-        let mut values = Vec::with_capacity(columns);
+        row.0.clear();
         for i in 0..columns {
-            values.push(match r.get_ref(i)? {
+            row.0.push(match r.get_ref(i)? {
                 ValueRef::Null => SqlValue::Null,
                 ValueRef::Integer(n) => SqlValue::Int(n),
                 // The schema has no REAL columns; an aggregate might.
@@ -197,7 +213,7 @@ pub(super) fn sqlite_query(
                 }
             });
         }
-        out.push(Row(values));
+        f(&row)?;
     }
-    Ok(out)
+    Ok(())
 }

@@ -292,6 +292,12 @@ impl PostgresProvider {
             config.password(password.as_bytes());
         }
         config.application_name("tend");
+        // A server behind a network that drops packets must fail a cycle's
+        // observation in seconds, not hold it (and the watchdog) for the
+        // kernel's TCP timeout. The URL's own connect_timeout wins.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
         let slots = Semaphore::new(settings.max_connections.max(1));
         let tls = super::tls::connector(settings.tls_ca_file.as_deref())?;
         Ok(PostgresProvider {

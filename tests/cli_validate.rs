@@ -175,3 +175,64 @@ fn declaration_docs_list_every_field_with_its_mutability() {
         );
     }
 }
+
+/// Which invalid declarations an editor's JSON Schema validator flags: a
+/// second, independent implementation (the `jsonschema` crate) over every
+/// case of `tests/corpus/bad/`. Every case must be flagged by the schema,
+/// or be listed here with why only `tend validate` can catch it; the list
+/// is exact, so a rule the schema loses (or gains) shows up here.
+#[test]
+fn an_independent_schema_validator_flags_every_bad_case_draft07_can_express() {
+    let run = TendCommand::new(&["schema"]).expect_code(0);
+    let schema: Value = serde_json::from_str(&run.stdout).unwrap();
+    let validator = jsonschema::draft7::new(&schema).unwrap();
+    let only_tend: std::collections::BTreeMap<&str, &str> = [
+        ("alias-bomb", "not YAML an editor's schema check gets to see: the expansion is refused before any schema applies"),
+        ("duplicate-key", "a key twice in one mapping: YAML parsers refuse it or keep one value silently, and no schema sees the other"),
+        ("syntax-error", "not YAML"),
+        ("tab-indentation", "not YAML"),
+        ("duplicate-names", "two documents naming one resource: a schema checks one document at a time"),
+        ("expires-zero", "a zero duration is well-formed; that it is zero is a rule about its value"),
+        ("extension-duplicate", "the same extension twice in two spellings (`pg_trgm` and `{name: pg_trgm, version: …}`): `uniqueItems` compares whole items, which differ"),
+    ]
+    .into_iter()
+    .collect();
+    let mut flagged = Vec::new();
+    let mut missed = Vec::new();
+    for entry in fs::read_dir(repo_root().join("tests/corpus/bad")).unwrap() {
+        let path = entry.unwrap().path();
+        let case = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let docs: Result<Vec<Value>, String> = text
+            .split("\n---\n")
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| {
+                serde_norway::from_str::<serde_norway::Value>(d)
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| serde_json::to_value(v).map_err(|e| e.to_string()))
+            })
+            .collect();
+        let caught = match &docs {
+            Ok(docs) => !docs.is_empty() && docs.iter().any(|d| !validator.is_valid(d)),
+            Err(_) => false,
+        };
+        if caught {
+            flagged.push(case);
+        } else {
+            missed.push(case);
+        }
+    }
+    println!("flagged by the schema: {}", flagged.join(", "));
+    for case in &missed {
+        println!(
+            "only tend validate: {case}: {}",
+            only_tend.get(case.as_str()).unwrap_or(&"(no reason given)")
+        );
+    }
+    let missed_set: std::collections::BTreeSet<&str> = missed.iter().map(String::as_str).collect();
+    let expected: std::collections::BTreeSet<&str> = only_tend.keys().copied().collect();
+    assert_eq!(
+        missed_set, expected,
+        "the cases the schema misses are not the ones listed with a reason"
+    );
+}

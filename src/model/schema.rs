@@ -9,8 +9,11 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
 use super::declaration::{API_VERSION, KIND, ManagedDatabase};
-use super::fields::FIELDS;
-use super::overrides::KNOWN_ANNOTATIONS;
+use super::fields::{FIELDS, Mutability};
+use super::overrides::{
+    ADOPT, IGNORE_FIELDS, KNOWN_ANNOTATIONS, OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY, OVERRIDE_REASON,
+    PAUSED,
+};
 
 /// The schema as a JSON value.
 pub fn declaration_schema() -> Value {
@@ -60,5 +63,95 @@ fn annotate(root: &mut Value) {
             "propertyNames".into(),
             json!({ "anyOf": [ { "not": { "pattern": "^tend\\.dev/" } }, { "enum": known } ] }),
         );
+        annotate_overrides(annotations);
     }
+    if let Some(Value::Object(name)) = root.pointer_mut("/definitions/Metadata/properties/name") {
+        name.insert("pattern".into(), json!(DNS_LABEL));
+        name.insert("maxLength".into(), json!(63));
+    }
+    if let Some(Value::Object(name)) = root.pointer_mut("/definitions/Spec/properties/databaseName")
+    {
+        // PostgreSQL's limit is 63 bytes; JSON Schema counts characters,
+        // so a name of multibyte characters passes here and not in
+        // `tend validate`.
+        name.insert("maxLength".into(), json!(63));
+    }
+    if let Some(Value::Object(owner)) = root.pointer_mut("/definitions/Spec/properties/owner") {
+        owner.insert("minLength".into(), json!(1));
+    }
+    if let Some(Value::Object(parameters)) =
+        root.pointer_mut("/definitions/Spec/properties/parameters")
+    {
+        parameters.insert(
+            "propertyNames".into(),
+            json!({ "pattern": PARAMETER_NAME, "maxLength": 63 }),
+        );
+    }
+    // An extension's name, in either spelling, is not empty.
+    if let Some(Value::Array(spellings)) = root.pointer_mut("/definitions/ExtensionSchema/anyOf") {
+        for spelling in spellings.iter_mut() {
+            if spelling["type"] == "string" {
+                spelling["minLength"] = json!(1);
+            }
+            if let Some(Value::Object(name)) = spelling.pointer_mut("/properties/name") {
+                name.insert("minLength".into(), json!(1));
+            }
+        }
+    }
+}
+
+/// A configuration parameter's name (`work_mem`, `pg_stat_statements.max`).
+const PARAMETER_NAME: &str = "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z0-9_]+)*$";
+
+/// `metadata.name`: a lowercase DNS label (the length is `maxLength`).
+const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// A parameter path in `ignore-fields`: letters, digits, `_` and `.`, not
+/// starting with a digit, no empty segment.
+const PARAMETER_PATH: &str = "parameters\\.[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z0-9_]+)*";
+
+/// An RFC 3339 time with any offset, or a duration as `humantime` reads it.
+const EXPIRY: &str = "^(\\d{4}-\\d{2}-\\d{2}[Tt ]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})|\\s*([0-9]+\\s*(nsec|ns|usec|us|msec|ms|seconds|second|sec|s|minutes|minute|min|m|hours|hour|hr|h|days|day|d|weeks|week|w|months|month|M|years|year|y)\\s*)+)$";
+
+/// The override annotations' values and what an override requires, as far
+/// as draft-07 can say it: `tend validate` also checks what a pattern
+/// cannot (a zero duration, a parameter name over 63 characters).
+fn annotate_overrides(annotations: &mut serde_json::Map<String, Value>) {
+    let flag = json!({ "enum": ["true", "false", true, false] });
+    let mutable: Vec<&str> = FIELDS
+        .iter()
+        .filter(|f| f.mutability == Mutability::Mutable)
+        .map(|f| f.name)
+        .collect();
+    let entry = format!("({}|{PARAMETER_PATH})", mutable.join("|"));
+    let list = format!("^\\s*{entry}(\\s*,\\s*{entry})*\\s*$");
+    annotations.insert(
+        "properties".into(),
+        json!({
+            PAUSED: flag,
+            ADOPT: flag,
+            IGNORE_FIELDS: { "type": "string", "pattern": list },
+            OVERRIDE_REASON: { "minLength": 1, "pattern": "\\S" },
+            OVERRIDE_EXPIRES: { "type": "string", "pattern": EXPIRY },
+            OVERRIDE_ON_EXPIRY: { "enum": ["hold", "resume"] },
+        }),
+    );
+    let paused =
+        json!({ "required": [PAUSED], "properties": { PAUSED: { "enum": ["true", true] } } });
+    let an_override = json!({ "anyOf": [ paused, { "required": [IGNORE_FIELDS] } ] });
+    // An override needs its reason; an expiry or on-expiry needs an
+    // override to apply to.
+    annotations.insert(
+        "dependencies".into(),
+        json!({
+            IGNORE_FIELDS: [OVERRIDE_REASON],
+            OVERRIDE_EXPIRES: an_override,
+            OVERRIDE_ON_EXPIRY: an_override,
+        }),
+    );
+    annotations.insert(
+        "if".into(),
+        json!({ "required": [PAUSED], "properties": { PAUSED: { "enum": ["true", true] } } }),
+    );
+    annotations.insert("then".into(), json!({ "required": [OVERRIDE_REASON] }));
 }

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use clap::{Args, ValueEnum};
 
 use super::{exit, session};
+use crate::engine::Rule;
 use crate::escape::terminal as esc;
 use crate::journal::Access;
 use crate::provider::Observed;
@@ -174,7 +175,37 @@ fn explain(
     if let Some(at) = d.act_at {
         writeln!(out, "  acts at:     {}", t(at))?;
     }
+    if let Some(page) = runbook(d.rule, d.overrides.expired) {
+        writeln!(out, "  runbook:     {page}")?;
+    }
     Ok(())
+}
+
+/// The page an operator follows for a decision of this rule (an expired
+/// override has its own).
+fn runbook(rule: Rule, override_expired: bool) -> Option<&'static str> {
+    if override_expired {
+        return Some("docs/runbooks/override-expiry.md");
+    }
+    Some(match rule {
+        Rule::ObservationFailed => "docs/runbooks/provider-unavailable.md",
+        Rule::NameTaken
+        | Rule::OwnedByOtherAgent
+        | Rule::OwnedByOtherDeclaration
+        | Rule::RequiresReplacement
+        | Rule::DeletionNotOurs => "docs/runbooks/blocked.md",
+        Rule::Unconvergeable => "docs/runbooks/unconvergeable.md",
+        Rule::DriftGrace | Rule::MissingOutOfBand => "docs/runbooks/drift-held.md",
+        Rule::DeletionGuard => "docs/runbooks/deletion-held.md",
+        Rule::DeletionStalled => "docs/runbooks/deletion-stalled.md",
+        Rule::CorruptState => "docs/runbooks/state-recovery.md",
+        Rule::Paused
+        | Rule::PausedMissing
+        | Rule::IgnoredDrift
+        | Rule::DeletionPaused
+        | Rule::InvalidProviderOverride => "docs/overrides.md",
+        _ => return None,
+    })
 }
 
 fn explain_subject(
@@ -284,4 +315,33 @@ fn explain_overrides(out: &mut impl Write, r: &PlannedResource<'_>) -> io::Resul
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_runbook_explain_names_exists() {
+        let rules = [
+            Rule::ObservationFailed,
+            Rule::NameTaken,
+            Rule::Unconvergeable,
+            Rule::DriftGrace,
+            Rule::DeletionGuard,
+            Rule::DeletionStalled,
+            Rule::CorruptState,
+            Rule::Paused,
+        ];
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (rule, expired) in rules
+            .iter()
+            .map(|r| (*r, false))
+            .chain([(Rule::Paused, true)])
+        {
+            let page = runbook(rule, expired).expect("a page");
+            assert!(root.join(page).exists(), "{rule:?}: {page} is missing");
+        }
+        assert_eq!(runbook(Rule::InSync, false), None);
+    }
 }

@@ -469,3 +469,89 @@ fn every_configuration_snippet_is_a_configuration_tend_loads() {
         problems.join("\n")
     );
 }
+
+/// examples/ci/github-actions.yml runs as written on a declarations
+/// repository laid out as it expects (`databases/`, `ci/tend.toml`): its
+/// `git` and `tend` steps are run in order (the download and the comment
+/// need the network and GitHub), and the plan it would post is a markdown
+/// report of the pull request's head.
+#[test]
+fn the_ci_example_validates_and_plans_a_pull_request() {
+    let root = repo_root();
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path();
+    git(work, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir_all(work.join("databases")).unwrap();
+    std::fs::create_dir_all(work.join("ci")).unwrap();
+    for entry in std::fs::read_dir(root.join("examples/databases")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(
+            &path,
+            work.join("databases").join(path.file_name().unwrap()),
+        )
+        .unwrap();
+    }
+    std::fs::copy(
+        root.join("examples/ci/tend.toml"),
+        work.join("ci/tend.toml"),
+    )
+    .unwrap();
+    git(work, &["add", "."]);
+    git(work, &["commit", "-q", "-m", "declarations"]);
+    // The pull request: a new declaration on a branch.
+    git(work, &["checkout", "-q", "-b", "pr"]);
+    std::fs::write(
+        work.join("databases/reporting.yaml"),
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: reporting\nspec:\n  owner: reporting_app\n",
+    )
+    .unwrap();
+    git(work, &["add", "."]);
+    git(work, &["commit", "-q", "-m", "reporting"]);
+    let workflow: serde_json::Value = serde_json::to_value(
+        serde_norway::from_str::<serde_norway::Value>(
+            &std::fs::read_to_string(root.join("examples/ci/github-actions.yml")).unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tend"))
+        .parent()
+        .unwrap();
+    let mut ran = Vec::new();
+    for step in workflow["jobs"]["plan"]["steps"].as_array().unwrap() {
+        let Some(run) = step["run"].as_str() else {
+            continue;
+        };
+        if !(run.starts_with("tend ") || run.starts_with("git ")) {
+            continue;
+        }
+        let out = Command::new("bash")
+            .args(["-c", run])
+            .current_dir(work)
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env_remove("TEND_CONFIG")
+            .env("TEND_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "step `{run}` failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ran.push(run.to_string());
+    }
+    assert_eq!(ran.len(), 3, "validate, branch, plan: {ran:?}");
+    let plan = std::fs::read_to_string(work.join("plan.md")).unwrap();
+    assert!(
+        plan.contains("reporting") && plan.contains("Missing") && plan.contains('|'),
+        "the plan of the pull request's head, as markdown:\n{plan}"
+    );
+}

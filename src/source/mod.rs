@@ -58,13 +58,13 @@ pub fn repo_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
 /// What went wrong reading the source. Every variant names what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot fetch {url}: {message}")]
+    #[error("cannot fetch {url}: {message} (docs/runbooks/source-unreachable.md)")]
     Fetch { url: String, message: String },
     /// Pushing (the status branch) failed.
-    #[error("cannot push to {url}: {message}")]
+    #[error("cannot push to {url}: {message} (docs/runbooks/status-push-failing.md)")]
     Push { url: String, message: String },
     #[error(
-        "authentication to {url} failed: {message}; check token_file / ssh_key_file in [source]"
+        "authentication to {url} failed: {message}; check token_file / ssh_key_file in [source] (docs/runbooks/source-unreachable.md)"
     )]
     Auth { url: String, message: String },
     #[error("host key of {host} is not trusted: {message}")]
@@ -74,7 +74,7 @@ pub enum SourceError {
     #[error("path `{path}` does not exist in commit {commit}; check [source] path")]
     PathMissing { path: String, commit: String },
     #[error(
-        "refusing commit {new}: it does not descend from the last accepted commit {old} (history rewritten, or a stale mirror); set allow_rewind = true in [source] to accept it"
+        "refusing commit {new}: it does not descend from the last accepted commit {old} (history rewritten, or a stale mirror); set allow_rewind = true in [source] to accept it (docs/runbooks/history-rewritten.md)"
     )]
     Rewind { old: String, new: String },
     #[error(

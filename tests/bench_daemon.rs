@@ -12,7 +12,7 @@ use support::config::TendConfig;
 use support::daemon::Daemon;
 use support::git::{GitDaemon, free_port, manifest, repo_with_declarations};
 
-use support::bench::{Scale, figure, spread};
+use support::bench::{Scale, durations, figure, spread};
 const SECRET: &str = "bench-secret";
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -64,21 +64,6 @@ fn marks(log: &str, message: &str) -> Vec<f64> {
         .collect()
 }
 
-/// The durations (ms) of `TEND_LOG=debug` lines containing `message` and
-/// ending in a `Debug` duration.
-fn durations(log: &str, message: &str) -> Vec<f64> {
-    log.lines()
-        .filter(|l| l.contains(message))
-        .filter_map(|l| {
-            let text = l.split(message).nth(1)?.split_whitespace().next()?;
-            let (n, scale) = [("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6), ("s", 1e3)]
-                .into_iter()
-                .find_map(|(u, s)| text.strip_suffix(u).map(|n| (n, s)))?;
-            Some(n.parse::<f64>().ok()? * scale)
-        })
-        .collect()
-}
-
 #[test]
 #[ignore = "benchmark: run explicitly, see docs/performance.md"]
 fn daemon_over_10000_declarations() {
@@ -121,25 +106,9 @@ fn daemon_over_10000_declarations() {
 
     // No-change cycles, each asked for through POST /v1/reconcile (a fetch
     // of the unchanged branch and a full cycle of the provider).
-    let cycles_done = |d: &Daemon| d.log().matches("cycle done in").count();
-    let run_cycles = |n: usize| {
-        for _ in 0..n {
-            let before = cycles_done(&daemon);
-            assert_eq!(
-                daemon
-                    .request("POST", "/v1/reconcile", &[], b"")
-                    .unwrap()
-                    .status,
-                202
-            );
-            daemon.wait_for("a cycle", Duration::from_secs(30), || {
-                cycles_done(&daemon) > before
-            });
-        }
-    };
-    run_cycles(first);
+    daemon.run_cycles(first);
     let rss_10 = rss_kib(pid);
-    run_cycles(more);
+    daemon.run_cycles(more);
     let rss_1000 = rss_kib(pid);
     let log = daemon.log();
     let cycles = durations(&log, "cycle done in ");

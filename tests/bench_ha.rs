@@ -11,7 +11,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::bench::{Scale, figure, spread};
+use support::bench::{Scale, durations, figure, spread};
 use support::config::TendConfig;
 use support::daemon::Daemon;
 use support::git::{GitDaemon, TestRepo, free_port, repo_with_declarations};
@@ -169,34 +169,9 @@ fn no_change_cycle_at_10000_declarations_postgres_against_sqlite() {
                 .get("/readyz")
                 .is_some_and(|r| r.status == 200 && r.body.starts_with("ready"))
         });
-        let done = |d: &Daemon| d.log().matches("cycle done in").count();
-        for _ in 0..cycles {
-            let before = done(&daemon);
-            assert_eq!(
-                daemon
-                    .request("POST", "/v1/reconcile", &[], b"")
-                    .unwrap()
-                    .status,
-                202
-            );
-            daemon.wait_for("a cycle", Duration::from_secs(60), || {
-                done(&daemon) > before
-            });
-        }
-        let log = daemon.log();
-        let samples: Vec<f64> = log
-            .lines()
-            .filter_map(|l| {
-                let text = l
-                    .split("cycle done in ")
-                    .nth(1)?
-                    .split_whitespace()
-                    .next()?;
-                let (n, scale) = [("ms", 1.0), ("µs", 1e-3), ("s", 1e3)]
-                    .into_iter()
-                    .find_map(|(u, s)| text.strip_suffix(u).map(|n| (n, s)))?;
-                Some(n.parse::<f64>().ok()? * scale)
-            })
+        daemon.run_cycles(cycles);
+        let samples: Vec<f64> = durations(&daemon.log(), "cycle done in ")
+            .into_iter()
             .skip(1)
             .collect();
         let (value, detail) = spread(&samples);

@@ -57,3 +57,18 @@ pub fn mark(stderr: &str, message: &str) -> Option<f64> {
         rest.starts_with(message).then(|| time.parse().ok())?
     })
 }
+
+/// The durations (ms) of `TEND_LOG=debug` lines containing `message` and
+/// ending in a `Debug` duration.
+pub fn durations(log: &str, message: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.contains(message))
+        .filter_map(|l| {
+            let text = l.split(message).nth(1)?.split_whitespace().next()?;
+            let (n, scale) = [("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6), ("s", 1e3)]
+                .into_iter()
+                .find_map(|(u, s)| text.strip_suffix(u).map(|n| (n, s)))?;
+            Some(n.parse::<f64>().ok()? * scale)
+        })
+        .collect()
+}

@@ -78,6 +78,18 @@ impl Daemon {
         }
     }
 
+    /// Runs `n` cycles one after the other, each asked for through
+    /// `POST /v1/reconcile` and waited for in the log.
+    pub fn run_cycles(&self, n: usize) {
+        let done = || self.log().matches("cycle done in").count();
+        for _ in 0..n {
+            let before = done();
+            let answer = self.request("POST", "/v1/reconcile", &[], b"").unwrap();
+            assert_eq!(answer.status, 202, "{}", answer.body);
+            self.wait_for("a cycle", Duration::from_secs(60), || done() > before);
+        }
+    }
+
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&self) {
         self.wait_for("/readyz", Duration::from_secs(30), || {

@@ -169,8 +169,9 @@ pub async fn run<P: Provider>(
             op.generation,
             ctx.clock.now(),
         );
+        // The first call is counted with the intent (one commit, not two).
         blocking(&ctx.store, move |s| {
-            s.begin_intent(&id, &name, kind, &hash, generation, &request_json, now)
+            s.begin_intent_and_attempt(&id, &name, kind, &hash, generation, &request_json, now)
         })
         .await?;
     }
@@ -211,8 +212,7 @@ pub async fn run<P: Provider>(
             return Ok((OpOutcome::Failed(e.to_string()), None));
         }
     };
-    commit_blocking(&ctx, vec![wrote]).await?;
-    let (effects, outcome, seen) = confirm(&runtime, &ctx, &op, sent_at, answer).await;
+    let (effects, outcome, seen) = confirm(&runtime, &ctx, &op, sent_at, answer, wrote).await?;
     if matches!(outcome, OpOutcome::Done | OpOutcome::DoneWithDifferences(_)) {
         pause_point(AFTER_CONFIRM);
         ctx.crash.reached(AFTER_CONFIRM, &ctx.draining);
@@ -226,7 +226,8 @@ async fn commit_blocking(ctx: &ExecContext, effects: Vec<Effect>) -> Result<(), 
 }
 
 /// The call, retried; every attempt is counted in the journal first
-/// (without the journal, nothing is sent). A create's or update's answer
+/// (without the journal, nothing is sent): the first with the intent,
+/// each retry on its own. A create's or update's answer
 /// is the provider's observation of the database after the write.
 async fn call<P: Provider>(
     runtime: &ProviderRuntime<P>,
@@ -243,13 +244,15 @@ async fn call<P: Provider>(
             } else {
                 op.id.clone()
             };
-            let id = op.id.0.clone();
-            blocking(&ctx.store, move |s| s.note_attempt(&id))
-                .await
-                .map_err(|e| ProviderError::Retryable {
-                    resource: op.request.database_name.clone(),
-                    message: format!("journal: {e}"),
-                })?;
+            if attempt > 0 {
+                let id = op.id.0.clone();
+                blocking(&ctx.store, move |s| s.note_attempt(&id))
+                    .await
+                    .map_err(|e| ProviderError::Retryable {
+                        resource: op.request.database_name.clone(),
+                        message: format!("journal: {e}"),
+                    })?;
+            }
             match (&op.request.body, op.kind) {
                 (RequestBody::Change(change), OperationKind::Create) => {
                     runtime.provider.create(&sent_id, change).await.map(Some)
@@ -401,13 +404,20 @@ fn confirmed(
 /// answer (`answer`: the provider's observation after the write) is
 /// judged first, by the same rules: when it shows the effect, no second
 /// request is made.
+///
+/// `wrote` (that the call was sent) goes first among the returned
+/// effects, so an answer that confirms costs one commit; it is committed
+/// on its own before the first wait, so the stale-read rule knows of the
+/// write while the confirmation is still awaited.
 async fn confirm<P: Provider>(
     runtime: &ProviderRuntime<P>,
     ctx: &ExecContext,
     op: &PlannedOperation,
     sent_at: SystemTime,
     mut answer: Option<Observation>,
-) -> (Vec<Effect>, OpOutcome, Option<Confirmation>) {
+    wrote: Effect,
+) -> Result<(Vec<Effect>, OpOutcome, Option<Confirmation>), StateError> {
+    let mut wrote = Some(wrote);
     let deadline = tokio::time::Instant::now() + runtime.confirm_timeout;
     let mut wait = Duration::from_millis(50);
     let db = &op.request.database_name;
@@ -439,19 +449,18 @@ async fn confirm<P: Provider>(
                     database_name: db.clone(),
                     observation,
                 });
-                return (effects, outcome, seen);
+                return Ok((with_wrote(wrote, effects), outcome, seen));
             }
             Verdict::Refused(why) => {
-                return (
-                    vec![intent(
-                        IntentState::Failed,
-                        Some(
-                            "the name is taken by a database that is not this declaration's".into(),
-                        ),
-                    )],
+                let failed = intent(
+                    IntentState::Failed,
+                    Some("the name is taken by a database that is not this declaration's".into()),
+                );
+                return Ok((
+                    with_wrote(wrote, vec![failed]),
                     OpOutcome::Failed(why),
                     None,
-                );
+                ));
             }
             Verdict::NotYet(why) => {
                 if tokio::time::Instant::now() >= deadline {
@@ -459,15 +468,24 @@ async fn confirm<P: Provider>(
                         "not confirmed within {}: {why}",
                         humantime::format_duration(runtime.confirm_timeout)
                     );
-                    return (
-                        vec![intent(IntentState::Pending, Some(message.clone()))],
+                    let pending = intent(IntentState::Pending, Some(message.clone()));
+                    return Ok((
+                        with_wrote(wrote, vec![pending]),
                         OpOutcome::Pending(message),
                         None,
-                    );
+                    ));
+                }
+                if let Some(wrote) = wrote.take() {
+                    commit_blocking(ctx, vec![wrote]).await?;
                 }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(2));
             }
         }
     }
+}
+
+/// `wrote`, when not committed yet, before `effects`.
+fn with_wrote(wrote: Option<Effect>, effects: Vec<Effect>) -> Vec<Effect> {
+    wrote.into_iter().chain(effects).collect()
 }

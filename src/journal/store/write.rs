@@ -124,6 +124,42 @@ impl StateStore {
         request: &Value,
         now: SystemTime,
     ) -> Result<u32, StateError> {
+        let row = (op_id, name, kind, spec_hash, generation, request);
+        self.journal_intent(row, now, false)
+    }
+
+    /// [`Self::begin_intent`] and [`Self::note_attempt`] in one
+    /// transaction: the intent and the call about to be sent under it are
+    /// durable together, one commit before a call instead of two (with
+    /// eight calls in flight, each commit waits for the others').
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin_intent_and_attempt(
+        &self,
+        op_id: &str,
+        name: &str,
+        kind: &str,
+        spec_hash: &SpecHash,
+        generation: u32,
+        request: &Value,
+        now: SystemTime,
+    ) -> Result<u32, StateError> {
+        let row = (op_id, name, kind, spec_hash, generation, request);
+        self.journal_intent(row, now, true)
+    }
+
+    fn journal_intent(
+        &self,
+        (op_id, name, kind, spec_hash, generation, request): (
+            &str,
+            &str,
+            &str,
+            &SpecHash,
+            u32,
+            &Value,
+        ),
+        now: SystemTime,
+        count_attempt: bool,
+    ) -> Result<u32, StateError> {
         self.write(|tx| {
             tx.exec(
                 "INSERT INTO intents (op_id, name, kind, spec_hash, generation, request, state, attempts, created_ms, updated_ms)
@@ -131,6 +167,12 @@ impl StateStore {
                  ON CONFLICT(op_id) DO UPDATE SET updated_ms = excluded.updated_ms",
                 args![op_id, name, kind, spec_hash.0.as_str(), generation, request.to_string(), ms(now)],
             )?;
+            if count_attempt {
+                tx.exec(
+                    "UPDATE intents SET attempts = attempts + 1 WHERE op_id = ?1",
+                    args![op_id],
+                )?;
+            }
             tx.query_one("SELECT attempts FROM intents WHERE op_id = ?1", args![op_id])
         })
     }

@@ -555,3 +555,373 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
         "the plan of the pull request's head, as markdown:\n{plan}"
     );
 }
+
+/// Shell words of one command line: quotes and backslashes removed,
+/// `$(…)` kept whole, a `#` comment dropped.
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut in_word) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                word.extend(chars.by_ref().take_while(|&c| c != '\''));
+            }
+            '"' => {
+                in_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        c => word.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.extend(chars.next());
+            }
+            '$' if chars.peek() == Some(&'(') => {
+                in_word = true;
+                word.push('$');
+                let mut depth = 0;
+                for c in chars.by_ref() {
+                    word.push(c);
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    if depth == 0 {
+                        break;
+                    }
+                }
+            }
+            '#' if !in_word => break,
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            ';' | '|' | '&' if !word.ends_with('>') => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+                let mut operator = c.to_string();
+                if c != ';' && chars.peek() == Some(&c) {
+                    operator.extend(chars.next());
+                }
+                words.push(operator);
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+/// The simple commands of a shell script: continuation lines joined,
+/// split at `|`, `||`, `&&`, `;` and `&`; leading `VAR=value`, `time`,
+/// `sudo [-u USER]` and trailing redirections dropped.
+fn simple_commands(script: &[String]) -> Vec<Vec<String>> {
+    let mut joined = Vec::new();
+    let mut current = String::new();
+    for line in script {
+        match line.trim_end().strip_suffix('\\') {
+            Some(head) => current.push_str(head),
+            None => {
+                current.push_str(line);
+                joined.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    let mut commands = Vec::new();
+    for line in joined {
+        let mut command: Vec<String> = Vec::new();
+        for word in shell_words(&line).into_iter().chain([";".to_string()]) {
+            if ["|", "||", "&&", ";", "&"].contains(&word.as_str()) {
+                let mut rest = std::mem::take(&mut command).into_iter().peekable();
+                while let Some(w) = rest.peek() {
+                    let assignment = w.split_once('=').is_some_and(|(k, _)| {
+                        !k.is_empty() && k.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                    });
+                    if assignment || w == "time" || w == "sudo" {
+                        rest.next();
+                    } else if w == "-u" {
+                        rest.next();
+                        rest.next();
+                    } else {
+                        break;
+                    }
+                }
+                let words: Vec<String> = rest
+                    .take_while(|w| {
+                        !(w.starts_with('>') || w.starts_with('<') || w.starts_with("2>"))
+                    })
+                    .collect();
+                if !words.is_empty() {
+                    commands.push(words);
+                }
+            } else {
+                command.push(word);
+            }
+        }
+    }
+    commands
+}
+
+/// What a skipped block's commands refer to, checked without running
+/// them: a `tend` command line parses with tend's own command-line
+/// parser (a renamed command or flag fails here); `cargo run --example`,
+/// `cargo … --test`, `scripts/…` and repository paths name files that
+/// exist; `systemctl`/`journalctl -u` name the unit in `systemd/`; `curl`
+/// of the agent's port asks for a path its server routes; `grep` of
+/// `/metrics` names metrics the agent exports. (The unit itself is
+/// checked by `systemd-analyze verify` in `.ci/run`.)
+fn check_skipped_command(words: &[String]) -> Result<(), String> {
+    let root = repo_root();
+    let tend_args = match words[0].as_str() {
+        "tend" => Some(&words[1..]),
+        "cargo" if words.get(1).is_some_and(|w| w == "run") => {
+            match words.iter().position(|w| w == "--example") {
+                Some(i) => {
+                    let example = words.get(i + 1).ok_or("`--example` names no example")?;
+                    if !root.join(format!("examples/{example}.rs")).exists() {
+                        return Err(format!("examples/{example}.rs does not exist"));
+                    }
+                    None
+                }
+                None => words
+                    .iter()
+                    .position(|w| w == "--")
+                    .map(|i| &words[i + 1..]),
+            }
+        }
+        _ => None,
+    };
+    if let Some(args) = tend_args {
+        use clap::Parser;
+        let argv = std::iter::once("tend").chain(args.iter().map(String::as_str));
+        // `--help`/`--version` would print; only a parse failure matters.
+        if let Err(e) = tend::cli::Cli::try_parse_from(argv)
+            && !matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            )
+        {
+            return Err(format!("tend's parser refuses it: {}", e.render()));
+        }
+    }
+    if words[0] == "cargo"
+        && let Some(i) = words.iter().position(|w| w == "--test")
+    {
+        let test = words.get(i + 1).ok_or("`--test` names no test")?;
+        if !root.join(format!("tests/{test}.rs")).exists() {
+            return Err(format!("tests/{test}.rs does not exist"));
+        }
+    }
+    if words[0] == "systemctl" || words[0] == "journalctl" {
+        let unit = match words[0].as_str() {
+            "journalctl" => words
+                .iter()
+                .position(|w| w == "-u")
+                .and_then(|i| words.get(i + 1)),
+            _ => words.iter().skip(2).find(|w| !w.starts_with('-')),
+        };
+        if let Some(unit) = unit {
+            let unit = unit.trim_end_matches(".service");
+            if !root.join(format!("systemd/{unit}.service")).exists() {
+                return Err(format!("systemd/{unit}.service does not exist"));
+            }
+        }
+    }
+    for word in words {
+        let repo_path = ["examples/", "systemd/", "scripts/", "docs/", "tests/"]
+            .iter()
+            .any(|dir| word.starts_with(dir));
+        if repo_path && !word.contains('$') && !root.join(word).exists() {
+            return Err(format!("{word} does not exist in the repository"));
+        }
+        if let Some(path) = word
+            .split_once("127.0.0.1:9477")
+            .map(|(_, path)| path.split('?').next().unwrap_or(""))
+        {
+            let server = std::fs::read_to_string(root.join("src/server/mod.rs")).unwrap();
+            if !server.contains(&format!(".route(\"{path}\"")) {
+                return Err(format!("the agent's server has no route `{path}`"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The metric names a `grep -E '^tend_…'` pattern of a block asks for:
+/// `^tend_status_(a|b)` is `tend_status_a` and `tend_status_b`; a label
+/// selector (`\{…`) is dropped.
+fn metric_names(pattern: &str) -> Vec<String> {
+    let Some(pattern) = pattern.strip_prefix('^') else {
+        return Vec::new();
+    };
+    let (prefix, rest) = pattern.split_once('(').unwrap_or((pattern, ")"));
+    let (alternatives, suffix) = rest.split_once(')').unwrap_or((rest, ""));
+    alternatives
+        .split('|')
+        .map(|a| {
+            let name = format!("{prefix}{a}{suffix}");
+            name.split("\\{").next().unwrap_or("").to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn every_skipped_command_is_checked_another_way() {
+    // The metric families the agent registers (`r.register("name", …)`),
+    // with the registry's prefix; a family with no samples yet is not in
+    // the encoded text, so the source is read.
+    let registered = std::fs::read_to_string(repo_root().join("src/server/metrics.rs")).unwrap();
+    let families: Vec<String> = registered
+        .split("register(")
+        .skip(1)
+        .filter_map(|rest| rest.trim_start().strip_prefix('"')?.split('"').next())
+        .map(|name| format!("tend_{name}"))
+        .collect();
+    let exported = tend::server::metrics::Metrics::new().encode();
+    assert!(
+        exported.contains("# TYPE tend_fetch_errors counter"),
+        "the registry's prefix is `tend_`:\n{exported}"
+    );
+    let (mut checked, mut failures) = (0, Vec::new());
+    for file in doc_files() {
+        for block in blocks(&file) {
+            if block.skip.is_none() {
+                continue;
+            }
+            let script: Vec<String> = if block.lang == "console" {
+                block
+                    .body
+                    .iter()
+                    .filter_map(|l| l.trim_start().strip_prefix("$ "))
+                    .map(str::to_string)
+                    .collect()
+            } else {
+                block.body.clone()
+            };
+            let commands = simple_commands(&script);
+            for words in &commands {
+                checked += 1;
+                let mut result = check_skipped_command(words);
+                if words[0] == "grep"
+                    && commands
+                        .iter()
+                        .any(|c| c.iter().any(|w| w.ends_with("/metrics")))
+                {
+                    for name in words.iter().flat_map(|w| metric_names(w)) {
+                        let family = name.strip_suffix("_total").unwrap_or(&name);
+                        if name.starts_with("tend_") && !families.iter().any(|f| f == family) {
+                            result = Err(format!("the agent exports no metric `{name}`"));
+                        }
+                    }
+                }
+                if let Err(e) = result {
+                    failures.push(format!(
+                        "{}:{}: `{}`: {e}",
+                        block.file,
+                        block.line,
+                        words.join(" ")
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked >= 50,
+        "skipped blocks hold commands ({checked} checked)"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_skipped_command_checks_can_fail() {
+    let check = |line: &str| {
+        let commands = simple_commands(&[line.to_string()]);
+        commands.iter().try_for_each(|c| check_skipped_command(c))
+    };
+    assert!(check("tend state show").is_ok());
+    assert!(check("TEND_LOG=debug time tend --config /etc/tend/tend.toml plan > out").is_ok());
+    assert!(check("tend state shows").is_err(), "an unknown command");
+    assert!(
+        check("tend plan --formatt json").is_err(),
+        "an unknown flag"
+    );
+    assert!(check("systemctl status tend; journalctl -u tend -b | grep x").is_ok());
+    assert!(check("journalctl -u tend-agent").is_err(), "no such unit");
+    assert!(check("curl -si 127.0.0.1:9477/readyz").is_ok());
+    assert!(
+        check("curl -si 127.0.0.1:9477/ready").is_err(),
+        "no such route"
+    );
+    assert!(check("cargo run --example reference_provider -- --listen x").is_ok());
+    assert!(check("cargo run --example no_such_example").is_err());
+    assert!(check("cargo nextest run --test no_such_test").is_err());
+    assert!(check("install -m 0644 systemd/tend.servic /etc").is_err());
+    assert_eq!(
+        metric_names(r#"^tend_(provider_errors_total|resources\{state="Error"\})"#),
+        ["tend_provider_errors_total", "tend_resources"]
+    );
+    assert_eq!(
+        shell_words(r#"echo "a \"b\"" 'c d' $(cat x y) # comment"#),
+        ["echo", "a \"b\"", "c d", "$(cat x y)"]
+    );
+}
+
+/// Every `docs/….md` page the code names (errors, `tend explain`, log
+/// lines) exists: a renamed runbook breaks the build, not the operator's
+/// 3 a.m. search.
+#[test]
+fn every_page_the_code_names_exists() {
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    sources(&repo_root().join("src"), &mut files);
+    let (mut named, mut missing) = (0, Vec::new());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, _) in text.match_indices("docs/") {
+            let rest = &text[i..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || "_/.-".contains(c)))
+                .unwrap_or(rest.len());
+            let Some(page) = rest[..end].split_inclusive(".md").next() else {
+                continue;
+            };
+            if !page.ends_with(".md") {
+                continue;
+            }
+            named += 1;
+            if !repo_root().join(page).exists() {
+                missing.push(format!("{}: {page}", file.display()));
+            }
+        }
+    }
+    assert!(named >= 20, "the code names its runbooks ({named} found)");
+    assert!(
+        missing.is_empty(),
+        "pages the code names that do not exist:\n{}",
+        missing.join("\n")
+    );
+}

@@ -60,6 +60,11 @@ impl RetryPolicy {
                 Err(e) => e,
             };
             let Some(mut delay) = delays.next() else {
+                tracing::error!(
+                    error = %error,
+                    "provider call failed {} times; giving up until the next cycle (docs/runbooks/provider-unavailable.md)",
+                    self.max_retries + 1
+                );
                 return Err(error);
             };
             if let ProviderError::RateLimited { retry_after, .. } = &error {

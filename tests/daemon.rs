@@ -477,6 +477,34 @@ fn listening_beyond_loopback_without_a_webhook_secret_is_a_configuration_error()
     assert!(run.stderr.contains("beyond loopback"), "{}", run.stderr);
 }
 
+/// A command run in an operator's shell, outside the service, meets a
+/// `$CREDENTIALS_DIRECTORY/` path with the variable unset: the error says
+/// so and what to do, and with the variable set the command works.
+#[test]
+fn a_command_outside_the_service_is_told_how_to_reach_the_credentials() {
+    let env = Env::new(|c| c.server("webhook_secret_file", "\"$CREDENTIALS_DIRECTORY/webhook\""));
+    let config = env.config_path().display().to_string();
+    if std::path::Path::new("/run/credentials/tend.service").exists() {
+        panic!("a tend.service is running on this machine: its credentials would be used");
+    }
+    let run = TendCommand::new(&["--config", &config, "run"]).expect_code(78);
+    assert!(
+        run.stderr.contains(
+            "webhook_secret_file = $CREDENTIALS_DIRECTORY/webhook: cannot open it: CREDENTIALS_DIRECTORY is not set"
+        ) && run
+            .stderr
+            .contains("`sudo CREDENTIALS_DIRECTORY=/etc/tend/secrets tend …` (docs/operations.md)"),
+        "{}",
+        run.stderr
+    );
+    let creds = env.dir.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("webhook"), SECRET).unwrap();
+    let mut daemon = env.start(&[("CREDENTIALS_DIRECTORY", creds.to_str().unwrap())]);
+    daemon.signal("TERM");
+    assert_eq!(daemon.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
 #[test]
 fn json_logs_credentials_from_systemd_and_no_secret_in_any_output() {
     const TOKEN: &str = "ghp_tokenvalue_0123456789";
@@ -567,6 +595,57 @@ fn tend_status_prints_the_running_agents_last_report() {
         "{}",
         gone.stderr
     );
+}
+
+/// `tend status` beside an agent that is up but has finished no cycle yet
+/// says so (it is not "not running": an operator would restart a healthy
+/// agent), and an agent answering for another configuration is refused.
+#[test]
+fn tend_status_tells_a_starting_agent_and_another_agent_from_no_agent() {
+    // A source that cannot be reached and no commit accepted before: the
+    // agent serves, but its first cycle cannot start.
+    let env = Env::new(|c| c);
+    let unreachable = Env::new(|c| c.source("url", "\"http://127.0.0.1:9/databases.git\""));
+    let config = unreachable.config_path().display().to_string();
+    let daemon = Daemon::start(&unreachable.config_path(), unreachable.port, &[]);
+    daemon.wait_for("the server", Duration::from_secs(20), || {
+        daemon.get("/readyz").is_some_and(|r| r.status == 503)
+    });
+    let starting = TendCommand::new(&["--config", &config, "status"]).expect_code(1);
+    assert!(
+        starting.stderr.contains(&format!(
+            "the agent at http://127.0.0.1:{} is running but has no report yet (starting: waiting for the first snapshot and the first cycle; /v1/status: 503 Service Unavailable no cycle has finished yet)",
+            unreachable.port
+        )) && starting.stderr.contains("docs/runbooks/daemon-not-ready.md"),
+        "{}",
+        starting.stderr
+    );
+    assert!(
+        !starting.stderr.contains("no running agent"),
+        "{}",
+        starting.stderr
+    );
+    drop(daemon);
+
+    // A configuration whose agent_id is not the answering agent's.
+    let daemon = env.start(&[]);
+    let other = env.dir.path().join("other.toml");
+    let text = std::fs::read_to_string(env.config_path()).unwrap();
+    assert!(text.contains("agent_id = \"test-agent\""), "{text}");
+    std::fs::write(
+        &other,
+        text.replace("agent_id = \"test-agent\"", "agent_id = \"someone-else\""),
+    )
+    .unwrap();
+    let refused = TendCommand::new(&["--config", other.to_str().unwrap(), "status"]).expect_code(1);
+    assert!(
+        refused
+            .stderr
+            .contains("is agent `test-agent`, not `someone-else` (this configuration's agent_id)"),
+        "{}",
+        refused.stderr
+    );
+    drop(daemon);
 }
 
 /// `/` serves the report page; a start while the source fails

@@ -23,19 +23,55 @@ pub struct StatusArgs {
 /// Where the report came from, for the first line.
 enum Origin {
     Agent(String),
-    File(std::path::PathBuf),
+    /// The report file, and why the agent's report was not used.
+    File(std::path::PathBuf, String),
 }
 
-async fn from_agent(url: &str) -> Option<Report> {
-    let client = crate::provider::tls::http_client_for(url)
+/// What the agent at `[server] listen` said.
+enum AgentAnswer {
+    Report(Box<Report>),
+    /// It is up but has no report to give (still starting, or a standby of
+    /// an agent group): why, in its own words.
+    NoReport(String),
+    /// Nothing answered.
+    Unreachable,
+}
+
+async fn from_agent(base: &str) -> AgentAnswer {
+    let Ok(client) = crate::provider::tls::http_client_for(base)
         .timeout(Duration::from_secs(3))
         .build()
-        .ok()?;
-    let response = client.get(url).send().await.ok()?;
-    if !response.status().is_success() {
-        return None;
+    else {
+        return AgentAnswer::Unreachable;
+    };
+    let Ok(response) = client.get(format!("{base}/v1/status")).send().await else {
+        return AgentAnswer::Unreachable;
+    };
+    let status = response.status();
+    let body = response.bytes().await.unwrap_or_default();
+    if status.is_success() {
+        return match serde_json::from_slice(&body) {
+            Ok(report) => AgentAnswer::Report(Box::new(report)),
+            Err(e) => AgentAnswer::NoReport(format!("its /v1/status is not a report ({e})")),
+        };
     }
-    serde_json::from_slice(&response.bytes().await.ok()?).ok()
+    // /readyz says what it is doing: starting, or standing by for a leader.
+    let readiness = match client.get(format!("{base}/readyz")).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let said = String::from_utf8_lossy(&body);
+    AgentAnswer::NoReport(
+        [
+            readiness.trim(),
+            &format!("/v1/status: {status} {}", said.trim()),
+        ]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("; "),
+    )
 }
 
 fn from_file(config: &crate::config::Config) -> Option<(Report, std::path::PathBuf)> {
@@ -54,18 +90,50 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
-    let url = format!("http://{}/v1/status", config.server.listen);
-    let found = match runtime.block_on(from_agent(&url)) {
-        Some(report) => Some((report, Origin::Agent(url.clone()))),
-        None => from_file(&config).map(|(r, f)| (r, Origin::File(f))),
+    let base = format!("http://{}", config.server.listen);
+    let url = format!("{base}/v1/status");
+    // Without the agent's report: why (when no file helps either), and
+    // what the file fallback's first line says.
+    let (failure, note) = match runtime.block_on(from_agent(&base)) {
+        AgentAnswer::Report(report) => {
+            // Another tend on this port (another configuration on the
+            // host) would be reported as this one's agent.
+            if let Some(ours) = &config.agent_id
+                && &report.agent.id != ours
+            {
+                session::fail(format!(
+                    "the agent answering at {url} is agent `{}`, not `{ours}` (this configuration's agent_id): another tend listens on [server] listen; stop it or give this one another address",
+                    report.agent.id
+                ));
+                return Ok(exit::ERROR);
+            }
+            return show(args, *report, Origin::Agent(url));
+        }
+        AgentAnswer::NoReport(why) => (
+            format!(
+                "the agent at {base} is running but has no report yet ({why}); its first finished cycle makes one (if it stays so, see docs/runbooks/daemon-not-ready.md)"
+            ),
+            "the running agent has no report yet",
+        ),
+        AgentAnswer::Unreachable => (
+            format!(
+                "no running agent answers at {url}, and no report was written in {} ([status] reports_dir); is `tend run` running?",
+                config.reports_dir().display()
+            ),
+            "no agent answered",
+        ),
     };
-    let Some((mut report, origin)) = found else {
-        session::fail(format!(
-            "no running agent answers at {url}, and no report was written in {} ([status] reports_dir); is `tend run` running?",
-            config.reports_dir().display()
-        ));
-        return Ok(exit::ERROR);
-    };
+    match from_file(&config) {
+        Some((report, file)) => show(args, report, Origin::File(file, note.to_string())),
+        None => {
+            session::fail(failure);
+            Ok(exit::ERROR)
+        }
+    }
+}
+
+/// Prints `report` (one resource of it with a name), from `origin`.
+fn show(args: &StatusArgs, mut report: Report, origin: Origin) -> io::Result<u8> {
     if let Some(name) = &args.name {
         report.resources.retain(|r| &r.name == name);
         if report.resources.is_empty() {
@@ -79,7 +147,7 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
     if args.format == ReportFormat::Text {
         let from = match &origin {
             Origin::Agent(url) => format!("the running agent ({url})"),
-            Origin::File(file) => format!("{} (no agent answered)", file.display()),
+            Origin::File(file, note) => format!("{} ({note})", file.display()),
         };
         writeln!(io::stdout(), "from {from}")?;
     }

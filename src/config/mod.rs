@@ -546,6 +546,22 @@ fn credential_path(p: &Path) -> Option<&Path> {
         .find_map(|prefix| p.strip_prefix(prefix).ok())
 }
 
+/// Where `$CREDENTIALS_DIRECTORY/` points: the variable systemd sets
+/// inside the service; in an operator's shell on the host of a running
+/// `tend.service`, that service's credentials (`/run/credentials/
+/// tend.service`, root only), so `tend plan`, `explain` or `override set`
+/// beside the agent read the same secrets it does.
+fn credentials_directory() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+        return Some(PathBuf::from(dir));
+    }
+    let service = Path::new(RUNNING_SERVICE_CREDENTIALS);
+    service.is_dir().then(|| service.to_path_buf())
+}
+
+/// The credentials directory systemd gives a running `tend.service`.
+pub const RUNNING_SERVICE_CREDENTIALS: &str = "/run/credentials/tend.service";
+
 impl Config {
     /// Where reports are written: `[status] reports_dir`, by default
     /// `<state_dir>/reports`.
@@ -575,14 +591,16 @@ impl Config {
         };
         let mut config: Config = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+        let credentials = credentials_directory();
         let resolve = |p: &Path| {
             if let Some(rest) = credential_path(p) {
                 // systemd's `LoadCredential=` directory; without it the
-                // path stays as written and reading the file fails loudly.
-                if let Some(dir) = &credentials {
-                    return dir.join(rest);
-                }
+                // path stays as written (not anchored to the file's
+                // directory) and reading the file fails, saying why.
+                return match &credentials {
+                    Some(dir) => dir.join(rest),
+                    None => p.to_path_buf(),
+                };
             }
             if p.is_absolute() {
                 p.to_path_buf()

@@ -18,7 +18,16 @@ pub fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
         path: path.to_path_buf(),
         message,
     };
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open it: {e}")))?;
+    let file = std::fs::File::open(path).map_err(|e| {
+        if super::credential_path(path).is_some() {
+            fail(format!(
+                "cannot open it: CREDENTIALS_DIRECTORY is not set (systemd sets it inside the service, from LoadCredential=) and {} does not exist (no tend.service is running); outside the service, point it at the directory holding the same files, e.g. `sudo CREDENTIALS_DIRECTORY=/etc/tend/secrets tend …` (docs/operations.md)",
+                super::RUNNING_SERVICE_CREDENTIALS
+            ))
+        } else {
+            fail(format!("cannot open it: {e}"))
+        }
+    })?;
     let mut bytes = Vec::new();
     file.take(MAX_SECRET_BYTES + 1)
         .read_to_end(&mut bytes)

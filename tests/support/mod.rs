@@ -38,6 +38,7 @@ impl TendCommand {
             .args(args)
             .env_remove("TEND_CONFIG")
             .env_remove("TEND_LOG")
+            .env_remove("CREDENTIALS_DIRECTORY")
             .env("NO_COLOR", "1")
             .current_dir(cwd.path());
         TendCommand {

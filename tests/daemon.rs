@@ -192,6 +192,11 @@ fn metrics_are_openmetrics_and_count_what_status_reports() {
             "{family} missing:\n{text}"
         );
     }
+    // A healthy provider's error series exists, at 0, before any error.
+    assert!(
+        text.contains("tend_provider_errors_total{provider=\"sandbox\",kind=\"observe\"} 0"),
+        "{text}"
+    );
     let gauge = |state: &str| -> u64 {
         let prefix = format!("tend_resources{{state=\"{state}\"}} ");
         text.lines()

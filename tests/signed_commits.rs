@@ -235,7 +235,8 @@ impl Agent {
             .unwrap_or_else(|| panic!("no source error: {report}"))
             .to_string();
         assert!(
-            message.starts_with(&format!("refusing commit {refused}: signed by ")),
+            message.starts_with(&format!("refusing commit {refused}: signed by "))
+                || message.starts_with(&format!("refusing commit {refused}: unsigned: ")),
             "{message}"
         );
         assert!(message.contains("unverified-commit.md"), "{message}");
@@ -262,7 +263,7 @@ fn ssh_a_signed_head_is_applied_and_an_unsigned_one_refused() {
     let unsigned = repo.commit("raise orders, unsigned");
     let message = agent.refuses(&unsigned, &accepted);
     assert!(
-        message.contains("signed by unsigned: the commit carries no signature"),
+        message.contains(": unsigned: the commit carries no signature"),
         "{message}"
     );
     // Signed again on top: accepted (only the head is checked by default).
@@ -357,7 +358,7 @@ fn ssh_verify_all_refuses_an_unsigned_commit_inside_a_signed_range_and_merges_ar
     let head = alice.commit(&repo, "signed head");
     // The refusal names the unsigned commit, not the signed head.
     let message = every.refuses(&unsigned, &accepted);
-    assert!(message.contains("signed by unsigned"), "{message}");
+    assert!(message.contains(": unsigned: "), "{message}");
     head_only.accepts(&head);
 
     // A signed merge of an unsigned side branch.
@@ -378,7 +379,7 @@ fn ssh_verify_all_refuses_an_unsigned_commit_inside_a_signed_range_and_merges_ar
     assert_eq!(code, 1, "{report}");
     let message = report["source"]["error"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with(&format!("refusing commit {side}: signed by unsigned")),
+        message.starts_with(&format!("refusing commit {side}: unsigned")),
         "{message} (merge {merge})"
     );
     assert_eq!(report["source"]["commit"].as_str(), Some(head.as_str()));
@@ -422,7 +423,7 @@ fn gpg_signed_heads_by_the_keyring_are_applied_others_refused() {
     repo.write("orders.yaml", &manifest("orders", 20));
     let unsigned = repo.commit("unsigned");
     let message = agent.refuses(&unsigned, &accepted);
-    assert!(message.contains("signed by unsigned"), "{message}");
+    assert!(message.contains(": unsigned: "), "{message}");
 
     let foreign = mallory.commit(&repo, "signed by mallory");
     let message = agent.refuses(&foreign, &accepted);

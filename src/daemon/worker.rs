@@ -57,6 +57,7 @@ pub async fn run(
     // Memories read while the worker waits, for its next cycle (used only
     // if nothing was written in between).
     let mut preload: Option<crate::agent::Preload> = None;
+    metrics.provider_known(&provider);
     loop {
         let wake = next_wake(&provider, &agent, &mut inputs, &mut queue, next_resync).await;
         let scope = match wake {

@@ -229,6 +229,16 @@ impl Metrics {
         }
     }
 
+    /// A provider's error series exist from its worker's start, at 0: an
+    /// absent series hides the first error from `increase()` alerts and
+    /// from a runbook's `grep`.
+    pub fn provider_known(&self, provider: &str) {
+        drop(
+            self.provider_errors
+                .get_or_create(&labels(&[("provider", provider), ("kind", "observe")])),
+        );
+    }
+
     /// A provider could not be observed (`kind`: what failed).
     pub fn provider_error(&self, provider: &str, kind: &str) {
         self.provider_errors

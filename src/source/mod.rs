@@ -55,6 +55,15 @@ pub fn repo_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
     state_dir.join("source").join("repo.git")
 }
 
+/// `signed by X`, or `unsigned` when nobody signed.
+fn signed_by(signer: &str) -> String {
+    if signer == "unsigned" {
+        signer.to_string()
+    } else {
+        format!("signed by {signer}")
+    }
+}
+
 /// What went wrong reading the source. Every variant names what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SourceError {
@@ -78,7 +87,8 @@ pub enum SourceError {
     )]
     Rewind { old: String, new: String },
     #[error(
-        "refusing commit {commit}: signed by {signer}: {reason}; the last accepted commit stays in force (docs/runbooks/unverified-commit.md)"
+        "refusing commit {commit}: {}: {reason}; the last accepted commit stays in force (docs/runbooks/unverified-commit.md)",
+        signed_by(signer)
     )]
     Unverified {
         commit: String,

@@ -908,3 +908,31 @@ fn sandbox_faults_on_a_postgres_provider_are_a_configuration_error() {
         run.stderr
     );
 }
+
+/// Every command that reads the configuration exits 78 (sysexits
+/// EX_CONFIG) when it cannot: scripts and systemd tell a configuration
+/// error from a failed cycle by it.
+#[test]
+fn every_command_that_reads_the_configuration_exits_78_without_one() {
+    for command in [
+        &["plan"][..],
+        &["apply"],
+        &["run"],
+        &["status"],
+        &["explain", "orders"],
+        &["propose", "orders"],
+        &["sandbox", "list"],
+        &["override", "list"],
+        &["state", "show"],
+        &["deletions", "list"],
+    ] {
+        let mut args = vec!["--config", "/nonexistent/tend.toml"];
+        args.extend_from_slice(command);
+        let run = TendCommand::new(&args).expect_code(78);
+        assert!(
+            run.stderr.contains("/nonexistent/tend.toml"),
+            "{command:?}: {}",
+            run.stderr
+        );
+    }
+}

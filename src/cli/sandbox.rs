@@ -53,8 +53,12 @@ pub struct DropArgs {
     pub target: SandboxTarget,
 }
 
-fn open(config_path: &Path, target: &SandboxTarget) -> Result<SandboxProvider, String> {
-    let config = Config::load(config_path).map_err(|e| e.to_string())?;
+/// `config` (loaded from `config_path`)'s sandbox provider the target names.
+fn open(
+    config: &Config,
+    config_path: &Path,
+    target: &SandboxTarget,
+) -> Result<SandboxProvider, String> {
     let sandboxes: Vec<&String> = config
         .providers
         .iter()
@@ -90,10 +94,15 @@ fn split(pair: &str) -> Result<(&str, &str), String> {
 }
 
 pub fn run(config_path: &Path, command: &SandboxCommand) -> io::Result<u8> {
+    // A configuration that cannot be loaded exits 78, as for every command.
+    let config = match super::session::load_config(config_path) {
+        Ok(config) => config,
+        Err(code) => return Ok(code),
+    };
     let result = match command {
-        SandboxCommand::List(target) => list(config_path, target),
-        SandboxCommand::Edit(args) => edit(config_path, args),
-        SandboxCommand::Drop(args) => drop_db(config_path, args),
+        SandboxCommand::List(target) => list(&config, config_path, target),
+        SandboxCommand::Edit(args) => edit(&config, config_path, args),
+        SandboxCommand::Drop(args) => drop_db(&config, config_path, args),
     };
     match result {
         Ok(text) => {
@@ -107,8 +116,8 @@ pub fn run(config_path: &Path, command: &SandboxCommand) -> io::Result<u8> {
     }
 }
 
-fn list(config_path: &Path, target: &SandboxTarget) -> Result<String, String> {
-    let sandbox = open(config_path, target)?;
+fn list(config: &Config, config_path: &Path, target: &SandboxTarget) -> Result<String, String> {
+    let sandbox = open(config, config_path, target)?;
     let state = sandbox.load().map_err(|e| e.to_string())?;
     let mut out = String::new();
     for (name, db) in &state.databases {
@@ -130,8 +139,8 @@ fn list(config_path: &Path, target: &SandboxTarget) -> Result<String, String> {
     Ok(out)
 }
 
-fn edit(config_path: &Path, args: &EditArgs) -> Result<String, String> {
-    let sandbox = open(config_path, &args.target)?;
+fn edit(config: &Config, config_path: &Path, args: &EditArgs) -> Result<String, String> {
+    let sandbox = open(config, config_path, &args.target)?;
     let mut state = sandbox.load().map_err(|e| e.to_string())?;
     if !state.databases.contains_key(&args.name) {
         if !args.create {
@@ -179,8 +188,8 @@ fn edit(config_path: &Path, args: &EditArgs) -> Result<String, String> {
     Ok(format!("edited {}\n", args.name))
 }
 
-fn drop_db(config_path: &Path, args: &DropArgs) -> Result<String, String> {
-    let sandbox = open(config_path, &args.target)?;
+fn drop_db(config: &Config, config_path: &Path, args: &DropArgs) -> Result<String, String> {
+    let sandbox = open(config, config_path, &args.target)?;
     let mut state = sandbox.load().map_err(|e| e.to_string())?;
     if state.databases.remove(&args.name).is_none() {
         return Err(format!("no database `{}`", args.name));

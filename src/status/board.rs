@@ -110,6 +110,10 @@ impl StatusBoard {
                     .retain(|r| !report.resources.iter().any(|n| n.name == r.name));
                 old.resources.extend(report.resources);
                 old.resources.sort_by(|a, b| a.name.cmp(&b.name));
+                // The report is made now: a due-time cycle's report must not
+                // carry the last full cycle's time (an override shown as
+                // "EXPIRED at 10:43 (in 39s)" under "report made 10:42").
+                old.generated_at = report.generated_at;
                 old.source = report.source;
                 old.errors = report.errors;
                 old.summary = super::report::Summary::of(&old.resources, old.errors.len());
@@ -179,5 +183,31 @@ impl StatusBoard {
     /// Notified at every change.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn a_partial_report_is_dated_when_it_was_made() {
+        let config = crate::config::Config::parse(
+            "[source]\nurl = \"/nowhere\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
+            std::path::Path::new("/etc/tend/tend.toml"),
+        )
+        .unwrap();
+        let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let board = StatusBoard::default();
+        let full = crate::status::report::empty_report(&config, "agent", then);
+        board.publish("sandbox", full, false);
+        let later = then + Duration::from_secs(40);
+        let due = crate::status::report::empty_report(&config, "agent", later);
+        let made = due.generated_at.clone();
+        board.publish("sandbox", due, true);
+        let latest = board.latest().unwrap();
+        assert_eq!(latest.generated_at, made);
+        assert_ne!(made, crate::time::rfc3339(then));
     }
 }

@@ -127,6 +127,34 @@ fn systemd_hears_ready_status_watchdog_reloading_and_stopping() {
     assert!(seen.iter().any(|m| m.contains("STOPPING=1")), "{seen:?}");
 }
 
+/// A reload before the agent is ready (its source unreachable, nothing
+/// reconciled) must not send READY=1: under `Type=notify` that would end
+/// the start with nothing reconciled.
+#[test]
+fn a_reload_before_the_agent_is_ready_does_not_tell_systemd_it_is() {
+    let env = Env::new(|c| c.source("url", "\"http://127.0.0.1:9/databases.git\""));
+    let mut daemon = Daemon::start(&env.config_path(), env.port, &[]);
+    daemon.wait_for("the server", Duration::from_secs(20), || {
+        daemon.get("/readyz").is_some_and(|r| r.status == 503)
+    });
+    let mut seen = daemon.notifications();
+    daemon.signal("HUP");
+    daemon.wait_for("the reload", Duration::from_secs(10), || {
+        daemon.log().contains("configuration reloaded")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    seen.extend(daemon.notifications());
+    assert!(
+        !seen
+            .iter()
+            .any(|m| m.contains("READY=1") || m.contains("RELOADING=1")),
+        "{seen:?}"
+    );
+    assert_eq!(daemon.get("/readyz").unwrap().status, 503);
+    daemon.signal("TERM");
+    assert_eq!(daemon.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
 #[test]
 fn a_wedged_loop_stops_the_watchdog_though_http_still_answers() {
     let env = Env::new(|c| c);

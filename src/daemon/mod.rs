@@ -346,9 +346,18 @@ async fn coordinate(
             request = signals.next() => match request {
                 Request::Shutdown => return Ok(Stopped::Shutdown(running)),
                 Request::Reload => {
-                    systemd::reloading();
+                    // Before the agent is ready, READY=1 would end its start
+                    // for systemd (Type=notify) with nothing reconciled: a
+                    // reload then says nothing, and the first reconciled
+                    // snapshot still sends READY=1.
+                    let started = *ready.borrow();
+                    if started {
+                        systemd::reloading();
+                    }
                     running = running.reload(config_path, shared).await?;
-                    systemd::ready();
+                    if started {
+                        systemd::ready();
+                    }
                 }
             },
             _ = watchdog_tick.tick(), if watchdog.is_some() => {

@@ -87,7 +87,7 @@ pub enum SourceError {
     )]
     Rewind { old: String, new: String },
     #[error(
-        "refusing commit {commit}: {}: {reason}; the last accepted commit stays in force (docs/runbooks/unverified-commit.md)",
+        "refusing commit {commit}: {}: {reason}; it is not applied (docs/runbooks/unverified-commit.md)",
         signed_by(signer)
     )]
     Unverified {

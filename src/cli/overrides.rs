@@ -175,13 +175,29 @@ fn set(config: &Config, store: &StateStore, args: &SetArgs) -> Result<String, St
     if parsed.overrides.is_none() {
         return Err("give --pause or --ignore-fields".into());
     }
+    let now = SystemTime::now();
     store
-        .set_local_override(&args.name, &annotations, SystemTime::now())
+        .set_local_override(&args.name, &annotations, now)
         .map_err(|e| e.to_string())?;
     let mut out = format!(
         "set a local override on {} (reported as source local until Git carries an override)\n",
         args.name
     );
+    // An expiry already past is allowed (a runbook rehearses with one), but
+    // in an emergency it is more likely a typo in the date.
+    if let Some(spec) = &parsed.overrides
+        && let Some(crate::model::OverrideExpiry::At(at)) = spec.expires
+        && at <= now
+    {
+        let honoured = match spec.on_expiry {
+            crate::model::OnExpiry::Hold => "still honoured (on expiry: hold)",
+            crate::model::OnExpiry::Resume => "not honoured (on expiry: resume)",
+        };
+        out.push_str(&format!(
+            "warning: --expires {} is already past: the override is reported EXPIRED from the start and {honoured}; was another date meant?\n",
+            spec.expires_text.as_deref().unwrap_or("")
+        ));
+    }
     if let Some(why) = unknown {
         out.push_str(&format!(
             "warning: {why}: the override is orphaned and protects nothing until a declaration of that name exists\n"

@@ -64,7 +64,8 @@ where
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error(
-        "state {path} needs a newer tend: its min_reader_format is {found}, this tend reads up to {supported}; it was last written by tend {writer}. The file was not changed. Run that tend again, or follow docs/runbooks/rollback.md"
+        "state {path} needs a newer tend: its min_reader_format is {found}, and this tend (state format {format}) reads states whose min_reader_format is at most {supported}; it was last written by tend {writer}. The file was not changed. Run that tend again, or follow docs/runbooks/rollback.md",
+        format = FORMAT
     )]
     TooNew {
         path: String,

@@ -754,7 +754,9 @@ mod tests {
             let message = err.to_string();
             assert!(
                 message.contains("min_reader_format is 99")
-                    && message.contains(&format!("reads up to {READABLE_FORMAT}")),
+                    && message.contains(&format!(
+                        "this tend (state format {FORMAT}) reads states whose min_reader_format is at most {READABLE_FORMAT}"
+                    )),
                 "{message}"
             );
             assert!(message.contains("docs/runbooks/rollback.md"), "{message}");

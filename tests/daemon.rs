@@ -155,6 +155,45 @@ fn a_reload_before_the_agent_is_ready_does_not_tell_systemd_it_is() {
     assert_eq!(daemon.wait_exit(Duration::from_secs(30)), Some(0));
 }
 
+/// `tend run`'s text log outside the journal (no `TEND_LOG`): every line
+/// starts with the UTC time, so a terminal or container log tells when.
+#[test]
+fn the_agents_text_log_carries_the_wall_clock_time() {
+    let env = Env::new(|c| c);
+    let log = env.dir.path().join("plain.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tend"))
+        .args(["--config", env.config_path().to_str().unwrap(), "run"])
+        .current_dir(env.dir.path())
+        .env_remove("TEND_LOG")
+        .env_remove("TEND_LOG_FORMAT")
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NOTIFY_SOCKET")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("ready: the first snapshot is reconciled") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 2, "{text}");
+    let year = tend::time::rfc3339(std::time::SystemTime::now())[..4].to_string();
+    for line in lines {
+        let stamp = line.split_whitespace().next().unwrap_or("");
+        assert!(
+            stamp.starts_with(&year) && stamp.contains('T') && stamp.ends_with('Z'),
+            "no UTC time at the start of: {line}"
+        );
+    }
+}
+
 #[test]
 fn a_wedged_loop_stops_the_watchdog_though_http_still_answers() {
     let env = Env::new(|c| c);

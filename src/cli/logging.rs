@@ -36,8 +36,11 @@ fn stderr_is_journal() -> bool {
     dev.parse() == Ok(meta.dev()) && ino.parse() == Ok(meta.ino())
 }
 
-/// Installs the logger for this process.
-pub fn init() {
+/// Installs the logger for this process. `long_running`: `tend run`,
+/// whose text lines outside the journal carry the wall-clock time (a
+/// terminal or a container log has none of its own to tell when an agent
+/// did something; a one-shot command's lines need none).
+pub fn init(long_running: bool) {
     let (filter, debugging) = filter();
     if std::env::var("TEND_LOG_FORMAT").as_deref() == Ok("json") {
         let _ = tracing_subscriber::fmt()
@@ -69,11 +72,15 @@ pub fn init() {
         .with_ansi(io::stderr().is_terminal())
         .with_target(false);
     // With `TEND_LOG` set, each line carries the time since start, which
-    // is what phase timings need; otherwise no time (the journal or the
-    // terminal has its own).
+    // is what phase timings need; otherwise `tend run` carries the UTC
+    // time and a one-shot command none.
     let _ = if debugging {
         builder
             .with_timer(tracing_subscriber::fmt::time::uptime())
+            .try_init()
+    } else if long_running {
+        builder
+            .with_timer(tracing_subscriber::fmt::time::SystemTime)
             .try_init()
     } else {
         builder.without_time().try_init()

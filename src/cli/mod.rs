@@ -109,7 +109,7 @@ where
     heap::tune();
     match Cli::try_parse_from(args) {
         Ok(cli) => {
-            logging::init();
+            logging::init(matches!(cli.command, Command::Run));
             let code = run(cli);
             tracing::debug!("done");
             code

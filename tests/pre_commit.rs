@@ -15,7 +15,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::git::{TestRepo, git};
+use support::git::{TestRepo, git, isolated};
 use support::repo_root;
 
 const GOOD: &str = "apiVersion: tend.dev/v1alpha1
@@ -71,7 +71,7 @@ fn run(repo: &Path, cache: &Path, args: &[&str]) -> Output {
         .parent()
         .unwrap()
         .join("pre-commit-hook");
-    Command::new(pre_commit())
+    isolated(&mut Command::new(pre_commit()))
         .args(args)
         .current_dir(repo)
         .env("PRE_COMMIT_HOME", cache)
@@ -81,12 +81,6 @@ fn run(repo: &Path, cache: &Path, args: &[&str]) -> Output {
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "256")
         .env("CARGO_PROFILE_RELEASE_INCREMENTAL", "false")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "Test Author")
-        .env("GIT_AUTHOR_EMAIL", "author@example.test")
-        .env("GIT_COMMITTER_NAME", "Test Author")
-        .env("GIT_COMMITTER_EMAIL", "author@example.test")
         .env_remove("TEND_CONFIG")
         .output()
         .unwrap_or_else(|e| panic!("cannot run pre-commit: {e}"))
@@ -190,16 +184,10 @@ fn the_pre_commit_hook_validates_a_declarations_repository() {
     git(repo.path(), &["add", "-A"]);
     let out = run(repo.path(), cache.path(), &["install"]);
     assert!(out.status.success(), "{}", text(&out));
-    let committed = Command::new("git")
+    let committed = isolated(&mut Command::new("git"))
         .args(["commit", "-q", "-m", "more"])
         .current_dir(repo.path())
         .env("PRE_COMMIT_HOME", cache.path())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "Test Author")
-        .env("GIT_AUTHOR_EMAIL", "author@example.test")
-        .env("GIT_COMMITTER_NAME", "Test Author")
-        .env("GIT_COMMITTER_EMAIL", "author@example.test")
         .output()
         .unwrap();
     assert!(committed.status.success(), "{}", text(&committed));

@@ -60,18 +60,14 @@ async fn from_agent(base: &str) -> AgentAnswer {
         Ok(r) => r.text().await.unwrap_or_default(),
         Err(_) => String::new(),
     };
-    let said = String::from_utf8_lossy(&body);
-    AgentAnswer::NoReport(
-        [
-            readiness.trim(),
-            &format!("/v1/status: {status} {}", said.trim()),
-        ]
-        .iter()
-        .filter(|s| !s.is_empty())
-        .copied()
-        .collect::<Vec<_>>()
-        .join("; "),
-    )
+    let said = format!(
+        "/v1/status: {status} {}",
+        String::from_utf8_lossy(&body).trim()
+    );
+    AgentAnswer::NoReport(match readiness.trim() {
+        "" => said,
+        ready => format!("{ready}; {said}"),
+    })
 }
 
 fn from_file(config: &crate::config::Config) -> Option<(Report, std::path::PathBuf)> {

@@ -12,17 +12,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
-/// Runs `git` isolated from the developer's configuration.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
+/// Isolates `command` (git, or a program that runs git) from the
+/// developer's Git configuration, with a fixed identity.
+pub fn isolated(command: &mut Command) -> &mut Command {
+    command
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_AUTHOR_NAME", "Test Author")
         .env("GIT_AUTHOR_EMAIL", "author@example.test")
         .env("GIT_COMMITTER_NAME", "Test Author")
         .env("GIT_COMMITTER_EMAIL", "author@example.test")
+}
+
+/// Runs `git` isolated from the developer's configuration.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = isolated(Command::new("git").args(args).current_dir(dir))
         .output()
         .unwrap_or_else(|e| panic!("cannot run git {args:?}: {e} (install git)"));
     assert!(

@@ -8,11 +8,13 @@ use std::process::Command;
 
 #[test]
 fn the_benchmark_script_prints_every_figure() {
-    let out = Command::new(support::repo_root().join("scripts/bench.sh"))
-        .arg("quick")
-        .current_dir(support::repo_root())
-        .output()
-        .unwrap();
+    let out = support::without_package_env(&mut Command::new(
+        support::repo_root().join("scripts/bench.sh"),
+    ))
+    .arg("quick")
+    .current_dir(support::repo_root())
+    .output()
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -21,6 +21,33 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `command` (cargo, or a script that runs cargo on this repository)
+/// without the package variables the test harness gives a test
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, …). Build scripts rerun when one
+/// of those differs from the outer build's: ring's did, so a nested cargo
+/// rebuilt and relinked `target/debug/tend` while other tests ran it.
+pub fn without_package_env(command: &mut Command) -> &mut Command {
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_CFG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    command
+}
+
 /// A `tend` invocation whose environment cannot leak the developer's
 /// config, run in a temporary directory of its own unless told otherwise
 /// (a relative path in a test then cannot touch the repository).

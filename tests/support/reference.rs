@@ -23,7 +23,7 @@ fn binary() -> PathBuf {
             return;
         }
         let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cargo
+        super::without_package_env(&mut cargo)
             .args(["build", "--example", "reference_provider"])
             .current_dir(super::repo_root());
         if profile_dir.file_name().is_some_and(|p| p == "release") {

@@ -25,6 +25,7 @@ use crate::engine::{DeletionLimits, Policy};
 use crate::executor::queue::{Progress, Silent};
 use crate::executor::{ExecContext, ExecLimits, ProviderRuntime};
 use crate::journal::{Access, StateError, StateLock, StateStore, StoredMemories};
+use crate::reconcile::observe::ListingAhead;
 use crate::source::tracker::SourceSettings;
 use crate::source::{Source, SourceError};
 
@@ -63,6 +64,9 @@ pub struct Agent {
     progress: Arc<dyn Progress>,
     /// Memories read ahead (beside the fetch) for the next reconcile.
     preloaded: Mutex<Option<StoredMemories>>,
+    /// Providers' listings started beside the fetch, for the next
+    /// reconcile.
+    listing_ahead: Mutex<Option<ListingAhead>>,
     /// Set by [`Agent::drain`]: no new operation starts.
     draining: Arc<std::sync::atomic::AtomicBool>,
     /// An in-process crash at a commit point (test builds only).
@@ -162,6 +166,7 @@ impl Agent {
             clock,
             progress: Arc::new(Silent),
             preloaded: Mutex::new(None),
+            listing_ahead: Mutex::new(None),
             draining: Arc::default(),
             crash: Default::default(),
             held_lease: None,
@@ -268,6 +273,7 @@ impl Agent {
                 agent_id: Arc::from(self.agent_id.as_str()),
                 clock: self.clock.clone(),
                 draining: self.draining.clone(),
+                halted: Arc::default(),
                 sabotage: self.policy.sabotage,
                 crash: self.crash.clone(),
             }),
@@ -297,11 +303,18 @@ impl Agent {
     }
 
     pub fn source(&self) -> Result<Source, SourceError> {
-        Source::open(
-            &self.config.state_dir,
+        self.source_opener()()
+    }
+
+    /// [`Agent::source`], to call on another thread (opening waits for
+    /// libgit2's initialisation).
+    pub fn source_opener(&self) -> impl FnOnce() -> Result<Source, SourceError> + Send + 'static {
+        let (dir, settings, access) = (
+            self.config.state_dir.clone(),
             self.source_settings.clone(),
             self.access,
-        )
+        );
+        move || Source::open(&dir, settings, access)
     }
 
     /// Starts reading every resource's memory on a blocking thread, so the
@@ -335,5 +348,25 @@ impl Agent {
 
     fn lock_preloaded(&self) -> std::sync::MutexGuard<'_, Option<StoredMemories>> {
         self.preloaded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts listing every provider whose observation is one listing
+    /// whatever it is asked for (see [`ListingAhead`]), for the next
+    /// reconcile; whether there was any to start (then the caller has
+    /// the async runtime free meanwhile).
+    pub fn start_listing_ahead(&self) -> bool {
+        let ahead = ListingAhead::start(&self.runtimes, self.store.as_deref());
+        let started = ahead.is_some();
+        *self.lock_listing_ahead() = ahead;
+        started
+    }
+
+    /// The listings started ahead, if any (taken: they serve one cycle).
+    pub(crate) fn take_listing_ahead(&self) -> Option<ListingAhead> {
+        self.lock_listing_ahead().take()
+    }
+
+    fn lock_listing_ahead(&self) -> std::sync::MutexGuard<'_, Option<ListingAhead>> {
+        self.listing_ahead.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

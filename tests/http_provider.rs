@@ -160,6 +160,75 @@ fn writes_confirmed_by_their_answers_are_not_listed_again() {
     assert!(run.stdout.contains("payments"), "{}", run.stdout);
 }
 
+/// `tend plan` lists the provider beside the source fetch. A listing
+/// that started before a write to the state (here an override set while
+/// the plan stands still) may predate what is now remembered: it is not
+/// used, and the plan lists again.
+#[test]
+fn a_listing_older_than_a_state_write_is_made_again() {
+    let s = setup(&[], &[("analytics", "db-small")]);
+    s.apply(0);
+    let listed = s.server.count("lists");
+    assert_eq!(s.plan()["summary"]["inSync"], 1);
+    assert_eq!(
+        s.server.count("lists"),
+        listed + 1,
+        "one listing a plan: {}",
+        s.server.stats()
+    );
+
+    let marker = s.dir.path().join("paused");
+    let plan = std::process::Command::new(env!("CARGO_BIN_EXE_tend"))
+        .args(["--config", &s.config, "plan", "--format", "json"])
+        .current_dir(s.dir.path())
+        .env_remove("TEND_CONFIG")
+        .env("TEND_LOG", "tend=debug")
+        .env("TEND_TEST_PAUSE_AT", "before-inputs")
+        .env("TEND_TEST_PAUSE_FILE", &marker)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "never paused");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    TendCommand::new(&[
+        "--config",
+        &s.config,
+        "override",
+        "set",
+        "analytics",
+        "--pause",
+        "--reason",
+        "INC-42",
+    ])
+    .current_dir(s.dir.path())
+    .expect_code(0);
+    std::fs::remove_file(&marker).unwrap();
+    let out = plan.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("the state changed while listing ahead"),
+        "{stderr}"
+    );
+    assert_eq!(
+        s.server.count("lists"),
+        listed + 3,
+        "the listing ahead and one after the write: {}",
+        s.server.stats()
+    );
+    assert!(
+        stdout.contains("INC-42"),
+        "the plan read the state after the write: {stdout}"
+    );
+}
+
 #[test]
 fn a_response_lost_after_commit_makes_exactly_one_database() {
     let s = setup(&[], &[("analytics", "db-small")]);

@@ -86,22 +86,39 @@ pub struct SourceRead {
 /// On a pool thread it stayed in that thread's arena beside the cycle's:
 /// a cold apply of 10,000 declarations peaked 25 MB higher.
 pub async fn snapshot(agent: &Agent) -> SourceRead {
-    let source = match agent.source() {
-        Ok(s) => s,
+    let now = agent.clock().now();
+    let preload = agent.start_preload();
+    let polled = if agent.start_listing_ahead() {
+        // A provider is being listed on this thread's runtime meanwhile:
+        // opening the source (which waits for libgit2's initialisation)
+        // and the fetch go to a blocking thread instead; their allocations
+        // in that thread's arena are the price of not listing after them.
+        // A panic there goes on as it would here (a task is cancelled only
+        // when its runtime shuts down, which it does not while this waits).
+        let open = agent.source_opener();
+        match tokio::task::spawn_blocking(move || open().map(|s| s.poll_once(now))).await {
+            Ok(polled) => polled,
+            Err(e) => std::panic::resume_unwind(
+                e.try_into_panic()
+                    .unwrap_or_else(|e| Box::new(format!("the source fetch stopped: {e}"))),
+            ),
+        }
+    } else {
+        agent.source().map(|s| s.poll_once(now))
+    };
+    let outcome = match polled {
+        Ok(outcome) => outcome,
         Err(error) => {
             return SourceRead {
                 snapshot: None,
                 failure: Some(SourceFailure {
                     error,
-                    since: agent.clock().now(),
+                    since: now,
                     failures: 1,
                 }),
             };
         }
     };
-    let now = agent.clock().now();
-    let preload = agent.start_preload();
-    let outcome = source.poll_once(now);
     agent.finish_preload(preload).await;
     SourceRead {
         snapshot: outcome.snapshot,

@@ -43,13 +43,30 @@ fn bounded<'de, D: Deserializer<'de>>(
     Ok(value as usize)
 }
 
+/// Whether git accepts `refs/heads/{name}` as a reference name (and the
+/// name does not start with `-`, which git's commands would read as an
+/// option). A name of letters, digits, `-` and `_` alone (`main`,
+/// `tend-status`) breaks none of git's rules, so it is accepted without
+/// asking libgit2: asking waits for libgit2's initialisation (OpenSSL
+/// loading the system's trusted roots, tens of milliseconds), which a
+/// one-shot command otherwise runs beside its start. Any other name is
+/// libgit2's to judge.
+pub fn is_branch_name(name: &str) -> bool {
+    if name.is_empty() || name.starts_with('-') {
+        return false;
+    }
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    plain || git2::Reference::is_valid_name(&format!("refs/heads/{name}"))
+}
+
 /// A branch name git accepts (`refs/heads/NAME` is a valid reference
 /// name): `*`, `a..b` or `-x` are refused here, not reported later as a
 /// missing branch.
 pub fn branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
-    let full = format!("refs/heads/{name}");
-    if name.is_empty() || name.starts_with('-') || !git2::Reference::is_valid_name(&full) {
+    if !is_branch_name(&name) {
         return Err(serde::de::Error::custom(format!(
             "branch = {:?} is not a branch name git accepts (no spaces, `..`, `*`, `?`, `[`, `~`, `^`, `:` or `\\`, no leading `-` or `/`, no `.lock` at the end): give the branch as `git branch` shows it",
             name
@@ -65,8 +82,7 @@ pub fn status_branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error
     if name.is_empty() {
         return Ok(name);
     }
-    let full = format!("refs/heads/{name}");
-    if name.starts_with('-') || !git2::Reference::is_valid_name(&full) {
+    if !is_branch_name(&name) {
         return Err(serde::de::Error::custom(format!(
             "[status] branch = {name:?} is not a branch name git accepts: give a name like \"tend-status\", or \"\" for no status branch"
         )));
@@ -120,5 +136,27 @@ mod tests {
         }
         assert!(normalise_repo_path("../etc").is_err());
         assert!(normalise_repo_path("a/../../b").is_err());
+    }
+
+    #[test]
+    fn branch_names_outside_the_plain_alphabet_are_libgit2s_to_judge() {
+        for good in ["main", "tend-status", "release/1.2", "v1.0", "user@host"] {
+            assert!(is_branch_name(good), "{good}");
+        }
+        for bad in [
+            "", "-x", "a..b", "*", "a b", "x.lock", ".hidden", "a/", "a@{1}",
+        ] {
+            assert!(!is_branch_name(bad), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The shortcut accepts only names libgit2 accepts too.
+        #[test]
+        fn a_plain_name_is_one_libgit2_accepts(name in "[A-Za-z0-9_][A-Za-z0-9_-]{0,40}") {
+            let full = format!("refs/heads/{name}");
+            proptest::prop_assert!(is_branch_name(&name));
+            proptest::prop_assert!(git2::Reference::is_valid_name(&full));
+        }
     }
 }

@@ -29,6 +29,33 @@ pub fn pause_point(point: &str) {
 #[inline(always)]
 pub fn pause_point(_point: &str) {}
 
+/// A cycle about to read its inputs from the state (after the source
+/// fetch, with any listing ahead started).
+pub const BEFORE_INPUTS: &str = "before-inputs";
+
+/// If `TEND_TEST_PAUSE_AT` is `point`, writes `TEND_TEST_PAUSE_FILE` and
+/// waits until the test removes it: the test acts while the process
+/// stands still (on this thread), then lets it go on.
+#[cfg(feature = "test-hooks")]
+pub fn pause_until_resumed(point: &str) {
+    if std::env::var("TEND_TEST_PAUSE_AT").as_deref() != Ok(point) {
+        return;
+    }
+    let Ok(file) = std::env::var("TEND_TEST_PAUSE_FILE") else {
+        return;
+    };
+    let _ = std::fs::write(&file, point);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while std::path::Path::new(&file).exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Without `test-hooks`: nothing.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub fn pause_until_resumed(_point: &str) {}
+
 /// An in-process crash at a commit point, for the simulation: armed with a
 /// point and a count, the operation that reaches that point the count-th
 /// time stops there, as if the process had died: nothing after the point

@@ -40,6 +40,10 @@ pub struct ExecContext {
     /// finish, no new one starts (what is left is decided again, or stays
     /// journalled, at the next start).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Set by the executor when a journal write of its batch failed: an
+    /// operation journalled ahead and still waiting for a provider slot is
+    /// not sent (each batch starts with its own, unset).
+    pub halted: Arc<std::sync::atomic::AtomicBool>,
     /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
     pub sabotage: crate::sabotage::Sabotage,
     /// An in-process crash at a commit point (test builds only).

@@ -156,6 +156,21 @@ pub async fn run<P: Provider>(
     ctx: ExecContext,
     op: PlannedOperation,
 ) -> Result<(OpOutcome, Option<Confirmation>), StateError> {
+    let halted = ctx.halted.clone();
+    let ran = journalled(runtime, ctx, op).await;
+    if ran.is_err() {
+        // Before any other task runs: no operation waiting for a slot is
+        // sent after a journal write failed.
+        halted.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    ran
+}
+
+async fn journalled<P: Provider>(
+    runtime: Arc<ProviderRuntime<P>>,
+    ctx: ExecContext,
+    op: PlannedOperation,
+) -> Result<(OpOutcome, Option<Confirmation>), StateError> {
     let request_json = serde_json::to_value(&op.request).map_err(|e| StateError::Io {
         path: ctx.store.location().to_string(),
         message: format!("cannot encode the request of {}: {e}", op.id),
@@ -183,6 +198,24 @@ pub async fn run<P: Provider>(
     // another operation's call proceeds while this one's intent or outcome
     // is committed.
     let slot = runtime.slots.acquire().await;
+    // Journalled while it waited for a slot: if the agent began stopping
+    // (or stepped down), or another operation's journal write failed,
+    // meanwhile, nothing new is sent. The intent stays pending, replayed
+    // with the same id by the next cycle.
+    let stopping = ctx.draining.load(std::sync::atomic::Ordering::SeqCst);
+    if stopping || ctx.halted.load(std::sync::atomic::Ordering::SeqCst) {
+        let why = if stopping {
+            "the agent is stopping"
+        } else {
+            "a journal write failed"
+        };
+        return Ok((
+            OpOutcome::Pending(format!(
+                "not sent: {why}; the intent is replayed by the next cycle"
+            )),
+            None,
+        ));
+    }
     let sent_at = ctx.clock.now();
     let result = call(&runtime, &ctx, &op).await;
     drop(slot);

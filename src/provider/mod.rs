@@ -383,6 +383,25 @@ impl Provider for AnyProvider {
     }
 }
 
+impl AnyProvider {
+    /// Every database the provider shows, for a provider whose observation
+    /// is one listing whatever names it is asked for (the http provider):
+    /// a cycle can then start it before it knows the declarations.
+    /// `None`: this provider observes by name (the postgres provider reads
+    /// each managed database's extensions), so there is nothing to start.
+    pub async fn observe_everything(&self) -> Option<Result<Vec<Observation>, ProviderError>> {
+        match self {
+            AnyProvider::Http(p) => Some(p.observe_everything().await),
+            AnyProvider::Sandbox(_) | AnyProvider::Postgres(_) => None,
+        }
+    }
+
+    /// Whether [`AnyProvider::observe_everything`] has anything to do.
+    pub fn lists_everything(&self) -> bool {
+        matches!(self, AnyProvider::Http(_))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,6 +47,7 @@ pub(super) async fn plan_cycle<'s>(
     preloaded: Option<StoredMemories>,
     observations: Observations,
 ) -> Result<Planned<'s>, StateError> {
+    crate::executor::hooks::pause_until_resumed(crate::executor::hooks::BEFORE_INPUTS);
     let now = agent.clock().now();
     let started = std::time::Instant::now();
     let mut inputs = match agent.store() {
@@ -72,7 +73,11 @@ pub(super) async fn plan_cycle<'s>(
     let views = match observations {
         Observations::Fresh => {
             tracing::debug!("observing, {:?} into the cycle", started.elapsed());
-            let views = observe::observe_all(agent.runtimes(), &routing.by_provider).await;
+            let ahead = match agent.take_listing_ahead() {
+                Some(ahead) => ahead.views(agent.store()).await,
+                None => HashMap::new(),
+            };
+            let views = observe::observe_all(agent.runtimes(), &routing.by_provider, ahead).await;
             tracing::debug!("observed, {:?} into the cycle", started.elapsed());
             views
         }

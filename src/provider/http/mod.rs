@@ -320,6 +320,54 @@ impl HttpProvider {
     }
 }
 
+impl HttpProvider {
+    /// Every database the token can see. Listing costs the same whatever
+    /// names a cycle wants (the contract has no filter by name), so a
+    /// one-shot command starts this before it has read the declarations
+    /// (see `reconcile::observe::ListingAhead`).
+    pub async fn observe_everything(&self) -> Result<Vec<Observation>, ProviderError> {
+        self.list(|_| true).await
+    }
+
+    /// The databases `keep` keeps, page by page (one request per page).
+    async fn list(
+        &self,
+        keep: impl Fn(&Database) -> bool,
+    ) -> Result<Vec<Observation>, ProviderError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            // The contract's largest page: the server answers with its own
+            // limit if lower.
+            let path = match &token {
+                Some(t) => format!("/databases?pageSize=1000&pageToken={}", segment(t)),
+                None => "/databases?pageSize=1000".to_string(),
+            };
+            let answer = self.send(Method::GET, &path, "*", &[], None).await?;
+            let page: DatabasePage = self.parse("*", &answer)?;
+            for db in page.items {
+                if keep(&db) {
+                    out.push(self.observation(db));
+                }
+            }
+            match page.next_page_token {
+                Some(next) if Some(&next) != token.as_ref() => token = Some(next),
+                Some(_) => {
+                    return Err(ProviderError::Permanent {
+                        resource: "*".into(),
+                        message: format!(
+                            "{} returned the same page token twice: the listing would never end",
+                            self.settings.endpoint
+                        ),
+                    });
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// A path segment, percent-encoded where the contract's names could need it.
 fn segment(text: &str) -> String {
     text.bytes()
@@ -364,37 +412,10 @@ impl Provider for HttpProvider {
         _deep: &[String],
     ) -> Result<Vec<Observation>, ProviderError> {
         let wanted: std::collections::HashSet<&String> = names.iter().collect();
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            // The contract's largest page: the server answers with its own
-            // limit if lower.
-            let path = match &token {
-                Some(t) => format!("/databases?pageSize=1000&pageToken={}", segment(t)),
-                None => "/databases?pageSize=1000".to_string(),
-            };
-            let answer = self.send(Method::GET, &path, "*", &[], None).await?;
-            let page: DatabasePage = self.parse("*", &answer)?;
-            for db in page.items {
-                if wanted.contains(&db.name) || db.labels.contains_key(super::OWNER_AGENT_LABEL) {
-                    out.push(self.observation(db));
-                }
-            }
-            match page.next_page_token {
-                Some(next) if Some(&next) != token.as_ref() => token = Some(next),
-                Some(_) => {
-                    return Err(ProviderError::Permanent {
-                        resource: "*".into(),
-                        message: format!(
-                            "{} returned the same page token twice: the listing would never end",
-                            self.settings.endpoint
-                        ),
-                    });
-                }
-                None => break,
-            }
-        }
-        Ok(out)
+        self.list(|db| {
+            wanted.contains(&db.name) || db.labels.contains_key(super::OWNER_AGENT_LABEL)
+        })
+        .await
     }
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {

@@ -638,10 +638,11 @@ async fn bridge(
         if let Some(failure) = &outcome.failure {
             metrics.fetch_error();
             tracing::warn!(
-                "source: {} (failing since {}, {} attempts)",
+                "source: {} (failing since {}, {} attempt{})",
                 failure.error,
                 crate::time::rfc3339(failure.since),
-                failure.failures
+                failure.failures,
+                if failure.failures == 1 { "" } else { "s" }
             );
         }
         let snapshot = outcome.snapshot;

@@ -387,6 +387,55 @@ fn a_slow_asynchronous_operation_is_polled_to_completion() {
     assert_eq!(plan["resources"][0]["state"], "InSync", "{plan:#}");
 }
 
+/// A DBaaS create that takes longer than the systemd watchdog's timeout
+/// (here 3 s; 120 s in the shipped unit, against a provisioning of
+/// minutes): while it is polled, no other operation finishes, and the
+/// running agent still feeds the watchdog; the create completes.
+#[test]
+fn a_slow_asynchronous_operation_keeps_the_watchdog_fed() {
+    let server = ReferenceServer::start(&[]);
+    server.faults(json!({"operationDelayMs": 9000}));
+    let repo = TestRepo::new();
+    repo.write("analytics.yaml", &dbaas("analytics", "db-small"));
+    repo.commit("analytics");
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::git::free_port();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .without_section("providers.sandbox")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", server.url()),
+        )
+        .section("providers.dbaas", "operation_timeout", "\"60s\"")
+        .source("interval", "\"1h\"")
+        .reconcile("resync", "\"1h\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(&config, port, &[("WATCHDOG_USEC", "3000000")]);
+    daemon.wait_for("the create", Duration::from_secs(30), || {
+        server.count("creates") == 1
+    });
+    // More than the watchdog's timeout after the cycle began, and before
+    // the operation ends.
+    std::thread::sleep(Duration::from_millis(4000));
+    daemon.notifications();
+    std::thread::sleep(Duration::from_millis(3000));
+    let late = daemon.notifications();
+    assert!(
+        late.iter().any(|m| m.contains("WATCHDOG=1")),
+        "the watchdog went unfed while the create was polled: {late:?}\n{}",
+        daemon.log()
+    );
+    daemon.wait_for("the database ready", Duration::from_secs(30), || {
+        server
+            .database("analytics")
+            .is_some_and(|db| db["status"] == "ready")
+    });
+    assert_eq!(server.count("creates"), 1);
+}
+
 #[test]
 fn two_hundred_fifty_databases_are_observed_over_pages() {
     let names: Vec<String> = (0..250).map(|i| format!("db-{i:03}")).collect();

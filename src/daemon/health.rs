@@ -2,7 +2,7 @@
 //!
 //! Each provider worker beats while it waits and at the start and end of
 //! every cycle; a running cycle counts as alive while operations keep
-//! finishing. The watchdog is pinged only when every worker is alive, so a
+//! finishing, or are in flight (the executor says so every second). The watchdog is pinged only when every worker is alive, so a
 //! wedged loop trips it however healthy the HTTP server is.
 
 use std::collections::HashMap;
@@ -71,6 +71,14 @@ impl Heartbeats {
 
 impl Progress for Heartbeats {
     fn finished(&self, _done: usize, _total: usize, _executed: &Executed) {
+        *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Operations in flight are activity too: each waits on a call the
+    /// provider's timeouts bound (`timeout`, `operation_timeout`), and the
+    /// executor that says so is being polled. A loop wedged anywhere else
+    /// says nothing.
+    fn in_flight(&self, _operations: usize) {
         *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 }

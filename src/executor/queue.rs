@@ -51,7 +51,17 @@ pub struct Execution {
 /// Told of each finished operation (the CLI draws a progress bar).
 pub trait Progress: Send + Sync {
     fn finished(&self, done: usize, total: usize, executed: &Executed);
+
+    /// Told every [`IN_FLIGHT_BEAT`] while `operations` are running and
+    /// none has finished since the last word: the executor is alive,
+    /// waiting on calls that the provider's own timeouts bound (a DBaaS
+    /// create polled for minutes must not look like a wedged loop).
+    fn in_flight(&self, _operations: usize) {}
 }
+
+/// How often the executor tells its [`Progress`] that operations are
+/// still in flight.
+pub const IN_FLIGHT_BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// No progress reporting.
 #[derive(Debug, Default)]
@@ -146,7 +156,21 @@ pub async fn execute<T, P: Provider>(
         }
     }
     let mut execution = Execution::default();
-    while let Some(joined) = tasks.join_next().await {
+    let mut beat = tokio::time::interval(IN_FLIGHT_BEAT);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    beat.reset();
+    loop {
+        let joined = tokio::select! {
+            joined = tasks.join_next() => joined,
+            _ = beat.tick() => {
+                progress.in_flight(tasks.len());
+                continue;
+            }
+        };
+        let Some(joined) = joined else {
+            break;
+        };
+        beat.reset();
         let Ok((provider, executed, error)) = joined else {
             continue;
         };

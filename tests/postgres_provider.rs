@@ -572,29 +572,6 @@ fn dbaas_fields_are_an_error_for_a_postgres_provider() {
     assert!(message.contains("provider `main` (postgres)"), "{message}");
 }
 
-/// PostgreSQL stores `Work_Mem` as `work_mem`: declared in another case,
-/// a setting would be corrected at every cycle. It is refused, naming the
-/// field and the name to write; nothing is sent.
-#[test]
-fn a_parameter_name_not_in_lowercase_is_an_error_for_a_postgres_provider() {
-    let env = Env::new(&[(
-        "analytics.yaml",
-        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: analytics\nspec:\n  parameters:\n    Work_Mem: 64MB\n",
-    )]);
-    let report = env.plan(1);
-    let message = report["errors"][0]["message"].as_str().unwrap();
-    assert!(
-        message.contains("spec.parameters.Work_Mem") && message.contains("write `work_mem`"),
-        "{message}"
-    );
-    env.tend(&["apply"], 1);
-    assert_eq!(
-        env.q("SELECT count(*) FROM pg_database WHERE datname = 'analytics'"),
-        "0",
-        "nothing was created"
-    );
-}
-
 #[test]
 fn tls_connections_verify_the_server_against_the_configured_ca() {
     let pg = Postgres::start_with_tls();

@@ -106,22 +106,6 @@ pub fn provider_of<'c>(config: &'c Config, manifest: &ManagedDatabase) -> Result
                 dbaas.join(", spec."),
             ));
         }
-        // PostgreSQL reads a setting's name in any case but reports its own
-        // settings by their lowercase names: `Work_Mem` would be set, then
-        // observed as `work_mem`, and corrected again at every cycle.
-        let cased: Vec<&String> = manifest
-            .spec
-            .parameters
-            .iter()
-            .flat_map(|p| p.keys())
-            .filter(|k| k.chars().any(|c| c.is_ascii_uppercase()))
-            .collect();
-        if let Some(key) = cased.first() {
-            return Err(format!(
-                "spec.parameters.{key}: provider `{name}` (postgres) reports setting names in lowercase, so `{key}` would show as drift at every cycle; write `{}`",
-                key.to_ascii_lowercase()
-            ));
-        }
     }
     Ok(name)
 }

@@ -494,6 +494,38 @@ fn an_override_expiry_beyond_ten_years_is_a_located_validation_error() {
     );
 }
 
+/// An annotation that expires in an hour and a local pause without
+/// expiry: the report's `expires` is the annotation's, and the text says
+/// it is the first of them, not when the resource is released.
+#[test]
+fn folded_overrides_say_whose_expiry_the_report_shows() {
+    let env = Env::new(&[with_annotations(
+        "orders",
+        10,
+        "    tend.dev/paused: \"true\"\n    tend.dev/override-reason: INC-3\n    tend.dev/override-expires: 1h\n",
+    )]);
+    env.apply(2);
+    env.tend(
+        &["override", "set", "orders", "--pause", "--reason", "INC-4"],
+        0,
+    );
+    let plan = env.plan(0);
+    let orders = resource(&plan, "orders");
+    assert_eq!(
+        orders["override"]["source"], "annotation,local",
+        "{orders:#}"
+    );
+    assert!(orders["override"]["expires"].is_string(), "{orders:#}");
+    let text = env.tend(&["plan"], 0).stdout;
+    assert!(text.contains("; the first of them expires "), "{text}");
+    env.tend(&["override", "clear", "orders"], 0);
+    let text = env.tend(&["plan"], 0).stdout;
+    assert!(
+        text.contains("(annotation, paused): INC-3; expires "),
+        "one source: its own expiry: {text}"
+    );
+}
+
 #[test]
 fn a_sighting_stored_in_the_old_debug_form_keeps_its_clock() {
     let env = Env::new(&[with_annotations(

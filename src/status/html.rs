@@ -237,11 +237,18 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         .iter()
         .filter_map(|r| r.override_.as_ref().map(|o| (r, o)))
         .map(|(r, o)| {
+            // Folded from several sources: the first of their expiries.
+            let first = if o.source.contains(',') {
+                "first of them: "
+            } else {
+                ""
+            };
             let expires = match (&o.expires, o.expired) {
-                (Some(t), true) => {
-                    format!("<span class=\"bad\">EXPIRED</span> {}", when(report, t))
-                }
-                (Some(t), false) => when(report, t),
+                (Some(t), true) => format!(
+                    "{first}<span class=\"bad\">EXPIRED</span> {}",
+                    when(report, t)
+                ),
+                (Some(t), false) => format!("{first}{}", when(report, t)),
                 (None, _) => "<span class=\"warn\">no expiry</span>".into(),
             };
             let fields = if o.fields.is_empty() {

@@ -94,12 +94,19 @@ pub fn override_line(report: &Report, r: &ResourceReport) -> Option<String> {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     };
+    // Folded from several sources, `expires` is the first of their
+    // expiries: another may hold on after it (or have none).
+    let (expired, expires) = if o.source.contains(',') {
+        ("one of them EXPIRED at", "the first of them expires")
+    } else {
+        ("EXPIRED at", "expires")
+    };
     match (&o.expires, o.expired) {
         (Some(t), true) => {
-            let _ = write!(line, "; EXPIRED at {t}{}", when(t));
+            let _ = write!(line, "; {expired} {t}{}", when(t));
         }
         (Some(t), false) => {
-            let _ = write!(line, "; expires {t}{}", when(t));
+            let _ = write!(line, "; {expires} {t}{}", when(t));
         }
         (None, _) => line.push_str("; no expiry"),
     }

@@ -76,6 +76,10 @@ pub enum OpOutcome {
     DoneWithDifferences(Vec<String>),
     /// Sent (or maybe sent) but not confirmed yet: stays pending.
     Pending(String),
+    /// Journalled but never sent (the agent began stopping, or a journal
+    /// write of its batch failed, while it waited for a provider slot):
+    /// stays pending, and the provider is as it was observed.
+    NotSent(String),
     /// Refused for good (or a conflict to re-observe): not pending any more.
     Failed(String),
 }
@@ -94,6 +98,7 @@ impl OpOutcome {
                 format!("done, but {} still {verb}", fields.join(", "))
             }
             OpOutcome::Pending(why) => format!("pending: {why}"),
+            OpOutcome::NotSent(why) => format!("pending, not sent: {why}"),
             OpOutcome::Failed(why) => format!("failed: {why}"),
         }
     }
@@ -210,15 +215,27 @@ async fn journalled<P: Provider>(
             "a journal write failed"
         };
         return Ok((
-            OpOutcome::Pending(format!(
-                "not sent: {why}; the intent is replayed by the next cycle"
-            )),
+            OpOutcome::NotSent(format!("{why}; the intent is replayed by the next cycle")),
             None,
         ));
     }
     let sent_at = ctx.clock.now();
     let result = call(&runtime, &ctx, &op).await;
-    drop(slot);
+    // An answer without the database (a delete's, or a create that met an
+    // existing one) is confirmed by observing at once: that observation
+    // keeps the call's slot instead of queueing behind the operations
+    // journalled ahead, each a whole call away.
+    let observe_now = match &result {
+        Ok(None) => true,
+        Err(ProviderError::Conflict { .. }) => op.kind == OperationKind::Create,
+        _ => false,
+    };
+    let slot = if observe_now {
+        slot.ok()
+    } else {
+        drop(slot);
+        None
+    };
     pause_point(AFTER_CALL);
     ctx.crash.reached(AFTER_CALL, &ctx.draining);
     let wrote = Effect::Wrote {
@@ -245,7 +262,8 @@ async fn journalled<P: Provider>(
             return Ok((OpOutcome::Failed(e.to_string()), None));
         }
     };
-    let (effects, outcome, seen) = confirm(&runtime, &ctx, &op, sent_at, answer, wrote).await?;
+    let (effects, outcome, seen) =
+        confirm(&runtime, &ctx, &op, sent_at, answer, wrote, slot).await?;
     if matches!(outcome, OpOutcome::Done | OpOutcome::DoneWithDifferences(_)) {
         pause_point(AFTER_CONFIRM);
         ctx.crash.reached(AFTER_CONFIRM, &ctx.draining);
@@ -436,7 +454,7 @@ fn confirmed(
 /// confirmed, that observation). The call's own
 /// answer (`answer`: the provider's observation after the write) is
 /// judged first, by the same rules: when it shows the effect, no second
-/// request is made.
+/// request is made. `slot`: the call's, kept for a first observation.
 ///
 /// `wrote` (that the call was sent) goes first among the returned
 /// effects, so an answer that confirms costs one commit; it is committed
@@ -449,6 +467,7 @@ async fn confirm<P: Provider>(
     sent_at: SystemTime,
     mut answer: Option<Observation>,
     wrote: Effect,
+    mut slot: Option<tokio::sync::SemaphorePermit<'_>>,
 ) -> Result<(Vec<Effect>, OpOutcome, Option<Confirmation>), StateError> {
     let mut wrote = Some(wrote);
     let deadline = tokio::time::Instant::now() + runtime.confirm_timeout;
@@ -458,7 +477,10 @@ async fn confirm<P: Provider>(
         let observed = match answer.take() {
             Some(obs) => Ok(Some(obs)),
             None => {
-                let _slot = runtime.slots.acquire().await;
+                let _slot = match slot.take() {
+                    Some(held) => Ok(held),
+                    None => runtime.slots.acquire().await,
+                };
                 runtime
                     .retry
                     .run(&runtime.limiter, || runtime.provider.observe(db))

@@ -49,7 +49,11 @@ pub(super) async fn apply_cycle<'s>(
     .await
     .map_err(keep(&operations))?;
     let (ran, error) = execute_decisions(agent, &ctx, &plan).await;
-    let all_confirmed = unobserved.is_empty() && ran.iter().all(|e| e.confirmed_by.is_some());
+    // An operation never sent left its database as the cycle observed it.
+    let all_confirmed = unobserved.is_empty()
+        && ran
+            .iter()
+            .all(|e| e.confirmed_by.is_some() || matches!(e.outcome, OpOutcome::NotSent(_)));
     let confirmations: Vec<(String, Confirmation)> = ran
         .iter()
         .filter_map(|e| Some((e.name.clone(), e.confirmed_by.clone()?)))

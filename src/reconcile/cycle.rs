@@ -74,7 +74,7 @@ pub(super) async fn plan_cycle<'s>(
         Observations::Fresh => {
             tracing::debug!("observing, {:?} into the cycle", started.elapsed());
             let ahead = match agent.take_listing_ahead() {
-                Some(ahead) => ahead.views(agent.store()).await,
+                Some(ahead) => ahead.if_fresh(agent.store()).await,
                 None => HashMap::new(),
             };
             let views = observe::observe_all(agent.runtimes(), &routing.by_provider, ahead).await;

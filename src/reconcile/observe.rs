@@ -29,16 +29,19 @@ fn view(observed: Result<Vec<Observation>, ProviderError>) -> ProviderView {
 /// starts them beside the source fetch), for the providers whose
 /// observation is one listing whatever names it is asked for (the http
 /// provider): the fetch and the listing both wait on the network, and the
-/// cycle then finds its observations made.
+/// cycle then finds its observations made or under way.
 ///
 /// # Guarantees
-/// * Used only if the state is as it was when the listings started: what
-///   is remembered is then no newer than what was listed. A write
-///   meanwhile (a replayed intent, or a running agent's create beside
-///   `tend plan`) could remember a database the listing predates, and the
-///   cycle would call it missing: then the cycle observes again.
+/// * Used only if the state is as it was when the listings started,
+///   checked once the cycle has read its inputs: what it remembers is then
+///   no newer than what was listed. A write meanwhile (a replayed intent,
+///   or a running agent's create beside `tend plan`) could remember a
+///   database the listing predates, and the cycle would call it missing:
+///   then the listings are stopped and the cycle observes again.
+/// * A provider no subject of the cycle is routed to is not waited for
+///   (its listing is stopped).
 pub struct ListingAhead {
-    listing: tokio::task::JoinHandle<HashMap<String, ProviderView>>,
+    listings: HashMap<String, tokio::task::JoinHandle<ProviderView>>,
     /// The state when the listings started (`None`: no state to compare).
     freshness: Option<Freshness>,
 }
@@ -62,10 +65,11 @@ impl ListingAhead {
             Some(store) => Some(store.freshness().ok()?),
             None => None,
         };
-        let listing = tokio::spawn(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            for runtime in listing {
-                tasks.spawn(async move {
+        let listings = listing
+            .into_iter()
+            .map(|runtime| {
+                let name = runtime.name.clone();
+                let listing = tokio::spawn(async move {
                     let started = std::time::Instant::now();
                     let observed = runtime
                         .retry
@@ -82,28 +86,34 @@ impl ListingAhead {
                         runtime.name,
                         started.elapsed()
                     );
-                    (runtime.name.clone(), view(observed))
+                    view(observed)
                 });
-            }
-            collect(tasks).await
-        });
-        Some(ListingAhead { listing, freshness })
+                (name, listing)
+            })
+            .collect();
+        Some(ListingAhead {
+            listings,
+            freshness,
+        })
     }
 
-    /// The listings, if nothing was written to the state since they
-    /// started; else none (the cycle observes again).
-    pub async fn views(self, store: Option<&Arc<StateStore>>) -> HashMap<String, ProviderView> {
-        let Ok(views) = self.listing.await else {
-            return HashMap::new();
-        };
+    /// The listings (finished or not), if nothing was written to the state
+    /// since they started; else none (stopped: the cycle observes again).
+    pub async fn if_fresh(
+        self,
+        store: Option<&Arc<StateStore>>,
+    ) -> HashMap<String, tokio::task::JoinHandle<ProviderView>> {
         if let Some(store) = store {
             let now = blocking(store, |s| s.freshness()).await.ok();
             if now != self.freshness {
                 tracing::debug!("the state changed while listing ahead: observing again");
+                for listing in self.listings.values() {
+                    listing.abort();
+                }
                 return HashMap::new();
             }
         }
-        views
+        self.listings
     }
 }
 
@@ -122,18 +132,24 @@ async fn collect(
     views
 }
 
-/// Observes the subjects of every provider; `ahead`: the views already
-/// listed (see [`ListingAhead`]), used instead of asking those providers.
+/// Observes the subjects of every provider, all at once; `ahead`: the
+/// listings already under way (see [`ListingAhead`]), awaited instead of
+/// asking those providers again.
 pub async fn observe_all(
     runtimes: &BTreeMap<String, Arc<ProviderRuntime>>,
     routed: &BTreeMap<String, Vec<Routed<'_>>>,
-    mut ahead: HashMap<String, ProviderView>,
+    mut ahead: HashMap<String, tokio::task::JoinHandle<ProviderView>>,
 ) -> HashMap<String, ProviderView> {
-    let mut views = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
     for (provider, subjects) in routed {
-        if let Some(listed) = ahead.remove(provider) {
-            views.insert(provider.clone(), listed);
+        if let Some(listing) = ahead.remove(provider) {
+            let provider = provider.clone();
+            tasks.spawn(async move {
+                let view = listing
+                    .await
+                    .unwrap_or_else(|e| Err(format!("listing the provider stopped: {e}")));
+                (provider, view)
+            });
             continue;
         }
         let Some(runtime) = runtimes.get(provider).cloned() else {
@@ -161,8 +177,11 @@ pub async fn observe_all(
             (provider, view(observed))
         });
     }
-    views.extend(collect(tasks).await);
-    views
+    // Listed ahead, but no subject of this cycle is theirs.
+    for listing in ahead.values() {
+        listing.abort();
+    }
+    collect(tasks).await
 }
 
 /// Hands each subject its observation. Usually one subject per database;

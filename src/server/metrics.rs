@@ -220,7 +220,7 @@ impl Metrics {
             let result = match &op.outcome {
                 OpOutcome::Done => "done",
                 OpOutcome::DoneWithDifferences(_) => "done-with-differences",
-                OpOutcome::Pending(_) => "pending",
+                OpOutcome::Pending(_) | OpOutcome::NotSent(_) => "pending",
                 OpOutcome::Failed(_) => "failed",
             };
             self.operations

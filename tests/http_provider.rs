@@ -19,6 +19,18 @@ fn dbaas(name: &str, size: &str) -> String {
     )
 }
 
+/// A configuration with one http provider, `dbaas`, at `server`.
+fn dbaas_config(dir: &std::path::Path, repo: &TestRepo, server: &ReferenceServer) -> TendConfig {
+    TendConfig::new(dir, &repo.url())
+        .without_section("providers.sandbox")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", server.url()),
+        )
+}
+
 struct Setup {
     server: ReferenceServer,
     repo: TestRepo,
@@ -34,14 +46,7 @@ fn setup(server_args: &[&str], declarations: &[(&str, &str)]) -> Setup {
     }
     repo.commit("declarations");
     let dir = tempfile::tempdir().unwrap();
-    let config = TendConfig::new(dir.path(), &repo.url())
-        .without_section("providers.sandbox")
-        .section("providers.dbaas", "kind", "\"http\"")
-        .section(
-            "providers.dbaas",
-            "endpoint",
-            &format!("\"{}\"", server.url()),
-        )
+    let config = dbaas_config(dir.path(), &repo, &server)
         .section("providers.dbaas", "timeout", "\"5s\"")
         .section("providers.dbaas", "max_concurrency", "8")
         .section("providers.dbaas", "rate_limit", "1000")
@@ -136,14 +141,7 @@ fn writes_confirmed_by_their_answers_are_not_listed_again() {
     s.repo
         .write("payments.yaml", &dbaas("payments", "db-small"));
     s.repo.commit("payments");
-    let impatient = TendConfig::new(s.dir.path(), &s.repo.url())
-        .without_section("providers.sandbox")
-        .section("providers.dbaas", "kind", "\"http\"")
-        .section(
-            "providers.dbaas",
-            "endpoint",
-            &format!("\"{}\"", s.server.url()),
-        )
+    let impatient = dbaas_config(s.dir.path(), &s.repo, &s.server)
         .section("providers.dbaas", "operation_timeout", "\"300ms\"")
         .reconcile("max_retries", "1")
         .write();
@@ -245,14 +243,7 @@ fn a_provider_no_declaration_uses_is_not_waited_for() {
     );
     repo.commit("analytics");
     let dir = tempfile::tempdir().unwrap();
-    let config = TendConfig::new(dir.path(), &repo.url())
-        .without_section("providers.sandbox")
-        .section("providers.dbaas", "kind", "\"http\"")
-        .section(
-            "providers.dbaas",
-            "endpoint",
-            &format!("\"{}\"", server.url()),
-        )
+    let config = dbaas_config(dir.path(), &repo, &server)
         .section("providers.spare", "kind", "\"http\"")
         .section(
             "providers.spare",
@@ -463,14 +454,7 @@ fn a_slow_asynchronous_operation_keeps_the_watchdog_fed() {
     repo.commit("analytics");
     let dir = tempfile::tempdir().unwrap();
     let port = support::git::free_port();
-    let config = TendConfig::new(dir.path(), &repo.url())
-        .without_section("providers.sandbox")
-        .section("providers.dbaas", "kind", "\"http\"")
-        .section(
-            "providers.dbaas",
-            "endpoint",
-            &format!("\"{}\"", server.url()),
-        )
+    let config = dbaas_config(dir.path(), &repo, &server)
         .section("providers.dbaas", "operation_timeout", "\"60s\"")
         .source("interval", "\"1h\"")
         .reconcile("resync", "\"1h\"")

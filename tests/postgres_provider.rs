@@ -731,6 +731,40 @@ fn a_pending_delete_is_not_replayed_once_the_declaration_is_back() {
 /// `search_path: '"$user", public'` is two schemas, not one with a comma
 /// in its name. Either spelling matches what the server stores, so the
 /// database plans `InSync`; a change at the server is drift.
+/// PostgreSQL stores a setting under its own name's spelling (`Work_Mem`
+/// as `work_mem`, `datestyle` as `DateStyle`): a declaration that writes
+/// it in another case is set once and then in sync, not corrected at
+/// every cycle.
+#[test]
+fn a_setting_declared_in_another_case_than_the_server_stores_is_in_sync() {
+    let env = Env::new(&[(
+        "cased.yaml",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: cased\nspec:\n  parameters:\n    Work_Mem: 64MB\n    datestyle: 'ISO, DMY'\n",
+    )]);
+    let run = env.tend(&["apply"], 0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "created and confirmed: {}",
+        run.stderr
+    );
+    let stored = env.q("SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE datname = 'cased'");
+    assert!(
+        stored.contains("work_mem=64MB") && stored.contains("DateStyle=iso, dmy"),
+        "{stored}"
+    );
+    let plan = env.plan(0);
+    let cased = resource(&plan, "cased");
+    assert_eq!(cased["state"], "InSync", "{cased:#}");
+    let again = env.tend(&["apply"], 0);
+    assert_eq!(
+        support::operation_counts(&again.stderr),
+        Some((0, 0)),
+        "nothing to correct: {}",
+        again.stderr
+    );
+}
+
 #[test]
 fn list_valued_settings_are_sent_as_lists_and_compared_as_the_server_stores_them() {
     let declared = |search_path: &str, datestyle: &str| {

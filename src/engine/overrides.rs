@@ -118,10 +118,14 @@ impl EffectiveOverride {
     }
 
     /// Whether a field path is left alone: named directly, or as part of a
-    /// named map (`parameters` covers `parameters.work_mem`).
+    /// named map (`parameters` covers `parameters.work_mem`). A setting
+    /// named in another case is the same setting (`parameters.Work_Mem`
+    /// covers `parameters.work_mem`): PostgreSQL's names are
+    /// case-insensitive, and an override that names it at all must hold.
     pub fn ignores(&self, path: &str) -> bool {
         self.ignore_fields.iter().any(|f| {
             f == path
+                || (path.starts_with("parameters.") && f.eq_ignore_ascii_case(path))
                 || path
                     .strip_prefix(f.as_str())
                     .is_some_and(|rest| rest.starts_with('.'))
@@ -178,6 +182,21 @@ pub fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveOverride
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setting_named_in_another_case_is_ignored_all_the_same() {
+        let ov = EffectiveOverride {
+            ignore_fields: vec!["parameters.Work_Mem".into(), "connectionLimit".into()],
+            ..EffectiveOverride::default()
+        };
+        assert!(ov.ignores("parameters.work_mem"));
+        assert!(ov.ignores("parameters.Work_Mem"));
+        assert!(!ov.ignores("parameters.work_mem_extra"));
+        assert!(
+            !ov.ignores("connectionlimit"),
+            "only settings' names ignore case"
+        );
+    }
 
     fn spec() -> OverrideSpec {
         OverrideSpec {

@@ -487,6 +487,12 @@ async fn confirm<P: Provider>(
                     .await
             }
         };
+        let mut observed = observed;
+        if runtime.capabilities.parameter_names_ignore_case
+            && let Ok(Some(obs)) = &mut observed
+        {
+            obs.align_parameter_names(op.request.desired.keys().map(String::as_str));
+        }
         let now = ctx.clock.now();
         let intent = |state: IntentState, error: Option<String>| Effect::Intent {
             op_id: op.id.0.clone(),

@@ -101,6 +101,41 @@ impl Observation {
     pub fn marker_labels(&self) -> Option<(&str, &str)> {
         marker_labels(&self.labels)
     }
+
+    /// Files each observed `parameters.<key>` under the declared spelling
+    /// of the same name in another case (`declared`: field paths), for a
+    /// provider whose setting names are case-insensitive
+    /// ([`Capabilities::parameter_names_ignore_case`]): PostgreSQL stores
+    /// `Work_Mem` as `work_mem` (and `datestyle` as `DateStyle`), and
+    /// compared as written the setting would be drift at every cycle.
+    pub fn align_parameter_names<'a>(&mut self, declared: impl IntoIterator<Item = &'a str>) {
+        for path in declared {
+            let Some(key) = path.strip_prefix("parameters.") else {
+                continue;
+            };
+            if self.fields.contains_key(path) {
+                continue;
+            }
+            let spelled = self
+                .fields
+                .keys()
+                .find(|k| {
+                    k.strip_prefix("parameters.")
+                        .is_some_and(|o| o.eq_ignore_ascii_case(key))
+                })
+                .cloned();
+            if let Some(spelled) = spelled
+                && let Some(value) = self.fields.remove(&spelled)
+            {
+                self.fields.insert(path.to_string(), value);
+                for unobserved in &mut self.unobserved {
+                    if *unobserved == spelled {
+                        *unobserved = path.to_string();
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The result of observing one declared database.
@@ -127,6 +162,10 @@ pub struct Capabilities {
     /// of it): within this long of tend's own write to a database, its
     /// absence from a listing is not evidence that it is gone.
     pub read_lag: std::time::Duration,
+    /// Setting names are case-insensitive and the provider reports them in
+    /// its own spelling (PostgreSQL): observations are read under the
+    /// declaration's (see [`Observation::align_parameter_names`]).
+    pub parameter_names_ignore_case: bool,
 }
 
 impl Capabilities {
@@ -143,6 +182,7 @@ impl Capabilities {
             labels,
             list_settings: &[],
             read_lag: std::time::Duration::ZERO,
+            parameter_names_ignore_case: false,
         }
     }
 
@@ -405,6 +445,48 @@ impl AnyProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn observed_settings_are_filed_under_the_declared_spelling() {
+        let mut obs = Observation {
+            database_name: "db".into(),
+            external_id: "db".into(),
+            status: ResourceStatus::Ready,
+            fields: BTreeMap::from([
+                ("parameters.work_mem".to_string(), serde_json::json!("64MB")),
+                (
+                    "parameters.DateStyle".to_string(),
+                    serde_json::json!("iso, dmy"),
+                ),
+                (
+                    "parameters.search_path".to_string(),
+                    serde_json::json!("public"),
+                ),
+                ("connectionLimit".to_string(), serde_json::json!(5)),
+            ]),
+            labels: BTreeMap::new(),
+            observed_at: std::time::SystemTime::UNIX_EPOCH,
+            unobserved: vec!["parameters.work_mem".to_string()],
+        };
+        obs.align_parameter_names([
+            "parameters.Work_Mem",
+            "parameters.datestyle",
+            "connectionLimit",
+        ]);
+        let keys: Vec<&str> = obs.fields.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "connectionLimit",
+                "parameters.Work_Mem",
+                "parameters.datestyle",
+                "parameters.search_path"
+            ],
+            "declared spellings; an undeclared setting keeps the server's"
+        );
+        assert_eq!(obs.fields["parameters.Work_Mem"], "64MB");
+        assert_eq!(obs.unobserved, ["parameters.Work_Mem"]);
+    }
 
     #[test]
     fn operation_ids_differ_per_part_and_repeat_per_input() {

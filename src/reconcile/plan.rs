@@ -56,11 +56,21 @@ pub fn plan_subject<'s>(
     provider: &str,
     capabilities: &Capabilities,
     routed: Routed<'s>,
-    observed: Observed,
+    mut observed: Observed,
     memory: Memory,
     effects: &mut Vec<Effect>,
 ) -> PlannedResource<'s> {
     let subject = routed.subject;
+    if capabilities.parameter_names_ignore_case
+        && let (PlannedSubject::Declared(d), Observed::Found(obs)) = (&subject, &mut observed)
+        && let Some(parameters) = &d.manifest.spec.parameters
+    {
+        let declared: Vec<String> = parameters
+            .keys()
+            .map(|k| format!("parameters.{k}"))
+            .collect();
+        obs.align_parameter_names(declared.iter().map(String::as_str));
+    }
     let name = subject.name().to_string();
     let (file, spec_hash) = match &subject {
         PlannedSubject::Declared(d) => (d.file.to_string_lossy().into_owned(), d.spec_hash.clone()),

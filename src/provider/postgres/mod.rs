@@ -390,6 +390,7 @@ impl PostgresProvider {
     fn capabilities_static() -> Capabilities {
         Capabilities {
             list_settings: POSTGRES_LIST_SETTINGS,
+            parameter_names_ignore_case: true,
             ..Capabilities::for_fields(POSTGRES_FIELDS, false)
         }
     }

@@ -437,22 +437,25 @@ fn override_set_checks_the_name_and_reports_orphans() {
         );
         assert!(run.stderr.contains("DNS label"), "{bad:?}: {}", run.stderr);
     }
+    let pause_until = |expires: &str| {
+        tend(
+            &config,
+            &[
+                "override",
+                "set",
+                "orders",
+                "--pause",
+                "--reason",
+                "INC-8",
+                "--expires",
+                expires,
+            ],
+            0,
+        )
+    };
     // An expiry already past: set (a runbook rehearses with one), with a
     // warning that says what it means.
-    let run = tend(
-        &config,
-        &[
-            "override",
-            "set",
-            "orders",
-            "--pause",
-            "--reason",
-            "INC-8",
-            "--expires",
-            "2020-01-01T00:00:00Z",
-        ],
-        0,
-    );
+    let run = pause_until("2020-01-01T00:00:00Z");
     assert!(
         run.stdout.contains(
             "warning: --expires 2020-01-01T00:00:00Z is already past: the override is reported EXPIRED from the start and still honoured (on expiry: hold)"
@@ -460,20 +463,7 @@ fn override_set_checks_the_name_and_reports_orphans() {
         "{}",
         run.stdout
     );
-    let run = tend(
-        &config,
-        &[
-            "override",
-            "set",
-            "orders",
-            "--pause",
-            "--reason",
-            "INC-8",
-            "--expires",
-            "4h",
-        ],
-        0,
-    );
+    let run = pause_until("4h");
     assert!(!run.stdout.contains("warning"), "{}", run.stdout);
     tend(&config, &["override", "clear", "orders"], 0);
     // A typo in an emergency: refused, and says why.

@@ -2,8 +2,9 @@
 //!
 //! Each provider worker beats while it waits and at the start and end of
 //! every cycle; a running cycle counts as alive while operations keep
-//! finishing, or are in flight (the executor says so every second). The watchdog is pinged only when every worker is alive, so a
-//! wedged loop trips it however healthy the HTTP server is.
+//! finishing, or are in flight (the executor says so every second). The
+//! watchdog is pinged only when every worker is alive, so a wedged loop
+//! trips it however healthy the HTTP server is.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

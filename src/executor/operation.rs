@@ -474,7 +474,7 @@ async fn confirm<P: Provider>(
     let mut wait = Duration::from_millis(50);
     let db = &op.request.database_name;
     loop {
-        let observed = match answer.take() {
+        let mut observed = match answer.take() {
             Some(obs) => Ok(Some(obs)),
             None => {
                 let _slot = match slot.take() {
@@ -487,7 +487,6 @@ async fn confirm<P: Provider>(
                     .await
             }
         };
-        let mut observed = observed;
         if runtime.capabilities.parameter_names_ignore_case
             && let Ok(Some(obs)) = &mut observed
         {

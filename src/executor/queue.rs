@@ -212,22 +212,21 @@ mod tests {
         open_as_the_first_call_ended: Mutex<Option<usize>>,
     }
 
-    struct Batch {
+    /// A journal and a fake provider with `max_concurrency` slots; the
+    /// journal refuses `refused`'s intent, as a full disk would.
+    struct Fixture {
         store: Arc<StateStore>,
+        ctx: ExecContext,
         runtime: Arc<ProviderRuntime<Deleter>>,
-        execution: Execution,
         _dir: tempfile::TempDir,
     }
 
-    impl Batch {
-        /// Deletes `names` with `max_concurrency` slots; the journal
-        /// refuses `refused`'s intent, as a full disk would.
-        async fn run(
+    impl Fixture {
+        fn new(
             max_concurrency: usize,
-            names: &[&str],
             refused: Option<&str>,
             provider: impl FnOnce(&ExecContext) -> Deleter,
-        ) -> Batch {
+        ) -> Fixture {
             let dir = tempfile::tempdir().unwrap();
             let store = Arc::new(StateStore::open(dir.path(), true).unwrap().unwrap());
             if let Some(name) = refused {
@@ -258,30 +257,12 @@ mod tests {
                     confirm_timeout: Duration::from_secs(1),
                 },
             ));
-            let runtimes = BTreeMap::from([("fake".to_string(), runtime.clone())]);
-            let execution = execute(
-                &runtimes,
-                &ctx,
-                names.iter().map(|n| delete(n)).collect(),
-                |op| op.request.provider.as_str(),
-                Some,
-                &Silent,
-            )
-            .await;
-            Batch {
+            Fixture {
                 store,
+                ctx,
                 runtime,
-                execution,
                 _dir: dir,
             }
-        }
-
-        fn finished(&self) -> Vec<(&str, &OpOutcome)> {
-            self.execution
-                .finished
-                .iter()
-                .map(|e| (e.name.as_str(), &e.outcome))
-                .collect()
         }
 
         fn calls(&self) -> Vec<String> {
@@ -295,6 +276,50 @@ mod tests {
                 .into_iter()
                 .map(|i| i.unwrap().name)
                 .collect()
+        }
+    }
+
+    struct Batch {
+        fixture: Fixture,
+        execution: Execution,
+    }
+
+    impl Batch {
+        /// Deletes `names` through a [`Fixture`].
+        async fn run(
+            max_concurrency: usize,
+            names: &[&str],
+            refused: Option<&str>,
+            provider: impl FnOnce(&ExecContext) -> Deleter,
+        ) -> Batch {
+            let fixture = Fixture::new(max_concurrency, refused, provider);
+            let runtimes = BTreeMap::from([("fake".to_string(), fixture.runtime.clone())]);
+            let execution = execute(
+                &runtimes,
+                &fixture.ctx,
+                names.iter().map(|n| delete(n)).collect(),
+                |op| op.request.provider.as_str(),
+                Some,
+                &Silent,
+            )
+            .await;
+            Batch { fixture, execution }
+        }
+
+        fn finished(&self) -> Vec<(&str, &OpOutcome)> {
+            self.execution
+                .finished
+                .iter()
+                .map(|e| (e.name.as_str(), &e.outcome))
+                .collect()
+        }
+
+        fn calls(&self) -> Vec<String> {
+            self.fixture.calls()
+        }
+
+        fn open_intents(&self) -> Vec<String> {
+            self.fixture.open_intents()
         }
     }
 
@@ -387,6 +412,7 @@ mod tests {
         .await;
         assert_eq!(
             *batch
+                .fixture
                 .runtime
                 .provider
                 .open_as_the_first_call_ended
@@ -463,43 +489,26 @@ mod tests {
 
     #[tokio::test]
     async fn an_operation_that_reaches_its_slot_after_a_journal_failure_is_not_sent() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(StateStore::open(dir.path(), true).unwrap().unwrap());
-        let ctx = ExecContext {
-            store: store.clone(),
-            agent_id: Arc::from("agent"),
-            clock: Arc::new(SystemClock),
-            draining: Arc::default(),
-            // Another operation of the batch failed to write the journal.
-            halted: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-            sabotage: Default::default(),
-            crash: Default::default(),
-        };
-        let runtime = Arc::new(ProviderRuntime::new(
-            "fake",
-            Deleter::default(),
-            ExecLimits {
-                max_concurrency: 1,
-                rate_per_second: 1000,
-                retry: RetryPolicy::default(),
-                confirm_timeout: Duration::from_secs(1),
-            },
-        ));
-        let (outcome, confirmed) = operation::run(runtime.clone(), ctx, delete("c"))
-            .await
-            .unwrap();
+        let fixture = Fixture::new(1, None, |_| Deleter::default());
+        // Another operation of the batch failed to write the journal.
+        fixture
+            .ctx
+            .halted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let (outcome, confirmed) =
+            operation::run(fixture.runtime.clone(), fixture.ctx.clone(), delete("c"))
+                .await
+                .unwrap();
         assert!(
             matches!(&outcome, OpOutcome::NotSent(why) if why.contains("a journal write failed")),
             "{outcome:?}"
         );
         assert!(confirmed.is_none());
-        assert!(runtime.provider.calls.lock().unwrap().is_empty());
-        let open: Vec<String> = store
-            .open_intents()
-            .unwrap()
-            .into_iter()
-            .map(|i| i.unwrap().name)
-            .collect();
-        assert_eq!(open, ["c"], "journalled, pending for the next cycle");
+        assert!(fixture.calls().is_empty());
+        assert_eq!(
+            fixture.open_intents(),
+            ["c"],
+            "journalled, pending for the next cycle"
+        );
     }
 }

@@ -237,12 +237,7 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         .iter()
         .filter_map(|r| r.override_.as_ref().map(|o| (r, o)))
         .map(|(r, o)| {
-            // Folded from several sources: the first of their expiries.
-            let first = if o.source.contains(',') {
-                "first of them: "
-            } else {
-                ""
-            };
+            let first = if o.is_folded() { "first of them: " } else { "" };
             let expires = match (&o.expires, o.expired) {
                 (Some(t), true) => format!(
                     "{first}<span class=\"bad\">EXPIRED</span> {}",

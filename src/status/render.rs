@@ -94,9 +94,7 @@ pub fn override_line(report: &Report, r: &ResourceReport) -> Option<String> {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     };
-    // Folded from several sources, `expires` is the first of their
-    // expiries: another may hold on after it (or have none).
-    let (expired, expires) = if o.source.contains(',') {
+    let (expired, expires) = if o.is_folded() {
         ("one of them EXPIRED at", "the first of them expires")
     } else {
         ("EXPIRED at", "expires")

@@ -170,6 +170,14 @@ pub struct OverrideReport {
     pub first_seen: Option<String>,
 }
 
+impl OverrideReport {
+    /// Folded from several sources: `expires` is then the first of their
+    /// expiries, and another may hold on after it (or have none).
+    pub fn is_folded(&self) -> bool {
+        self.source.contains(',')
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OperationReport {
     pub id: OperationId,

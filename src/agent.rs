@@ -9,9 +9,10 @@
 //! the clock every time read goes through.
 //!
 //! # Guarantees
-//! * `plan` and `apply` choose the agent id the same way: the configured
-//!   one, else the one kept in the state dir, else (the writer only) a new
-//!   one generated once and kept.
+//! * `plan` and `apply` choose the agent id the same way: the one kept in
+//!   the state, else the configured one, else (the writer only) a new one
+//!   generated once and kept. A configured id that differs from the kept
+//!   one is refused (a configuration error): never an all-Blocked fleet.
 //! * A provider that cannot be built (an unsupported kind, a missing
 //!   secret file, an invalid URL) is a configuration error before any
 //!   work starts.
@@ -26,6 +27,7 @@ use crate::executor::queue::{Progress, Silent};
 use crate::executor::{ExecContext, ExecLimits, ProviderRuntime};
 use crate::journal::{Access, StateError, StateLock, StateStore, StoredMemories};
 use crate::reconcile::observe::ListingAhead;
+use crate::source::reader_repo::ReaderRepo;
 use crate::source::tracker::SourceSettings;
 use crate::source::{Source, SourceError};
 
@@ -38,6 +40,19 @@ pub enum AgentError {
     /// The state dir cannot be opened or locked.
     #[error(transparent)]
     State(#[from] StateError),
+}
+
+impl AgentError {
+    /// The exit code that tells systemd the truth: 78 when restarting
+    /// cannot help (the configuration, or a state that needs a newer tend,
+    /// is damaged, untrusted or belongs to another agent id), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AgentError::Config(_) => crate::process::exit::CONFIG,
+            AgentError::State(e) if e.is_configuration() => crate::process::exit::CONFIG,
+            AgentError::State(_) => crate::process::exit::ERROR,
+        }
+    }
 }
 
 /// Memories being read ahead ([`Agent::start_preload`]).
@@ -73,6 +88,10 @@ pub struct Agent {
     crash: crate::executor::hooks::CrashSwitch,
     /// The group's lease, held by a one-shot writer on a shared state.
     held_lease: Option<crate::journal::HeldLease>,
+    /// A reader's own repository, which its source fetches into (made at
+    /// its first fetch, on the fetch's thread; kept for the agent's life:
+    /// `tend propose` reads the fetched objects after the fetch).
+    reader_repo: Arc<Mutex<Option<Arc<ReaderRepo>>>>,
 }
 
 impl Agent {
@@ -126,12 +145,9 @@ impl Agent {
         let agent_id = match (known, &store, access) {
             (Some(id), _, _) => id,
             (None, Some(store), Access::Writer) => store.agent_id(config.agent_id.as_deref())?,
-            (None, Some(store), Access::ReadOnly) => match &config.agent_id {
-                Some(id) => id.clone(),
-                None => store
-                    .meta("agent_id")?
-                    .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
-            },
+            (None, Some(store), Access::ReadOnly) => store
+                .agent_id_for_reading(config.agent_id.as_deref())?
+                .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
             (None, None, _) => config
                 .agent_id
                 .clone()
@@ -140,7 +156,12 @@ impl Agent {
         let source_settings = config.source_settings()?;
         let mut runtimes = BTreeMap::new();
         for (name, provider) in &config.providers {
-            let built = crate::provider::build::build(name, provider, &config.state_dir, &clock)?;
+            let use_ = match access {
+                Access::Writer => crate::provider::build::Use::ReadWrite,
+                Access::ReadOnly => crate::provider::build::Use::Read,
+            };
+            let built =
+                crate::provider::build::build(name, provider, &config.state_dir, &clock, use_)?;
             let limits = provider.limits();
             let runtime = ProviderRuntime::new(
                 name,
@@ -170,6 +191,7 @@ impl Agent {
             draining: Arc::default(),
             crash: Default::default(),
             held_lease: None,
+            reader_repo: Arc::default(),
         })
     }
 
@@ -189,6 +211,16 @@ impl Agent {
         let ttl = self.config.state.lease_ttl;
         self.held_lease = Some(crate::journal::HeldLease::take(store, &self.agent_id, ttl)?);
         Ok(())
+    }
+
+    /// Marks the state dir's lock as held by the running agent (`tend
+    /// run`): operators' commands then reach it over its control channel
+    /// and never write beside it.
+    pub fn mark_running_agent(&mut self) -> std::io::Result<()> {
+        match &mut self.lock {
+            Some(lock) => lock.mark_agent(),
+            None => Ok(()),
+        }
     }
 
     /// Gives the state dir's lock and the state store back (to reopen with
@@ -307,14 +339,39 @@ impl Agent {
     }
 
     /// [`Agent::source`], to call on another thread (opening waits for
-    /// libgit2's initialisation).
+    /// libgit2's initialisation). A reader's source fetches into the
+    /// reader's own repository, never the state dir's.
     pub fn source_opener(&self) -> impl FnOnce() -> Result<Source, SourceError> + Send + 'static {
-        let (dir, settings, access) = (
+        let (dir, settings, access, slot) = (
             self.config.state_dir.clone(),
             self.source_settings.clone(),
             self.access,
+            self.reader_repo.clone(),
         );
-        move || Source::open(&dir, settings, access)
+        move || {
+            let url = settings.url.clone();
+            let source = Source::open(&dir, settings, access)?;
+            if access == Access::Writer {
+                return Ok(source);
+            }
+            let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let reader = match slot.as_ref() {
+                Some(reader) => reader.clone(),
+                None => Arc::new(crate::source::reader_repo::prepare(&dir, &url)?),
+            };
+            *slot = Some(reader.clone());
+            Ok(source.with_reader_repo(reader))
+        }
+    }
+
+    /// The bare repository this agent's source was fetched into: the
+    /// state dir's for the writer, the reader's own for a reader (the
+    /// state dir's until a reader fetched).
+    pub fn source_repo_dir(&self) -> std::path::PathBuf {
+        match &*self.reader_repo.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(reader) => reader.dir.clone(),
+            None => crate::source::repo_dir(&self.config.state_dir),
+        }
     }
 
     /// Starts reading every resource's memory on a blocking thread, so the

@@ -9,18 +9,21 @@
 //! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]
 //! and [`time`] (time, injected and overflow-safe) · [`escape`] (outside
 //! text made safe for a terminal) · [`sabotage`] (deliberate bugs, test
-//! builds only).
+//! builds only) · [`process`] (exit codes, the heap, acting as the state
+//! dir's owner).
 
 pub mod agent;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod engine;
 pub mod escape;
 pub mod executor;
 pub mod journal;
 pub mod model;
+pub mod process;
 pub mod propose;
 pub mod provider;
 pub mod reconcile;

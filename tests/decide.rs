@@ -117,6 +117,7 @@ struct Case<'a> {
     policy: Policy,
     deletion: DeletionGate,
     provider_override_seen: Option<SystemTime>,
+    suspension: Option<tend::engine::Suspension>,
     now: SystemTime,
 }
 
@@ -130,6 +131,7 @@ impl<'a> Case<'a> {
             policy: policy(),
             deletion: DeletionGate::Allowed,
             provider_override_seen: None,
+            suspension: None,
             now: t(100),
         }
     }
@@ -146,6 +148,7 @@ impl<'a> Case<'a> {
             deletion: &self.deletion,
             provider_override_seen: self.provider_override_seen,
             provider: "main",
+            suspension: self.suspension.as_ref(),
             now: self.now,
         })
     }
@@ -288,6 +291,65 @@ fn drift_policy_report_never_corrects() {
         Action::None,
         Rule::DriftReportOnly,
     );
+}
+
+/// `tend suspend` holds every change (create, update, delete) and keeps
+/// what it observed; with `on-expiry: resume` it holds until the expiry,
+/// and the resource is due again then.
+#[test]
+fn a_suspension_holds_every_change_until_it_ends() {
+    let suspension = |on_expiry| tend::engine::Suspension {
+        reason: "INC-9 freeze".into(),
+        since: t(0),
+        expires: Some(t(500)),
+        on_expiry,
+        by: "uid 0 (pid 1)".into(),
+    };
+    let decl = declaration("", "");
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory = Memory::default();
+    case.suspension = Some(suspension(tend::model::OnExpiry::Resume));
+    let d = case.run();
+    expect(&d, State::Missing, Action::Hold, Rule::Suspended);
+    assert!(
+        d.reason.contains("INC-9 freeze") && d.reason.contains("would create"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(
+        d.act_at,
+        Some(t(500)),
+        "due again when the freeze ends by itself"
+    );
+
+    // A change declared in Git since the last apply.
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
+    case.memory.applied_spec_hash = Some(tend::model::SpecHash("earlier-spec".into()));
+    case.memory
+        .applied_fields
+        .insert("connectionLimit".into(), json!(50));
+    case.suspension = Some(suspension(tend::model::OnExpiry::Hold));
+    case.now = t(100_000);
+    let d = case.run();
+    expect(&d, State::Drifted, Action::Hold, Rule::Suspended);
+    assert_eq!(d.drift.len(), 1, "drift is still reported");
+    assert!(
+        d.reason.contains("EXPIRED"),
+        "expired and held on: {}",
+        d.reason
+    );
+
+    // Expired with `resume`: decided as without it.
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory = Memory::default();
+    case.suspension = Some(suspension(tend::model::OnExpiry::Resume));
+    case.now = t(600);
+    expect(&case.run(), State::Missing, Action::Create, Rule::Create);
+
+    // What changes nothing is left as it is.
+    let mut case = Case::new(&decl, ours(&[]));
+    case.suspension = Some(suspension(tend::model::OnExpiry::Hold));
+    expect(&case.run(), State::InSync, Action::None, Rule::InSync);
 }
 
 const PAUSED: &str = "    tend.dev/paused: \"true\"\n    tend.dev/override-reason: INC-1\n";

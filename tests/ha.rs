@@ -60,9 +60,21 @@ impl Group {
     /// `dir/tend.toml`: the state in PostgreSQL on `state_port`, or (`None`)
     /// in the state dir.
     fn config(&self, dir: &std::path::Path, port: u16, state_port: Option<u16>) -> PathBuf {
+        self.config_of(dir, port, state_port, Some("ha-group"))
+    }
+
+    /// [`Group::config`] with `agent_id` (`None`: not set, generated).
+    fn config_of(
+        &self,
+        dir: &std::path::Path,
+        port: u16,
+        state_port: Option<u16>,
+        agent_id: Option<&str>,
+    ) -> PathBuf {
+        let agent_id = agent_id.map(|id| format!("\"{id}\""));
         let config = support::config::TendConfig::new(dir, &self.repo.url())
             .without_section("providers.sandbox")
-            .top("agent_id", Some("\"ha-group\""))
+            .top("agent_id", agent_id.as_deref())
             .source("interval", "\"200ms\"")
             .server("listen", &format!("\"127.0.0.1:{port}\""))
             .section("providers.dbaas", "kind", "\"http\"")
@@ -414,6 +426,73 @@ fn a_sqlite_state_migrates_into_postgres_and_a_one_shot_apply_never_races_a_lead
         || group.creates() == 3,
     );
     assert_eq!(group.lease().1, 2, "the apply took no lease");
+}
+
+/// docs/operations.md, "Running two or more agents", as written, from an
+/// installation that never pinned its agent id: migrate the state, give
+/// every host the id `tend state show` prints, start them. Every database
+/// stays managed; a host given another id is refused at start (78, both
+/// ids named) instead of finding them all owned by another agent.
+#[test]
+fn the_ha_procedure_as_written_keeps_every_database_managed() {
+    let mut group = Group::new(&["alpha", "bravo"]);
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = group.config_of(dir.path(), free_port(), None, None);
+    tend(&sqlite, &["apply"], 0);
+    assert_eq!(group.creates(), 2);
+    let kept = tend(&sqlite, &["state", "show"], 0).stdout;
+    let id = kept
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("agent_id: "))
+        .unwrap_or_else(|| panic!("`tend state show` starts with the agent id:\n{kept}"))
+        .to_string();
+    assert!(id.starts_with("tend-"), "{id}");
+    let url = state_url(group.pg.port);
+    tend(
+        &sqlite,
+        &["state", "migrate", "--to", url.as_str(), "--schema", SCHEMA],
+        0,
+    );
+    // A host given the example's id instead: refused, nothing changed.
+    let other = tempfile::tempdir().unwrap();
+    let wrong = group.config_of(
+        other.path(),
+        free_port(),
+        Some(group.pg.port),
+        Some("platform-eu"),
+    );
+    let refused = tend(&wrong, &["plan"], 78);
+    assert!(
+        refused.stderr.contains(&format!("belongs to agent `{id}`"))
+            && refused.stderr.contains(&format!("Set agent_id = \"{id}\"")),
+        "{}",
+        refused.stderr
+    );
+    let (config_a, port_a) = {
+        let d = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let c = group.config_of(d.path(), port, Some(group.pg.port), Some(&id));
+        group.dirs.push(d);
+        (c, port)
+    };
+    let mut wrong_agent = Daemon::start(&wrong, free_port(), &[]);
+    assert_eq!(
+        wrong_agent.wait_exit(Duration::from_secs(30)),
+        Some(78),
+        "{}",
+        wrong_agent.log()
+    );
+    let a = Daemon::start(&config_a, port_a, &[]);
+    wait("the agent to lead", Duration::from_secs(30), &[&a], || {
+        leads(&a)
+    });
+    a.wait_ready();
+    let report = a.status();
+    assert_eq!(report["agent"]["id"], id.as_str());
+    assert_eq!(report["summary"]["inSync"], 2, "{report:#}");
+    assert_eq!(report["summary"]["blocked"], 0, "{report:#}");
+    assert_eq!(group.creates(), 2, "nothing created twice");
 }
 
 #[test]

@@ -205,3 +205,86 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// The `rev:` and hook id docs/declarations.md shows.
+fn documented_hook() -> (String, String) {
+    let doc = std::fs::read_to_string(repo_root().join("docs/declarations.md")).unwrap();
+    let value = |key: &str| {
+        doc.lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .map(|rest| rest.split('#').next().unwrap().trim().to_string())
+            .unwrap_or_else(|| panic!("docs/declarations.md shows no `{key}`"))
+    };
+    (value("rev:"), value("- id:"))
+}
+
+/// The documented configuration works as shown: the `rev:` is a release
+/// tag of tend (named in CHANGELOG.md, this version's), and the
+/// `language: system` hook runs the `tend` on PATH, building nothing.
+#[test]
+fn the_system_hook_runs_the_installed_tend_at_the_documented_rev() {
+    let (rev, id) = documented_hook();
+    assert_eq!(id, "tend-validate-system");
+    assert_eq!(
+        rev,
+        format!("v{}", env!("CARGO_PKG_VERSION")),
+        "the documented rev is this release"
+    );
+    let changelog = std::fs::read_to_string(repo_root().join("CHANGELOG.md")).unwrap();
+    assert!(
+        changelog.contains(&format!("## {rev}")),
+        "CHANGELOG.md has an entry for {rev}"
+    );
+    let (hook, _) = hook_repository();
+    git(hook.path(), &["tag", &rev]);
+    let cache = tempfile::tempdir().unwrap();
+    let repo = TestRepo::new();
+    repo.write(
+        ".pre-commit-config.yaml",
+        &format!(
+            "repos:\n  - repo: {}\n    rev: {rev}\n    hooks:\n      - id: {id}\n",
+            hook.path().display()
+        ),
+    )
+    .write("databases/orders.yaml", GOOD);
+    repo.commit("declarations");
+    let bin = Path::new(env!("CARGO_BIN_EXE_tend")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run_with_tend = |args: &[&str]| {
+        isolated(&mut Command::new(pre_commit()))
+            .args(args)
+            .current_dir(repo.path())
+            .env("PRE_COMMIT_HOME", cache.path())
+            .env("PRE_COMMIT_COLOR", "never")
+            .env("PATH", &path)
+            .env_remove("TEND_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let out = run_with_tend(&["run", "--all-files"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("Passed"), "{}", text(&out));
+    assert!(
+        walk(cache.path()).iter().all(|p| !p.ends_with("bin/tend")),
+        "nothing was built"
+    );
+    repo.write(
+        "databases/orders.yaml",
+        &GOOD.replace(
+            "owner: app_orders",
+            "owner: app_orders\n  conectionLimit: 20",
+        ),
+    );
+    git(repo.path(), &["add", "."]);
+    let out = run_with_tend(&["run"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("databases/orders.yaml:9:3: spec: unknown field `conectionLimit`"),
+        "{}",
+        text(&out)
+    );
+}

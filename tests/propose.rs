@@ -542,6 +542,7 @@ mod property {
                 deletion: &DeletionGate::Allowed,
                 provider_override_seen: None,
                 provider: "main",
+                suspension: None,
                 now: SystemTime::UNIX_EPOCH + Duration::from_secs(200),
             });
             prop_assert_eq!(decision.state, State::InSync, "{}\n{}\n{:?}", after, decision.reason, decision.drift);

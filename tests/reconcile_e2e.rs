@@ -143,19 +143,41 @@ fn plan_counts_an_annotation_override_from_its_first_sighting_as_apply_does() {
     assert_eq!(env.databases(), ["orders"]);
 }
 
+/// The agent id is part of the state: every database tend manages carries
+/// it. A configuration naming another id is refused by every command that
+/// reads the state (78, both ids named, the state unchanged), never an
+/// all-Blocked fleet; pinning the kept id works.
 #[test]
-fn plan_and_apply_choose_the_same_agent_id() {
+fn a_configured_agent_id_the_state_does_not_keep_is_refused_by_every_command() {
     let mut env = Env::new(&[decl("orders", 10)]);
-    env.apply(0);
+    let kept = env.apply(0)["agent"]["id"].as_str().unwrap().to_string();
+    let before = std::fs::read(env.state().join("state.db")).unwrap();
     env.configure(|c| c.top("agent_id", Some("\"other-agent\"")));
+    for args in [
+        &["plan"][..],
+        &["apply"],
+        &["explain", "orders"],
+        &["config", "check"],
+    ] {
+        let out = env.tend(args, 78);
+        assert!(
+            out.stderr.contains(&format!("belongs to agent `{kept}`"))
+                && out.stderr.contains("agent_id = \"other-agent\"")
+                && out.stderr.contains(&format!("Set agent_id = \"{kept}\"")),
+            "tend {args:?}: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(
+        std::fs::read(env.state().join("state.db")).unwrap(),
+        before,
+        "a refused command changed the state"
+    );
+    env.configure(|c| c.top("agent_id", Some(&format!("\"{kept}\""))));
     let plan = env.plan(0);
-    assert_eq!(plan["agent"]["id"], "other-agent");
-    let orders = resource(&plan, "orders");
-    assert_eq!(orders["state"], "Blocked", "{orders:#}");
-    let apply = env.apply(2);
-    assert_eq!(apply["agent"]["id"], "other-agent");
-    assert_eq!(resource(&apply, "orders")["state"], orders["state"]);
-    assert_eq!(resource(&apply, "orders")["reason"], orders["reason"]);
+    assert_eq!(plan["agent"]["id"], kept.as_str());
+    assert_eq!(resource(&plan, "orders")["state"], "InSync");
+    env.tend(&["config", "check"], 0);
 }
 
 #[test]

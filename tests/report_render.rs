@@ -96,6 +96,7 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
             deletion: &DeletionGate::Allowed,
             provider_override_seen: None,
             provider: "sandbox",
+            suspension: None,
             now,
         });
         let operation =
@@ -129,6 +130,7 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
         resources,
         errors,
         intents: Vec::new(),
+        suspension: None,
         // A typo in an emergency, with a reason that tries to forge a line
         // and clear the screen: shown, escaped.
         orphaned_overrides: vec![OrphanedOverride {

@@ -383,7 +383,14 @@ fn the_agent_id_is_generated_once(place: &Place) {
         id,
         "kept in the state"
     );
-    assert_eq!(store.agent_id(Some("configured")).unwrap(), "configured");
+    // A configured id the state does not keep is refused, naming both.
+    let refused = store.agent_id(Some("configured")).unwrap_err().to_string();
+    assert!(
+        refused.contains(&format!("belongs to agent `{id}`"))
+            && refused.contains("agent_id = \"configured\""),
+        "{refused}"
+    );
+    assert_eq!(store.agent_id(Some(&id)).unwrap(), id);
 }
 
 fn tombstones_overrides_and_deletion_holds_round_trip(place: &Place) {

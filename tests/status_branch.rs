@@ -58,6 +58,19 @@ impl Remote {
             .to_string()
     }
 
+    /// Another agent of the same remote: its own configuration and state
+    /// (an agent id is part of its state: one state dir serves one id).
+    fn other_agent_config(&self, url: &str, agent: &str) -> String {
+        let dir = self.dir.path().join("agents").join(agent);
+        std::fs::create_dir_all(&dir).unwrap();
+        TendConfig::new(&dir, url)
+            .top("agent_id", Some(&format!("\"{agent}\"")))
+            .status("branch", "\"tend-status\"")
+            .write()
+            .display()
+            .to_string()
+    }
+
     fn git(&self, args: &[&str]) -> String {
         git(&self.bare, args)
     }
@@ -315,11 +328,10 @@ exit 0
 fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
     let remote = Remote::new();
     let url = format!("file://{}", remote.bare.display());
-    apply(&remote.config(&url, "first-agent"), 0);
+    apply(&remote.other_agent_config(&url, "first-agent"), 0);
     let tip = remote.git(&["rev-parse", "tend-status"]);
     let config = remote.config(&url, "second-agent");
-    // Its databases are the first agent's: Blocked, pending (exit 2).
-    let run = apply(&config, 2);
+    let run = apply(&config, 0);
     assert!(
         run.stderr.contains(
             "status branch `tend-status` belongs to agent `first-agent`, not `second-agent`"
@@ -365,7 +377,7 @@ fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
     git(&newer, &["commit", "-q", "-am", "a newer tend"]);
     git(&newer, &["push", "-q", "origin", "tend-status"]);
     let tip = remote.git(&["rev-parse", "tend-status"]);
-    let run = apply(&remote.config(&url, "first-agent"), 0);
+    let run = apply(&remote.other_agent_config(&url, "first-agent"), 0);
     assert!(
         run.stderr
             .contains("status format 2, newer than this tend's 1"),
@@ -472,7 +484,7 @@ fn the_running_agent_commits_on_changes_only() {
 fn the_running_agents_status_says_why_the_branch_is_not_written() {
     let remote = Remote::new();
     let url = format!("file://{}", remote.bare.display());
-    apply(&remote.config(&url, "first-agent"), 0);
+    apply(&remote.other_agent_config(&url, "first-agent"), 0);
     let port = support::git::free_port();
     let config = TendConfig::new(remote.dir.path(), &url)
         .top("agent_id", Some("\"second-agent\""))

@@ -1,7 +1,6 @@
 //! `tend deletions list|approve`: the deletions tend has pending, and an
-//! operator's approval of deletions the mass-deletion guard holds. Works
-//! beside a running `tend run` or `tend apply` (no writer lock): the
-//! approval is read at the next cycle.
+//! operator's approval of deletions the mass-deletion guard holds (carried
+//! out by the running agent when there is one: [`super::operator`]).
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -9,6 +8,7 @@ use std::path::Path;
 use clap::{Args, Subcommand};
 
 use super::{exit, session};
+use crate::control::Request;
 use crate::journal::StateStore;
 use crate::model::DeletionPolicy;
 
@@ -32,17 +32,20 @@ pub struct ApproveArgs {
 }
 
 pub fn run(config_path: &Path, command: &DeletionsCommand) -> io::Result<u8> {
+    if let DeletionsCommand::Approve(args) = command {
+        return super::operator::run(
+            config_path,
+            &Request::DeletionsApprove {
+                names: args.names.clone(),
+                reason: args.reason.clone(),
+            },
+        );
+    }
     let config = match session::load_config(config_path) {
         Ok(c) => c,
         Err(code) => return Ok(code),
     };
-    let opened = match command {
-        DeletionsCommand::List => StateStore::open_configured(&config, false),
-        DeletionsCommand::Approve(_) => {
-            StateStore::open_configured_for_overrides(&config).map(Some)
-        }
-    };
-    let store = match opened {
+    let store = match StateStore::open_configured(&config, false) {
         Ok(Some(store)) => store,
         Ok(None) => {
             writeln!(
@@ -51,16 +54,9 @@ pub fn run(config_path: &Path, command: &DeletionsCommand) -> io::Result<u8> {
             )?;
             return Ok(exit::OK);
         }
-        Err(e) => {
-            session::fail(e);
-            return Ok(exit::ERROR);
-        }
+        Err(e) => return Ok(session::state_failed(&e)),
     };
-    let result = match command {
-        DeletionsCommand::List => list(&store),
-        DeletionsCommand::Approve(args) => approve(&store, args),
-    };
-    match result {
+    match list(&store) {
         Ok(text) => {
             write!(io::stdout(), "{text}")?;
             Ok(exit::OK)
@@ -110,38 +106,6 @@ fn list(store: &StateStore) -> Result<String, String> {
             crate::escape::terminal(&t.name),
             crate::time::rfc3339(t.removed_at),
             t.removal_commit.get(..12).unwrap_or(&t.removal_commit),
-        ));
-    }
-    Ok(out)
-}
-
-fn approve(store: &StateStore, args: &ApproveArgs) -> Result<String, String> {
-    if args.reason.trim().is_empty() {
-        return Err("--reason must say why (a ticket, a change request)".into());
-    }
-    let pending = pending_deletions(store)?;
-    let unknown: Vec<&str> = args
-        .names
-        .iter()
-        .filter(|n| !pending.iter().any(|t| &t.name == *n))
-        .map(String::as_str)
-        .collect();
-    if !unknown.is_empty() {
-        return Err(format!(
-            "no removed declaration with deletionPolicy Delete is named {}: `tend deletions list` shows the pending deletions",
-            unknown.join(", ")
-        ));
-    }
-    let now = std::time::SystemTime::now();
-    let mut out = String::new();
-    for name in &args.names {
-        store
-            .approve_deletion(name, args.reason.trim(), now)
-            .map_err(|e| e.to_string())?;
-        out.push_str(&format!(
-            "approved the deletion of {}: {}\n",
-            crate::escape::terminal(name),
-            crate::escape::terminal(args.reason.trim())
         ));
     }
     Ok(out)

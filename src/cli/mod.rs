@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod apply;
+mod config_check;
 mod deletions;
-pub(crate) mod heap;
 mod logging;
+mod operator;
 mod overrides;
 mod plan;
 mod progress;
@@ -22,17 +23,8 @@ mod state;
 mod status;
 mod validate;
 
-/// Exit codes shared by the commands.
-pub mod exit {
-    /// Nothing to do / no problems.
-    pub const OK: u8 = 0;
-    /// An error (invalid declarations, a failed cycle).
-    pub const ERROR: u8 = 1;
-    /// With `--detailed-exitcode`: changes or drift pending.
-    pub const PENDING: u8 = 2;
-    /// A configuration error (sysexits `EX_CONFIG`).
-    pub const CONFIG: u8 = 78;
-}
+pub use crate::process::exit;
+use crate::process::heap;
 
 /// tend: keeps databases in the state declared in Git, honours emergency
 /// overrides, and reports what it saw.
@@ -89,6 +81,37 @@ pub enum Command {
     /// HTTP providers: check that a server keeps the contract.
     #[command(subcommand)]
     Provider(provider::ProviderCommand),
+    /// The configuration file: check it before a start or a reload.
+    #[command(subcommand)]
+    Config(config_check::ConfigCommand),
+    /// Make the running agent fetch the source and reconcile every
+    /// resource now (NAMEs, when given, must be known).
+    Reconcile(ReconcileArgs),
+    /// Freeze every change: the agent observes and reports, and changes
+    /// nothing until `tend resume` (or the expiry).
+    Suspend(SuspendArgs),
+    /// End a freeze set with `tend suspend`.
+    Resume,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    /// Resources to reconcile (their metadata.name); every one when absent.
+    pub names: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SuspendArgs {
+    /// Why (an incident, a change freeze). Required.
+    #[arg(long)]
+    pub reason: String,
+    /// RFC 3339 time or a duration (`4h`) counted from now.
+    #[arg(long)]
+    pub expires: Option<String>,
+    /// At the expiry: `hold` (default: stay frozen, reported expired) or
+    /// `resume`.
+    #[arg(long, value_name = "hold|resume")]
+    pub on_expiry: Option<String>,
 }
 
 /// Output format of report-like commands.
@@ -141,6 +164,20 @@ pub fn run(cli: Cli) -> u8 {
         Command::Propose(args) => propose::run(&cli.config, &args),
         Command::Sandbox(command) => sandbox::run(&cli.config, &command),
         Command::Provider(command) => provider::run(&command),
+        Command::Config(command) => config_check::run(&cli.config, &command),
+        Command::Reconcile(args) => operator::run(
+            &cli.config,
+            &crate::control::Request::Reconcile { names: args.names },
+        ),
+        Command::Suspend(args) => operator::run(
+            &cli.config,
+            &crate::control::Request::Suspend {
+                reason: args.reason,
+                expires: args.expires,
+                on_expiry: args.on_expiry,
+            },
+        ),
+        Command::Resume => operator::run(&cli.config, &crate::control::Request::Resume),
     };
     match result {
         Ok(code) => code,

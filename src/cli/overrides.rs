@@ -1,25 +1,23 @@
 //! `tend override set|clear|list`: break-glass overrides on the agent's
 //! host, for when Git is unreachable. Reported as `source: local` until Git
-//! carries the override; they work beside a running `tend run`/`apply`.
+//! carries the override. `set` and `clear` are carried out by the running
+//! agent when there is one ([`super::operator`]).
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
-use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
 
 use super::exit;
 use crate::config::Config;
+use crate::control::Request;
 use crate::escape::terminal as esc;
-use crate::journal::{Access, StateStore};
+use crate::journal::StateStore;
 use crate::model::overrides::{
     IGNORE_FIELDS, OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY, OVERRIDE_REASON, PAUSED,
-    parse_override_strings,
 };
-use crate::model::validate::is_dns_label;
-use crate::source::{Snapshot, Source};
-use std::sync::Arc;
+use crate::source::Snapshot;
 
 #[derive(Debug, Subcommand)]
 pub enum OverrideCommand {
@@ -60,102 +58,19 @@ pub struct SetArgs {
     pub force: bool,
 }
 
-/// The state store: read-write for `set` and `clear`, read-only for
-/// `list` (which must work on a state dir this user may only read).
-/// `None`: a read-only open of a state dir with no state yet.
-fn open(config_path: &Path, writer: bool) -> Result<(Config, Option<StateStore>), u8> {
-    let config = Config::load(config_path).map_err(|e| {
-        let _ = writeln!(io::stderr(), "tend: {e}");
-        exit::CONFIG
-    })?;
-    let opened = if writer {
-        StateStore::open_configured_for_overrides(&config).map(Some)
-    } else {
-        StateStore::open_configured(&config, false)
-    };
-    let store = opened.map_err(|e| {
-        let _ = writeln!(io::stderr(), "tend: {e}");
-        exit::ERROR
-    })?;
-    Ok((config, store))
-}
-
 pub fn run(config_path: &Path, command: &OverrideCommand) -> io::Result<u8> {
-    let (config, store) = match open(config_path, !matches!(command, OverrideCommand::List)) {
-        Ok((config, Some(s))) => (config, s),
-        Ok((_, None)) => {
-            writeln!(io::stdout(), "(no local overrides)")?;
-            return Ok(exit::OK);
+    match command {
+        OverrideCommand::Set(args) => super::operator::run(config_path, &set_request(args)),
+        OverrideCommand::Clear { name } => {
+            super::operator::run(config_path, &Request::OverrideClear { name: name.clone() })
         }
-        Err(code) => return Ok(code),
-    };
-    let result = match command {
-        OverrideCommand::Set(args) => set(&config, &store, args),
-        OverrideCommand::Clear { name } => match store.clear_local_override(name) {
-            Ok(true) => Ok(format!("cleared the local override of {name}\n")),
-            Ok(false) => Ok(format!("{name} has no local override\n")),
-            Err(e) => Err(e.to_string()),
-        },
-        OverrideCommand::List => list(&config, &store),
-    };
-    match result {
-        Ok(text) => {
-            write!(io::stdout(), "{text}")?;
-            Ok(exit::OK)
-        }
-        Err(message) => {
-            writeln!(io::stderr(), "tend override: {message}")?;
-            Ok(exit::ERROR)
-        }
+        OverrideCommand::List => run_list(config_path),
     }
 }
 
-/// The declarations of the last accepted commit, read from the state dir
-/// without fetching (Git may be what is down).
-fn accepted_declarations(config: &Config) -> Result<Option<Arc<Snapshot>>, String> {
-    let settings = config.source_settings().map_err(|e| e.to_string())?;
-    Source::open(&config.state_dir, settings, Access::ReadOnly)
-        .and_then(Source::accepted_snapshot)
-        .map_err(|e| e.to_string())
-}
-
-/// Whether `name` is a declaration of `snapshot` or a resource of the
-/// state (a removed declaration whose database tend still owns counts:
-/// pausing its deletion is a fair emergency).
-fn is_known(name: &str, snapshot: &Snapshot, store: &StateStore) -> Result<bool, String> {
-    Ok(crate::reconcile::inputs::declared(snapshot, name).is_some()
-        || store.knows_resource(name).map_err(|e| e.to_string())?)
-}
-
-fn set(config: &Config, store: &StateStore, args: &SetArgs) -> Result<String, String> {
-    // Never stored, even with --force: no declaration can have this name.
-    if !is_dns_label(&args.name) {
-        return Err(format!(
-            "`{}` cannot be a declaration's name: metadata.name is a lowercase DNS label (a-z, 0-9 and `-`, at most 63 characters)",
-            esc(&args.name)
-        ));
-    }
-    let unknown = match accepted_declarations(config) {
-        Ok(Some(snapshot)) => (!is_known(&args.name, &snapshot, store)?).then(|| {
-            format!(
-                "no declaration named `{}` in the last accepted commit {} ({} declarations) and no such resource in the state",
-                args.name,
-                snapshot.commit.get(..12).unwrap_or(&snapshot.commit),
-                snapshot.declarations.declarations.len()
-            )
-        }),
-        Ok(None) => (!store.knows_resource(&args.name).map_err(|e| e.to_string())?)
-            .then(|| "no commit has been accepted yet, so the name cannot be checked".to_string()),
-        Err(e) => (!store.knows_resource(&args.name).map_err(|e| e.to_string())?)
-            .then(|| format!("the last accepted commit cannot be read ({e}), so the name cannot be checked")),
-    };
-    if let Some(why) = &unknown
-        && !args.force
-    {
-        return Err(format!(
-            "{why}. Check the name (`tend plan` lists every resource); to set it anyway, add --force"
-        ));
-    }
+/// The request `tend override set` makes: the annotations the flags stand
+/// for (checked where it is carried out, by the rules of annotations).
+fn set_request(args: &SetArgs) -> Request {
     let mut annotations = BTreeMap::new();
     if args.pause {
         annotations.insert(PAUSED.to_string(), "true".to_string());
@@ -170,40 +85,46 @@ fn set(config: &Config, store: &StateStore, args: &SetArgs) -> Result<String, St
     if let Some(on_expiry) = &args.on_expiry {
         annotations.insert(OVERRIDE_ON_EXPIRY.to_string(), on_expiry.clone());
     }
-    // The same rules as annotations in Git: a typo is refused, never stored.
-    let parsed = parse_override_strings(&annotations)?;
-    if parsed.overrides.is_none() {
-        return Err("give --pause or --ignore-fields".into());
+    Request::OverrideSet {
+        name: args.name.clone(),
+        annotations,
+        force: args.force,
     }
-    let now = SystemTime::now();
-    store
-        .set_local_override(&args.name, &annotations, now)
-        .map_err(|e| e.to_string())?;
-    let mut out = format!(
-        "set a local override on {} (reported as source local until Git carries an override)\n",
-        args.name
-    );
-    // An expiry already past is allowed (a runbook rehearses with one), but
-    // in an emergency it is more likely a typo in the date.
-    if let Some(spec) = &parsed.overrides
-        && let Some(crate::model::OverrideExpiry::At(at)) = spec.expires
-        && at <= now
-    {
-        let honoured = match spec.on_expiry {
-            crate::model::OnExpiry::Hold => "still honoured (on expiry: hold)",
-            crate::model::OnExpiry::Resume => "not honoured (on expiry: resume)",
-        };
-        out.push_str(&format!(
-            "warning: --expires {} is already past: the override is reported EXPIRED from the start and {honoured}; was another date meant?\n",
-            spec.expires_text.as_deref().unwrap_or("")
-        ));
+}
+
+/// `tend override list`: read-only (it works on a state dir this user may
+/// only read).
+fn run_list(config_path: &Path) -> io::Result<u8> {
+    let config = match super::session::load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
+    let store = match StateStore::open_configured(&config, false) {
+        Ok(Some(store)) => store,
+        Ok(None) => {
+            writeln!(io::stdout(), "(no local overrides)")?;
+            return Ok(exit::OK);
+        }
+        Err(e) => return Ok(super::session::state_failed(&e)),
+    };
+    match list(&config, &store) {
+        Ok(text) => {
+            write!(io::stdout(), "{text}")?;
+            Ok(exit::OK)
+        }
+        Err(message) => {
+            writeln!(io::stderr(), "tend override: {message}")?;
+            Ok(exit::ERROR)
+        }
     }
-    if let Some(why) = unknown {
-        out.push_str(&format!(
-            "warning: {why}: the override is orphaned and protects nothing until a declaration of that name exists\n"
-        ));
-    }
-    Ok(out)
+}
+
+/// Whether `name` is a declaration of `snapshot` or a resource of the
+/// state (a removed declaration whose database tend still owns counts:
+/// pausing its deletion is a fair emergency).
+fn is_known(name: &str, snapshot: &Snapshot, store: &StateStore) -> Result<bool, String> {
+    Ok(crate::reconcile::inputs::declared(snapshot, name).is_some()
+        || store.knows_resource(name).map_err(|e| e.to_string())?)
 }
 
 fn list(config: &Config, store: &StateStore) -> Result<String, String> {
@@ -213,7 +134,7 @@ fn list(config: &Config, store: &StateStore) -> Result<String, String> {
     }
     // Without the last accepted commit, orphans cannot be told apart: the
     // list is still shown (it is what an operator needs in an outage).
-    let snapshot = accepted_declarations(config).unwrap_or_else(|e| {
+    let snapshot = super::operator::accepted_declarations(config).unwrap_or_else(|e| {
         let _ = writeln!(
             io::stderr(),
             "tend override: cannot tell orphaned overrides apart: {}",

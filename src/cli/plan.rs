@@ -30,6 +30,11 @@ pub struct PlanArgs {
     /// Exit 2 when changes or drift are pending (0 in sync, 1 error).
     #[arg(long)]
     pub detailed_exitcode: bool,
+    /// List only the resources tend would change or that need attention;
+    /// those in sync are counted in the summary, not listed (for a
+    /// pull-request comment).
+    #[arg(long)]
+    pub changes_only: bool,
 }
 
 #[derive(Debug, Args)]
@@ -77,8 +82,25 @@ pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8
         // Read, never written: plan writes nothing. It knows since when a
         // failing source has failed from the last report a writer made.
         let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_latest();
-        let report = result.report(agent, previous.as_ref());
-        print_report(args.format, &report, "tend plan")?;
+        let mut report = result.report(agent, previous.as_ref());
+        let title = if args.changes_only {
+            let before = report.resources.len();
+            report.resources.retain(|r| {
+                r.action != crate::engine::Action::None
+                    || !matches!(
+                        r.state,
+                        crate::engine::State::InSync | crate::engine::State::Released
+                    )
+            });
+            format!(
+                "tend plan: {} to look at, {} in sync (not listed)",
+                report.resources.len(),
+                before - report.resources.len()
+            )
+        } else {
+            "tend plan".to_string()
+        };
+        print_report(args.format, &report, &title)?;
         let code = if report.has_errors() {
             exit::ERROR
         } else if args.detailed_exitcode && report.has_pending() {

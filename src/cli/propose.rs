@@ -75,7 +75,7 @@ pub fn run(config_path: &Path, args: &ProposeArgs) -> io::Result<u8> {
                     return Ok(exit::ERROR);
                 }
             };
-            let repo_dir = crate::source::repo_dir(&agent.config().state_dir);
+            let repo_dir = agent.source_repo_dir();
             let text = match crate::propose::file_at(&repo_dir, commit, &r.file) {
                 Ok(t) => t,
                 Err(e) => {
@@ -147,7 +147,7 @@ fn push_branch(
 ) -> io::Result<u8> {
     let source = agent.source_settings();
     let target = ProposalBranch {
-        repo_dir: crate::source::repo_dir(&agent.config().state_dir),
+        repo_dir: agent.source_repo_dir(),
         url: source.url.clone(),
         credentials: source.credentials.clone(),
         agent_id: agent.agent_id().to_string(),

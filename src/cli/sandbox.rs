@@ -99,6 +99,13 @@ pub fn run(config_path: &Path, command: &SandboxCommand) -> io::Result<u8> {
         Ok(config) => config,
         Err(code) => return Ok(code),
     };
+    // Editing is the operator's change at the "provider", whose data is
+    // in the state dir: made as the state dir's owner when run as root.
+    if !matches!(command, SandboxCommand::List(_))
+        && let Err(code) = super::operator::become_state_owner(&config, &[])
+    {
+        return Ok(code);
+    }
     let result = match command {
         SandboxCommand::List(target) => list(&config, config_path, target),
         SandboxCommand::Edit(args) => edit(&config, config_path, args),
@@ -117,7 +124,7 @@ pub fn run(config_path: &Path, command: &SandboxCommand) -> io::Result<u8> {
 }
 
 fn list(config: &Config, config_path: &Path, target: &SandboxTarget) -> Result<String, String> {
-    let sandbox = open(config, config_path, target)?;
+    let sandbox = open(config, config_path, target)?.read_only();
     let state = sandbox.load().map_err(|e| e.to_string())?;
     let mut out = String::new();
     for (name, db) in &state.databases {

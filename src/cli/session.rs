@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::exit;
-use crate::agent::{Agent, AgentError};
+use crate::agent::Agent;
 use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::executor::Executed;
@@ -22,6 +22,18 @@ pub fn fail(error: impl std::fmt::Display) {
     let _ = writeln!(io::stderr(), "tend: {error}");
 }
 
+/// Says why the state cannot be used; the exit code: 78 when no retry
+/// can help (a newer tend's state, a damaged or untrusted one, another
+/// agent id), 1 otherwise.
+pub fn state_failed(error: &crate::journal::StateError) -> u8 {
+    fail(error);
+    if error.is_configuration() {
+        exit::CONFIG
+    } else {
+        exit::ERROR
+    }
+}
+
 /// Loads the configuration, or the exit code after saying why.
 pub fn load_config(path: &Path) -> Result<Config, u8> {
     Config::load(path).map_err(|e| {
@@ -34,12 +46,14 @@ pub fn load_config(path: &Path) -> Result<Config, u8> {
 pub fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
     crate::source::start_libgit2_init();
     let config = load_config(path)?;
+    // A writer run as root acts as the state dir's owner: everything it
+    // makes there stays the agent's.
+    if access == Access::Writer {
+        super::operator::become_state_owner(&config, &[])?;
+    }
     let mut agent = Agent::open(config, access, Arc::new(SystemClock)).map_err(|e| {
         fail(&e);
-        match e {
-            AgentError::Config(_) => exit::CONFIG,
-            AgentError::State(_) => exit::ERROR,
-        }
+        e.exit_code()
     })?;
     agent.hold_lease().map_err(|e| {
         fail(&e);

@@ -16,10 +16,18 @@ pub enum StateCommand {
     /// Integrity check, unreadable rows included (exit 1 on problems).
     Check,
     /// Forget the failed update attempts of a resource, so a field held
-    /// `Unconvergeable` is tried again (works beside a running agent).
+    /// `Unconvergeable` is tried again (carried out by the running agent
+    /// when there is one).
     ResetAttempts {
         /// The declaration's metadata.name.
         name: String,
+    },
+    /// Copy the state into a new file (SQLite's online backup: safe beside
+    /// the running agent); restore it as docs/runbooks/state-recovery.md
+    /// says.
+    Backup {
+        /// The file to write (must not exist).
+        file: std::path::PathBuf,
     },
     /// Copy this agent's SQLite state into an empty PostgreSQL schema, the
     /// first step to running two or more agents (docs/operations.md).
@@ -46,7 +54,12 @@ pub fn run(config_path: &Path, command: &StateCommand) -> io::Result<u8> {
         Err(code) => return Ok(code),
     };
     let check = match command {
-        StateCommand::ResetAttempts { name } => return reset_attempts(&config, name),
+        StateCommand::ResetAttempts { name } => {
+            return super::operator::run(
+                config_path,
+                &crate::control::Request::ResetAttempts { name: name.clone() },
+            );
+        }
         StateCommand::Migrate {
             to,
             schema,
@@ -72,6 +85,7 @@ pub fn run(config_path: &Path, command: &StateCommand) -> io::Result<u8> {
             };
             return migrate(&config, &target);
         }
+        StateCommand::Backup { file } => return backup(&config, file),
         StateCommand::Show => false,
         StateCommand::Check => true,
     };
@@ -85,10 +99,7 @@ pub fn run(config_path: &Path, command: &StateCommand) -> io::Result<u8> {
             )?;
             return Ok(exit::OK);
         }
-        Err(e) => {
-            session::fail(e);
-            return Ok(exit::ERROR);
-        }
+        Err(e) => return Ok(session::state_failed(&e)),
     };
     let result = if !check {
         store
@@ -115,10 +126,35 @@ pub fn run(config_path: &Path, command: &StateCommand) -> io::Result<u8> {
             write!(io::stdout(), "{text}")?;
             Ok(code)
         }
-        Err(e) => {
-            session::fail(e);
-            Ok(exit::ERROR)
+        Err(e) => Ok(session::state_failed(&e)),
+    }
+}
+
+/// `tend state backup FILE`: a consistent copy of the SQLite state,
+/// read-only on the state (whoever runs it, the state dir is untouched).
+fn backup(config: &crate::config::Config, file: &std::path::Path) -> io::Result<u8> {
+    let store = match StateStore::open_configured(config, false) {
+        Ok(Some(store)) => store,
+        Ok(None) => {
+            session::fail(format!(
+                "no state in {}: nothing to back up",
+                config.state_dir.display()
+            ));
+            return Ok(exit::ERROR);
         }
+        Err(e) => return Ok(session::state_failed(&e)),
+    };
+    match store.backup_to(file) {
+        Ok(()) => {
+            writeln!(
+                io::stdout(),
+                "backed up {} to {} (restore: docs/runbooks/state-recovery.md)",
+                store.location(),
+                file.display()
+            )?;
+            Ok(exit::OK)
+        }
+        Err(e) => Ok(session::state_failed(&e)),
     }
 }
 
@@ -132,6 +168,10 @@ fn migrate(
             "[state] backend is postgres already: `tend state migrate` copies a SQLite state dir into PostgreSQL",
         );
         return Ok(exit::CONFIG);
+    }
+    let also: Vec<std::path::PathBuf> = target.tls_ca_file.iter().cloned().collect();
+    if let Err(code) = super::operator::become_state_owner(config, &also) {
+        return Ok(code);
     }
     let copied = (|| {
         let _lock = crate::journal::StateLock::acquire(&config.state_dir)?;
@@ -174,10 +214,7 @@ fn migrate(
             )?;
             Ok(exit::OK)
         }
-        Err(e) => {
-            session::fail(e);
-            Ok(exit::ERROR)
-        }
+        Err(e) => Ok(session::state_failed(&e)),
     }
 }
 
@@ -218,31 +255,4 @@ fn leader_line(
             )
         }
     })
-}
-
-fn reset_attempts(config: &crate::config::Config, name: &str) -> io::Result<u8> {
-    let reset =
-        StateStore::open_configured_for_overrides(config).and_then(|s| s.reset_attempts(name));
-    match reset {
-        Ok(true) => {
-            writeln!(
-                io::stdout(),
-                "forgot the failed update attempts of {}: the next cycle tries its fields again",
-                crate::escape::terminal(name)
-            )?;
-            Ok(exit::OK)
-        }
-        Ok(false) => {
-            writeln!(
-                io::stdout(),
-                "{} has no failed update attempts",
-                crate::escape::terminal(name)
-            )?;
-            Ok(exit::OK)
-        }
-        Err(e) => {
-            session::fail(e);
-            Ok(exit::ERROR)
-        }
-    }
 }

@@ -77,14 +77,51 @@ fn from_file(config: &crate::config::Config) -> Option<(Report, std::path::PathB
         .map(|r| (r, dir.join("latest.json")))
 }
 
+/// The address the running agent answers on when the configuration file
+/// does not load (an edit in progress, a missing secret): its `[server]
+/// listen` if the file is TOML at all and says one, else the default.
+/// The agent runs on the configuration it loaded before the edit, and an
+/// operator needs its report most exactly then.
+fn listen_of_unloadable(config_path: &Path) -> std::net::SocketAddr {
+    std::fs::read_to_string(config_path)
+        .ok()
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .and_then(|table| {
+            table
+                .get("server")?
+                .get("listen")?
+                .as_str()?
+                .parse::<std::net::SocketAddr>()
+                .ok()
+        })
+        .unwrap_or_else(|| crate::config::ServerConfig::default().listen)
+}
+
 pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
-    let config = match session::load_config(config_path) {
-        Ok(c) => c,
-        Err(code) => return Ok(code),
-    };
     let runtime = match session::runtime() {
         Ok(r) => r,
         Err(code) => return Ok(code),
+    };
+    let config = match crate::config::Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            let listen = listen_of_unloadable(config_path);
+            let base = format!("http://{listen}");
+            return match runtime.block_on(from_agent(&base)) {
+                AgentAnswer::Report(report) => {
+                    session::fail(format!(
+                        "warning: {e}; this is the report of the agent running at {base}, on the configuration it loaded before (`tend config check` says what to fix)"
+                    ));
+                    show(args, *report, Origin::Agent(format!("{base}/v1/status")))
+                }
+                _ => {
+                    session::fail(format!(
+                        "{e}; and no running agent answers at {base} with a report"
+                    ));
+                    Ok(exit::CONFIG)
+                }
+            };
+        }
     };
     let base = format!("http://{}", config.server.listen);
     let url = format!("{base}/v1/status");

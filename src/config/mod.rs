@@ -35,6 +35,9 @@ pub enum ConfigError {
     /// The signers file or keyring of `[source] verify` cannot be used.
     #[error("[source] verify: {0}")]
     Trust(#[from] TrustError),
+    /// `[control] group` names no group of this host.
+    #[error("[control] group = \"{name}\": no such group on this host (getent group {name})")]
+    NoGroup { name: String },
     /// A secret file is missing, unreadable, empty or too large.
     #[error("{setting} = {}: {message}", path.display())]
     Secret {
@@ -75,6 +78,20 @@ pub struct Config {
     pub server: ServerConfig,
     #[serde(default)]
     pub state: StateConfig,
+    #[serde(default)]
+    pub control: ControlConfig,
+}
+
+/// `[control]`: the local channel operators' commands reach the running
+/// agent through (docs/operations.md, "Commands beside the agent").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    /// The Unix socket; [`Config::control_socket`] gives the default.
+    pub socket: Option<PathBuf>,
+    /// A group whose members may use it, besides root and the agent's
+    /// own user.
+    pub group: Option<String>,
 }
 
 /// `[state]`: where the state is kept and for how long.
@@ -572,6 +589,27 @@ impl Config {
             .unwrap_or_else(|| self.state_dir.join("reports"))
     }
 
+    /// The control socket: `[control] socket`, by default
+    /// `<state_dir>/control.sock` (the state dir is the agent's: only its
+    /// user and root reach a socket in it).
+    pub fn control_socket(&self) -> PathBuf {
+        self.control
+            .socket
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("control.sock"))
+    }
+
+    /// `[control] group`, resolved; a group that does not exist is a
+    /// configuration error.
+    pub fn control_group(&self) -> Result<Option<crate::control::Group>, ConfigError> {
+        let Some(name) = &self.control.group else {
+            return Ok(None);
+        };
+        crate::control::group_by_name(name)
+            .map(Some)
+            .ok_or_else(|| ConfigError::NoGroup { name: name.clone() })
+    }
+
     /// Reads and checks a configuration file; relative paths become
     /// relative to the file's directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -609,6 +647,9 @@ impl Config {
             }
         };
         config.state_dir = resolve(&config.state_dir);
+        if let Some(socket) = &config.control.socket {
+            config.control.socket = Some(resolve(socket));
+        }
         if let Some(dir) = &config.status.reports_dir {
             config.status.reports_dir = Some(resolve(dir));
         }
@@ -732,15 +773,55 @@ impl Config {
         }
     }
 
-    /// The source settings, with secrets read from their files (a missing,
-    /// empty or oversized one is a configuration error).
-    pub fn source_settings(&self) -> Result<SourceSettings, ConfigError> {
+    /// Every file the configuration names for a secret, a key or a
+    /// certificate: what a command about to give up root reads first
+    /// ([`secret::preload`]).
+    pub fn secret_files(&self) -> Vec<PathBuf> {
         let s = &self.source;
-        let token = s
-            .token_file
+        let mut files: Vec<PathBuf> = [
+            &s.token_file,
+            &s.ssh_key_file,
+            &s.known_hosts_file,
+            &s.allowed_signers_file,
+            &s.gpg_keyring_file,
+            &self.server.webhook_secret_file,
+            &self.state.password_file,
+            &self.state.tls_ca_file,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        for receiver in &self.notify {
+            files.extend(
+                receiver
+                    .url_file
+                    .iter()
+                    .chain(&receiver.secret_file)
+                    .cloned(),
+            );
+        }
+        for provider in self.providers.values() {
+            files.extend(provider.files());
+        }
+        files
+    }
+
+    /// The webhook secret (`[server] webhook_secret_file`), read from its
+    /// file; `None` when none is configured.
+    pub fn webhook_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        self.server
+            .webhook_secret_file
             .as_deref()
-            .map(|file| secret::read("[source] token_file", file))
-            .transpose()?;
+            .map(|file| secret::read("[server] webhook_secret_file", file).map(String::into_bytes))
+            .transpose()
+    }
+
+    /// The source settings without the credentials a fetch needs: for
+    /// reading the last accepted commit from the state dir's Git data,
+    /// which works while Git (or the secrets) cannot be reached.
+    pub fn source_settings_offline(&self) -> Result<SourceSettings, ConfigError> {
+        let s = &self.source;
         Ok(SourceSettings {
             url: s.url.clone(),
             branch: s.branch.clone(),
@@ -748,13 +829,26 @@ impl Config {
             depth: s.depth,
             allow_rewind: s.allow_rewind,
             trust: s.trust()?,
-            credentials: Credentials {
-                token,
-                token_scheme: s.token_scheme,
-                token_username: s.token_username.clone(),
-                ssh_key_file: s.ssh_key_file.clone(),
-                known_hosts_file: s.known_hosts_file.clone(),
-            },
+            credentials: Credentials::default(),
         })
+    }
+
+    /// The source settings, with secrets read from their files (a missing,
+    /// empty or oversized one is a configuration error).
+    pub fn source_settings(&self) -> Result<SourceSettings, ConfigError> {
+        let s = &self.source;
+        let mut settings = self.source_settings_offline()?;
+        settings.credentials = Credentials {
+            token: s
+                .token_file
+                .as_deref()
+                .map(|file| secret::read("[source] token_file", file))
+                .transpose()?,
+            token_scheme: s.token_scheme,
+            token_username: s.token_username.clone(),
+            ssh_key_file: s.ssh_key_file.clone(),
+            known_hosts_file: s.known_hosts_file.clone(),
+        };
+        Ok(settings)
     }
 }

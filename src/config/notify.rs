@@ -24,12 +24,14 @@ pub enum NotifyEvent {
     Unconvergeable,
     /// The source cannot be read.
     SourceError,
+    /// The agent was suspended (`tend suspend`): it changes nothing.
+    Suspended,
     /// Everything that was wrong with a resource (or the source) is gone.
     Recovered,
 }
 
 impl NotifyEvent {
-    pub const ALL: [NotifyEvent; 8] = [
+    pub const ALL: [NotifyEvent; 9] = [
         NotifyEvent::DriftDetected,
         NotifyEvent::OverrideExpiring,
         NotifyEvent::OverrideExpired,
@@ -37,6 +39,7 @@ impl NotifyEvent {
         NotifyEvent::Stalled,
         NotifyEvent::Unconvergeable,
         NotifyEvent::SourceError,
+        NotifyEvent::Suspended,
         NotifyEvent::Recovered,
     ];
 
@@ -49,6 +52,7 @@ impl NotifyEvent {
             NotifyEvent::Stalled => "stalled",
             NotifyEvent::Unconvergeable => "unconvergeable",
             NotifyEvent::SourceError => "source-error",
+            NotifyEvent::Suspended => "suspended",
             NotifyEvent::Recovered => "recovered",
         }
     }

@@ -67,6 +67,20 @@ impl ProviderConfig {
         }
     }
 
+    /// The files this provider's settings name (secrets, CA certificates).
+    pub(super) fn files(&self) -> Vec<std::path::PathBuf> {
+        match self {
+            ProviderConfig::Sandbox(_) => Vec::new(),
+            ProviderConfig::Postgres(c) => c
+                .password_file
+                .iter()
+                .chain(c.tls_ca_file.iter())
+                .cloned()
+                .collect(),
+            ProviderConfig::Http(c) => c.token_file.iter().cloned().collect(),
+        }
+    }
+
     /// Makes relative file paths relative to the configuration's directory.
     pub(super) fn resolve_paths(&mut self, resolve: &dyn Fn(&PathBuf) -> PathBuf) {
         let files: Vec<&mut PathBuf> = match self {

@@ -2,12 +2,42 @@
 //! so `/dev/zero` cannot hang the agent, and never echoed in a message.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::ConfigError;
 
 /// The most a secret file may hold.
 pub const MAX_SECRET_BYTES: u64 = 64 * 1024;
+
+/// Files read ahead by [`preload`], by path.
+static PRELOADED: std::sync::OnceLock<std::collections::BTreeMap<PathBuf, Vec<u8>>> =
+    std::sync::OnceLock::new();
+
+/// Reads every one of `paths` now, and serves them from memory for the
+/// rest of the process: for a command run as root that is about to act as
+/// the state dir's owner ([`crate::process::owner`]), who may not read
+/// root-only secrets (`/etc/tend/secrets`). A file that cannot be read is
+/// left out: its later read fails as it would have. Once per process; the
+/// agent never calls it (a reload reads its secrets afresh).
+pub fn preload(paths: impl IntoIterator<Item = PathBuf>) {
+    let mut read = std::collections::BTreeMap::new();
+    for path in paths {
+        let bytes = std::fs::File::open(&path).and_then(|file| {
+            let mut bytes = Vec::new();
+            file.take(MAX_SECRET_BYTES + 1).read_to_end(&mut bytes)?;
+            Ok(bytes)
+        });
+        if let Ok(bytes) = bytes {
+            read.insert(path, bytes);
+        }
+    }
+    let _ = PRELOADED.set(read);
+}
+
+/// The bytes of `path` as [`preload`] read them, if it did.
+pub fn preloaded(path: &Path) -> Option<&'static [u8]> {
+    PRELOADED.get()?.get(path).map(Vec::as_slice)
+}
 
 /// Reads a secret: the file's text without its trailing line break.
 /// Missing, unreadable, empty or oversized files are configuration errors
@@ -18,6 +48,9 @@ pub fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
         path: path.to_path_buf(),
         message,
     };
+    if let Some(bytes) = preloaded(path) {
+        return check(bytes.to_vec(), fail);
+    }
     let file = std::fs::File::open(path).map_err(|e| {
         if super::credential_path(path).is_some() {
             fail(format!(
@@ -32,6 +65,11 @@ pub fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
     file.take(MAX_SECRET_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    check(bytes, fail)
+}
+
+/// A secret file's bytes as its text, or why they are not one.
+fn check(bytes: Vec<u8>, fail: impl Fn(String) -> ConfigError) -> Result<String, ConfigError> {
     if bytes.len() as u64 > MAX_SECRET_BYTES {
         return Err(fail(format!(
             "it holds more than {MAX_SECRET_BYTES} bytes; a secret file holds one secret"

@@ -32,10 +32,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::agent::{Agent, AgentError};
-use crate::cli::exit;
 use crate::clock::SystemClock;
-use crate::config::{Config, ConfigError, secret};
+use crate::config::{Config, ConfigError};
 use crate::journal::{Access, BackendKind, Fence};
+use crate::process::exit;
 use crate::server::{Metrics, ServerState};
 use crate::source::{PollOutcome, Snapshot, SourceError, Wakeups};
 use crate::status::board::{SourceStatus, StatusBoard};
@@ -86,14 +86,14 @@ pub fn run(config_path: &Path) -> u8 {
             return exit::CONFIG;
         }
     };
-    let secret = match webhook_secret(&config) {
+    let secret = match config.webhook_secret() {
         Ok(s) => s,
         Err(e) => {
             fail(e);
             return exit::CONFIG;
         }
     };
-    crate::cli::heap::one_arena();
+    crate::process::heap::one_arena();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(4)
         .enable_all()
@@ -108,17 +108,41 @@ pub fn run(config_path: &Path) -> u8 {
     runtime.block_on(lifecycle(config_path, config, secret))
 }
 
-fn webhook_secret(config: &Config) -> Result<Option<Vec<u8>>, ConfigError> {
-    config
-        .server
-        .webhook_secret_file
-        .as_deref()
-        .map(|file| secret::read("[server] webhook_secret_file", file).map(String::into_bytes))
-        .transpose()
+/// Carries operators' requests out on the agent's state: the same
+/// actions as the commands' own, checked against the snapshot in force;
+/// a change wakes every worker (and `tend reconcile` a fetch) so it takes
+/// effect now.
+fn control_handler(
+    store: Arc<crate::journal::StateStore>,
+    latest: Arc<Mutex<Option<Arc<Snapshot>>>>,
+    server: Arc<ServerState>,
+) -> crate::control::server::Handler {
+    use crate::control::{Request, actions};
+    Arc::new(move |request, peer| {
+        let snapshot = latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let ctx = actions::Context {
+            store: &store,
+            declarations: Ok(snapshot.as_deref()),
+            now: std::time::SystemTime::now(),
+            by: peer.describe(),
+            by_agent: true,
+        };
+        let answer = actions::carry_out(request, &ctx);
+        if answer.code == exit::OK {
+            if matches!(request, Request::Reconcile { .. }) {
+                server.fire_fetch();
+            }
+            server.resync.send_modify(|n| *n += 1);
+        }
+        answer
+    })
 }
 
 /// What every incarnation of the running agent shares (across reloads).
 struct Shared {
+    /// The snapshot in force, for operators' requests to check names
+    /// against.
+    latest_snapshot: Arc<Mutex<Option<Arc<Snapshot>>>>,
     board: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
     heartbeats: Arc<Heartbeats>,
@@ -135,15 +159,33 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
         }
     };
     let listen = config.server.listen;
+    let control_group = match config.control_group() {
+        Ok(g) => g,
+        Err(e) => {
+            fail(e);
+            return exit::CONFIG;
+        }
+    };
     let heartbeats = Arc::new(Heartbeats::default());
-    let agent = match Agent::open(config, Access::Writer, Arc::new(SystemClock)) {
+    let mut agent = match Agent::open(config, Access::Writer, Arc::new(SystemClock)) {
         Ok(agent) => agent.with_progress(heartbeats.clone()),
         Err(e) => {
             fail(&e);
-            return match e {
-                AgentError::Config(_) => exit::CONFIG,
-                AgentError::State(_) => exit::ERROR,
-            };
+            return e.exit_code();
+        }
+    };
+    if let Err(e) = agent.mark_running_agent() {
+        tracing::warn!("cannot mark the state's lock as the running agent's: {e}");
+    }
+    // Bound while the state's lock is held: a socket there is stale.
+    let control_socket = match crate::control::server::bind(
+        &agent.config().control_socket(),
+        control_group.as_ref(),
+    ) {
+        Ok(socket) => socket,
+        Err(e) => {
+            fail(e);
+            return exit::ERROR;
         }
     };
     let listener = match tokio::net::TcpListener::bind(listen).await {
@@ -158,7 +200,9 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
     let board = Arc::new(StatusBoard::default());
     let metrics = Arc::new(Metrics::new());
     let resync = watch::Sender::new(0);
+    let latest_snapshot: Arc<Mutex<Option<Arc<Snapshot>>>> = Arc::default();
     let shared = Shared {
+        latest_snapshot: latest_snapshot.clone(),
         server: Arc::new(ServerState {
             board: board.clone(),
             metrics: metrics.clone(),
@@ -177,10 +221,28 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
     let server = tokio::spawn(crate::server::serve(
         listener,
         shared.server.clone(),
-        server_stop_rx,
+        server_stop_rx.clone(),
     ));
     tracing::info!("listening on http://{listen}");
-    let mut agent = agent;
+    let control = match agent.store() {
+        Some(store) => {
+            let handler = control_handler(store.clone(), latest_snapshot, shared.server.clone());
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let uid = unsafe { libc::geteuid() };
+            tracing::info!(
+                "operators' commands on {}",
+                agent.config().control_socket().display()
+            );
+            Some(tokio::spawn(crate::control::server::serve(
+                control_socket,
+                uid,
+                control_group,
+                handler,
+                server_stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
     let code = loop {
         let leading = match agent
             .store()
@@ -267,6 +329,9 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
     };
     let _ = server_stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    if let Some(control) = control {
+        let _ = tokio::time::timeout(Duration::from_secs(5), control).await;
+    }
     tracing::info!("stopped");
     code
 }
@@ -461,6 +526,7 @@ impl Running {
             snapshots_tx,
             shared.board.clone(),
             shared.metrics.clone(),
+            shared.latest_snapshot.clone(),
         ));
         let (stop, stop_rx) = watch::channel(false);
         let notifier = Notifier::from_config(config)?.map(Arc::new);
@@ -563,15 +629,31 @@ impl Running {
             }
         };
         let old = self.agent.config();
-        if config.state_dir != old.state_dir || config.server.listen != old.server.listen {
-            refuse("state_dir and [server] listen take effect only at a restart".into());
+        if config.state_dir != old.state_dir
+            || config.server.listen != old.server.listen
+            || config.control_socket() != old.control_socket()
+            || config.control.group != old.control.group
+        {
+            refuse("state_dir, [server] listen and [control] take effect only at a restart".into());
+            return Ok(self);
+        }
+        if let Some(id) = config
+            .agent_id
+            .as_deref()
+            .filter(|id| *id != self.agent.agent_id())
+        {
+            refuse(format!(
+                "agent_id = \"{id}\", but this agent is `{}` (kept in its state, and carried by every database it manages): set agent_id = \"{}\"",
+                self.agent.agent_id(),
+                self.agent.agent_id()
+            ));
             return Ok(self);
         }
         if !config.state.same_place(&old.state) {
             refuse("where the state is kept ([state] backend, url, schema, lease_ttl, ...) takes effect only at a restart".into());
             return Ok(self);
         }
-        let secret = match webhook_secret(&config) {
+        let secret = match config.webhook_secret() {
             Ok(s) => s,
             Err(e) => {
                 refuse(e.to_string());
@@ -630,6 +712,7 @@ async fn bridge(
     snapshots: watch::Sender<Option<Arc<Snapshot>>>,
     board: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
+    latest: Arc<Mutex<Option<Arc<Snapshot>>>>,
 ) {
     while outcomes.changed().await.is_ok() {
         let Some(outcome) = outcomes.borrow_and_update().clone() else {
@@ -660,6 +743,7 @@ async fn bridge(
                 .is_none_or(|current| current.commit != snapshot.commit);
             if changed {
                 tracing::info!(commit = %snapshot.commit, "new snapshot");
+                *latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.clone());
                 snapshots.send_replace(Some(snapshot));
             }
         }

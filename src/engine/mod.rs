@@ -11,6 +11,7 @@ pub mod deletion;
 pub mod desired;
 pub mod intents;
 pub mod overrides;
+pub mod suspension;
 
 pub use decide::{
     Action, DecideInput, Decision, Drift, DriftOrigin, FailedAttempts, Memory, Policy, Rule, State,
@@ -18,3 +19,4 @@ pub use decide::{
 };
 pub use deletion::{DeletionGate, DeletionGuard, DeletionLimits, HeldDeletion};
 pub use overrides::{EffectiveOverride, OverrideInput, OverrideSource};
+pub use suspension::Suspension;

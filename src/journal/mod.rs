@@ -17,7 +17,7 @@ pub mod lock;
 pub mod state_dir;
 pub mod store;
 
-pub use lock::StateLock;
+pub use lock::{Holder, StateLock};
 pub use store::{
     Applied, Approval, BackendKind, CorruptRow, DecidedFrom, Fence, HeldLease, Intent, IntentState,
     LastOperation, LeaseHolder, LeaseRow, LocalOverride, OverrideSeen, PendingNotification,
@@ -113,4 +113,32 @@ pub enum StateError {
     /// writing is not known to have happened.
     #[error("a state-store call stopped before it finished: {message}")]
     Worker { message: String },
+    /// The configuration names another agent id than the one the state
+    /// holds: every resource tend manages carries the state's id in its
+    /// ownership marker, so the other id would find them all owned by
+    /// someone else.
+    #[error(
+        "state {location} belongs to agent `{kept}`, but the configuration says agent_id = \"{configured}\": the databases this state manages carry `{kept}` in their ownership marker, so as `{configured}` tend would find every one of them owned by another agent. Set agent_id = \"{kept}\" in the configuration (docs/operations.md, \"The agent id\"); nothing was changed"
+    )]
+    AgentIdChanged {
+        location: String,
+        configured: String,
+        kept: String,
+    },
+}
+
+impl StateError {
+    /// Whether restarting cannot help: the state needs a newer tend, is
+    /// damaged, is not trusted, or belongs to another agent id. `tend run`
+    /// exits 78 on these (systemd's `RestartPreventExitStatus=78`), 1 on
+    /// the rest (a lock held, a database that does not answer).
+    pub fn is_configuration(&self) -> bool {
+        matches!(
+            self,
+            StateError::TooNew { .. }
+                | StateError::Damaged { .. }
+                | StateError::Untrusted { .. }
+                | StateError::AgentIdChanged { .. }
+        )
+    }
 }

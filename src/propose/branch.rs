@@ -119,6 +119,7 @@ impl ProposalBranch {
             &fetched,
         )
         .map_err(remote)?;
+        crate::source::libgit2();
         let repo = Repository::open_bare(&self.repo_dir).map_err(git)?;
         let base_id = Oid::from_str(base).map_err(git)?;
         let base_commit = repo.find_commit(base_id).map_err(git)?;
@@ -228,6 +229,7 @@ impl ProposalBranch {
         else {
             return Ok(false);
         };
+        crate::source::libgit2();
         let repo = Repository::open_bare(&self.repo_dir).map_err(git)?;
         let base = Oid::from_str(base).map_err(git)?;
         if !self

@@ -494,6 +494,7 @@ pub fn unified_diff(p: &Proposal) -> String {
 
 /// The file `path` at `commit` of the source's local Git data.
 pub fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, String> {
+    crate::source::libgit2();
     let repo = git2::Repository::open_bare(repo_dir).map_err(|e| e.message().to_string())?;
     let commit = git2::Oid::from_str(commit)
         .and_then(|id| repo.find_commit(id))

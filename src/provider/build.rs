@@ -12,6 +12,17 @@ use super::sandbox::SandboxProvider;
 use crate::clock::Clock;
 use crate::config::{ConfigError, ProviderConfig, secret};
 
+/// Whether a built provider may change what it stands for. Only the
+/// sandbox keeps its data on this host (in the state dir), so only it
+/// differs: a reader's sandbox is read, never written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// `tend run`, `apply`, `sandbox edit`.
+    ReadWrite,
+    /// `tend plan`, `explain`, `propose`, `config check`.
+    Read,
+}
+
 /// Builds the provider `name` as configured. `state_dir` holds the
 /// sandbox's data; `clock` is the sandbox's clock.
 pub fn build(
@@ -19,12 +30,18 @@ pub fn build(
     config: &ProviderConfig,
     state_dir: &Path,
     clock: &Arc<dyn Clock>,
+    use_: Use,
 ) -> Result<AnyProvider, ConfigError> {
     match config {
-        ProviderConfig::Sandbox(c) => Ok(AnyProvider::Sandbox(Box::new(
-            SandboxProvider::new(name, state_dir, c.provisioning_delay, c.faults.clone())
-                .with_clock(clock.clone()),
-        ))),
+        ProviderConfig::Sandbox(c) => {
+            let sandbox =
+                SandboxProvider::new(name, state_dir, c.provisioning_delay, c.faults.clone())
+                    .with_clock(clock.clone());
+            Ok(AnyProvider::Sandbox(Box::new(match use_ {
+                Use::ReadWrite => sandbox,
+                Use::Read => sandbox.read_only(),
+            })))
+        }
         ProviderConfig::Postgres(c) => {
             let password = match &c.password_file {
                 Some(file) => Some(secret::read(

@@ -49,9 +49,12 @@ pub fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
     let config = match ca_file {
         Some(file) => {
             let mut roots = RootCertStore::empty();
-            let certs = CertificateDer::pem_file_iter(file)
-                .map_err(|e| format!("cannot read tls_ca_file {}: {e}", file.display()))?;
-            for cert in certs {
+            let bytes = match crate::config::secret::preloaded(file) {
+                Some(bytes) => bytes.to_vec(),
+                None => std::fs::read(file)
+                    .map_err(|e| format!("cannot read tls_ca_file {}: {e}", file.display()))?,
+            };
+            for cert in CertificateDer::pem_slice_iter(&bytes) {
                 let cert = cert.map_err(|e| format!("tls_ca_file {}: {e}", file.display()))?;
                 roots
                     .add(cert)

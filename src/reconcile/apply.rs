@@ -149,6 +149,7 @@ async fn replay_pending(
     scope: &Scope,
 ) -> Result<(HashSet<String>, Vec<Executed>), ReconcileError> {
     let scope = scope.clone();
+    let now = agent.clock().now();
     let replay = {
         let snapshot = snapshot.clone();
         blocking(&ctx.store, move |store| {
@@ -167,6 +168,11 @@ async fn replay_pending(
                 .map(|o| o.name.as_str())
                 .collect();
             // Only this scope's intents: two workers must never replay one.
+            // Suspended: nothing is sent, a replay included; the intents
+            // stay pending (and hold their resources) until `tend resume`.
+            if inputs.suspension.as_ref().is_some_and(|s| s.in_force(now)) {
+                return Ok(Replay::sort(Vec::new(), &declarations, &paused));
+            }
             let pending = inputs
                 .pending
                 .iter()

@@ -124,6 +124,7 @@ pub(super) async fn plan_cycle<'s>(
         intents,
         orphaned_overrides,
         guard,
+        suspension: inputs.suspension.clone(),
         now,
     };
     Ok(Planned { plan, unobserved })

@@ -63,6 +63,8 @@ pub struct Inputs {
     pub held_deletions: HashMap<String, HeldDeletion>,
     /// Unreadable rows, by resource.
     pub corrupt: BTreeMap<String, Vec<String>>,
+    /// The agent-wide freeze (`tend suspend`), if one is set.
+    pub suspension: Option<crate::engine::Suspension>,
 }
 
 /// The declaration named `name` in a snapshot (declarations are sorted by
@@ -90,7 +92,10 @@ impl Inputs {
         snapshot: &Snapshot,
         memories: MemoryRead,
     ) -> Result<Inputs, StateError> {
-        let mut inputs = Inputs::default();
+        let mut inputs = Inputs {
+            suspension: store.suspension()?,
+            ..Inputs::default()
+        };
         let stored = match memories {
             MemoryRead::Skip => StoredMemories::default(),
             MemoryRead::Fresh(preloaded) => {

@@ -204,6 +204,8 @@ pub struct Plan<'s> {
     /// one in an emergency must be told.
     pub orphaned_overrides: Vec<OrphanedOverride>,
     pub guard: DeletionGuard,
+    /// The agent-wide freeze (`tend suspend`), if one is set.
+    pub suspension: Option<crate::engine::Suspension>,
     pub now: SystemTime,
 }
 

@@ -185,6 +185,7 @@ fn decide_subject(
         deletion: &gate,
         provider_override_seen,
         provider,
+        suspension: ctx.inputs.suspension.as_ref(),
         now: ctx.now,
     })
 }

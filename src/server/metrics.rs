@@ -53,6 +53,7 @@ pub struct Metrics {
     leader: Gauge,
     status_commits: Counter,
     status_failing: Gauge,
+    suspended: Gauge,
     /// The commit label currently set (replaced, not accumulated).
     commit: Mutex<Option<String>>,
 }
@@ -86,6 +87,7 @@ impl Metrics {
             leader: Gauge::default(),
             status_commits: Counter::default(),
             status_failing: Gauge::default(),
+            suspended: Gauge::default(),
             commit: Mutex::new(None),
         };
         let r = &mut m.registry;
@@ -183,6 +185,11 @@ impl Metrics {
             "status_publish_failing",
             "1 while the status branch or the report files cannot be written",
             m.status_failing.clone(),
+        );
+        r.register(
+            "suspended",
+            "1 while the agent is suspended (tend suspend) and holds every change",
+            m.suspended.clone(),
         );
         // Counters a dashboard alerts on exist from the start, at zero.
         for result in ["ok", "refused"] {
@@ -347,5 +354,7 @@ impl Metrics {
             .filter(|r| matches!(r.state, State::Deleting | State::Stalled))
             .count();
         self.pending_deletions.set(deleting as i64);
+        let suspended = report.suspended.as_ref().is_some_and(|s| s.in_force);
+        self.suspended.set(i64::from(suspended));
     }
 }

@@ -51,7 +51,8 @@ pub struct ServerState {
 }
 
 impl ServerState {
-    fn fire_fetch(&self) {
+    /// Fetches the source now.
+    pub fn fire_fetch(&self) {
         if let Some(trigger) = self
             .fetch
             .lock()
@@ -139,7 +140,15 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
         return text(StatusCode::OK, format!("{line}\n"));
     }
     if *state.ready.borrow() {
-        text(StatusCode::OK, "ready\n")
+        // Ready, and said plainly when it acts on nothing.
+        let suspended = state
+            .board
+            .latest()
+            .and_then(|report| crate::status::render::suspension_line(&report));
+        match suspended {
+            Some(line) => text(StatusCode::OK, format!("ready; {line}\n")),
+            None => text(StatusCode::OK, "ready\n"),
+        }
     } else {
         text(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -47,6 +47,9 @@ pub struct Credentials {
 }
 
 fn read_secret(path: &Path) -> Result<String, SourceError> {
+    if let Some(bytes) = crate::config::secret::preloaded(path) {
+        return Ok(String::from_utf8_lossy(bytes).trim().to_string());
+    }
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
         .map_err(|e| SourceError::Io {
@@ -125,7 +128,15 @@ impl Credentials {
         if allowed.contains(CredentialType::SSH_KEY)
             && let Some(key) = &self.ssh_key_file
         {
-            return Cred::ssh_key(username_from_url.unwrap_or("git"), None, key, None);
+            let user = username_from_url.unwrap_or("git");
+            // Read ahead by a command that gave up root: libgit2 may no
+            // longer open the file itself.
+            if let Some(private) = crate::config::secret::preloaded(key)
+                .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            {
+                return Cred::ssh_key_from_memory(user, None, private, None);
+            }
+            return Cred::ssh_key(user, None, key, None);
         }
         if allowed.contains(CredentialType::USERNAME) {
             return Cred::username(username_from_url.unwrap_or("git"));

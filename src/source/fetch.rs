@@ -107,6 +107,7 @@ pub fn remove_stale_locks(dir: &Path) {
 
 /// Opens the bare repository at `dir`, creating it on first use.
 pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
+    super::libgit2();
     let unusable = |e: git2::Error| SourceError::Repository {
         path: dir.display().to_string(),
         message: format!("{} (delete the directory to fetch afresh)", e.message()),

@@ -18,6 +18,7 @@
 pub mod auth;
 pub mod fetch;
 pub mod parse_cache;
+pub mod reader_repo;
 pub mod snapshot;
 pub mod tracker;
 pub mod transport;
@@ -44,10 +45,35 @@ pub fn start_libgit2_init() {
         .name("libgit2-init".into())
         // Caching is on by default: this changes nothing but runs the
         // initialisation.
-        .spawn(|| git2::opts::enable_caching(true));
+        .spawn(|| {
+            libgit2();
+            git2::opts::enable_caching(true)
+        });
     if let Err(e) = spawned {
         tracing::debug!("libgit2 initialises on first use: {e}");
     }
+}
+
+static LIBGIT2: std::sync::Once = std::sync::Once::new();
+
+/// Sets libgit2 up for tend, once per process; every path into libgit2
+/// calls this first. The user's own Git configuration
+/// (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`) is not read: what tend
+/// does must not depend on who runs it (the service has no home), and a
+/// command run as the state dir's owner with root's `HOME` kept would
+/// fail on a `~/.gitconfig` it may not read ("failed to stat
+/// '/root/.gitconfig'"). The system's `/etc/gitconfig` still applies.
+pub fn libgit2() {
+    LIBGIT2.call_once(|| {
+        for level in [git2::ConfigLevel::Global, git2::ConfigLevel::XDG] {
+            // SAFETY: libgit2's global options are not synchronised; this
+            // runs once, and every path of tend into libgit2 passes here
+            // first (the `Once` makes later callers wait for it).
+            if let Err(e) = unsafe { git2::opts::set_search_path(level, "") } {
+                tracing::debug!("libgit2: cannot ignore the {level:?} configuration: {e}");
+            }
+        }
+    });
 }
 
 /// The bare repository the source is fetched into, in `state_dir`.

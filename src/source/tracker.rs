@@ -14,6 +14,7 @@ use super::SourceError;
 use super::auth::Credentials;
 use super::fetch::{FetchInto, FetchSettings, fetch};
 use super::parse_cache::{self, ObjectId, ParsedTree, object_id};
+use super::reader_repo::ReaderRepo;
 use super::snapshot::{Snapshot, declarations_tree, list_files};
 use super::trust::{Trust, Verifier};
 use crate::journal::Access;
@@ -60,7 +61,13 @@ pub struct PollOutcome {
 /// A tracked branch. Not `Sync`: one owner polls it (on `spawn_blocking`).
 pub struct Source {
     settings: SourceSettings,
+    /// The bare repository objects are read from: the state dir's; for a
+    /// reader, after its first fetch, its own ([`ReaderRepo`]).
     repo_dir: PathBuf,
+    /// A reader's own repository, which it fetches into (set up at its
+    /// first fetch, or handed over by [`Source::with_reader_repo`]).
+    reader: Option<Arc<ReaderRepo>>,
+    state_dir: PathBuf,
     accepted_file: PathBuf,
     /// Writers record accepted commits and the parse cache in the state
     /// dir and fetch into the tracking ref; readers (`plan`) do neither.
@@ -94,10 +101,13 @@ impl Source {
         access: Access,
     ) -> Result<Self, SourceError> {
         let dir = state_dir.join("source");
-        fs::create_dir_all(&dir).map_err(|e| SourceError::Io {
-            path: dir.display().to_string(),
-            message: e.to_string(),
-        })?;
+        // A reader never creates anything in the state dir.
+        if access == Access::Writer {
+            fs::create_dir_all(&dir).map_err(|e| SourceError::Io {
+                path: dir.display().to_string(),
+                message: e.to_string(),
+            })?;
+        }
         // The parse cache is read on another thread from here on, beside
         // libgit2's first use (it initialises TLS: tens of milliseconds)
         // and the fetch; the first poll that moves the head joins it.
@@ -113,6 +123,7 @@ impl Source {
         // milliseconds); done here, on its own, so logs show what a fetch
         // costs a new process apart from tend's own work.
         let started = std::time::Instant::now();
+        super::libgit2();
         let _ = Oid::from_str("0000000000000000000000000000000000000000");
         tracing::debug!("source: libgit2 initialised in {:?}", started.elapsed());
         let accepted_file = dir.join("accepted-commit");
@@ -141,6 +152,8 @@ impl Source {
             verifier: Verifier::new(settings.trust.clone()),
             settings,
             repo_dir: super::repo_dir(state_dir),
+            reader: None,
+            state_dir: state_dir.to_path_buf(),
             accepted_file,
             access,
             accepted,
@@ -158,6 +171,16 @@ impl Source {
 
     pub fn settings(&self) -> &SourceSettings {
         &self.settings
+    }
+
+    /// A reader fetches into `reader` (kept by its caller, who reads the
+    /// fetched objects after this `Source` is gone: `tend propose`).
+    pub fn with_reader_repo(mut self, reader: Arc<ReaderRepo>) -> Self {
+        if self.access == Access::ReadOnly {
+            self.repo_dir = reader.dir.clone();
+            self.reader = Some(reader);
+        }
+        self
     }
 
     /// How many files were parsed since this `Source` was opened.
@@ -454,7 +477,7 @@ impl Source {
 
     /// Fetches the branch and returns its head (a missing branch is an
     /// error: an empty result must never read as "no declarations").
-    fn fetch_head(&self) -> Result<Oid, SourceError> {
+    fn fetch_head(&mut self) -> Result<Oid, SourceError> {
         let settings = FetchSettings {
             url: &self.settings.url,
             branch: &self.settings.branch,
@@ -464,7 +487,14 @@ impl Source {
         let fetch_started = std::time::Instant::now();
         let into = match self.access {
             Access::Writer => FetchInto::Tracking,
-            Access::ReadOnly => FetchInto::Private,
+            Access::ReadOnly => {
+                if self.reader.is_none() {
+                    let reader = super::reader_repo::prepare(&self.state_dir, &self.settings.url)?;
+                    self.repo_dir = reader.dir.clone();
+                    self.reader = Some(Arc::new(reader));
+                }
+                FetchInto::Private
+            }
         };
         let fetched = fetch(&self.repo_dir, &settings, into);
         tracing::debug!("source: fetched in {:?}", fetch_started.elapsed());

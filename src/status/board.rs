@@ -116,6 +116,7 @@ impl StatusBoard {
                 old.generated_at = report.generated_at;
                 old.source = report.source;
                 old.errors = report.errors;
+                old.suspended = report.suspended;
                 old.summary = super::report::Summary::of(&old.resources, old.errors.len());
                 Arc::new(old)
             }

@@ -193,6 +193,7 @@ impl StatusBranch {
             &self.fetched_ref(),
         )
         .map_err(|e| self.remote(e))?;
+        crate::source::libgit2();
         let repo = Repository::open_bare(&self.repo_dir).map_err(|e| self.git(e))?;
         let parent = match tip {
             Some(id) => Some(repo.find_commit(id).map_err(|e| self.git(e))?),

@@ -170,13 +170,8 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         h(&report.source.branch),
         h(commit)
     );
-    for (id, line) in [
-        ("source-error", render::source_error_line(report)),
-        ("status-branch-error", render::status_branch_line(report)),
-    ] {
-        if let Some(line) = line {
-            let _ = writeln!(out, "<div class=\"banner\" id=\"{id}\">{}</div>", h(&line));
-        }
+    for (id, line) in render::banners(report) {
+        let _ = writeln!(out, "<div class=\"banner\" id=\"{id}\">{}</div>", h(&line));
     }
 
     let _ = out.write_str("<div class=\"counts\" id=\"summary\">");

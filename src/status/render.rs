@@ -170,6 +170,89 @@ pub fn status_branch_line(report: &Report) -> Option<String> {
     ))
 }
 
+/// Databases carrying one other agent's marker, by that agent's id
+/// (sorted), with their names.
+pub fn other_agents(report: &Report) -> Vec<(&str, Vec<&str>)> {
+    let mut by_agent: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for r in &report.resources {
+        if let Some(agent) = &r.owned_by {
+            by_agent.entry(agent).or_default().push(&r.name);
+        }
+    }
+    by_agent.into_iter().collect()
+}
+
+/// The resources the text and Markdown tables leave out because a banner
+/// says it for all of them: two or more carrying the same other agent's
+/// marker.
+fn folded(report: &Report) -> std::collections::BTreeSet<&str> {
+    other_agents(report)
+        .into_iter()
+        .filter(|(_, names)| names.len() > 1)
+        .flat_map(|(_, names)| names)
+        .collect()
+}
+
+/// One line for every database carrying another agent's marker.
+fn other_agent_line(report: &Report, agent: &str, names: &[&str]) -> String {
+    let shown: Vec<String> = names.iter().take(3).map(|n| esc(n).into_owned()).collect();
+    let more = names.len().saturating_sub(shown.len());
+    format!(
+        "{} database{} ({}{}) carr{} the ownership marker of tend agent `{}`, not this agent's (`{}`): Blocked. If this state was rebuilt or agent_id changed, set agent_id = \"{}\" in the configuration (docs/runbooks/state-recovery.md); otherwise that agent manages them",
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+        if names.len() == 1 { "ies" } else { "y" },
+        esc(agent),
+        esc(&report.agent.id),
+        esc(agent)
+    )
+}
+
+/// The agent-wide freeze, first above everything while one is set.
+pub fn suspension_line(report: &Report) -> Option<String> {
+    let s = report.suspended.as_ref()?;
+    let expiry = match (&s.expires, s.expired, s.in_force) {
+        (Some(at), true, true) => format!("; EXPIRED at {at}, held on (on expiry: hold)"),
+        (Some(at), true, false) => {
+            format!("; EXPIRED at {at} and no longer holds anything (on expiry: resume)")
+        }
+        (Some(at), false, _) => format!("; ends at {at} (on expiry: {})", s.on_expiry),
+        (None, _, _) => "; until `tend resume`".into(),
+    };
+    Some(format!(
+        "SUSPENDED since {} by {}: {}{expiry}. tend observes and reports, and changes nothing (`tend resume` ends it)",
+        s.since,
+        esc(&s.by),
+        esc(&s.reason)
+    ))
+}
+
+/// What every rendering says above the resources, each with an id (the
+/// HTML page's element): a suspension, the source failing, the status
+/// branch not written, databases owned by another agent.
+pub fn banners(report: &Report) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(line) = suspension_line(report) {
+        out.push(("suspended", line));
+    }
+    if let Some(line) = source_error_line(report) {
+        out.push(("source-error", line));
+    }
+    if let Some(line) = status_branch_line(report) {
+        out.push(("status-branch-error", line));
+    }
+    for (agent, names) in other_agents(report) {
+        out.push(("other-agent", other_agent_line(report, agent, &names)));
+    }
+    out
+}
+
 /// How to keep a change made at the provider, where tend leaves it.
 pub fn propose_line(r: &ResourceReport) -> Option<String> {
     r.propose
@@ -191,12 +274,10 @@ fn unobserved_line(r: &ResourceReport) -> Option<String> {
 pub fn text(report: &Report, colour: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "source: {}", source_line(report));
-    for line in [source_error_line(report), status_branch_line(report)]
-        .into_iter()
-        .flatten()
-    {
+    for (_, line) in banners(report) {
         let _ = writeln!(out, "{line}");
     }
+    let folded = folded(report);
     let name_w = report
         .resources
         .iter()
@@ -211,7 +292,11 @@ pub fn text(report: &Report, colour: bool) -> String {
         "{:name_w$}  {:state_w$}  {:action_w$}  REASON",
         "NAME", "STATE", "ACTION"
     );
-    for r in &report.resources {
+    for r in report
+        .resources
+        .iter()
+        .filter(|r| !folded.contains(r.name.as_str()))
+    {
         let padded = format!("{:state_w$}", r.state.as_str());
         let shown = if colour {
             format!("{}{padded}\x1b[0m", state_colour(r.state))
@@ -304,15 +389,17 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
             format!(" Report made {}.", report.generated_at)
         }
     );
-    for line in [source_error_line(report), status_branch_line(report)]
-        .into_iter()
-        .flatten()
-    {
+    for (_, line) in banners(report) {
         let _ = writeln!(out, "> **{}**\n", md_escape(&line));
     }
+    let folded = folded(report);
     let _ = writeln!(out, "| name | state | action | reason |");
     let _ = writeln!(out, "| --- | --- | --- | --- |");
-    for r in &report.resources {
+    for r in report
+        .resources
+        .iter()
+        .filter(|r| !folded.contains(r.name.as_str()))
+    {
         let _ = writeln!(
             out,
             "| `{}` | {} | {} | {} |",

@@ -35,6 +35,47 @@ pub struct Report {
     /// Absent while it works (or is off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_branch: Option<StatusBranchReport>,
+    /// The agent-wide freeze (`tend suspend`), while one is set: every
+    /// change is held. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<SuspensionReport>,
+}
+
+/// `tend suspend` as the report shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SuspensionReport {
+    pub reason: String,
+    /// When it was set (RFC 3339).
+    pub since: String,
+    /// Who set it (`uid 0 (pid 4242)`).
+    pub by: String,
+    /// When it ends (RFC 3339); `null`: at `tend resume`.
+    pub expires: Option<String>,
+    pub expired: bool,
+    /// `hold` or `resume`.
+    pub on_expiry: String,
+    /// Whether it holds changes now (an expired one with `on-expiry:
+    /// resume` does not, and is shown until `tend resume` clears it).
+    pub in_force: bool,
+}
+
+impl SuspensionReport {
+    /// The freeze `s` as seen at `now`.
+    pub fn of(s: &crate::engine::Suspension, now: SystemTime) -> Self {
+        SuspensionReport {
+            reason: s.reason.clone(),
+            since: rfc3339(s.since),
+            by: s.by.clone(),
+            expires: s.expires.map(rfc3339),
+            expired: s.expired(now),
+            on_expiry: match s.on_expiry {
+                crate::model::OnExpiry::Hold => "hold".into(),
+                crate::model::OnExpiry::Resume => "resume".into(),
+            },
+            in_force: s.in_force(now),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,6 +174,12 @@ pub struct ResourceReport {
     /// keep the change in Git.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propose: Option<String>,
+    /// The tend agent whose ownership marker the database carries, when
+    /// that is another agent than this one (`Blocked`). A state rebuilt
+    /// without its agent id, or a changed `agent_id`, makes a whole fleet
+    /// look so: the renderings then say it once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owned_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -282,6 +329,10 @@ impl Report {
             }
             merged.resources.extend(part.resources.iter().cloned());
             merged.errors.extend(part.errors.iter().cloned());
+            // Every part reads the same state: the newest report's word.
+            if part.generated_at >= merged.generated_at {
+                merged.suspended.clone_from(&part.suspended);
+            }
             merged
                 .orphaned_overrides
                 .extend(part.orphaned_overrides.iter().cloned());
@@ -327,6 +378,7 @@ pub fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report 
         errors: Vec::new(),
         orphaned_overrides: Vec::new(),
         status_branch: None,
+        suspended: None,
     }
 }
 
@@ -364,6 +416,10 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             })
             .collect(),
         status_branch: None,
+        suspended: plan
+            .suspension
+            .as_ref()
+            .map(|s| SuspensionReport::of(s, plan.now)),
     }
 }
 
@@ -443,6 +499,12 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
         unobserved,
         acts_at: d.act_at.map(rfc3339),
         propose,
+        owned_by: match (&r.observed, d.rule) {
+            (Observed::Found(o), crate::engine::Rule::OwnedByOtherAgent) => {
+                o.marker_labels().map(|(agent, _)| agent.to_string())
+            }
+            _ => None,
+        },
     }
 }
 

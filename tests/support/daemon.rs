@@ -29,6 +29,27 @@ impl Daemon {
     /// Starts `tend --config CONFIG run` with `env`; the config must set
     /// `[server] listen = "127.0.0.1:PORT"`.
     pub fn start(config: &Path, port: u16, env: &[(&str, &str)]) -> Self {
+        Self::start_with(config, port, env, |_| {})
+    }
+
+    /// [`Daemon::start`] as another OS user (the shipped unit's).
+    pub fn start_as(
+        config: &Path,
+        port: u16,
+        env: &[(&str, &str)],
+        user: super::users::OsUser,
+    ) -> Self {
+        Self::start_with(config, port, env, |command| {
+            user.apply(command);
+        })
+    }
+
+    fn start_with(
+        config: &Path,
+        port: u16,
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Self {
         let notify_dir = tempfile::tempdir().unwrap();
         let socket = notify_dir.path().join("notify.sock");
         let notify = UnixDatagram::bind(&socket).unwrap();
@@ -49,6 +70,7 @@ impl Daemon {
         for (k, v) in env {
             command.env(k, v);
         }
+        prepare(&mut command);
         let child = command.spawn().unwrap();
         Daemon {
             child: Some(child),

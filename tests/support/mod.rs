@@ -12,6 +12,7 @@ pub mod postgres;
 pub mod receiver;
 pub mod reference;
 pub mod sshd;
+pub mod users;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -83,6 +84,13 @@ impl TendCommand {
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.command.env(key, value);
+        self
+    }
+
+    /// Runs as `user` (its groups, gid, uid and umask).
+    pub fn run_as(mut self, user: users::OsUser) -> Self {
+        user.apply(&mut self.command);
+        self.display = format!("{} (as uid {})", self.display, user.uid);
         self
     }
 

@@ -144,6 +144,8 @@ pub enum Rule {
     CorruptState,
     /// A removed declaration's provider is no longer configured.
     ProviderNotConfigured,
+    /// The agent is suspended (`tend suspend`): what would change is held.
+    Suspended,
 }
 
 impl Rule {
@@ -184,6 +186,7 @@ impl Rule {
             Rule::Superseded => "superseded",
             Rule::CorruptState => "corrupt-state",
             Rule::ProviderNotConfigured => "provider-not-configured",
+            Rule::Suspended => "suspended",
         }
     }
 }
@@ -334,6 +337,8 @@ pub struct DecideInput<'a> {
     pub provider_override_seen: Option<SystemTime>,
     /// The provider the subject is planned at.
     pub provider: &'a str,
+    /// The agent-wide freeze (`tend suspend`), if one is set.
+    pub suspension: Option<&'a super::Suspension>,
     pub now: SystemTime,
 }
 
@@ -433,7 +438,42 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         decision.act_at = Some(decision.act_at.map_or(expiry, |at| at.min(expiry)));
     }
     decision.overrides = overrides;
-    decision
+    match input.suspension {
+        Some(suspension) if suspension.in_force(input.now) => {
+            suspended(decision, suspension, input.now)
+        }
+        _ => decision,
+    }
+}
+
+/// The freeze holds every action that would change something at the
+/// provider or in what tend owns; what is observed and reported stays
+/// (the state, the drift, the overrides). Due again when the freeze ends
+/// by itself.
+fn suspended(decision: Decision, suspension: &super::Suspension, now: SystemTime) -> Decision {
+    let changes = matches!(
+        decision.action,
+        Action::Create | Action::Update | Action::Delete | Action::Release | Action::Adopt
+    );
+    if !changes {
+        return decision;
+    }
+    let act_at = match (decision.act_at, suspension.ends_at()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Decision {
+        action: Action::Hold,
+        rule: Rule::Suspended,
+        reason: format!(
+            "{} would {}: {}",
+            decision.reason,
+            decision.action.as_str().to_lowercase(),
+            suspension.describe(now)
+        ),
+        act_at,
+        ..decision
+    }
 }
 
 /// A database missing from the provider's answer within its read lag

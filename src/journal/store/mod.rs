@@ -11,6 +11,7 @@ pub mod postgres;
 mod read;
 pub(crate) mod sql;
 mod status;
+mod suspension;
 mod write;
 
 pub use lease::{Fence, HeldLease, LeaseHolder, LeaseRow};
@@ -213,11 +214,20 @@ impl StateStore {
 
     /// Checks compatibility without writing a byte: `immutable=1` makes
     /// SQLite touch neither the file nor a WAL or journal.
+    ///
+    /// With a write-ahead log beside the file, the file alone may not be a
+    /// database: a writer killed during a checkpoint leaves it half
+    /// copied, and only the log makes it whole. Read immutable it would be
+    /// "malformed" at every start, and no start would ever get far enough
+    /// to finish the checkpoint; so then it is read through the log
+    /// (read-only: the file is not written, the log is replayed in the
+    /// shared memory).
     fn check_readable(path: &Path) -> Result<(), StateError> {
-        let conn = Connection::open_with_flags(
-            immutable_uri(path),
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
-        )
+        let conn = if crate::process::sqlite::has_log(path) {
+            crate::process::sqlite::open_reader(path)
+        } else {
+            crate::process::sqlite::open_immutable(path)
+        }
         .map_err(|e| sql_err(path, e))?;
         let has_meta: bool = conn
             .query_row(
@@ -354,25 +364,10 @@ impl StateStore {
         Ok(Some(store))
     }
 
-    /// A read-only connection. A WAL database needs its shared-memory file
-    /// (`state.db-shm`); where the reader cannot create it (a state dir it
-    /// may only read, no writer running, so no such file) the database is
-    /// read as immutable: with no writer there is nothing to coordinate.
+    /// A read-only connection that leaves the state dir as it found it
+    /// ([`crate::process::sqlite::open_reader`]).
     fn open_reader(path: &Path) -> Result<Connection, StateError> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY;
-        let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_err(path, e))?;
-        // The shared memory is only set up on the first read.
-        match conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
-            r.get::<_, i64>(0)
-        }) {
-            Ok(_) => Ok(conn),
-            Err(e) if is_readonly_error(&e) => {
-                drop(conn);
-                Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
-                    .map_err(|e| sql_err(path, e))
-            }
-            Err(e) => Err(sql_err(path, e)),
-        }
+        crate::process::sqlite::open_reader(path).map_err(|e| sql_err(path, e))
     }
 
     /// Builds a new, migrated database and moves it to `path` unless
@@ -544,26 +539,53 @@ impl StateStore {
             .map_err(|e| self.err(e))
     }
 
-    /// The agent id: the configured one (kept), else the kept one, else a
-    /// new one generated once and kept.
+    /// The agent id: the kept one, else the configured one (then kept),
+    /// else a new one generated once and kept. A configured id that
+    /// differs from the kept one is refused ([`StateError::AgentIdChanged`]):
+    /// the resources at the provider carry the kept one.
     pub fn agent_id(&self, configured: Option<&str>) -> Result<String, StateError> {
-        let kept = self.meta("agent_id")?;
-        if let Some(id) = configured {
-            if kept.as_deref() != Some(id) {
-                self.set_meta("agent_id", id)?;
+        if let Some(kept) = self.kept_agent_id(configured)? {
+            return Ok(kept);
+        }
+        let id = match configured {
+            Some(configured) => configured.to_string(),
+            None => {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_i64(ms(SystemTime::now()));
+                h.write_u32(std::process::id());
+                format!("tend-{}", &sha256_hex(&h.finish().to_le_bytes())[..12])
             }
-            return Ok(id.to_string());
-        }
-        if let Some(id) = kept {
-            return Ok(id);
-        }
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_i64(ms(SystemTime::now()));
-        h.write_u32(std::process::id());
-        let id = format!("tend-{}", &sha256_hex(&h.finish().to_le_bytes())[..12]);
+        };
         self.set_meta("agent_id", &id)?;
         Ok(id)
+    }
+
+    /// The agent id a reader reports: the kept one; the configured one
+    /// when none is kept yet; refused like [`StateStore::agent_id`] when
+    /// they differ. Writes nothing.
+    pub fn agent_id_for_reading(
+        &self,
+        configured: Option<&str>,
+    ) -> Result<Option<String>, StateError> {
+        Ok(self
+            .kept_agent_id(configured)?
+            .or_else(|| configured.map(str::to_string)))
+    }
+
+    /// The kept agent id, if any; refused when `configured` is another.
+    fn kept_agent_id(&self, configured: Option<&str>) -> Result<Option<String>, StateError> {
+        let kept = self.meta("agent_id")?;
+        match (kept, configured) {
+            (Some(kept), Some(configured)) if kept != configured => {
+                Err(StateError::AgentIdChanged {
+                    location: self.location.clone(),
+                    configured: configured.to_string(),
+                    kept,
+                })
+            }
+            (kept, _) => Ok(kept),
+        }
     }
 
     pub(crate) fn set_meta(&self, key: &str, value: &str) -> Result<(), StateError> {
@@ -594,6 +616,56 @@ impl StateStore {
             path: config.state_dir.display().to_string(),
             message: "the state database could not be created".into(),
         })
+    }
+
+    /// Copies the SQLite state into a new file `target` with SQLite's
+    /// online backup (one step, under one read transaction: a consistent
+    /// copy, also beside the running agent), then checks the copy. An
+    /// existing `target` is refused, never overwritten.
+    pub fn backup_to(&self, target: &Path) -> Result<(), StateError> {
+        let io = |message: String| StateError::Io {
+            path: target.display().to_string(),
+            message,
+        };
+        let guard = self.conn();
+        let Backend::Sqlite(source) = &*guard else {
+            return Err(io(
+                "the state is in PostgreSQL: back it up with pg_dump (docs/operations.md, \"Backups\")"
+                    .into(),
+            ));
+        };
+        // `create_new`: an existing file (a symlink included) is refused.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(target)
+            .map_err(|e| {
+                io(format!(
+                    "cannot create it ({e}); name a file that does not exist"
+                ))
+            })?;
+        let mut copy = Connection::open(target).map_err(|e| sql_err(target, e))?;
+        {
+            let backup =
+                rusqlite::backup::Backup::new(source, &mut copy).map_err(|e| sql_err(target, e))?;
+            backup
+                .run_to_completion(i32::MAX, Duration::from_millis(50), None)
+                .map_err(|e| sql_err(target, e))?;
+        }
+        let check: String = copy
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .map_err(|e| sql_err(target, e))?;
+        if check != "ok" {
+            return Err(io(format!(
+                "the copy fails SQLite's integrity check: {check}"
+            )));
+        }
+        copy.pragma_update(None, "journal_mode", "DELETE")
+            .map_err(|e| sql_err(target, e))?;
+        drop(copy);
+        std::fs::File::open(target)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io(e.to_string()))
     }
 
     fn count(&self, sql: &str) -> Result<i64, StateError> {
@@ -643,9 +715,17 @@ impl StateStore {
     pub fn summary(&self) -> Result<String, StateError> {
         let (held, approved) = (self.held_deletions()?.len(), self.approvals()?.len());
         let mut out = String::new();
+        // First: the id every managed database's ownership marker
+        // carries, which a configuration must keep.
+        out.push_str(&format!(
+            "agent_id: {}\n",
+            self.meta("agent_id")?
+                .as_deref()
+                .unwrap_or("(none yet: set at the first apply)")
+        ));
         out.push_str(&format!("state: {}\n", self.location));
         for (k, v) in self.meta_all()? {
-            if k != "changes" {
+            if k != "changes" && k != "agent_id" {
                 out.push_str(&format!("  {k}: {v}\n"));
             }
         }
@@ -708,31 +788,6 @@ fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
     }
 }
 
-/// SQLite could not set up what a read needs (the WAL's shared memory) in
-/// a place it may not write.
-fn is_readonly_error(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
-    )
-}
-
-/// `file:` URI of `path` opened immutable (read-only, no WAL, no locks).
-/// Characters that end a URI's path are escaped.
-fn immutable_uri(path: &Path) -> String {
-    let mut uri = String::from("file:");
-    for c in path.display().to_string().chars() {
-        match c {
-            '%' => uri.push_str("%25"),
-            '?' => uri.push_str("%3f"),
-            '#' => uri.push_str("%23"),
-            c => uri.push(c),
-        }
-    }
-    uri.push_str("?immutable=1");
-    uri
-}
-
 #[cfg(test)]
 mod tests {
     //! SQLite-only: the file itself. The behaviour both backends share is
@@ -771,6 +826,51 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "no WAL or journal files appear: {names:?}");
+    }
+
+    /// A writer killed while checkpointing leaves the file half copied and
+    /// the log whole: every start must read through the log (and finish
+    /// the checkpoint), never refuse the file as malformed forever.
+    #[test]
+    fn a_state_left_mid_checkpoint_is_read_through_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(StateStore::open(dir.path(), true).unwrap().unwrap());
+        let path = dir.path().join("state.db");
+        let writer = Connection::open(&path).unwrap();
+        writer.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        writer
+            .execute_batch(
+                "CREATE TABLE filler (x BLOB);
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200)
+                 INSERT INTO filler SELECT zeroblob(1000) FROM n;
+                 UPDATE meta SET value = 'still here' WHERE key = 'writer_version';",
+            )
+            .unwrap();
+        // Killed now: no checkpoint, the log stays.
+        std::mem::forget(writer);
+        assert!(dir.path().join("state.db-wal").exists());
+        // Half a checkpoint: page 1 (the schema, newer in the log) torn
+        // in the file, its header kept.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[100..4096].fill(0xA5);
+        std::fs::write(&path, &bytes).unwrap();
+        let immutable = Connection::open_with_flags(
+            crate::process::sqlite::immutable_uri(&path),
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        assert!(
+            immutable
+                .query_row("SELECT count(*) FROM meta", [], |r| r.get::<_, i64>(0))
+                .is_err(),
+            "the file alone is not a database"
+        );
+        let store = StateStore::open(dir.path(), true).unwrap().unwrap();
+        assert_eq!(
+            store.meta("writer_version").unwrap().as_deref(),
+            Some(env!("CARGO_PKG_VERSION"))
+        );
+        assert_eq!(store.count("SELECT count(*) FROM filler").unwrap(), 200);
     }
 
     #[test]

@@ -53,8 +53,12 @@ impl SandboxProvider {
 
     /// Appends `millis call resource outcome` to `<name>.calls` beside the
     /// state file: what tests read to check timing and retries.
+    /// A read-only sandbox (a reader's) writes nothing, this log included.
     pub(super) fn log_call(&self, call: &str, resource: &str, outcome: &str) {
         use std::io::Write as _;
+        if self.read_only {
+            return;
+        }
         let path = self.dir.join("calls.log");
         if let Some(dir) = path.parent() {
             let _ = fs::create_dir_all(dir);

@@ -124,6 +124,9 @@ pub struct SandboxProvider {
     clock: Arc<dyn Clock>,
     /// Opened on first use (a provider that is never called creates no file).
     conn: Mutex<Option<Connection>>,
+    /// Opened by a reader (`tend plan`, `explain`): the sandbox's files are
+    /// read, never created or changed, whoever runs it.
+    read_only: bool,
 }
 
 impl SandboxProvider {
@@ -140,7 +143,15 @@ impl SandboxProvider {
             faults: Mutex::new(faults),
             clock: Arc::new(SystemClock),
             conn: Mutex::new(None),
+            read_only: false,
         }
+    }
+
+    /// The same sandbox, read and never written: a reader's view (a
+    /// missing sandbox reads as an empty one, and nothing is created).
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     /// The same sandbox reading `clock` (tests and the simulation drive it).

@@ -49,6 +49,9 @@ impl SandboxProvider {
     /// a committed row survives the death of the process that wrote it.
     pub(super) fn conn(&self) -> Result<MutexGuard<'_, Option<Connection>>, SandboxError> {
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() && self.read_only {
+            *guard = Some(self.open_for_reading()?);
+        }
         if guard.is_none() {
             fs::create_dir_all(&self.dir).map_err(|e| self.storage_err(e))?;
             let conn = Connection::open(self.db_path()).map_err(|e| self.storage_err(e))?;
@@ -67,6 +70,23 @@ impl SandboxProvider {
             *guard = Some(conn);
         }
         Ok(guard)
+    }
+
+    /// A reader's connection: the sandbox's file read without a trace, or
+    /// (no sandbox yet) an empty one in memory. A write through it fails.
+    fn open_for_reading(&self) -> Result<Connection, SandboxError> {
+        let path = self.db_path();
+        if path.exists() {
+            return crate::process::sqlite::open_reader(&path).map_err(|e| self.storage_err(e));
+        }
+        let conn = Connection::open_in_memory().map_err(|e| self.storage_err(e))?;
+        conn.execute_batch(
+            "CREATE TABLE databases (name TEXT PRIMARY KEY, body TEXT NOT NULL);
+             CREATE TABLE operations (key TEXT PRIMARY KEY, body TEXT NOT NULL);
+             PRAGMA query_only = 1;",
+        )
+        .map_err(|e| self.storage_err(e))?;
+        Ok(conn)
     }
 
     /// Moves a sandbox written by tend 0.1 before the SQLite layout (a JSON

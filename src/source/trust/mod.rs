@@ -50,6 +50,12 @@ pub enum TrustError {
 
 /// The text of a signers file or keyring.
 fn read_file(file: &std::path::Path) -> Result<String, TrustError> {
+    if let Some(bytes) = crate::config::secret::preloaded(file) {
+        return String::from_utf8(bytes.to_vec()).map_err(|e| TrustError::Read {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        });
+    }
     std::fs::read_to_string(file).map_err(|e| TrustError::Read {
         file: file.to_path_buf(),
         message: e.to_string(),

@@ -241,6 +241,8 @@ fn unreachable_url(name: &str) -> Result<String, ConfigError> {
 fn subject_name(subject: &str) -> &str {
     if subject == super::SOURCE {
         "the source"
+    } else if subject == super::AGENT {
+        "the agent"
     } else {
         subject
     }

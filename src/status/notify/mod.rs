@@ -35,10 +35,12 @@ pub enum Condition {
     Stalled,
     Unconvergeable,
     SourceError,
+    /// The agent is suspended (`tend suspend`), about [`AGENT`].
+    Suspended,
 }
 
 impl Condition {
-    const ALL: [Condition; 7] = [
+    const ALL: [Condition; 8] = [
         Condition::Drift,
         Condition::OverrideExpiring,
         Condition::OverrideExpired,
@@ -46,6 +48,7 @@ impl Condition {
         Condition::Stalled,
         Condition::Unconvergeable,
         Condition::SourceError,
+        Condition::Suspended,
     ];
 
     /// Its name in the state store.
@@ -58,6 +61,7 @@ impl Condition {
             Condition::Stalled => "stalled",
             Condition::Unconvergeable => "unconvergeable",
             Condition::SourceError => "source-error",
+            Condition::Suspended => "suspended",
         }
     }
 
@@ -75,6 +79,7 @@ impl Condition {
             Condition::Stalled => NotifyEvent::Stalled,
             Condition::Unconvergeable => NotifyEvent::Unconvergeable,
             Condition::SourceError => NotifyEvent::SourceError,
+            Condition::Suspended => NotifyEvent::Suspended,
         }
     }
 }
@@ -82,6 +87,9 @@ impl Condition {
 /// The subject of the source's conditions (resource names are never
 /// empty).
 pub const SOURCE: &str = "";
+/// The subject of the agent's own conditions (a suspension): never a
+/// resource's name (those are DNS labels).
+pub const AGENT: &str = "(agent)";
 
 /// What a notification is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +110,9 @@ pub fn conditions(
     let mut out = BTreeSet::new();
     if report.source.error.is_some() {
         out.insert((SOURCE.to_string(), Condition::SourceError));
+    }
+    if report.suspended.as_ref().is_some_and(|s| s.in_force) {
+        out.insert((AGENT.to_string(), Condition::Suspended));
     }
     for r in &report.resources {
         let mut add = |c| {
@@ -162,7 +173,9 @@ pub fn transitions(
     }
     for (subject, conditions) in ended {
         let still = now.iter().any(|(s, _)| s == subject);
-        let present = subject == SOURCE || report.resources.iter().any(|r| r.name == subject);
+        let present = subject == SOURCE
+            || subject == AGENT
+            || report.resources.iter().any(|r| r.name == subject);
         if !still && present {
             out.push(Transition {
                 event: NotifyEvent::Recovered,

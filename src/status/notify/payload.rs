@@ -5,7 +5,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use super::{SOURCE, Transition};
+use super::{AGENT, SOURCE, Transition};
 use crate::config::notify::{NotifyEvent, NotifyFormat};
 use crate::status::report::{Report, ResourceReport};
 
@@ -30,8 +30,13 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
     hex
 }
 
+/// Whether `t` is about a resource (not the source, not the agent).
+fn about_resource(t: &Transition) -> bool {
+    t.subject != SOURCE && t.subject != AGENT
+}
+
 fn resource<'a>(report: &'a Report, t: &Transition) -> Option<&'a ResourceReport> {
-    (t.subject != SOURCE)
+    about_resource(t)
         .then(|| report.resources.iter().find(|r| r.name == t.subject))
         .flatten()
 }
@@ -41,7 +46,7 @@ pub fn json_payload(t: &Transition, report: &Report) -> Value {
     let r = resource(report, t);
     let mut body = json!({
         "event": t.event.as_str(),
-        "resource": (t.subject != SOURCE).then_some(&t.subject),
+        "resource": about_resource(t).then_some(&t.subject),
         "at": report.generated_at,
         "agent": report.agent,
         "source": {
@@ -66,6 +71,9 @@ pub fn json_payload(t: &Transition, report: &Report) -> Value {
     if t.event == NotifyEvent::SourceError {
         body["sourceError"] = json!(report.source.error);
     }
+    if t.event == NotifyEvent::Suspended {
+        body["suspended"] = json!(report.suspended);
+    }
     if t.event == NotifyEvent::Recovered {
         body["ended"] = json!(t.ended.iter().map(|c| c.as_str()).collect::<Vec<_>>());
     }
@@ -77,6 +85,8 @@ pub fn headline(t: &Transition, report: &Report) -> String {
     let r = resource(report, t);
     let who = if t.subject == SOURCE {
         "the source".to_string()
+    } else if t.subject == AGENT {
+        "the agent".to_string()
     } else {
         format!("`{}`", t.subject)
     };
@@ -99,6 +109,10 @@ pub fn headline(t: &Transition, report: &Report) -> String {
         NotifyEvent::Stalled => format!("{who}: its deletion is Stalled"),
         NotifyEvent::Unconvergeable => format!("{who} is Unconvergeable"),
         NotifyEvent::SourceError => format!("the source {} cannot be read", report.source.url),
+        NotifyEvent::Suspended => format!(
+            "the agent is suspended: it changes nothing until `tend resume` ({})",
+            report.suspended.as_ref().map_or("", |s| s.reason.as_str())
+        ),
         NotifyEvent::Recovered => format!(
             "{who} recovered ({} over)",
             t.ended

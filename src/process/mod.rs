@@ -1,0 +1,21 @@
+//! What the process as a whole shares, below `cli` and `daemon`: the exit
+//! codes scripts and systemd read, how the heap is tuned, and acting as
+//! the state dir's owner when run as root.
+
+pub mod heap;
+pub mod owner;
+pub mod sqlite;
+
+/// Exit codes shared by the commands and the daemon.
+pub mod exit {
+    /// Nothing to do / no problems.
+    pub const OK: u8 = 0;
+    /// An error (invalid declarations, a failed cycle); for `tend run`, a
+    /// failure a restart may cure (systemd's `Restart=on-failure`).
+    pub const ERROR: u8 = 1;
+    /// With `--detailed-exitcode`: changes or drift pending.
+    pub const PENDING: u8 = 2;
+    /// A configuration (or state) that cannot work, sysexits `EX_CONFIG`:
+    /// restarting cannot help (the unit's `RestartPreventExitStatus=78`).
+    pub const CONFIG: u8 = 78;
+}

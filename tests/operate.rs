@@ -13,6 +13,7 @@ use support::TendCommand;
 use support::config::TendConfig;
 use support::daemon::Daemon;
 use support::git::{GitDaemon, TestRepo, free_port, manifest};
+use support::receiver::Receiver;
 use support::users::{AGENT, OsUser, ROOT, listing, not_owned_by, require_root, state_dir_for};
 
 /// A host: the declarations served by `git daemon`, a configuration
@@ -376,7 +377,12 @@ fn readers_leave_the_state_dir_as_they_found_it_whoever_runs_them() {
 
 #[test]
 fn tend_suspend_stops_a_pending_correction_and_resume_lets_it_run() {
-    let site = Site::with(|config| config.reconcile("drift_grace", "\"1s\""));
+    let receiver = Receiver::start(&[]);
+    let site = Site::with(|config| {
+        config
+            .reconcile("drift_grace", "\"1s\"")
+            .notify(&[("url", &format!("\"{}\"", receiver.url()))])
+    });
     let daemon = site.start_agent();
     let suspended = site.tend(
         ROOT,
@@ -423,6 +429,9 @@ fn tend_suspend_stops_a_pending_correction_and_resume_lets_it_run() {
     assert!(metrics.contains("tend_suspended 1"), "{metrics}");
     let text = site.tend(ROOT, &["status"], 0).stdout;
     assert!(text.contains("SUSPENDED since"), "{text}");
+    daemon.wait_for("a suspended notification", Duration::from_secs(20), || {
+        receiver.events().contains(&"suspended".to_string())
+    });
 
     site.tend(ROOT, &["resume"], 0);
     daemon.wait_for(
@@ -439,6 +448,44 @@ fn tend_suspend_stops_a_pending_correction_and_resume_lets_it_run() {
             .body
             .contains("tend_suspended 0")
     );
+    daemon.wait_for("the freeze's end notified", Duration::from_secs(20), || {
+        receiver.received().iter().any(|r| {
+            let body = r.json();
+            body["event"] == "recovered" && body["ended"] == serde_json::json!(["suspended"])
+        })
+    });
+}
+
+/// While the configuration file is broken (an edit in progress), `tend
+/// status` still shows the running agent's report, and says why the file
+/// does not load; `tend override set` still reaches the agent.
+#[test]
+fn a_broken_configuration_file_does_not_hide_the_running_agent() {
+    let site = Site::new();
+    let daemon = site.start_agent();
+    let good = std::fs::read_to_string(site.config()).unwrap();
+    std::fs::write(site.config(), format!("{good}\n[reconcile\n")).unwrap();
+    let status = site.tend(ROOT, &["status", "--format", "json"], 0);
+    assert_eq!(status.json()["summary"]["inSync"], 2);
+    assert!(
+        status.stderr.contains("warning") && status.stderr.contains("invalid configuration"),
+        "{}",
+        status.stderr
+    );
+    let set = site.tend(
+        ROOT,
+        &["override", "set", "orders", "--pause", "--reason", "INC-6"],
+        0,
+    );
+    assert!(
+        set.stdout.contains("the running agent honours it"),
+        "{}",
+        set.stdout
+    );
+    site.tend(ROOT, &["config", "check"], 78);
+    drop(daemon);
+    // Without the agent, the broken file is what is said (78).
+    site.tend(ROOT, &["status"], 78);
 }
 
 /// The unit's `ExecReload=` lines, run by hand as systemd runs them (in

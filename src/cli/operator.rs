@@ -157,19 +157,13 @@ fn print(answer: &Answer) -> io::Result<u8> {
 }
 
 /// Where the control socket is when the configuration does not load: the
-/// file's `[control] socket` or `state_dir` if it is TOML at all, else
-/// the defaults.
+/// file's `[control] socket` or `state_dir` if it still says one, else the
+/// defaults (relative paths from the file's directory, as when it loads).
 fn socket_of_unloadable(config_path: &Path) -> PathBuf {
-    let table = std::fs::read_to_string(config_path)
-        .ok()
-        .and_then(|text| text.parse::<toml::Table>().ok());
     let base = config_path.parent().unwrap_or(Path::new("."));
-    let path =
-        |value: Option<&toml::Value>| value.and_then(toml::Value::as_str).map(|p| base.join(p));
-    let table = table.as_ref();
-    path(table.and_then(|t| t.get("control")?.get("socket")))
-        .or_else(|| {
-            path(table.and_then(|t| t.get("state_dir"))).map(|dir| dir.join("control.sock"))
-        })
+    let setting = |section, key| session::setting_of_unloadable(config_path, section, key);
+    setting("control", "socket")
+        .map(|socket| base.join(socket))
+        .or_else(|| setting("", "state_dir").map(|dir| base.join(dir).join("control.sock")))
         .unwrap_or_else(|| PathBuf::from("/var/lib/tend/control.sock"))
 }

@@ -34,6 +34,42 @@ pub fn state_failed(error: &crate::journal::StateError) -> u8 {
     }
 }
 
+/// A string setting of a configuration file that does not load (an edit
+/// in progress, a missing secret): `key` of `[section]` (`""`: the top),
+/// from the TOML when the file parses at all, else read line by line
+/// (`key = "value"` under its section header). What a command needs to
+/// reach the agent, which runs on the configuration it loaded before.
+pub fn setting_of_unloadable(path: &Path, section: &str, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    if let Ok(table) = text.parse::<toml::Table>() {
+        let scope = if section.is_empty() {
+            Some(&table)
+        } else {
+            table.get(section).and_then(toml::Value::as_table)
+        };
+        return scope?.get(key)?.as_str().map(str::to_string);
+    }
+    let mut current = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            current = header.trim_end_matches(']').trim().to_string();
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        if current == section && k.trim() == key {
+            let v = v.split('#').next().unwrap_or("").trim();
+            return v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .map(str::to_string);
+        }
+    }
+    None
+}
+
 /// Loads the configuration, or the exit code after saying why.
 pub fn load_config(path: &Path) -> Result<Config, u8> {
     Config::load(path).map_err(|e| {

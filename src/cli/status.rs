@@ -78,22 +78,12 @@ fn from_file(config: &crate::config::Config) -> Option<(Report, std::path::PathB
 }
 
 /// The address the running agent answers on when the configuration file
-/// does not load (an edit in progress, a missing secret): its `[server]
-/// listen` if the file is TOML at all and says one, else the default.
-/// The agent runs on the configuration it loaded before the edit, and an
-/// operator needs its report most exactly then.
+/// does not load: its `[server] listen` if the file still says one, else
+/// the default. The agent runs on the configuration it loaded before the
+/// edit, and an operator needs its report most exactly then.
 fn listen_of_unloadable(config_path: &Path) -> std::net::SocketAddr {
-    std::fs::read_to_string(config_path)
-        .ok()
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .and_then(|table| {
-            table
-                .get("server")?
-                .get("listen")?
-                .as_str()?
-                .parse::<std::net::SocketAddr>()
-                .ok()
-        })
+    session::setting_of_unloadable(config_path, "server", "listen")
+        .and_then(|listen| listen.parse().ok())
         .unwrap_or_else(|| crate::config::ServerConfig::default().listen)
 }
 

@@ -471,13 +471,18 @@ fn every_configuration_snippet_is_a_configuration_tend_loads() {
 }
 
 /// examples/ci/github-actions.yml runs as written on a declarations
-/// repository laid out as it expects (`databases/`, `ci/tend.toml`): its
-/// `git` and `tend` steps are run in order (the download and the comment
-/// need the network and GitHub), and the plan it would post is a markdown
-/// report of the pull request's head.
+/// repository laid out as it expects (`databases/`, `ci/tend.toml`),
+/// against a real PostgreSQL whose databases the agents manage, through
+/// the read-only role docs/providers.md grants: its `git`, `printf` and
+/// `tend` steps are run in order (the download and the comment need the
+/// network and GitHub), and the plan it would post lists what the pull
+/// request changes, with everything in sync counted, not listed. Only the
+/// server's address in ci/tend.toml is changed (and TLS, which the test
+/// server does not offer).
 #[test]
 fn the_ci_example_validates_and_plans_a_pull_request() {
     let root = repo_root();
+    let pg = support::postgres::Postgres::start();
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path();
     git(work, &["init", "-q", "-b", "main"]);
@@ -485,19 +490,64 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
     std::fs::create_dir_all(work.join("ci")).unwrap();
     for entry in std::fs::read_dir(root.join("examples/databases")).unwrap() {
         let path = entry.unwrap().path();
+        // A DBaaS instance a PostgreSQL server cannot hold.
+        if path.ends_with("analytics.yaml") {
+            continue;
+        }
         std::fs::copy(
             &path,
             work.join("databases").join(path.file_name().unwrap()),
         )
         .unwrap();
     }
-    std::fs::copy(
-        root.join("examples/ci/tend.toml"),
-        work.join("ci/tend.toml"),
-    )
-    .unwrap();
+    let ci = std::fs::read_to_string(root.join("examples/ci/tend.toml"))
+        .unwrap()
+        .replace("db.internal:5432", &format!("127.0.0.1:{}", pg.port))
+        .replace("sslmode=require", "sslmode=disable");
+    std::fs::write(work.join("ci/tend.toml"), &ci).unwrap();
     git(work, &["add", "."]);
     git(work, &["commit", "-q", "-m", "declarations"]);
+
+    // The agents manage the main branch's databases (`sessions` existed
+    // before tend, as declared, and is adopted).
+    pg.psql("CREATE ROLE identity_app");
+    pg.psql("CREATE DATABASE sessions OWNER identity_app CONNECTION LIMIT 300");
+    let agent = work.join("agent.toml");
+    std::fs::write(
+        &agent,
+        format!(
+            "agent_id = \"example-agent\"\nstate_dir = \"agent-state\"\n[source]\nurl = \"{}\"\npath = \"databases\"\n[status]\nbranch = \"\"\n[providers.main]\nkind = \"postgres\"\nurl = \"{}\"\ncreate_owner = true\n",
+            work.display(),
+            pg.url()
+        ),
+    )
+    .unwrap();
+    for code in [2, 0, 0] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tend"))
+            .args(["--config", agent.to_str().unwrap(), "apply"])
+            .env_remove("TEND_CONFIG")
+            .env("TEND_LOG", "warn")
+            .output()
+            .unwrap();
+        if out.status.code() == Some(0) {
+            break;
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "the agents' apply:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // docs/providers.md, "A read-only role for CI", and nothing more.
+    pg.psql("CREATE ROLE tend_readonly LOGIN");
+    pg.psql("GRANT USAGE ON SCHEMA tend TO tend_readonly");
+    pg.psql("GRANT SELECT ON tend.databases TO tend_readonly");
+    let before = pg.psql(
+        "SELECT string_agg(datname || ':' || pg_get_userbyid(datdba) || ':' || datconnlimit, ',' ORDER BY datname) FROM pg_database",
+    );
+
     // The pull request: a new declaration on a branch.
     git(work, &["checkout", "-q", "-b", "pr"]);
     std::fs::write(
@@ -505,7 +555,7 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
         "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: reporting\nspec:\n  owner: reporting_app\n",
     )
     .unwrap();
-    git(work, &["add", "."]);
+    git(work, &["add", "databases"]);
     git(work, &["commit", "-q", "-m", "reporting"]);
     let workflow: serde_json::Value = serde_json::to_value(
         serde_norway::from_str::<serde_norway::Value>(
@@ -522,7 +572,10 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
         let Some(run) = step["run"].as_str() else {
             continue;
         };
-        if !(run.starts_with("tend ") || run.starts_with("git ")) {
+        if !["tend ", "git ", "printf "]
+            .iter()
+            .any(|start| run.starts_with(start))
+        {
             continue;
         }
         let out = Command::new("bash")
@@ -536,6 +589,7 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
                     std::env::var("PATH").unwrap_or_default()
                 ),
             )
+            .env("TEND_READONLY_PASSWORD", "not-checked-by-the-test-server")
             .env_remove("TEND_CONFIG")
             .env("TEND_LOG", "warn")
             .output()
@@ -548,11 +602,22 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
         );
         ran.push(run.to_string());
     }
-    assert_eq!(ran.len(), 3, "validate, branch, plan: {ran:?}");
+    assert_eq!(ran.len(), 4, "validate, branch, password, plan: {ran:?}");
     let plan = std::fs::read_to_string(work.join("plan.md")).unwrap();
     assert!(
-        plan.contains("reporting") && plan.contains("Missing") && plan.contains('|'),
-        "the plan of the pull request's head, as markdown:\n{plan}"
+        plan.contains("| `reporting` | Missing | Create |"),
+        "the pull request's new database, as markdown:\n{plan}"
+    );
+    assert!(
+        plan.contains("in sync (not listed)") && !plan.contains("| `orders` |"),
+        "what is in sync is counted, not listed:\n{plan}"
+    );
+    assert_eq!(
+        pg.psql(
+            "SELECT string_agg(datname || ':' || pg_get_userbyid(datdba) || ':' || datconnlimit, ',' ORDER BY datname) FROM pg_database",
+        ),
+        before,
+        "the plan changed nothing on the server"
     );
 }
 

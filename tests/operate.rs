@@ -62,6 +62,18 @@ impl Site {
         self.dir.path().join("tend.toml")
     }
 
+    /// The remote's repository goes away: every fetch fails.
+    fn stop_git(&self) {
+        let served = self.dir.path().join("served");
+        std::fs::rename(served.join("repo.git"), served.join("away.git")).unwrap();
+    }
+
+    /// The remote's repository is back.
+    fn restart_git(&self) {
+        let served = self.dir.path().join("served");
+        std::fs::rename(served.join("away.git"), served.join("repo.git")).unwrap();
+    }
+
     fn state(&self) -> PathBuf {
         self.dir.path().join("state")
     }
@@ -271,6 +283,8 @@ fn members_of_the_control_group_may_ask_and_others_may_not() {
 fn without_an_agent_root_writes_the_state_as_its_owner() {
     let site = Site::new();
     site.tend(AGENT, &["apply"], 0);
+    // Break-glass works with Git unreachable.
+    site.stop_git();
     for args in [
         &["override", "set", "orders", "--pause", "--reason", "INC-2"][..],
         &["state", "reset-attempts", "billing"],
@@ -281,8 +295,9 @@ fn without_an_agent_root_writes_the_state_as_its_owner() {
         site.tend(ROOT, args, 0);
         assert_all_agents(&site);
     }
-    // The rollback runbook's `tend apply`, as root: a cycle as the owner.
-    site.tend(ROOT, &["apply"], 2);
+    // The rollback runbook's `tend apply`, as root: a cycle as the owner
+    // (on the last accepted commit: the source is down, so exit 1).
+    site.tend(ROOT, &["apply"], 1);
     assert_all_agents(&site);
     // `tend reconcile` needs an agent: said so, nothing written.
     let none = site.tend(ROOT, &["reconcile"], 1);
@@ -294,6 +309,7 @@ fn without_an_agent_root_writes_the_state_as_its_owner() {
     let list = site.tend(ROOT, &["override", "list"], 0).stdout;
     assert!(list.contains("orders") && list.contains("INC-2"), "{list}");
     // And the agent works on what root left.
+    site.restart_git();
     let daemon = site.start_agent();
     assert_eq!(Site::resource(&daemon, "orders")["state"], "Overridden");
     drop(daemon);
@@ -565,6 +581,46 @@ fn the_rollback_runbook_as_written_keeps_every_database_managed() {
     let report = daemon.status();
     assert_eq!(report["summary"]["blocked"], 0, "{report:#}");
     assert_eq!(report["summary"]["inSync"], 2, "{report:#}");
+}
+
+/// A state started afresh without its agent id (no `agent_id` in the
+/// configuration, the state moved away): every database carries the old
+/// id's marker, and the report says so in one line naming the id to set,
+/// not one Blocked row per database.
+#[test]
+fn a_new_state_beside_another_agents_databases_says_so_in_one_line() {
+    let site = Site::with(|config| config.top("agent_id", None));
+    site.tend(AGENT, &["apply"], 0);
+    let show = site.tend(ROOT, &["state", "show"], 0).stdout;
+    let old = show
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("agent_id: "))
+        .unwrap()
+        .to_string();
+    std::fs::remove_file(site.state().join("state.db")).unwrap();
+    let plan = site.tend(ROOT, &["plan"], 0).stdout;
+    let lines: Vec<&str> = plan
+        .lines()
+        .filter(|l| l.contains("ownership marker"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line for the fleet:\n{plan}");
+    assert!(
+        !plan
+            .lines()
+            .any(|l| l.starts_with("billing") || l.starts_with("orders")),
+        "no Blocked row per database:\n{plan}"
+    );
+    assert!(
+        lines[0].starts_with("2 databases (billing, orders) carry the ownership marker")
+            && lines[0].contains(&format!("set agent_id = \"{old}\"")),
+        "{plan}"
+    );
+    let json = site.tend(ROOT, &["plan", "--format", "json"], 0).json();
+    for r in json["resources"].as_array().unwrap() {
+        assert_eq!(r["state"], "Blocked");
+        assert_eq!(r["ownedBy"], old.as_str());
+    }
 }
 
 /// `tend state backup` beside the running agent, as root: a consistent

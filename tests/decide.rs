@@ -352,6 +352,56 @@ fn a_suspension_holds_every_change_until_it_ends() {
     expect(&case.run(), State::InSync, Action::None, Rule::InSync);
 }
 
+/// An operation the provider refused for good is not sent again on the
+/// same declaration and the same observation; a new spec or a changed
+/// database is a new situation, decided as usual.
+#[test]
+fn a_refused_operation_is_failed_until_the_declaration_or_the_database_changes() {
+    let decl = declaration("", "");
+    let failure =
+        |observed: &Observed, spec: &tend::model::SpecHash| tend::engine::OperationFailure {
+            operation_id: "1f0c5e9a27b3aa".into(),
+            kind: "create".into(),
+            spec_hash: spec.clone(),
+            observed: tend::engine::observed_fingerprint(observed),
+            message: "must be member of role \"orders_app\" (42501)".into(),
+            at: t(50),
+        };
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory = Memory {
+        failure: Some(failure(&Observed::NotFound, &decl.spec_hash)),
+        ..Memory::default()
+    };
+    let d = case.run();
+    expect(&d, State::Failed, Action::None, Rule::OperationFailed);
+    assert!(
+        d.reason.contains("42501") && d.reason.contains("tend reconcile orders"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(d.act_at, None, "held until something changes");
+
+    // Another spec than the refused one: sent (a new operation).
+    let mut case = Case::new(&decl, Observed::NotFound);
+    case.memory = Memory {
+        failure: Some(failure(
+            &Observed::NotFound,
+            &tend::model::SpecHash("an-older-spec".into()),
+        )),
+        ..Memory::default()
+    };
+    expect(&case.run(), State::Missing, Action::Create, Rule::Create);
+
+    // The database changed at the provider since: decided afresh.
+    let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
+    case.memory.failure = Some(tend::engine::OperationFailure {
+        kind: "update".into(),
+        ..failure(&ours(&[("connectionLimit", json!(400))]), &decl.spec_hash)
+    });
+    case.now = t(100_000);
+    assert_ne!(case.run().rule, Rule::OperationFailed);
+}
+
 const PAUSED: &str = "    tend.dev/paused: \"true\"\n    tend.dev/override-reason: INC-1\n";
 
 fn annotation_overrides(decl: &Declaration, first_seen: SystemTime) -> Vec<OverrideInput> {

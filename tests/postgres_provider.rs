@@ -1006,3 +1006,167 @@ fn unobserved_fields_are_reported_never_silently_in_sync() {
     let explain = env.tend(&["explain", "orders"], 0).stdout;
     assert!(explain.contains("extensions not observed"), "{explain}");
 }
+
+/// A create the server refuses for good (the agent's role is not a member
+/// of the owner role: 42501) is `Failed` everywhere an on-call person
+/// looks — `/v1/status`, `tend status`, the HTML page, `SUMMARY.md` on the
+/// status branch — and notified once; it is not sent again while nothing
+/// changes; once the cause is fixed, `tend reconcile NAME` sends it again,
+/// and it recovers.
+#[test]
+fn a_create_the_server_refuses_is_failed_everywhere_and_sent_again_only_when_asked() {
+    let reporting = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: reporting\nspec:\n  owner: reporting_app\n";
+    let env = Env::new(&[("reporting.yaml", reporting)]);
+    env.q("CREATE ROLE tend_agent LOGIN CREATEDB");
+    env.q("GRANT CREATE ON DATABASE postgres TO tend_agent");
+    env.q("CREATE ROLE reporting_app");
+    let served = env.dir.path().join("served");
+    std::fs::create_dir(&served).unwrap();
+    let bare = env.repo.bare_clone(&served);
+    let receiver = support::receiver::Receiver::start(&[]);
+    let port = support::git::free_port();
+    let url = env
+        .pg
+        .url()
+        .replace("postgres://postgres@", "postgres://tend_agent@");
+    std::fs::write(
+        env.config(),
+        format!(
+            "agent_id = \"pg-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"file://{}\"\ninterval = \"1h\"\n[status]\nbranch = \"tend-status\"\n[server]\nlisten = \"127.0.0.1:{port}\"\n[reconcile]\nresync = \"1h\"\nretry_min_delay = \"50ms\"\nmax_retries = 1\n[providers.main]\nkind = \"postgres\"\nurl = \"{url}\"\n[[notify]]\nurl = \"{}\"\n",
+            bare.display(),
+            receiver.url()
+        ),
+    )
+    .unwrap();
+    let daemon = support::daemon::Daemon::start(&env.config(), port, &[]);
+    daemon.wait_ready();
+    let reporting = || resource(&daemon.status(), "reporting").clone();
+    daemon.wait_for("reporting Failed", Duration::from_secs(30), || {
+        reporting()["state"] == "Failed"
+    });
+    let r = reporting();
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("reporting_app") && reason.contains("42501") && reason.contains("create"),
+        "the server's message: {r:#}"
+    );
+    assert_eq!(r["operation"]["state"], "failed", "{r:#}");
+    assert_eq!(r["operation"]["kind"], "create", "{r:#}");
+    assert_eq!(
+        daemon.status()["summary"]["errors"],
+        1,
+        "counted as an error"
+    );
+    // Every other place on-call looks.
+    let status = env.tend(&["status", "reporting"], 1).stdout;
+    assert!(
+        status.contains("Failed") && status.contains("42501"),
+        "{status}"
+    );
+    let explain = env.tend(&["explain", "reporting"], 0).stdout;
+    assert!(
+        explain.contains("operation-failed")
+            && explain.contains("docs/runbooks/operation-failed.md"),
+        "{explain}"
+    );
+    let page = env.dir.path().join("state/reports/latest.html");
+    let profile = tempfile::tempdir().unwrap();
+    let dom = support::browser::browse(
+        profile.path(),
+        &["--dump-dom"],
+        &format!("file://{}", page.display()),
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("Failed") && dom.contains("42501"), "{dom}");
+    daemon.wait_for("SUMMARY.md", Duration::from_secs(20), || {
+        support::git::git(&bare, &["show", "tend-status:SUMMARY.md"]).contains("42501")
+    });
+    daemon.wait_for("one operation-failed", Duration::from_secs(20), || {
+        receiver.events().contains(&"operation-failed".to_string())
+    });
+
+    // Not sent again while nothing changes, however often it reconciles.
+    let creates = || {
+        let db = rusqlite::Connection::open_with_flags(
+            env.dir.path().join("state/state.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        db.query_row(
+            "SELECT count(*) FROM intents WHERE name = 'reporting' AND kind = 'create'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(creates(), 1);
+    for _ in 0..3 {
+        daemon.run_cycles(1);
+    }
+    assert_eq!(creates(), 1, "not sent again");
+    assert_eq!(reporting()["state"], "Failed");
+    assert_eq!(
+        receiver
+            .events()
+            .iter()
+            .filter(|e| *e == "operation-failed")
+            .count(),
+        1,
+        "notified once"
+    );
+
+    // The cause fixed, an operator retries it.
+    env.q("GRANT reporting_app TO tend_agent");
+    let retried = env.tend(&["reconcile", "reporting"], 0).stdout;
+    assert!(retried.contains("sent again"), "{retried}");
+    daemon.wait_for("reporting in sync", Duration::from_secs(30), || {
+        reporting()["state"] == "InSync"
+    });
+    assert_eq!(
+        env.q("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'reporting'"),
+        "reporting_app"
+    );
+    daemon.wait_for("recovered", Duration::from_secs(20), || {
+        receiver.received().iter().any(|m| {
+            let body = m.json();
+            body["event"] == "recovered" && body["ended"] == serde_json::json!(["operation-failed"])
+        })
+    });
+}
+
+/// An `ALTER DATABASE` made behind tend's back is seen by the running agent
+/// at its observation cadence (`observe`), although `resync` is an hour and
+/// nothing was committed: reported as out-of-band drift, held for grace.
+#[test]
+fn the_running_agent_sees_an_alter_database_within_its_observe_cadence() {
+    let env = Env::new(&[("orders.yaml", ORDERS)]);
+    let port = support::git::free_port();
+    env.configure(&format!("[server]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let text = std::fs::read_to_string(env.config())
+        .unwrap()
+        .replace(
+            "[reconcile]\n",
+            "[reconcile]\nresync = \"1h\"\nobserve = \"2s\"\n",
+        )
+        .replace("drift_grace = \"2s\"", "drift_grace = \"1h\"");
+    std::fs::write(env.config(), text).unwrap();
+    let daemon = support::daemon::Daemon::start(&env.config(), port, &[]);
+    daemon.wait_ready();
+    daemon.wait_for("orders in sync", Duration::from_secs(30), || {
+        resource(&daemon.status(), "orders")["state"] == "InSync"
+    });
+    env.q("ALTER DATABASE orders SET work_mem = '2GB'");
+    daemon.wait_for(
+        "the ALTER seen without a commit or a resync",
+        Duration::from_secs(20),
+        || {
+            let orders = resource(&daemon.status(), "orders").clone();
+            orders["state"] == "Drifted"
+                && orders["drift"].as_array().is_some_and(|d| {
+                    d.iter().any(|x| {
+                        x["field"] == "parameters.work_mem" && x["origin"] == "out-of-band"
+                    })
+                })
+        },
+    );
+}

@@ -6,9 +6,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use support::TendCommand;
 use support::config::TendConfig;
 use support::git::{TestRepo, manifest};
@@ -25,38 +22,7 @@ spec:
   connectionLimit: 50
 ";
 
-fn chromium() -> PathBuf {
-    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(candidate).exists() {
-            return candidate.into();
-        }
-    }
-    panic!(
-        "Chromium is needed to test latest.html: `apt-get update && apt-get install -y chromium` (.ci/run does this)"
-    );
-}
-
-/// Runs headless Chromium on `url` with `args` (flags that keep it off the
-/// network and out of the user's profile).
-fn browse(profile: &Path, args: &[&str], url: &str) -> std::process::Output {
-    Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("cannot run chromium")
-}
+use support::browser::browse;
 
 #[test]
 fn latest_html_in_a_browser_shows_the_drift_and_the_overrides_reason() {

@@ -156,7 +156,7 @@ fn agents_starting_together_create_one_postgres_state() {
     }
     assert_eq!(
         pg.psql("SELECT value FROM together.meta WHERE key = 'format'"),
-        "6"
+        tend::journal::FORMAT.to_string()
     );
 }
 

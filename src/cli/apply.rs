@@ -37,7 +37,7 @@ fn print_operations(err: &mut impl Write, operations: &[Executed]) -> io::Result
         if op.outcome == OpOutcome::Done {
             continue;
         }
-        failed |= matches!(op.outcome, OpOutcome::Failed(_));
+        failed |= matches!(op.outcome, OpOutcome::Failed(_) | OpOutcome::Refused(_));
         let short = op.id.0.get(..12).unwrap_or(&op.id.0);
         writeln!(
             err,

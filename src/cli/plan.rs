@@ -221,6 +221,7 @@ fn runbook(rule: Rule, override_expired: bool) -> Option<&'static str> {
         Rule::DeletionGuard => "docs/runbooks/deletion-held.md",
         Rule::DeletionStalled => "docs/runbooks/deletion-stalled.md",
         Rule::CorruptState => "docs/runbooks/state-recovery.md",
+        Rule::OperationFailed => "docs/runbooks/operation-failed.md",
         Rule::Paused
         | Rule::PausedMissing
         | Rule::IgnoredDrift

@@ -393,6 +393,11 @@ pub struct ReconcileConfig {
     pub drift_grace: Duration,
     #[serde(default = "ten_minutes", deserialize_with = "values::duration")]
     pub resync: Duration,
+    /// `tend run`: how often every resource is observed at its provider
+    /// (one listing, no fetch), so out-of-band drift is seen within about
+    /// this long; a cycle acts on what it finds, as any cycle does.
+    #[serde(default = "one_minute", deserialize_with = "values::duration")]
+    pub observe: Duration,
     #[serde(
         default = "providers::default_concurrency",
         deserialize_with = "values::concurrency"
@@ -441,6 +446,7 @@ impl Default for ReconcileConfig {
             drift_policy: DriftPolicyConfig::Correct,
             drift_grace: ten_minutes(),
             resync: ten_minutes(),
+            observe: one_minute(),
             max_concurrency: providers::default_concurrency(),
             deletion_delay: one_hour(),
             max_deletions: default_max_deletions(),
@@ -452,6 +458,10 @@ impl Default for ReconcileConfig {
             shutdown_timeout: thirty_seconds(),
         }
     }
+}
+
+fn one_minute() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn ten_minutes() -> Duration {

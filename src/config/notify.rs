@@ -26,12 +26,15 @@ pub enum NotifyEvent {
     SourceError,
     /// The agent was suspended (`tend suspend`): it changes nothing.
     Suspended,
+    /// The provider refused an operation for good: the resource is
+    /// `Failed` (not retried until something changes).
+    OperationFailed,
     /// Everything that was wrong with a resource (or the source) is gone.
     Recovered,
 }
 
 impl NotifyEvent {
-    pub const ALL: [NotifyEvent; 9] = [
+    pub const ALL: [NotifyEvent; 10] = [
         NotifyEvent::DriftDetected,
         NotifyEvent::OverrideExpiring,
         NotifyEvent::OverrideExpired,
@@ -40,6 +43,7 @@ impl NotifyEvent {
         NotifyEvent::Unconvergeable,
         NotifyEvent::SourceError,
         NotifyEvent::Suspended,
+        NotifyEvent::OperationFailed,
         NotifyEvent::Recovered,
     ];
 
@@ -53,6 +57,7 @@ impl NotifyEvent {
             NotifyEvent::Unconvergeable => "unconvergeable",
             NotifyEvent::SourceError => "source-error",
             NotifyEvent::Suspended => "suspended",
+            NotifyEvent::OperationFailed => "operation-failed",
             NotifyEvent::Recovered => "recovered",
         }
     }

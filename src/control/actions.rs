@@ -230,7 +230,7 @@ fn reset_attempts(ctx: &Context<'_>, name: &str) -> Result<String, String> {
 }
 
 fn reconcile(ctx: &Context<'_>, names: &[String]) -> Result<String, String> {
-    if !ctx.by_agent {
+    if !ctx.by_agent && names.is_empty() {
         return Err(
             "no agent is running on this state, so nothing reconciles continuously: `tend apply` runs one cycle now, `systemctl start tend` starts the agent"
                 .into(),
@@ -239,14 +239,28 @@ fn reconcile(ctx: &Context<'_>, names: &[String]) -> Result<String, String> {
     for name in names {
         refuse_unknown(ctx, name)?;
     }
-    Ok(if names.is_empty() {
-        "the agent fetches the source and reconciles every resource now\n".to_string()
-    } else {
-        format!(
+    // A named resource the provider refused an operation of is retried:
+    // its failure is forgotten, and the next cycle sends it again.
+    let mut out = String::new();
+    for name in names {
+        if ctx.store.clear_failure(name).map_err(state)? {
+            out.push_str(&format!(
+                "{}: the refused operation is sent again (a new attempt)\n",
+                esc(name)
+            ));
+        }
+    }
+    out.push_str(&match (ctx.by_agent, names.is_empty()) {
+        (true, true) => "the agent fetches the source and reconciles every resource now\n".into(),
+        (true, false) => format!(
             "the agent fetches the source and reconciles every resource now, {} included\n",
             esc(&names.join(", "))
-        )
-    })
+        ),
+        (false, _) => {
+            "no agent is running on this state: `tend apply` runs the next cycle\n".into()
+        }
+    });
+    Ok(out)
 }
 
 fn suspend(

@@ -1,6 +1,7 @@
 //! One provider's worker: reconciles that provider's resources whenever
-//! the source moves, a resync falls due, someone asks (`POST
-//! /v1/reconcile`), or a held action falls due — each resource at its own
+//! the source moves, the observation cadence (`observe`, at most `resync`)
+//! falls due, someone asks (`tend reconcile`, `POST /v1/reconcile`), or a
+//! held action falls due — each resource at its own
 //! time, from its decision's `act_at`. One worker per provider, so a slow
 //! provider never delays another's resources.
 
@@ -51,19 +52,23 @@ pub async fn run(
     metrics: Arc<Metrics>,
     mut inputs: WorkerInputs,
 ) {
-    let resync = agent.config().reconcile.resync;
+    // Every resource is looked at every `observe` (a listing: cheap) and
+    // at least every `resync`: drift made behind tend's back is seen
+    // within about `observe`, whatever `resync` says.
+    let reconcile = &agent.config().reconcile;
+    let every = reconcile.observe.min(reconcile.resync);
     let mut queue = DueQueue::default();
-    let mut next_resync = Instant::now();
+    let mut next_full = Instant::now();
     // Memories read while the worker waits, for its next cycle (used only
     // if nothing was written in between).
     let mut preload: Option<crate::agent::Preload> = None;
     metrics.provider_known(&provider);
     loop {
-        let wake = next_wake(&provider, &agent, &mut inputs, &mut queue, next_resync).await;
+        let wake = next_wake(&provider, &agent, &mut inputs, &mut queue, next_full).await;
         let scope = match wake {
             Wake::Stop => return,
             Wake::Full => {
-                next_resync = Instant::now() + resync;
+                next_full = Instant::now() + every;
                 Scope::Provider {
                     provider: provider.clone(),
                     names: None,
@@ -96,7 +101,7 @@ async fn next_wake(
     agent: &Agent,
     inputs: &mut WorkerInputs,
     queue: &mut DueQueue,
-    next_resync: Instant,
+    next_full: Instant,
 ) -> Wake {
     loop {
         if *inputs.stop.borrow() {
@@ -118,7 +123,7 @@ async fn next_wake(
                 return Wake::Full;
             }
             _ = inputs.resync.changed(), if has_snapshot => return Wake::Full,
-            _ = tokio::time::sleep_until(next_resync.into()), if has_snapshot => return Wake::Full,
+            _ = tokio::time::sleep_until(next_full.into()), if has_snapshot => return Wake::Full,
             _ = tokio::time::sleep(BEAT) => {}
             _ = tokio::time::sleep(due_in.unwrap_or_default()), if has_snapshot && due_in.is_some() => {
                 let due = queue.take_due(agent.clock().now());

@@ -14,8 +14,8 @@ pub mod overrides;
 pub mod suspension;
 
 pub use decide::{
-    Action, DecideInput, Decision, Drift, DriftOrigin, FailedAttempts, Memory, Policy, Rule, State,
-    Subject, Tombstone, decide,
+    Action, DecideInput, Decision, Drift, DriftOrigin, FailedAttempts, Memory, OperationFailure,
+    Policy, Rule, State, Subject, Tombstone, decide, observed_fingerprint,
 };
 pub use deletion::{DeletionGate, DeletionGuard, DeletionLimits, HeldDeletion};
 pub use overrides::{EffectiveOverride, OverrideInput, OverrideSource};

@@ -80,8 +80,13 @@ pub enum OpOutcome {
     /// write of its batch failed, while it waited for a provider slot):
     /// stays pending, and the provider is as it was observed.
     NotSent(String),
-    /// Refused for good (or a conflict to re-observe): not pending any more.
+    /// Not done, and not pending any more: a conflict to re-observe, a
+    /// name found taken.
     Failed(String),
+    /// The provider refused the call for good (a permanent error, with its
+    /// message): not sent again while nothing it depends on changes (the
+    /// resource is `Failed`).
+    Refused(String),
 }
 
 impl OpOutcome {
@@ -100,6 +105,7 @@ impl OpOutcome {
             OpOutcome::Pending(why) => format!("pending: {why}"),
             OpOutcome::NotSent(why) => format!("pending, not sent: {why}"),
             OpOutcome::Failed(why) => format!("failed: {why}"),
+            OpOutcome::Refused(why) => format!("refused: {why}"),
         }
     }
 }
@@ -259,7 +265,11 @@ async fn journalled<P: Provider>(
         }
         Err(e) => {
             commit_blocking(&ctx, vec![wrote, end(IntentState::Failed, &e)]).await?;
-            return Ok((OpOutcome::Failed(e.to_string()), None));
+            let outcome = match &e {
+                ProviderError::Permanent { message, .. } => OpOutcome::Refused(message.clone()),
+                _ => OpOutcome::Failed(e.to_string()),
+            };
+            return Ok((outcome, None));
         }
     };
     let (effects, outcome, seen) =

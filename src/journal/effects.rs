@@ -87,6 +87,13 @@ pub enum Effect {
         record: Box<AppliedRecord>,
         at: SystemTime,
     },
+    /// The provider refused an operation for good: held as `Failed`.
+    OperationFailed {
+        name: String,
+        failure: Box<crate::engine::OperationFailure>,
+    },
+    /// A refused operation may be sent again (an operator retries it).
+    ClearFailure { name: String },
     /// A journalled intent ended (or, `Pending` with an error, did not).
     Intent {
         op_id: String,
@@ -148,8 +155,13 @@ fn apply(tx: &Tx<'_>, effect: &Effect) -> Result<(), StateError> {
                 },
                 *at,
             )?;
+            // An operation went through: whatever was refused before is
+            // over.
+            tx.clear_failure(name)?;
             tx.record_attempts(name, &r.still_different)
         }
+        Effect::OperationFailed { name, failure } => tx.record_failure(name, failure),
+        Effect::ClearFailure { name } => tx.clear_failure(name).map(|_| ()),
         Effect::Intent {
             op_id,
             state: IntentState::Pending,

@@ -37,7 +37,7 @@ pub enum Access {
 }
 
 /// The state format this binary writes (see `store::migrations`).
-pub const FORMAT: i64 = 6;
+pub const FORMAT: i64 = 7;
 /// The newest `min_reader_format` this binary can read, and the one it
 /// writes: format 3 holds deletions (the mass-deletion guard) in a table
 /// an older reader would ignore, and deleting what is held is exactly what

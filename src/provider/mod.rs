@@ -230,6 +230,19 @@ impl OperationKind {
             OperationKind::Release => "release",
         }
     }
+
+    /// The kind [`OperationKind::as_str`] names.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            OperationKind::Create,
+            OperationKind::Update,
+            OperationKind::Delete,
+            OperationKind::Adopt,
+            OperationKind::Release,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
 }
 
 /// Identity of one mutating operation: sha256 of (agent id, declaration name,

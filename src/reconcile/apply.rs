@@ -67,9 +67,11 @@ pub(super) async fn apply_cycle<'s>(
         });
     }
     // A deletion that failed (replayed or new) says why on its tombstone,
-    // for `Stalled`.
-    let failed_deletes = deletion_errors(&operations, agent.clock().now());
-    blocking(&ctx.store, move |s| commit(s, &failed_deletes))
+    // for `Stalled`; an operation refused for good is held as `Failed`.
+    let now = agent.clock().now();
+    let mut failed = deletion_errors(&operations, now);
+    failed.extend(refusals(&operations, &plan, now));
+    blocking(&ctx.store, move |s| commit(s, &failed))
         .await
         .map_err(keep(&operations))?;
     let plan = if operations.is_empty() {
@@ -264,14 +266,46 @@ fn deletion_errors(operations: &[Executed], now: std::time::SystemTime) -> Vec<E
     operations
         .iter()
         .filter_map(|e| match (&e.kind, &e.outcome) {
-            (OperationKind::Delete, OpOutcome::Pending(error) | OpOutcome::Failed(error)) => {
-                Some(Effect::DeletionProgress {
-                    name: e.name.clone(),
-                    at: now,
-                    error: Some(error.clone()),
-                })
-            }
+            (
+                OperationKind::Delete,
+                OpOutcome::Pending(error) | OpOutcome::Failed(error) | OpOutcome::Refused(error),
+            ) => Some(Effect::DeletionProgress {
+                name: e.name.clone(),
+                at: now,
+                error: Some(error.clone()),
+            }),
             _ => None,
+        })
+        .collect()
+}
+
+/// Each operation the provider refused for good in this cycle, with what
+/// it was decided from (the declaration's spec hash, the observation's
+/// fingerprint): the resource is `Failed`, and the operation is not sent
+/// again while both stay the same. (A replayed intent has no decision of
+/// this cycle: it is not held, and its next failure is.)
+fn refusals(operations: &[Executed], plan: &Plan<'_>, now: std::time::SystemTime) -> Vec<Effect> {
+    operations
+        .iter()
+        .filter_map(|e| {
+            let OpOutcome::Refused(message) = &e.outcome else {
+                return None;
+            };
+            let r = plan
+                .resources
+                .iter()
+                .find(|r| r.name == e.name && r.operation.as_ref().is_some_and(|o| o.id == e.id))?;
+            Some(Effect::OperationFailed {
+                name: e.name.clone(),
+                failure: Box::new(crate::engine::OperationFailure {
+                    operation_id: e.id.0.clone(),
+                    kind: e.kind.as_str().to_string(),
+                    spec_hash: r.spec_hash.clone(),
+                    observed: crate::engine::observed_fingerprint(&r.observed),
+                    message: message.clone(),
+                    at: now,
+                }),
+            })
         })
         .collect()
 }

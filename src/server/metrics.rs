@@ -228,7 +228,7 @@ impl Metrics {
                 OpOutcome::Done => "done",
                 OpOutcome::DoneWithDifferences(_) => "done-with-differences",
                 OpOutcome::Pending(_) | OpOutcome::NotSent(_) => "pending",
-                OpOutcome::Failed(_) => "failed",
+                OpOutcome::Failed(_) | OpOutcome::Refused(_) => "failed",
             };
             self.operations
                 .get_or_create(&labels(&[("kind", op.kind.as_str()), ("result", result)]))
@@ -308,7 +308,7 @@ impl Metrics {
 
     /// Sets the fleet gauges from the merged report.
     pub fn fleet(&self, report: &Report) {
-        const STATES: [State; 10] = [
+        const STATES: [State; 11] = [
             State::InSync,
             State::Drifted,
             State::Missing,
@@ -319,6 +319,7 @@ impl Metrics {
             State::Stalled,
             State::Released,
             State::Error,
+            State::Failed,
         ];
         for state in STATES {
             let count = report.resources.iter().filter(|r| r.state == state).count();

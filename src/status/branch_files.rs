@@ -166,7 +166,7 @@ pub fn render(
 /// Orders resources for a reviewer: what needs a human first.
 fn urgency(state: State) -> u8 {
     match state {
-        State::Blocked | State::Stalled => 0,
+        State::Blocked | State::Stalled | State::Failed => 0,
         State::Unconvergeable | State::Error => 1,
         State::Drifted | State::Missing | State::Deleting | State::Overridden => 2,
         State::InSync | State::Released => 3,

@@ -67,7 +67,7 @@ td::before{content:attr(data-label);display:block;color:var(--muted);font-size:.
 fn needs_attention(state: State) -> bool {
     matches!(
         state,
-        State::Blocked | State::Stalled | State::Unconvergeable | State::Error
+        State::Blocked | State::Stalled | State::Unconvergeable | State::Error | State::Failed
     )
 }
 

@@ -307,7 +307,9 @@ impl Summary {
                 State::Blocked => summary.blocked += 1,
                 State::Overridden => summary.overridden += 1,
                 State::Deleting | State::Stalled => summary.deleting += 1,
-                State::Error => summary.errors += 1,
+                // A refused operation is an error until it is resolved:
+                // it must never read as healthy.
+                State::Error | State::Failed => summary.errors += 1,
                 State::Released => {}
             }
         }
@@ -481,6 +483,16 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
                 kind: op.kind,
                 state: "planned".into(),
             })),
+            // Refused for good: that operation is the resource's, failed.
+            None if d.rule == crate::engine::Rule::OperationFailed => {
+                r.memory.failure.as_ref().and_then(|f| {
+                    Some(Box::new(OperationReport {
+                        id: crate::provider::OperationId(f.operation_id.clone()),
+                        kind: crate::provider::OperationKind::parse(&f.kind)?,
+                        state: "failed".into(),
+                    }))
+                })
+            }
             // Held behind a journalled intent: that operation is the
             // resource's, and it is pending.
             None => plan

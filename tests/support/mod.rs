@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod bench;
+pub mod browser;
 pub mod config;
 pub mod daemon;
 pub mod dice;

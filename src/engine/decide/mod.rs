@@ -39,6 +39,9 @@ pub enum State {
     Stalled,
     Released,
     Error,
+    /// The provider refused an operation for good: held, not retried,
+    /// until what it depends on changes or an operator retries it.
+    Failed,
 }
 
 /// What tend will do about it (docs/reports.md).
@@ -67,6 +70,7 @@ impl State {
             State::Stalled => "Stalled",
             State::Released => "Released",
             State::Error => "Error",
+            State::Failed => "Failed",
         }
     }
 }
@@ -146,6 +150,9 @@ pub enum Rule {
     ProviderNotConfigured,
     /// The agent is suspended (`tend suspend`): what would change is held.
     Suspended,
+    /// The provider refused the same operation for good, on the same
+    /// declaration and the same observed database: not sent again.
+    OperationFailed,
 }
 
 impl Rule {
@@ -187,6 +194,7 @@ impl Rule {
             Rule::CorruptState => "corrupt-state",
             Rule::ProviderNotConfigured => "provider-not-configured",
             Rule::Suspended => "suspended",
+            Rule::OperationFailed => "operation-failed",
         }
     }
 }
@@ -243,6 +251,40 @@ pub struct Memory {
     /// provider shows may be tend's own unfinished write. A difference is
     /// then tend's to correct, never out-of-band drift held for grace.
     pub unconfirmed_write: bool,
+    /// The last operation the provider refused for good, until one
+    /// succeeds or an operator retries (`tend reconcile NAME`).
+    pub failure: Option<OperationFailure>,
+}
+
+/// An operation the provider refused for good, and what it was decided
+/// from: it is not sent again while both are the same.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperationFailure {
+    pub operation_id: String,
+    /// `create`, `update`, `delete`, `adopt` or `release`.
+    pub kind: String,
+    /// The declaration's spec hash the operation carried.
+    pub spec_hash: SpecHash,
+    /// [`observed_fingerprint`] of what the provider showed when it was
+    /// decided.
+    pub observed: String,
+    /// The provider's message.
+    pub message: String,
+    pub at: SystemTime,
+}
+
+/// A digest of what the provider shows of a database (its fields and
+/// labels; `absent` when it does not have it): an operation refused on one
+/// observation is tried again when the database changes.
+pub fn observed_fingerprint(observed: &Observed) -> String {
+    match observed {
+        Observed::Found(o) => {
+            let shown = serde_json::json!({ "fields": &o.fields, "labels": &o.labels });
+            crate::model::hash::sha256_hex(shown.to_string().as_bytes())
+        }
+        Observed::NotFound => "absent".into(),
+        Observed::Failed(_) => "unobserved".into(),
+    }
 }
 
 /// Confirmed updates of one field that did not make it converge. They
@@ -438,11 +480,59 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         decision.act_at = Some(decision.act_at.map_or(expiry, |at| at.min(expiry)));
     }
     decision.overrides = overrides;
+    let decision = failed_again(decision, input);
     match input.suspension {
         Some(suspension) if suspension.in_force(input.now) => {
             suspended(decision, suspension, input.now)
         }
         _ => decision,
+    }
+}
+
+/// An operation the provider refused for good is not sent again while the
+/// declaration (its spec hash) and the database (its observation) are
+/// what it was decided from: the same call would be refused the same way,
+/// under a new operation id each cycle. `Failed`, with the provider's
+/// message, until one of them changes or an operator retries (`tend
+/// reconcile NAME` clears the failure).
+fn failed_again(decision: Decision, input: &DecideInput<'_>) -> Decision {
+    let Some(failure) = &input.memory.failure else {
+        return decision;
+    };
+    let kind = match decision.action {
+        Action::Create => "create",
+        Action::Update => "update",
+        Action::Delete => "delete",
+        Action::Adopt => "adopt",
+        Action::Release => "release",
+        Action::None | Action::Hold => return decision,
+    };
+    let spec_hash = match input.subject {
+        Subject::Declared(d) => Some(&d.spec_hash),
+        Subject::Removed(_) => None,
+    };
+    let same = failure.kind == kind
+        && spec_hash.is_none_or(|h| *h == failure.spec_hash)
+        && failure.observed == observed_fingerprint(input.observed);
+    if !same {
+        return decision;
+    }
+    Decision {
+        state: State::Failed,
+        action: Action::None,
+        rule: Rule::OperationFailed,
+        reason: format!(
+            "the provider refused the {kind} (operation {}) at {}: {}; tend does not send it again until the declaration or the database changes, or `tend reconcile {}` retries it",
+            short(&failure.operation_id),
+            time(failure.at),
+            failure.message,
+            match input.subject {
+                Subject::Declared(d) => d.name(),
+                Subject::Removed(t) => t.last.metadata.name.as_str(),
+            }
+        ),
+        act_at: None,
+        ..decision
     }
 }
 

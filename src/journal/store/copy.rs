@@ -34,11 +34,15 @@ const TABLES: &[(&str, &str)] = &[
         "id, receiver, event, subject, body, attempts, next_ms, created_ms, last_error",
     ),
     ("status_decided", "name, digest, commit_id"),
+    (
+        "failures",
+        "name, op_id, kind, spec_hash, observed, message, failed_ms",
+    ),
 ];
 
 /// `meta` keys that describe the state's content (the format keys belong
 /// to each backend's own layout).
-const COPIED_META: &[&str] = &["agent_id"];
+const COPIED_META: &[&str] = &["agent_id", "suspension"];
 
 impl StateStore {
     /// Copies this (SQLite) state into `target` (PostgreSQL), which must

@@ -168,10 +168,23 @@ CREATE TABLE IF NOT EXISTS status_decided (
 CREATE INDEX IF NOT EXISTS intents_finished ON intents (state, updated_ms);
 "#,
     ),
+    // 7: the last operation the provider refused for good, per resource,
+    // with what it was decided from: not sent again until that changes or
+    // an operator retries (`Failed`). An older reader ignores the table and
+    // sends it again every cycle, as it did: min_reader_format stays 3.
+    Step::Sql(
+        r#"
+CREATE TABLE IF NOT EXISTS failures (
+    name TEXT PRIMARY KEY, op_id TEXT NOT NULL, kind TEXT NOT NULL, spec_hash TEXT NOT NULL,
+    observed TEXT NOT NULL, message TEXT NOT NULL, failed_ms INTEGER NOT NULL
+);
+"#,
+    ),
 ];
 
 /// The PostgreSQL state at this binary's format, created whole (a shared
-/// state starts at format 6; a later format adds its own steps here). The
+/// state starts at format 6; a later format adds its tables here with
+/// `IF NOT EXISTS`, which the migration runs again on an older schema). The
 /// same tables and columns as the SQLite steps above, with `BIGINT` for
 /// every integer (times are milliseconds, flags 0/1); and `leases`, the
 /// leader lease of each agent group sharing the schema.
@@ -262,6 +275,10 @@ CREATE TABLE IF NOT EXISTS notify_outbox (
 CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox (next_ms);
 CREATE TABLE IF NOT EXISTS status_decided (
     name TEXT PRIMARY KEY, digest TEXT NOT NULL, commit_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS failures (
+    name TEXT PRIMARY KEY, op_id TEXT NOT NULL, kind TEXT NOT NULL, spec_hash TEXT NOT NULL,
+    observed TEXT NOT NULL, message TEXT NOT NULL, failed_ms BIGINT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS leases (
     agent_id TEXT PRIMARY KEY,

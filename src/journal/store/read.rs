@@ -268,6 +268,28 @@ impl StateStore {
                 .failed_attempts
                 .insert(field, attempts);
         }
+        // Format 7: operations the provider refused for good.
+        if self.has_table("failures")? {
+            for (name, failure) in self.map_rows(
+                "SELECT name, op_id, kind, spec_hash, observed, message, failed_ms FROM failures",
+                &[],
+                |r| {
+                    Ok((
+                        r.get::<String>(0)?,
+                        crate::engine::OperationFailure {
+                            operation_id: r.get(1)?,
+                            kind: r.get(2)?,
+                            spec_hash: SpecHash(r.get(3)?),
+                            observed: r.get(4)?,
+                            message: r.get(5)?,
+                            at: time(r.get::<i64>(6)?),
+                        },
+                    ))
+                },
+            )? {
+                out.entry(name).or_default().failure = Some(failure);
+            }
+        }
         Ok(StoredMemories {
             memories: out,
             freshness: Some(freshness),

@@ -240,6 +240,15 @@ impl StateStore {
     /// Forgets the failed update attempts of `name` (`tend state
     /// reset-attempts`): an `Unconvergeable` field is tried again. Whether
     /// there were any.
+    /// Forgets the operation the provider refused for `name`, so it is
+    /// sent again (`tend reconcile NAME`); whether there was one.
+    pub fn clear_failure(&self, name: &str) -> Result<bool, StateError> {
+        if !self.has_table("failures")? {
+            return Ok(false);
+        }
+        self.write(|tx| tx.clear_failure(name))
+    }
+
     pub fn reset_attempts(&self, name: &str) -> Result<bool, StateError> {
         self.write(|tx| {
             tx.count("DELETE FROM attempts WHERE name = ?1", args![name])
@@ -502,10 +511,40 @@ impl Tx<'_> {
             "override_seen",
             "deletion_holds",
             "deletion_approvals",
+            "failures",
         ] {
             self.exec(&format!("DELETE FROM {table} WHERE name = ?1"), args![name])?;
         }
         Ok(())
+    }
+
+    /// The provider refused an operation on `name` for good.
+    pub fn record_failure(
+        &self,
+        name: &str,
+        failure: &crate::engine::OperationFailure,
+    ) -> Result<(), StateError> {
+        self.exec(
+            "INSERT INTO failures (name, op_id, kind, spec_hash, observed, message, failed_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             ON CONFLICT (name) DO UPDATE SET op_id = excluded.op_id, kind = excluded.kind, \
+             spec_hash = excluded.spec_hash, observed = excluded.observed, \
+             message = excluded.message, failed_ms = excluded.failed_ms",
+            args![
+                name,
+                failure.operation_id.as_str(),
+                failure.kind.as_str(),
+                failure.spec_hash.0.as_str(),
+                failure.observed.as_str(),
+                failure.message.as_str(),
+                ms(failure.at)
+            ],
+        )
+    }
+
+    /// Forgets the refused operation of `name`: it may be sent again.
+    pub fn clear_failure(&self, name: &str) -> Result<bool, StateError> {
+        Ok(self.count("DELETE FROM failures WHERE name = ?1", args![name])? > 0)
     }
 
     /// Records when an override of `name` from `source` with this content

@@ -37,10 +37,12 @@ pub enum Condition {
     SourceError,
     /// The agent is suspended (`tend suspend`), about [`AGENT`].
     Suspended,
+    /// The provider refused an operation for good (`Failed`).
+    OperationFailed,
 }
 
 impl Condition {
-    const ALL: [Condition; 8] = [
+    const ALL: [Condition; 9] = [
         Condition::Drift,
         Condition::OverrideExpiring,
         Condition::OverrideExpired,
@@ -49,6 +51,7 @@ impl Condition {
         Condition::Unconvergeable,
         Condition::SourceError,
         Condition::Suspended,
+        Condition::OperationFailed,
     ];
 
     /// Its name in the state store.
@@ -62,6 +65,7 @@ impl Condition {
             Condition::Unconvergeable => "unconvergeable",
             Condition::SourceError => "source-error",
             Condition::Suspended => "suspended",
+            Condition::OperationFailed => "operation-failed",
         }
     }
 
@@ -80,6 +84,7 @@ impl Condition {
             Condition::Unconvergeable => NotifyEvent::Unconvergeable,
             Condition::SourceError => NotifyEvent::SourceError,
             Condition::Suspended => NotifyEvent::Suspended,
+            Condition::OperationFailed => NotifyEvent::OperationFailed,
         }
     }
 }
@@ -122,6 +127,7 @@ pub fn conditions(
             State::Blocked => add(Condition::Blocked),
             State::Stalled => add(Condition::Stalled),
             State::Unconvergeable => add(Condition::Unconvergeable),
+            State::Failed => add(Condition::OperationFailed),
             _ => {}
         }
         if r.drift

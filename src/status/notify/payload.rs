@@ -71,6 +71,9 @@ pub fn json_payload(t: &Transition, report: &Report) -> Value {
     if t.event == NotifyEvent::SourceError {
         body["sourceError"] = json!(report.source.error);
     }
+    if let (NotifyEvent::OperationFailed, Some(r)) = (t.event, r) {
+        body["operation"] = json!(r.operation);
+    }
     if t.event == NotifyEvent::Suspended {
         body["suspended"] = json!(report.suspended);
     }
@@ -108,6 +111,14 @@ pub fn headline(t: &Transition, report: &Report) -> String {
         NotifyEvent::Blocked => format!("{who} is Blocked"),
         NotifyEvent::Stalled => format!("{who}: its deletion is Stalled"),
         NotifyEvent::Unconvergeable => format!("{who} is Unconvergeable"),
+        NotifyEvent::OperationFailed => format!(
+            "{who}: the provider refused {}",
+            r.and_then(|r| r.operation.as_ref())
+                .map_or("an operation".to_string(), |o| format!(
+                    "the {}",
+                    o.kind.as_str()
+                ))
+        ),
         NotifyEvent::SourceError => format!("the source {} cannot be read", report.source.url),
         NotifyEvent::Suspended => format!(
             "the agent is suspended: it changes nothing until `tend resume` ({})",

@@ -215,6 +215,7 @@ fn the_json_report_follows_the_contract_field_by_field() {
             "operation",
             "override",
             "reason",
+            "rule",
             "state"
         ]
     );

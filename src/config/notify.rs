@@ -29,12 +29,18 @@ pub enum NotifyEvent {
     /// The provider refused an operation for good: the resource is
     /// `Failed` (not retried until something changes).
     OperationFailed,
+    /// The mass-deletion guard tripped: the resource's deletion is held
+    /// (with the counts and the approve command).
+    DeletionHeld,
+    /// A resource is in `Error`: not observed, or an invalid provider
+    /// label; nothing is done about it.
+    Error,
     /// Everything that was wrong with a resource (or the source) is gone.
     Recovered,
 }
 
 impl NotifyEvent {
-    pub const ALL: [NotifyEvent; 10] = [
+    pub const ALL: [NotifyEvent; 12] = [
         NotifyEvent::DriftDetected,
         NotifyEvent::OverrideExpiring,
         NotifyEvent::OverrideExpired,
@@ -44,6 +50,8 @@ impl NotifyEvent {
         NotifyEvent::SourceError,
         NotifyEvent::Suspended,
         NotifyEvent::OperationFailed,
+        NotifyEvent::DeletionHeld,
+        NotifyEvent::Error,
         NotifyEvent::Recovered,
     ];
 
@@ -58,6 +66,8 @@ impl NotifyEvent {
             NotifyEvent::SourceError => "source-error",
             NotifyEvent::Suspended => "suspended",
             NotifyEvent::OperationFailed => "operation-failed",
+            NotifyEvent::DeletionHeld => "deletion-held",
+            NotifyEvent::Error => "error",
             NotifyEvent::Recovered => "recovered",
         }
     }

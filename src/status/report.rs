@@ -149,6 +149,11 @@ pub struct ResourceReport {
     pub file: String,
     pub state: State,
     pub action: Action,
+    /// The rule that decided (`drift-grace`, `deletion-guard`, …: `tend
+    /// explain` names the same). Absent in reports written before it was
+    /// added.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rule: String,
     pub reason: String,
     pub drift: Vec<DriftReport>,
     /// Boxed, as `operation` is: most resources have neither, and a
@@ -449,6 +454,7 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
         file: r.file.clone(),
         state: d.state,
         action: d.action,
+        rule: d.rule.as_str().to_string(),
         reason: d.reason.clone(),
         drift: d
             .drift

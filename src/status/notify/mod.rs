@@ -39,10 +39,15 @@ pub enum Condition {
     Suspended,
     /// The provider refused an operation for good (`Failed`).
     OperationFailed,
+    /// The mass-deletion guard holds the resource's deletion.
+    DeletionHeld,
+    /// The resource is in `Error` (not observed, an invalid provider
+    /// label): nothing is done about it.
+    Error,
 }
 
 impl Condition {
-    const ALL: [Condition; 9] = [
+    const ALL: [Condition; 11] = [
         Condition::Drift,
         Condition::OverrideExpiring,
         Condition::OverrideExpired,
@@ -52,6 +57,8 @@ impl Condition {
         Condition::SourceError,
         Condition::Suspended,
         Condition::OperationFailed,
+        Condition::DeletionHeld,
+        Condition::Error,
     ];
 
     /// Its name in the state store.
@@ -66,6 +73,8 @@ impl Condition {
             Condition::SourceError => "source-error",
             Condition::Suspended => "suspended",
             Condition::OperationFailed => "operation-failed",
+            Condition::DeletionHeld => "deletion-held",
+            Condition::Error => "error",
         }
     }
 
@@ -85,6 +94,8 @@ impl Condition {
             Condition::SourceError => NotifyEvent::SourceError,
             Condition::Suspended => NotifyEvent::Suspended,
             Condition::OperationFailed => NotifyEvent::OperationFailed,
+            Condition::DeletionHeld => NotifyEvent::DeletionHeld,
+            Condition::Error => NotifyEvent::Error,
         }
     }
 }
@@ -128,11 +139,22 @@ pub fn conditions(
             State::Stalled => add(Condition::Stalled),
             State::Unconvergeable => add(Condition::Unconvergeable),
             State::Failed => add(Condition::OperationFailed),
+            State::Error => add(Condition::Error),
             _ => {}
         }
-        if r.drift
-            .iter()
-            .any(|d| d.origin == DriftOrigin::OutOfBand && !d.ignored)
+        if r.rule == crate::engine::Rule::DeletionGuard.as_str() {
+            add(Condition::DeletionHeld);
+        }
+        // A pause leaves every field alone: its drift is expected, not news
+        // (until the pause expires).
+        let paused = r
+            .override_
+            .as_ref()
+            .is_some_and(|o| o.kind.contains("paused") && !o.expired);
+        if !paused
+            && r.drift
+                .iter()
+                .any(|d| d.origin == DriftOrigin::OutOfBand && !d.ignored)
         {
             add(Condition::Drift);
         }
@@ -153,9 +175,11 @@ pub fn conditions(
 
 /// What changed from the conditions last notified (`before`, as stored:
 /// unknown names are ignored) to `now`: each condition that started, and
-/// for a subject of the report whose every condition ended, `recovered`.
-/// A subject gone from the report (a removed declaration, released) is
-/// forgotten without a message.
+/// `recovered` naming exactly the conditions of a subject that ended (an
+/// override that was expiring and has now expired did not end: it went on
+/// to the next stage). A subject gone from the report (a removed
+/// declaration, released) is forgotten without a message, except a
+/// stalled deletion, which recovered: the database is gone.
 pub fn transitions(
     before: &BTreeSet<(String, String)>,
     now: &BTreeSet<(String, Condition)>,
@@ -175,14 +199,20 @@ pub fn transitions(
         .collect();
     let mut ended: BTreeMap<&str, Vec<Condition>> = BTreeMap::new();
     for (subject, c) in before.difference(now) {
-        ended.entry(subject.as_str()).or_default().push(*c);
+        let expired_now = *c == Condition::OverrideExpiring
+            && now.contains(&(subject.clone(), Condition::OverrideExpired));
+        if !expired_now {
+            ended.entry(subject.as_str()).or_default().push(*c);
+        }
     }
-    for (subject, conditions) in ended {
-        let still = now.iter().any(|(s, _)| s == subject);
+    for (subject, mut conditions) in ended {
         let present = subject == SOURCE
             || subject == AGENT
             || report.resources.iter().any(|r| r.name == subject);
-        if !still && present {
+        if !present {
+            conditions.retain(|c| *c == Condition::Stalled);
+        }
+        if !conditions.is_empty() {
             out.push(Transition {
                 event: NotifyEvent::Recovered,
                 subject: subject.to_string(),
@@ -300,5 +330,105 @@ mod tests {
             ]
         );
         assert_eq!(t[2].ended, [Condition::Blocked]);
+    }
+
+    /// docs/reports.md, "Notifications", rule by rule, as transitions.
+    #[test]
+    fn each_notification_rule_is_a_transition() {
+        let day = Duration::from_secs(24 * 3600);
+        let now = at("2027-01-15T08:00:00Z");
+        let drift = serde_json::json!([{"field": "connectionLimit", "desired": 1, "observed": 2, "origin": "out-of-band"}]);
+        let pause = |expires: &str, expired: bool| serde_json::json!({"source": "annotation", "kind": "paused", "fields": [], "reason": "INC-1", "expires": expires, "expired": expired});
+        let step = |before: &BTreeSet<(String, Condition)>, resources: serde_json::Value| {
+            let r = report(resources, false);
+            let c = conditions(&r, now, day);
+            let t = transitions(&stored(before), &c, &r);
+            (c, t)
+        };
+
+        // No drift-detected for drift a pause leaves alone.
+        let (c, t) = step(
+            &BTreeSet::new(),
+            serde_json::json!([resource(
+                "p",
+                "Overridden",
+                serde_json::json!({"drift": drift, "override": pause("2027-03-01T00:00:00Z", false)})
+            )]),
+        );
+        assert!(events(&t).is_empty(), "{t:?}");
+        assert!(c.is_empty());
+
+        // Drift, then an override covers it: recovered names exactly the
+        // drift, while the override's own condition starts.
+        let (c, _) = step(
+            &BTreeSet::new(),
+            serde_json::json!([resource(
+                "d",
+                "Drifted",
+                serde_json::json!({"drift": drift})
+            )]),
+        );
+        let (c, t) = step(
+            &c,
+            serde_json::json!([resource(
+                "d",
+                "Overridden",
+                serde_json::json!({"drift": drift, "override": pause("2027-01-15T09:00:00Z", false)})
+            )]),
+        );
+        assert_eq!(events(&t), [("override-expiring", "d"), ("recovered", "d")]);
+        assert_eq!(t[1].ended, [Condition::Drift]);
+        // The override then expires: that is not a recovery.
+        let (_, t) = step(
+            &c,
+            serde_json::json!([resource(
+                "d",
+                "Overridden",
+                serde_json::json!({"drift": drift, "override": pause("2027-01-15T07:59:00Z", true)})
+            )]),
+        );
+        assert_eq!(
+            events(&t),
+            [("drift-detected", "d"), ("override-expired", "d")]
+        );
+
+        // The mass-deletion guard, an Error, a Failed operation.
+        let (c, t) = step(
+            &BTreeSet::new(),
+            serde_json::json!([
+                resource(
+                    "g",
+                    "Deleting",
+                    serde_json::json!({"action": "Hold", "rule": "deletion-guard"})
+                ),
+                resource("e", "Error", serde_json::json!({})),
+                resource("s", "Stalled", serde_json::json!({})),
+                resource("x", "Drifted", serde_json::json!({"drift": drift})),
+            ]),
+        );
+        assert_eq!(
+            events(&t),
+            [
+                ("error", "e"),
+                ("deletion-held", "g"),
+                ("stalled", "s"),
+                ("drift-detected", "x")
+            ]
+        );
+        // The stalled deletion completes (gone from the report): recovered;
+        // a drifted declaration removed from Git is forgotten silently.
+        let (_, t) = step(
+            &c,
+            serde_json::json!([
+                resource(
+                    "g",
+                    "Deleting",
+                    serde_json::json!({"action": "Hold", "rule": "deletion-guard"})
+                ),
+                resource("e", "Error", serde_json::json!({})),
+            ]),
+        );
+        assert_eq!(events(&t), [("recovered", "s")]);
+        assert_eq!(t[0].ended, [Condition::Stalled]);
     }
 }

@@ -71,6 +71,12 @@ pub fn json_payload(t: &Transition, report: &Report) -> Value {
     if t.event == NotifyEvent::SourceError {
         body["sourceError"] = json!(report.source.error);
     }
+    if t.event == NotifyEvent::DeletionHeld {
+        body["approve"] = json!(format!(
+            "tend deletions approve {} --reason TEXT",
+            t.subject
+        ));
+    }
     if let (NotifyEvent::OperationFailed, Some(r)) = (t.event, r) {
         body["operation"] = json!(r.operation);
     }
@@ -111,6 +117,11 @@ pub fn headline(t: &Transition, report: &Report) -> String {
         NotifyEvent::Blocked => format!("{who} is Blocked"),
         NotifyEvent::Stalled => format!("{who}: its deletion is Stalled"),
         NotifyEvent::Unconvergeable => format!("{who} is Unconvergeable"),
+        NotifyEvent::DeletionHeld => format!(
+            "{who}: its deletion is held by the mass-deletion guard (`tend deletions approve {} --reason …` lets it go)",
+            t.subject
+        ),
+        NotifyEvent::Error => format!("{who} is in Error: nothing is done about it"),
         NotifyEvent::OperationFailed => format!(
             "{who}: the provider refused {}",
             r.and_then(|r| r.operation.as_ref())

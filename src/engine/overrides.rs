@@ -110,6 +110,11 @@ pub struct EffectiveOverride {
     pub resumed: bool,
     /// Age of the oldest override.
     pub age: Duration,
+    /// What the overrides declare, honoured or not (an expired one with
+    /// `on-expiry: resume` still declares the pause it no longer holds):
+    /// what reports name as its kind and fields.
+    pub declared_paused: bool,
+    pub declared_fields: Vec<String>,
 }
 
 impl EffectiveOverride {
@@ -132,9 +137,10 @@ impl EffectiveOverride {
         })
     }
 
-    /// `paused`, `ignore-fields`, or both.
+    /// `paused`, `ignore-fields`, or both: what the overrides declare
+    /// (honoured or, expired with `resume`, not any more).
     pub fn kind(&self) -> &'static str {
-        match (self.paused, self.ignore_fields.is_empty()) {
+        match (self.declared_paused, self.declared_fields.is_empty()) {
             (true, true) => "paused",
             (true, false) => "paused,ignore-fields",
             (false, _) => "ignore-fields",
@@ -167,6 +173,12 @@ pub fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveOverride
         out.age = out
             .age
             .max(now.duration_since(o.first_seen).unwrap_or_default());
+        out.declared_paused |= o.spec.paused;
+        for f in &o.spec.ignore_fields {
+            if !out.declared_fields.contains(f) {
+                out.declared_fields.push(f.clone());
+            }
+        }
         if honoured {
             out.paused |= o.spec.paused;
             for f in &o.spec.ignore_fields {
@@ -244,5 +256,28 @@ mod tests {
         };
         assert_eq!(input.expires_at(), Some(crate::time::latest()));
         assert!(!effective(&[input], SystemTime::now()).expired);
+    }
+
+    /// An expired pause with `on-expiry: resume` holds nothing any more,
+    /// and is still reported as the pause it was (not as an ignore-fields
+    /// override with no fields).
+    #[test]
+    fn an_expired_pause_that_resumed_is_reported_as_a_pause() {
+        let spec = OverrideSpec {
+            paused: true,
+            ignore_fields: Vec::new(),
+            on_expiry: OnExpiry::Resume,
+            ..spec()
+        };
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let input = OverrideInput {
+            source: OverrideSource::Annotation,
+            spec,
+            first_seen: start,
+        };
+        let ov = effective(&[input], start + Duration::from_secs(5 * 3600));
+        assert!(ov.expired && ov.resumed && !ov.paused, "{ov:?}");
+        assert_eq!(ov.kind(), "paused");
+        assert!(ov.declared_fields.is_empty());
     }
 }

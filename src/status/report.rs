@@ -476,7 +476,7 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
                     .collect::<Vec<_>>()
                     .join(","),
                 kind: ov.kind().to_string(),
-                fields: ov.ignore_fields.clone(),
+                fields: ov.declared_fields.clone(),
                 reason: ov.reasons.join("; "),
                 expires: ov.expires.map(rfc3339),
                 expired: ov.expired,

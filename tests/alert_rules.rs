@@ -53,15 +53,7 @@ fn the_shipped_rules_load_and_fire_as_their_tests_say() {
 
 #[test]
 fn every_rule_names_an_exported_metric_and_an_existing_runbook() {
-    // The families the agent registers (`r.register("name", …)`), with the
-    // registry's prefix.
-    let registered = std::fs::read_to_string(repo_root().join("src/server/metrics.rs")).unwrap();
-    let families: Vec<String> = registered
-        .split("register(")
-        .skip(1)
-        .filter_map(|rest| rest.trim_start().strip_prefix('"')?.split('"').next())
-        .map(|name| format!("tend_{name}"))
-        .collect();
+    let families = support::metric_families();
     let text = std::fs::read_to_string(rules_dir().join("tend-rules.yml")).unwrap();
     let rules: serde_json::Value =
         serde_json::to_value(serde_norway::from_str::<serde_norway::Value>(&text).unwrap())

@@ -851,16 +851,7 @@ fn metric_names(pattern: &str) -> Vec<String> {
 
 #[test]
 fn every_skipped_command_is_checked_another_way() {
-    // The metric families the agent registers (`r.register("name", …)`),
-    // with the registry's prefix; a family with no samples yet is not in
-    // the encoded text, so the source is read.
-    let registered = std::fs::read_to_string(repo_root().join("src/server/metrics.rs")).unwrap();
-    let families: Vec<String> = registered
-        .split("register(")
-        .skip(1)
-        .filter_map(|rest| rest.trim_start().strip_prefix('"')?.split('"').next())
-        .map(|name| format!("tend_{name}"))
-        .collect();
+    let families = support::metric_families();
     let exported = tend::server::metrics::Metrics::new().encode();
     assert!(
         exported.contains("# TYPE tend_fetch_errors counter"),

@@ -47,11 +47,13 @@ pub enum ConfigError {
     },
 }
 
+mod control;
 pub mod notify;
 mod providers;
 pub mod secret;
 mod values;
 
+pub use control::ControlConfig;
 pub use providers::{
     FaultConfig, HttpConfig, PostgresConfig, ProviderConfig, ProviderKind, ProviderLimits,
     SandboxConfig,
@@ -80,18 +82,6 @@ pub struct Config {
     pub state: StateConfig,
     #[serde(default)]
     pub control: ControlConfig,
-}
-
-/// `[control]`: the local channel operators' commands reach the running
-/// agent through (docs/operations.md, "Commands beside the agent").
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ControlConfig {
-    /// The Unix socket; [`Config::control_socket`] gives the default.
-    pub socket: Option<PathBuf>,
-    /// A group whose members may use it, besides root and the agent's
-    /// own user.
-    pub group: Option<String>,
 }
 
 /// `[state]`: where the state is kept and for how long.
@@ -599,27 +589,6 @@ impl Config {
             .unwrap_or_else(|| self.state_dir.join("reports"))
     }
 
-    /// The control socket: `[control] socket`, by default
-    /// `<state_dir>/control.sock` (the state dir is the agent's: only its
-    /// user and root reach a socket in it).
-    pub fn control_socket(&self) -> PathBuf {
-        self.control
-            .socket
-            .clone()
-            .unwrap_or_else(|| self.state_dir.join("control.sock"))
-    }
-
-    /// `[control] group`, resolved; a group that does not exist is a
-    /// configuration error.
-    pub fn control_group(&self) -> Result<Option<crate::control::Group>, ConfigError> {
-        let Some(name) = &self.control.group else {
-            return Ok(None);
-        };
-        crate::control::group_by_name(name)
-            .map(Some)
-            .ok_or_else(|| ConfigError::NoGroup { name: name.clone() })
-    }
-
     /// Reads and checks a configuration file; relative paths become
     /// relative to the file's directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -781,50 +750,6 @@ impl Config {
             max_update_attempts: 3,
             sabotage: crate::sabotage::Sabotage::None,
         }
-    }
-
-    /// Every file the configuration names for a secret, a key or a
-    /// certificate: what a command about to give up root reads first
-    /// ([`secret::preload`]).
-    pub fn secret_files(&self) -> Vec<PathBuf> {
-        let s = &self.source;
-        let mut files: Vec<PathBuf> = [
-            &s.token_file,
-            &s.ssh_key_file,
-            &s.known_hosts_file,
-            &s.allowed_signers_file,
-            &s.gpg_keyring_file,
-            &self.server.webhook_secret_file,
-            &self.state.password_file,
-            &self.state.tls_ca_file,
-        ]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect();
-        for receiver in &self.notify {
-            files.extend(
-                receiver
-                    .url_file
-                    .iter()
-                    .chain(&receiver.secret_file)
-                    .cloned(),
-            );
-        }
-        for provider in self.providers.values() {
-            files.extend(provider.files());
-        }
-        files
-    }
-
-    /// The webhook secret (`[server] webhook_secret_file`), read from its
-    /// file; `None` when none is configured.
-    pub fn webhook_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
-        self.server
-            .webhook_secret_file
-            .as_deref()
-            .map(|file| secret::read("[server] webhook_secret_file", file).map(String::into_bytes))
-            .transpose()
     }
 
     /// The source settings without the credentials a fetch needs: for

@@ -83,6 +83,52 @@ fn check(bytes: Vec<u8>, fail: impl Fn(String) -> ConfigError) -> Result<String,
     Ok(secret.to_string())
 }
 
+impl super::Config {
+    /// Every file the configuration names for a secret, a key or a
+    /// certificate: what a command about to give up root reads first
+    /// ([`secret::preload`]).
+    pub fn secret_files(&self) -> Vec<PathBuf> {
+        let s = &self.source;
+        let mut files: Vec<PathBuf> = [
+            &s.token_file,
+            &s.ssh_key_file,
+            &s.known_hosts_file,
+            &s.allowed_signers_file,
+            &s.gpg_keyring_file,
+            &self.server.webhook_secret_file,
+            &self.state.password_file,
+            &self.state.tls_ca_file,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        for receiver in &self.notify {
+            files.extend(
+                receiver
+                    .url_file
+                    .iter()
+                    .chain(&receiver.secret_file)
+                    .cloned(),
+            );
+        }
+        for provider in self.providers.values() {
+            files.extend(provider.files());
+        }
+        files
+    }
+
+    /// The webhook secret (`[server] webhook_secret_file`), read from its
+    /// file; `None` when none is configured.
+    pub fn webhook_secret(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        self.server
+            .webhook_secret_file
+            .as_deref()
+            .map(|file| read("[server] webhook_secret_file", file).map(String::into_bytes))
+            .transpose()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,20 @@ pub mod users;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The metric families the agent registers (`r.register("name", …)` in
+/// src/server/metrics.rs), with the registry's `tend_` prefix: read from
+/// the source, since a family with no samples yet is not in the encoded
+/// text.
+pub fn metric_families() -> Vec<String> {
+    let registered = std::fs::read_to_string(repo_root().join("src/server/metrics.rs")).unwrap();
+    registered
+        .split("register(")
+        .skip(1)
+        .filter_map(|rest| rest.trim_start().strip_prefix('"')?.split('"').next())
+        .map(|name| format!("tend_{name}"))
+        .collect()
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,6 +4,8 @@
 //! ([`postgres`], [`lease`]). Reads are in [`read`], writes in [`write`];
 //! both are written once against [`sql`].
 
+mod agent_id;
+mod backup;
 mod copy;
 pub mod lease;
 mod migrations;
@@ -30,7 +32,6 @@ use std::time::{Duration, SystemTime};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::{FORMAT, READABLE_FORMAT, StateError};
-use crate::model::hash::sha256_hex;
 use postgres::PgSession;
 use sql::{Row, SqlError, SqlValue, args};
 
@@ -539,55 +540,6 @@ impl StateStore {
             .map_err(|e| self.err(e))
     }
 
-    /// The agent id: the kept one, else the configured one (then kept),
-    /// else a new one generated once and kept. A configured id that
-    /// differs from the kept one is refused ([`StateError::AgentIdChanged`]):
-    /// the resources at the provider carry the kept one.
-    pub fn agent_id(&self, configured: Option<&str>) -> Result<String, StateError> {
-        if let Some(kept) = self.kept_agent_id(configured)? {
-            return Ok(kept);
-        }
-        let id = match configured {
-            Some(configured) => configured.to_string(),
-            None => {
-                use std::hash::{BuildHasher, Hasher};
-                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                h.write_i64(ms(SystemTime::now()));
-                h.write_u32(std::process::id());
-                format!("tend-{}", &sha256_hex(&h.finish().to_le_bytes())[..12])
-            }
-        };
-        self.set_meta("agent_id", &id)?;
-        Ok(id)
-    }
-
-    /// The agent id a reader reports: the kept one; the configured one
-    /// when none is kept yet; refused like [`StateStore::agent_id`] when
-    /// they differ. Writes nothing.
-    pub fn agent_id_for_reading(
-        &self,
-        configured: Option<&str>,
-    ) -> Result<Option<String>, StateError> {
-        Ok(self
-            .kept_agent_id(configured)?
-            .or_else(|| configured.map(str::to_string)))
-    }
-
-    /// The kept agent id, if any; refused when `configured` is another.
-    fn kept_agent_id(&self, configured: Option<&str>) -> Result<Option<String>, StateError> {
-        let kept = self.meta("agent_id")?;
-        match (kept, configured) {
-            (Some(kept), Some(configured)) if kept != configured => {
-                Err(StateError::AgentIdChanged {
-                    location: self.location.clone(),
-                    configured: configured.to_string(),
-                    kept,
-                })
-            }
-            (kept, _) => Ok(kept),
-        }
-    }
-
     pub(crate) fn set_meta(&self, key: &str, value: &str) -> Result<(), StateError> {
         self.write(|tx| {
             tx.exec(
@@ -616,56 +568,6 @@ impl StateStore {
             path: config.state_dir.display().to_string(),
             message: "the state database could not be created".into(),
         })
-    }
-
-    /// Copies the SQLite state into a new file `target` with SQLite's
-    /// online backup (one step, under one read transaction: a consistent
-    /// copy, also beside the running agent), then checks the copy. An
-    /// existing `target` is refused, never overwritten.
-    pub fn backup_to(&self, target: &Path) -> Result<(), StateError> {
-        let io = |message: String| StateError::Io {
-            path: target.display().to_string(),
-            message,
-        };
-        let guard = self.conn();
-        let Backend::Sqlite(source) = &*guard else {
-            return Err(io(
-                "the state is in PostgreSQL: back it up with pg_dump (docs/operations.md, \"Backups\")"
-                    .into(),
-            ));
-        };
-        // `create_new`: an existing file (a symlink included) is refused.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(target)
-            .map_err(|e| {
-                io(format!(
-                    "cannot create it ({e}); name a file that does not exist"
-                ))
-            })?;
-        let mut copy = Connection::open(target).map_err(|e| sql_err(target, e))?;
-        {
-            let backup =
-                rusqlite::backup::Backup::new(source, &mut copy).map_err(|e| sql_err(target, e))?;
-            backup
-                .run_to_completion(i32::MAX, Duration::from_millis(50), None)
-                .map_err(|e| sql_err(target, e))?;
-        }
-        let check: String = copy
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-            .map_err(|e| sql_err(target, e))?;
-        if check != "ok" {
-            return Err(io(format!(
-                "the copy fails SQLite's integrity check: {check}"
-            )));
-        }
-        copy.pragma_update(None, "journal_mode", "DELETE")
-            .map_err(|e| sql_err(target, e))?;
-        drop(copy);
-        std::fs::File::open(target)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| io(e.to_string()))
     }
 
     fn count(&self, sql: &str) -> Result<i64, StateError> {

@@ -295,3 +295,81 @@ fn daemon_over_10000_declarations() {
         &format!("{d}; the git commit included"),
     );
 }
+
+/// How soon the running agent sees a change made at the provider behind
+/// its back, with no commit and `resync` an hour: the observation cadence
+/// (`[reconcile] observe`) bounds it. Each sample edits a database at a
+/// random moment of the cadence and times until `/v1/status` shows the
+/// out-of-band drift. Target: at most the cadence + 5 s.
+#[test]
+#[ignore = "benchmark: run explicitly, see docs/performance.md"]
+fn drift_is_seen_within_the_observe_cadence() {
+    let scale = Scale::from_env();
+    let declarations = scale.n(1_000, 50);
+    let samples = scale.n(8, 3);
+    let cadence = Duration::from_secs(if scale.quick { 3 } else { 15 });
+    let work = repo_with_declarations(declarations);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let path = TendConfig::new(dir.path(), &work.url())
+        .source("path", "\"databases\"")
+        .source("interval", "\"1h\"")
+        .reconcile("resync", "\"1h\"")
+        .reconcile("drift_grace", "\"1h\"")
+        .reconcile("observe", &format!("\"{}s\"", cadence.as_secs()))
+        .sandbox("rate_limit", "10000")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = Daemon::start(&path, port, &[]);
+    daemon.wait_for("ready", Duration::from_secs(300), || {
+        daemon.get("/readyz").is_some_and(|r| r.status == 200)
+    });
+    let mut seen_ms = Vec::new();
+    let mut dice = support::dice::Dice(7);
+    for i in 0..samples {
+        // A random moment of the cadence.
+        std::thread::sleep(Duration::from_millis(
+            dice.below(cadence.as_millis() as u64),
+        ));
+        let name = format!("db-{:05}", (i * 7919) % declarations);
+        // The database's name: the declaration's, `-` made `_`.
+        let database = name.replace('-', "_");
+        let limit = 1000 + i;
+        let edited = Command::new(env!("CARGO_BIN_EXE_tend"))
+            .args([
+                "--config",
+                &path.display().to_string(),
+                "sandbox",
+                "edit",
+                &database,
+            ])
+            .args(["--set", &format!("connectionLimit={limit}")])
+            .output()
+            .unwrap();
+        assert!(edited.status.success(), "{edited:?}");
+        let edited_at = Instant::now();
+        daemon.wait_for("the drift seen", cadence + Duration::from_secs(60), || {
+            daemon
+                .get(&format!("/v1/status/{name}"))
+                .filter(|r| r.status == 200)
+                .and_then(|r| serde_json::from_str::<serde_json::Value>(&r.body).ok())
+                .is_some_and(|r| {
+                    r["drift"]
+                        .as_array()
+                        .is_some_and(|d| d.iter().any(|x| x["observed"] == limit as u64))
+                })
+        });
+        seen_ms.push(edited_at.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (v, d) = spread(&seen_ms);
+    figure(
+        &format!(
+            "**run: out-of-band change seen, observe = {}s (target <= {}s)**",
+            cadence.as_secs(),
+            cadence.as_secs() + 5
+        ),
+        v,
+        &format!("{d}; {declarations} declarations, resync 1h, no commit"),
+    );
+    println!("drift seen after {}", stats(&seen_ms));
+}

@@ -110,7 +110,7 @@ fn systemd_hears_ready_status_watchdog_reloading_and_stopping() {
             seen.extend(daemon.notifications());
             seen.iter().any(|m| m.contains("READY=1"))
                 && seen.iter().any(|m| {
-                    m.starts_with("STATUS=commit ") && m.contains(": 1 resources, 1 in sync,")
+                    m.starts_with("STATUS=commit ") && m.contains(": 1 resource, 1 in sync,")
                 })
                 && seen.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 2
         },

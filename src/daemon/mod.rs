@@ -462,8 +462,8 @@ fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bo
         Some(r) => {
             let s = &r.summary;
             format!(
-                "commit {commit}: {} resources, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors{}",
-                s.total,
+                "commit {commit}: {}, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors{}",
+                s.resources(),
                 s.in_sync,
                 s.drifted,
                 s.missing,

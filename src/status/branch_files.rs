@@ -201,8 +201,15 @@ fn summary(report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "{} resources: {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors.\n",
-        s.total, s.in_sync, s.drifted, s.missing, s.blocked, s.overridden, s.deleting, s.errors
+        "{}: {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors.\n",
+        s.resources(),
+        s.in_sync,
+        s.drifted,
+        s.missing,
+        s.blocked,
+        s.overridden,
+        s.deleting,
+        s.errors
     );
     let mut ordered: Vec<&ResourceReport> = report.resources.iter().collect();
     ordered.sort_by_key(|r| (urgency(r.state), r.name.as_str()));

@@ -139,9 +139,9 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         out,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-         <title>{}: {} resources, {} need attention</title><style>{STYLE}</style></head><body>\n",
+         <title>{}: {}, {} need attention</title><style>{STYLE}</style></head><body>\n",
         h(title),
-        s.total,
+        s.resources(),
         attention.len() + usize::from(report.source.error.is_some())
     );
     let _ = writeln!(out, "<h1>{}</h1>", h(title));

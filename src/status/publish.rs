@@ -264,8 +264,8 @@ fn commit_message(report: &Report) -> String {
     let commit = report.source.commit.as_deref().unwrap_or("none");
     let short = commit.get(..12).unwrap_or(commit);
     format!(
-        "tend status at {short}: {} resources, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors\n\nDecided from commit {commit} of {} (branch {}) by agent {}, tend {}.\n",
-        s.total,
+        "tend status at {short}: {}, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors\n\nDecided from commit {commit} of {} (branch {}) by agent {}, tend {}.\n",
+        s.resources(),
         s.in_sync,
         s.drifted,
         s.missing,

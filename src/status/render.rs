@@ -48,8 +48,15 @@ fn state_colour(state: State) -> &'static str {
 fn summary_line(report: &Report) -> String {
     let s = &report.summary;
     format!(
-        "{} resources: {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors",
-        s.total, s.in_sync, s.drifted, s.missing, s.blocked, s.overridden, s.deleting, s.errors
+        "{}: {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors",
+        s.resources(),
+        s.in_sync,
+        s.drifted,
+        s.missing,
+        s.blocked,
+        s.overridden,
+        s.deleting,
+        s.errors
     )
 }
 

@@ -297,6 +297,14 @@ impl Report {
 }
 
 impl Summary {
+    /// `1 resource`, `6 resources`: how every rendering opens the counts.
+    pub fn resources(&self) -> String {
+        match self.total {
+            1 => "1 resource".to_string(),
+            n => format!("{n} resources"),
+        }
+    }
+
     /// The counts of `resources` and `errors` declaration errors.
     pub fn of(resources: &[ResourceReport], errors: usize) -> Self {
         let mut summary = Summary {
@@ -548,5 +556,24 @@ fn declared_unobserved(
             .manifest()
             .map(|m| declared(&crate::model::hash::normalized_spec_value(m)))
             .unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Summary;
+
+    #[test]
+    fn one_resource_is_one_resource() {
+        let count = |total| {
+            Summary {
+                total,
+                ..Summary::default()
+            }
+            .resources()
+        };
+        assert_eq!(count(0), "0 resources");
+        assert_eq!(count(1), "1 resource");
+        assert_eq!(count(2), "2 resources");
     }
 }

@@ -131,6 +131,16 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
         errors,
         intents: Vec::new(),
         suspension: None,
+        // Released by the cycle before: shown once.
+        released: vec![tend::journal::Release {
+            name: "legacy".into(),
+            provider: "sandbox".into(),
+            database_name: "legacy".into(),
+            file: "examples/databases/legacy.yaml".into(),
+            operation_id: "op-release-legacy".into(),
+            removal_commit: "9fceb02d0ae598e95dc970b74767f19372d61af8".into(),
+            at: now - Duration::from_secs(600),
+        }],
         // A typo in an emergency, with a reason that tries to forge a line
         // and clear the screen: shown, escaped.
         orphaned_overrides: vec![OrphanedOverride {

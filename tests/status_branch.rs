@@ -509,3 +509,116 @@ fn the_running_agents_status_says_why_the_branch_is_not_written() {
     );
     assert_eq!(daemon.status()["summary"]["total"], 2);
 }
+
+/// A `Retain` declaration removed from Git: its release is shown once —
+/// in the report and on the status branch, with what, when and which
+/// commit — then leaves both (a history entry keeps it); the declaration
+/// restored is told it was released and how to take it back.
+#[test]
+fn a_release_is_shown_once_and_a_restored_declaration_is_offered_adoption() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "release-agent");
+    let push = || {
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    };
+    apply(&config, 0);
+    remote.repo.remove("orders.yaml");
+    let removal = remote.repo.commit("orders: no longer ours");
+    push();
+    apply(&config, 0);
+
+    let report = remote.latest();
+    let orders = report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "orders")
+        .unwrap_or_else(|| panic!("the release is not in the report: {report:#}"));
+    assert_eq!(orders["state"], "Released", "{orders:#}");
+    assert_eq!(orders["rule"], "release", "{orders:#}");
+    assert_eq!(orders["operation"]["kind"], "release", "{orders:#}");
+    let reason = orders["reason"].as_str().unwrap();
+    assert!(reason.contains(&removal[..12]), "{reason}");
+    assert!(reason.contains("database `orders` stays"), "{reason}");
+    assert!(reason.contains("released at 20"), "{reason}");
+    let on_branch: serde_json::Value =
+        serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+    assert_eq!(on_branch["state"], "Released", "{on_branch:#}");
+    assert!(
+        remote.show("SUMMARY.md").contains("orders"),
+        "{}",
+        remote.show("SUMMARY.md")
+    );
+    let text = TendCommand::new(&["--config", &config, "status"]).expect_code(0);
+    assert!(
+        text.stdout.contains("orders") && text.stdout.contains("Released"),
+        "{}",
+        text.stdout
+    );
+
+    // Shown once: the next report and the branch no longer carry it; the
+    // history keeps the report that did.
+    apply(&config, 0);
+    let report = remote.latest();
+    assert!(
+        !report["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "orders"),
+        "{report:#}"
+    );
+    let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
+    assert!(!files.contains("status/orders.yaml"), "{files}");
+    let history = remote.dir.path().join("state/reports/history");
+    let kept = std::fs::read_dir(&history)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .any(|text| text.contains("\"Released\"") && text.contains(&removal[..12]));
+    assert!(kept, "no history entry shows the release");
+
+    // The declaration comes back: not a stranger's name, a release; the
+    // reason offers the annotation that takes it back.
+    remote.repo.write("orders.yaml", &manifest("orders", 10));
+    remote.repo.commit("orders: ours again");
+    push();
+    apply(&config, 2);
+    let report = remote.latest();
+    let orders = report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "orders")
+        .unwrap()
+        .clone();
+    assert_eq!(orders["state"], "Blocked", "{orders:#}");
+    let reason = orders["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("was released by this agent")
+            && reason.contains(&removal[..12])
+            && reason.contains("tend.dev/adopt: \"true\""),
+        "{reason}"
+    );
+    remote.repo.write(
+        "orders.yaml",
+        &manifest("orders", 10).replace(
+            "  name: orders\n",
+            "  name: orders\n  annotations:\n    tend.dev/adopt: \"true\"\n",
+        ),
+    );
+    remote.repo.commit("orders: adopt");
+    push();
+    apply(&config, 0);
+    let report = remote.latest();
+    let orders = report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "orders")
+        .unwrap()
+        .clone();
+    assert_eq!(orders["state"], "InSync", "{orders:#}");
+}

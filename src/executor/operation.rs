@@ -416,10 +416,27 @@ fn confirmed(
     sent_at: SystemTime,
 ) -> (Vec<Effect>, OpOutcome) {
     match (op.kind, effect) {
-        (OperationKind::Delete | OperationKind::Release, _) => (
+        (OperationKind::Delete, _) => (
             vec![Effect::Forget {
                 name: op.name.clone(),
             }],
+            OpOutcome::Done,
+        ),
+        (OperationKind::Release, _) => (
+            vec![
+                Effect::Released(Box::new(crate::journal::Release {
+                    name: op.name.clone(),
+                    provider: op.request.provider.clone(),
+                    database_name: op.request.database_name.clone(),
+                    file: op.request.file.clone(),
+                    operation_id: op.id.0.clone(),
+                    removal_commit: op.request.commit.clone().unwrap_or_default(),
+                    at: now,
+                })),
+                Effect::Forget {
+                    name: op.name.clone(),
+                },
+            ],
             OpOutcome::Done,
         ),
         (_, Some((external_id, differing))) => {

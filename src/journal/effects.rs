@@ -45,6 +45,10 @@ pub enum Effect {
     RemoveTombstone { name: String },
     /// The outcome of a removal is confirmed (deleted, released, gone).
     Forget { name: String },
+    /// tend released a database (before its resource is forgotten): the
+    /// release is kept to be shown once and named if the declaration
+    /// comes back.
+    Released(Box<crate::journal::Release>),
     /// Exactly these fields drift out of band now (`""`: the database is
     /// missing); new ones are first seen at `at`.
     SyncDrift {
@@ -121,6 +125,7 @@ fn apply(tx: &Tx<'_>, effect: &Effect) -> Result<(), StateError> {
         } => tx.add_tombstone(name, manifest, *at, commit),
         Effect::RemoveTombstone { name } => tx.remove_tombstone(name),
         Effect::Forget { name } => tx.forget(name),
+        Effect::Released(release) => tx.record_release(release),
         Effect::SyncDrift { name, fields, at } => tx.sync_drift(name, fields, *at),
         Effect::Touch {
             name,
@@ -156,8 +161,9 @@ fn apply(tx: &Tx<'_>, effect: &Effect) -> Result<(), StateError> {
                 *at,
             )?;
             // An operation went through: whatever was refused before is
-            // over.
+            // over, and a database released before is managed again.
             tx.clear_failure(name)?;
+            tx.clear_release(name)?;
             tx.record_attempts(name, &r.still_different)
         }
         Effect::OperationFailed { name, failure } => tx.record_failure(name, failure),

@@ -21,7 +21,7 @@ pub use lock::{Holder, StateLock};
 pub use store::{
     Applied, Approval, BackendKind, CorruptRow, DecidedFrom, Fence, HeldLease, Intent, IntentState,
     LastOperation, LeaseHolder, LeaseRow, LocalOverride, OverrideSeen, PendingNotification,
-    PgStateSettings, QueuedNotification, StateStore, StoredMemories, TombstoneRow, Tx,
+    PgStateSettings, QueuedNotification, Release, StateStore, StoredMemories, TombstoneRow, Tx,
 };
 
 use std::sync::Arc;
@@ -37,7 +37,7 @@ pub enum Access {
 }
 
 /// The state format this binary writes (see `store::migrations`).
-pub const FORMAT: i64 = 7;
+pub const FORMAT: i64 = 8;
 /// The newest `min_reader_format` this binary can read, and the one it
 /// writes: format 3 holds deletions (the mass-deletion guard) in a table
 /// an older reader would ignore, and deleting what is held is exactly what

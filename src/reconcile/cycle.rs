@@ -115,6 +115,7 @@ pub(super) async fn plan_cycle<'s>(
     }
     let mut errors = snapshot.declarations.diagnostics.clone();
     errors.append(&mut routing.diagnostics);
+    let released = unshown_releases(&inputs, scope, &resources);
     let plan = Plan {
         agent_id: agent.agent_id().to_string(),
         commit: Some(snapshot.commit.clone()),
@@ -125,9 +126,40 @@ pub(super) async fn plan_cycle<'s>(
         orphaned_overrides,
         guard,
         suspension: inputs.suspension.clone(),
+        released,
         now,
     };
     Ok(Planned { plan, unobserved })
+}
+
+/// The releases no report has shown yet, within the cycle's scope (a cycle
+/// over some names only shows none: its report is merged into a whole
+/// one), and not declared again.
+fn unshown_releases(
+    inputs: &Inputs,
+    scope: &Scope,
+    resources: &[PlannedResource<'_>],
+) -> Vec<crate::journal::Release> {
+    let in_scope = |provider: &str| match scope {
+        Scope::All => true,
+        Scope::Only(_) => false,
+        Scope::Provider {
+            provider: p,
+            names,
+        } => names.is_none() && p == provider,
+    };
+    inputs
+        .releases
+        .iter()
+        .filter(|(r, shown)| {
+            !shown
+                && in_scope(&r.provider)
+                && resources
+                    .binary_search_by(|x| x.name.as_str().cmp(&r.name))
+                    .is_err()
+        })
+        .map(|(r, _)| r.clone())
+        .collect()
 }
 
 /// Local overrides whose name is neither declared nor a resource the state
@@ -276,7 +308,18 @@ fn decide_all<'s>(
         };
         let observed = observe::distribute(&subjects, views.remove(&provider));
         for (routed, observed) in subjects.into_iter().zip(observed) {
-            let memory = memories.remove(routed.subject.name()).unwrap_or_default();
+            let name = routed.subject.name();
+            let mut memory = memories.remove(name).unwrap_or_default();
+            memory.released = ctx
+                .inputs
+                .releases
+                .iter()
+                .find(|(r, _)| r.name == name)
+                .map(|(r, _)| crate::engine::Released {
+                    database_name: r.database_name.clone(),
+                    at: r.at,
+                    removal_commit: r.removal_commit.clone(),
+                });
             resources.push(plan::plan_subject(
                 ctx,
                 &provider,

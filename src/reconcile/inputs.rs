@@ -65,6 +65,8 @@ pub struct Inputs {
     pub corrupt: BTreeMap<String, Vec<String>>,
     /// The agent-wide freeze (`tend suspend`), if one is set.
     pub suspension: Option<crate::engine::Suspension>,
+    /// The databases tend released, and whether each was shown yet.
+    pub releases: Vec<(crate::journal::Release, bool)>,
 }
 
 /// The declaration named `name` in a snapshot (declarations are sorted by
@@ -94,6 +96,7 @@ impl Inputs {
     ) -> Result<Inputs, StateError> {
         let mut inputs = Inputs {
             suspension: store.suspension()?,
+            releases: store.releases()?,
             ..Inputs::default()
         };
         let stored = match memories {

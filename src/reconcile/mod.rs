@@ -206,6 +206,9 @@ pub struct Plan<'s> {
     pub guard: DeletionGuard,
     /// The agent-wide freeze (`tend suspend`), if one is set.
     pub suspension: Option<crate::engine::Suspension>,
+    /// Databases tend released that no report has shown yet: each is
+    /// shown once, as `Released`.
+    pub released: Vec<crate::journal::Release>,
     pub now: SystemTime,
 }
 

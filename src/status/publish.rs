@@ -154,6 +154,23 @@ impl StatusPublisher {
         if let Err(e) = self.files.write(written, self.title) {
             outcome.files_error = Some(e);
         }
+        // A release is shown once: once the report that shows it is
+        // written (and committed, with a status branch), later reports
+        // leave it out.
+        if outcome.files_error.is_none()
+            && outcome.branch_error.is_none()
+            && let Some(store) = &self.store
+        {
+            let shown: Vec<String> = report
+                .resources
+                .iter()
+                .filter(|r| r.is_shown_release())
+                .map(|r| r.name.clone())
+                .collect();
+            if let Err(e) = store.releases_shown(&shown) {
+                tracing::warn!("status: cannot record the releases shown: {e}");
+            }
+        }
         if let (Some(notifier), Some(store)) = (&self.notifier, &self.store) {
             match notifier.record(store, report, now) {
                 Ok(transitions) => outcome.transitions = transitions.len(),

@@ -305,14 +305,18 @@ impl Summary {
         }
     }
 
-    /// The counts of `resources` and `errors` declaration errors.
+    /// The counts of `resources` and `errors` declaration errors. A
+    /// released database is shown, but no longer one of the resources
+    /// tend manages: the counts add up to the total without it.
     pub fn of(resources: &[ResourceReport], errors: usize) -> Self {
         let mut summary = Summary {
-            total: resources.len(),
             errors,
             ..Summary::default()
         };
         for r in resources {
+            if r.state != State::Released {
+                summary.total += 1;
+            }
             match r.state {
                 State::InSync => summary.in_sync += 1,
                 State::Drifted | State::Unconvergeable => summary.drifted += 1,
@@ -399,11 +403,15 @@ pub fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report 
 
 /// Builds the report of a plan.
 pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
-    let resources: Vec<ResourceReport> = plan
+    let mut resources: Vec<ResourceReport> = plan
         .resources
         .iter()
         .map(|r| resource_report(plan, r))
         .collect();
+    if !plan.released.is_empty() {
+        resources.extend(plan.released.iter().map(released_report));
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+    }
     Report {
         format_version: 1,
         generated_at: rfc3339(plan.now),
@@ -435,6 +443,55 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             .suspension
             .as_ref()
             .map(|s| SuspensionReport::of(s, plan.now)),
+    }
+}
+
+impl ResourceReport {
+    /// Whether this is a release shown once after it happened (not a
+    /// release still to be made).
+    pub fn is_shown_release(&self) -> bool {
+        self.state == State::Released
+            && self.action == Action::None
+            && self.rule == crate::engine::Rule::Release.as_str()
+    }
+}
+
+/// A database tend released, shown once after the release: what, where,
+/// when, and which commit removed its declaration.
+fn released_report(r: &crate::journal::Release) -> ResourceReport {
+    let commit = if r.removal_commit.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " after commit {} removed its declaration",
+            r.removal_commit.get(..12).unwrap_or(&r.removal_commit)
+        )
+    };
+    ResourceReport {
+        name: r.name.clone(),
+        file: r.file.clone(),
+        state: State::Released,
+        action: Action::None,
+        rule: crate::engine::Rule::Release.as_str().to_string(),
+        reason: format!(
+            "released at {}{commit}: database `{}` stays at provider `{}`, no longer managed by tend (operation {})",
+            rfc3339(r.at),
+            r.database_name,
+            r.provider,
+            r.operation_id
+        ),
+        drift: Vec::new(),
+        override_: None,
+        operation: Some(Box::new(OperationReport {
+            id: OperationId(r.operation_id.clone()),
+            kind: crate::provider::OperationKind::Release,
+            state: "done".into(),
+        })),
+        observed_at: None,
+        unobserved: Vec::new(),
+        acts_at: None,
+        propose: None,
+        owned_by: None,
     }
 }
 

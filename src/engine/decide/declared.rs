@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::drift::{compute_drift, decide_drift};
 use super::{
     Action, DecideInput, Decision, Drift, DriftOrigin, Rule, State, absence_unproven, duration,
-    observation_failed, report_only, time,
+    observation_failed, report_only, short, time,
 };
 use crate::engine::desired::desired_fields_of;
 use crate::engine::overrides::EffectiveOverride;
@@ -94,10 +94,25 @@ fn ownership(
             State::Blocked,
             Action::None,
             Rule::NameTaken,
-            format!(
-                "name taken: database `{}` exists without tend's ownership marker; tend will not touch it unless the declaration says `tend.dev/adopt: \"true\"`",
-                obs.database_name
-            ),
+            match &input.memory.released {
+                // The declaration came back after tend released the
+                // database: the name is not "taken" by a stranger, and
+                // the way back is one annotation.
+                Some(release) if release.database_name == obs.database_name => format!(
+                    "database `{}` was released by this agent at {}{} when `{name}` was removed from Git; to manage it again, add the annotation `tend.dev/adopt: \"true\"` to the declaration",
+                    obs.database_name,
+                    time(release.at),
+                    if release.removal_commit.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (commit {})", short(&release.removal_commit))
+                    }
+                ),
+                _ => format!(
+                    "name taken: database `{}` exists without tend's ownership marker; tend will not touch it unless the declaration says `tend.dev/adopt: \"true\"`",
+                    obs.database_name
+                ),
+            },
         )),
     }
 }

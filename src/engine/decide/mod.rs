@@ -254,6 +254,18 @@ pub struct Memory {
     /// The last operation the provider refused for good, until one
     /// succeeds or an operator retries (`tend reconcile NAME`).
     pub failure: Option<OperationFailure>,
+    /// tend released this declaration's database (it was removed from Git
+    /// with `Retain`), until it is managed again.
+    pub released: Option<Released>,
+}
+
+/// A release tend made, as a returning declaration is told about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    pub database_name: String,
+    pub at: SystemTime,
+    /// The commit that removed the declaration (`""`: not known).
+    pub removal_commit: String,
 }
 
 /// An operation the provider refused for good, and what it was decided

@@ -38,6 +38,11 @@ const TABLES: &[(&str, &str)] = &[
         "failures",
         "name, op_id, kind, spec_hash, observed, message, failed_ms",
     ),
+    (
+        "releases",
+        "name, provider, database_name, file, op_id, removal_commit, released_ms, shown",
+    ),
+    ("notify_marks", "receiver, mark"),
 ];
 
 /// `meta` keys that describe the state's content (the format keys belong

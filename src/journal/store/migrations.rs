@@ -180,6 +180,22 @@ CREATE TABLE IF NOT EXISTS failures (
 );
 "#,
     ),
+    // 8: what tend released (a `Retain` declaration removed from Git),
+    // kept after the resource is forgotten: shown once in the reports and
+    // on the status branch (`shown`), and named when the declaration comes
+    // back; and the last state each commit-status receiver was sent. An
+    // older reader ignores both (a release vanishes from its reports, as it
+    // did): min_reader_format stays 3.
+    Step::Sql(
+        r#"
+CREATE TABLE IF NOT EXISTS releases (
+    name TEXT PRIMARY KEY, provider TEXT NOT NULL, database_name TEXT NOT NULL,
+    file TEXT NOT NULL, op_id TEXT NOT NULL, removal_commit TEXT NOT NULL,
+    released_ms INTEGER NOT NULL, shown INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS notify_marks (receiver TEXT PRIMARY KEY, mark TEXT NOT NULL);
+"#,
+    ),
 ];
 
 /// The PostgreSQL state at this binary's format, created whole (a shared
@@ -280,6 +296,12 @@ CREATE TABLE IF NOT EXISTS failures (
     name TEXT PRIMARY KEY, op_id TEXT NOT NULL, kind TEXT NOT NULL, spec_hash TEXT NOT NULL,
     observed TEXT NOT NULL, message TEXT NOT NULL, failed_ms BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS releases (
+    name TEXT PRIMARY KEY, provider TEXT NOT NULL, database_name TEXT NOT NULL,
+    file TEXT NOT NULL, op_id TEXT NOT NULL, removal_commit TEXT NOT NULL,
+    released_ms BIGINT NOT NULL, shown BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS notify_marks (receiver TEXT PRIMARY KEY, mark TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     agent_id TEXT PRIMARY KEY,
     holder TEXT NOT NULL,

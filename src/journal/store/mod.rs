@@ -11,6 +11,7 @@ pub mod lease;
 mod migrations;
 pub mod postgres;
 mod read;
+mod releases;
 pub(crate) mod sql;
 mod status;
 mod suspension;
@@ -23,6 +24,7 @@ pub use read::{
     TombstoneRow,
 };
 pub use status::{DecidedFrom, LastOperation, PendingNotification, QueuedNotification};
+pub use releases::Release;
 pub use write::{Applied, Tx};
 
 use std::path::{Path, PathBuf};

@@ -517,11 +517,12 @@ fn notifications_queue_and_conditions(place: &Place) {
         .record_notifications(
             &conditions(&[("a", "drift"), ("b", "blocked")]),
             &[queued.clone(), queued],
+            &[],
             now,
         )
         .unwrap();
     store
-        .record_notifications(&conditions(&[("a", "drift")]), &[], now)
+        .record_notifications(&conditions(&[("a", "drift")]), &[], &[], now)
         .unwrap();
     assert_eq!(
         store.notify_conditions().unwrap(),

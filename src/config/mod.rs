@@ -495,6 +495,9 @@ pub struct StatusConfig {
     /// with out-of-band drift (docs/propose.md).
     #[serde(default)]
     pub propose: bool,
+    /// Where people read the report (the served `latest.html`, a CI
+    /// page): the link of commit statuses and alerts.
+    pub report_url: Option<String>,
 }
 
 fn one_day() -> Duration {
@@ -509,6 +512,7 @@ impl Default for StatusConfig {
             keep_reports: default_keep_reports(),
             warn_before: one_day(),
             propose: false,
+            report_url: None,
         }
     }
 }
@@ -668,9 +672,13 @@ impl Config {
                     receiver.name_at(i)
                 )));
             }
-            for file in [&mut receiver.url_file, &mut receiver.secret_file]
-                .into_iter()
-                .flatten()
+            for file in [
+                &mut receiver.url_file,
+                &mut receiver.secret_file,
+                &mut receiver.token_file,
+            ]
+            .into_iter()
+            .flatten()
             {
                 *file = resolve(file);
             }
@@ -716,6 +724,13 @@ impl Config {
             return Err(invalid(format!(
                 "[status] branch = {:?} is the tracked branch: tend never writes the branch humans own. Give the status branch another name (default \"tend-status\"), or \"\" for none",
                 config.status.branch
+            )));
+        }
+        if let Some(url) = &config.status.report_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            return Err(invalid(format!(
+                "[status] report_url = {url:?} is not an http(s) URL"
             )));
         }
         if config.reconcile.max_deletion_percent > 100 {

@@ -77,7 +77,7 @@ impl NotifyEvent {
     }
 }
 
-/// How a payload is shaped.
+/// How a payload is shaped, and what the receiver is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NotifyFormat {
@@ -86,6 +86,37 @@ pub enum NotifyFormat {
     Json,
     /// A Slack incoming-webhook message (text and blocks).
     Slack,
+    /// Alertmanager's API (`POST /api/v2/alerts`): an alert per condition
+    /// while it holds (sent again every `resend`), resolved when it ends.
+    Alertmanager,
+    /// A commit status on the source commit, through GitHub's API.
+    Github,
+    /// … GitLab's API.
+    Gitlab,
+    /// … Gitea's (and Forgejo's) API.
+    Gitea,
+}
+
+impl NotifyFormat {
+    /// Whether the receiver is a forge's commit-status API: it is sent the
+    /// fleet's state on each change, not transitions.
+    pub fn is_commit_status(self) -> bool {
+        matches!(
+            self,
+            NotifyFormat::Github | NotifyFormat::Gitlab | NotifyFormat::Gitea
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyFormat::Json => "json",
+            NotifyFormat::Slack => "slack",
+            NotifyFormat::Alertmanager => "alertmanager",
+            NotifyFormat::Github => "github",
+            NotifyFormat::Gitlab => "gitlab",
+            NotifyFormat::Gitea => "gitea",
+        }
+    }
 }
 
 /// One `[[notify]]` entry.
@@ -102,18 +133,27 @@ pub struct NotifyConfig {
     pub url_file: Option<PathBuf>,
     #[serde(default)]
     pub format: NotifyFormat,
-    /// The events this receiver gets (default: all).
-    #[serde(default = "all_events")]
-    pub events: Vec<NotifyEvent>,
+    /// The events this receiver gets (default: all). Not for commit
+    /// statuses, which say the fleet's state.
+    pub events: Option<Vec<NotifyEvent>>,
     /// Signs each body: `X-Tend-Signature: sha256=<hex HMAC-SHA256>`.
     pub secret_file: Option<PathBuf>,
+    /// The API token (commit statuses: required; Alertmanager: sent as a
+    /// bearer token when given), read from this file.
+    pub token_file: Option<PathBuf>,
+    /// A commit status's context (its name on the commit; default `tend`).
+    pub context: Option<String>,
+    /// Alertmanager: how often the alerts that hold are sent again; each
+    /// ends `4 × resend` after it was sent unless sent again.
+    #[serde(default = "one_minute", deserialize_with = "values::duration")]
+    pub resend: Duration,
     /// How long one delivery may take.
     #[serde(default = "ten_seconds", deserialize_with = "values::duration")]
     pub timeout: Duration,
 }
 
-fn all_events() -> Vec<NotifyEvent> {
-    NotifyEvent::ALL.to_vec()
+fn one_minute() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn ten_seconds() -> Duration {
@@ -131,9 +171,50 @@ impl NotifyConfig {
             .unwrap_or_else(|| format!("notify-{}", index + 1))
     }
 
+    /// The events this receiver gets.
+    pub fn events(&self) -> Vec<NotifyEvent> {
+        self.events
+            .clone()
+            .unwrap_or_else(|| NotifyEvent::ALL.to_vec())
+    }
+
     /// Checks what TOML cannot say; the message names the entry.
     pub fn check(&self, index: usize) -> Result<(), String> {
         let name = self.name_at(index);
+        let format = self.format.as_str();
+        if self.format.is_commit_status() {
+            if self.token_file.is_none() {
+                return Err(format!(
+                    "[[notify]] {name}: format = \"{format}\" needs token_file (a token that may set commit statuses on the repository)"
+                ));
+            }
+            if self.events.is_some() {
+                return Err(format!(
+                    "[[notify]] {name}: events does not apply to format = \"{format}\": a commit status says the fleet's state whenever it changes; remove events"
+                ));
+            }
+        } else if self.context.is_some() {
+            return Err(format!(
+                "[[notify]] {name}: context is the name of a commit status: it applies to format github, gitlab or gitea only"
+            ));
+        }
+        if self.format != NotifyFormat::Alertmanager && self.resend != one_minute() {
+            return Err(format!(
+                "[[notify]] {name}: resend applies to format = \"alertmanager\" only"
+            ));
+        }
+        if self.resend < Duration::from_secs(1) || self.resend > Duration::from_secs(24 * 3600) {
+            return Err(format!(
+                "[[notify]] {name}: resend must be between 1s and 24h"
+            ));
+        }
+        if let Some(context) = &self.context
+            && (context.is_empty() || context.len() > 100 || context.chars().any(char::is_control))
+        {
+            return Err(format!(
+                "[[notify]] {name}: context must be 1 to 100 characters without control characters"
+            ));
+        }
         match (&self.url, &self.url_file) {
             (Some(_), Some(_)) => {
                 return Err(format!("[[notify]] {name}: give url or url_file, not both"));
@@ -146,7 +227,7 @@ impl NotifyConfig {
             (Some(url), None) => check_url(&name, url)?,
             (None, Some(_)) => {}
         }
-        if self.events.is_empty() {
+        if self.events.as_ref().is_some_and(Vec::is_empty) {
             return Err(format!(
                 "[[notify]] {name}: events is empty; leave it out to get every event"
             ));

@@ -109,6 +109,7 @@ impl super::Config {
                     .url_file
                     .iter()
                     .chain(&receiver.secret_file)
+                    .chain(&receiver.token_file)
                     .cloned(),
             );
         }

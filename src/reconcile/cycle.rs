@@ -143,10 +143,7 @@ fn unshown_releases(
     let in_scope = |provider: &str| match scope {
         Scope::All => true,
         Scope::Only(_) => false,
-        Scope::Provider {
-            provider: p,
-            names,
-        } => names.is_none() && p == provider,
+        Scope::Provider { provider: p, names } => names.is_none() && p == provider,
     };
     inputs
         .releases

@@ -19,6 +19,10 @@ pub enum Answer {
 /// One request as received.
 #[derive(Debug, Clone)]
 pub struct Received {
+    /// `POST`, …
+    pub method: String,
+    /// The request's path (and query).
+    pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: String,
 }
@@ -91,7 +95,12 @@ impl Receiver {
                             plan.remove(0)
                         }
                     };
+                    let mut request = line.split_whitespace();
+                    let method = request.next().unwrap_or("").to_string();
+                    let path = request.next().unwrap_or("").to_string();
                     got.lock().unwrap().push(Received {
+                        method,
+                        path,
                         headers,
                         body: String::from_utf8_lossy(&body).into_owned(),
                     });

@@ -23,8 +23,10 @@ pub use read::{
     Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StoredMemories,
     TombstoneRow,
 };
-pub use status::{DecidedFrom, LastOperation, PendingNotification, QueuedNotification};
 pub use releases::Release;
+pub use status::{
+    COMMIT_STATUS_EVENT, DecidedFrom, LastOperation, PendingNotification, QueuedNotification,
+};
 pub use write::{Applied, Tx};
 
 use std::path::{Path, PathBuf};

@@ -137,6 +137,10 @@ pub struct PendingNotification {
     pub created_at: SystemTime,
 }
 
+/// The event a commit status is queued under: the newest supersedes one
+/// still waiting for the same receiver.
+pub const COMMIT_STATUS_EVENT: &str = "commit-status";
+
 /// A notification to queue: receiver, event, subject, body.
 pub type QueuedNotification = (String, String, String, String);
 
@@ -162,10 +166,15 @@ impl StateStore {
     /// Remembers `current` as the conditions notified and queues
     /// `notifications`, in one transaction: a crash loses neither, and a
     /// restart does not send them again.
+    ///
+    /// `marks` are what each commit-status receiver was now sent; a
+    /// commit status queued supersedes the one still waiting for the same
+    /// receiver (only the newest state is worth sending).
     pub fn record_notifications(
         &self,
         current: &std::collections::BTreeSet<(String, String)>,
         notifications: &[QueuedNotification],
+        marks: &[(String, String)],
         now: SystemTime,
     ) -> Result<(), StateError> {
         let now = super::ms(now);
@@ -183,7 +192,20 @@ impl StateStore {
                     args![subject, condition, now],
                 )?;
             }
+            for (receiver, mark) in marks {
+                tx.exec(
+                    "INSERT INTO notify_marks (receiver, mark) VALUES (?1, ?2) \
+                     ON CONFLICT (receiver) DO UPDATE SET mark = excluded.mark",
+                    args![receiver, mark],
+                )?;
+            }
             for (receiver, event, subject, body) in notifications {
+                if event == COMMIT_STATUS_EVENT {
+                    tx.exec(
+                        "DELETE FROM notify_outbox WHERE receiver = ?1 AND event = ?2",
+                        args![receiver, event],
+                    )?;
+                }
                 tx.exec(
                     "INSERT INTO notify_outbox (receiver, event, subject, body, next_ms, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
                     args![receiver, event, subject, body, now],
@@ -191,6 +213,19 @@ impl StateStore {
             }
             Ok(())
         })
+    }
+
+    /// What each commit-status receiver was last sent (format 8).
+    pub fn notify_marks(&self) -> Result<std::collections::HashMap<String, String>, StateError> {
+        if !self.has_table("notify_marks")? {
+            return Ok(Default::default());
+        }
+        Ok(self
+            .map_rows("SELECT receiver, mark FROM notify_marks", &[], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .into_iter()
+            .collect())
     }
 
     /// Notifications due for delivery at `now`, oldest first.

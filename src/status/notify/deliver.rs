@@ -1,9 +1,15 @@
 //! Queueing and delivering notifications.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::{Transition, conditions, payload, stored, transitions};
+use serde_json::Value;
+
+use super::commit_status::CommitStatus;
+use super::{
+    Condition, Transition, alertmanager, commit_status, conditions, payload, stored, transitions,
+};
 use crate::config::notify::{NotifyEvent, NotifyFormat};
 use crate::config::{Config, ConfigError, secret};
 use crate::journal::{PendingNotification, QueuedNotification, StateError, StateStore, blocking};
@@ -18,7 +24,19 @@ pub struct Receiver {
     pub format: NotifyFormat,
     pub events: Vec<NotifyEvent>,
     secret: Option<Vec<u8>>,
+    /// Never logged.
+    token: Option<String>,
+    /// A commit status's name.
+    context: String,
+    /// Alertmanager: how often the firing alerts are sent again.
+    pub resend: Duration,
     pub timeout: Duration,
+}
+
+impl Receiver {
+    fn wants(&self, event: NotifyEvent) -> bool {
+        self.events.contains(&event)
+    }
 }
 
 impl std::fmt::Debug for Receiver {
@@ -53,12 +71,23 @@ fn backoff(attempts: u32) -> Duration {
     Duration::from_secs(5u64 << exp).min(MAX_BACKOFF)
 }
 
+/// The event a commit status is queued under.
+pub use crate::journal::store::COMMIT_STATUS_EVENT as COMMIT_STATUS;
+
 /// The receivers of one agent and the HTTP client that reaches them.
 pub struct Notifier {
     receivers: Vec<Receiver>,
     client: reqwest::Client,
     warn_before: Duration,
+    report_url: Option<String>,
+    /// Alertmanager receivers: the alerts that hold now (as of the last
+    /// report), and when they were last sent.
+    firing: Mutex<BTreeMap<String, Firing>>,
 }
+
+/// The alerts that hold for one Alertmanager receiver, and when they were
+/// last sent.
+type Firing = (Vec<Value>, Option<SystemTime>);
 
 impl Notifier {
     /// The receivers `config` names, or `None` when it names none.
@@ -93,12 +122,20 @@ impl Notifier {
                         .map(String::into_bytes)
                 })
                 .transpose()?;
+            let token = entry
+                .token_file
+                .as_deref()
+                .map(|file| secret::read(&format!("[[notify]] {name} token_file"), file))
+                .transpose()?;
             receivers.push(Receiver {
                 name,
                 url,
                 format: entry.format,
-                events: entry.events.clone(),
+                events: entry.events(),
                 secret,
+                token,
+                context: entry.context.clone().unwrap_or_else(|| "tend".into()),
+                resend: entry.resend,
                 timeout: entry.timeout,
             });
         }
@@ -114,6 +151,8 @@ impl Notifier {
             receivers,
             client,
             warn_before: config.status.warn_before,
+            report_url: config.status.report_url.clone(),
+            firing: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -121,6 +160,11 @@ impl Notifier {
     /// `report`, and queues one message per transition and receiver that
     /// wants it, in one transaction with the new conditions (blocking:
     /// SQLite). Returns the transitions.
+    ///
+    /// Alertmanager receivers are queued an alert for each condition that
+    /// started and a resolved alert for each that ended; commit-status
+    /// receivers the fleet's state when it differs from the one they were
+    /// last sent.
     pub fn record(
         &self,
         store: &StateStore,
@@ -130,27 +174,160 @@ impl Notifier {
         let before = store.notify_conditions()?;
         let current = conditions(report, now, self.warn_before);
         let changes = transitions(&before, &current, report);
-        let current = stored(&current);
-        if changes.is_empty() && current == before {
-            return Ok(changes);
-        }
+        let ended: BTreeSet<(String, Condition)> = before
+            .iter()
+            .filter_map(|(s, c)| Some((s.clone(), Condition::parse(c)?)))
+            .filter(|held| !current.contains(held))
+            .collect();
+        self.remember_firing(&current, report, now);
+        let status = CommitStatus::of(report, self.report_url.as_deref());
+        let marks_before = if self.receivers.iter().any(|r| r.format.is_commit_status()) {
+            store.notify_marks()?
+        } else {
+            HashMap::new()
+        };
+        let url = self.report_url.as_deref();
         let mut queued: Vec<QueuedNotification> = Vec::new();
-        for t in &changes {
-            for r in self
-                .receivers
-                .iter()
-                .filter(|r| r.events.contains(&t.event))
-            {
-                queued.push((
-                    r.name.clone(),
-                    t.event.as_str().to_string(),
-                    t.subject.clone(),
-                    payload::body(r.format, t, report),
-                ));
+        let mut marks: Vec<(String, String)> = Vec::new();
+        for r in &self.receivers {
+            match r.format {
+                NotifyFormat::Json | NotifyFormat::Slack => {
+                    for t in changes.iter().filter(|t| r.wants(t.event)) {
+                        queued.push((
+                            r.name.clone(),
+                            t.event.as_str().to_string(),
+                            t.subject.clone(),
+                            payload::body(r.format, t, report),
+                        ));
+                    }
+                }
+                NotifyFormat::Alertmanager => {
+                    for t in changes.iter().filter(|t| r.wants(t.event)) {
+                        let Some(c) = t.started() else { continue };
+                        let alert = alertmanager::firing(&t.subject, c, report, url, now, r.resend);
+                        queued.push((
+                            r.name.clone(),
+                            t.event.as_str().to_string(),
+                            t.subject.clone(),
+                            Value::Array(vec![alert]).to_string(),
+                        ));
+                    }
+                    for (subject, c) in ended.iter().filter(|(_, c)| r.wants(c.event())) {
+                        let alert = alertmanager::resolved(subject, *c, report, url, now);
+                        queued.push((
+                            r.name.clone(),
+                            NotifyEvent::Recovered.as_str().to_string(),
+                            subject.clone(),
+                            Value::Array(vec![alert]).to_string(),
+                        ));
+                    }
+                }
+                NotifyFormat::Github | NotifyFormat::Gitlab | NotifyFormat::Gitea => {
+                    let Some(status) = &status else { continue };
+                    let mark = status.mark();
+                    if marks_before.get(&r.name) != Some(&mark) {
+                        queued.push((
+                            r.name.clone(),
+                            COMMIT_STATUS.to_string(),
+                            status.commit.clone(),
+                            status.body(r.format, &r.context),
+                        ));
+                        marks.push((r.name.clone(), mark));
+                    }
+                }
             }
         }
-        store.record_notifications(&current, &queued, now)?;
+        let current = stored(&current);
+        if queued.is_empty() && marks.is_empty() && current == before {
+            return Ok(changes);
+        }
+        store.record_notifications(&current, &queued, &marks, now)?;
         Ok(changes)
+    }
+
+    /// Keeps, for each Alertmanager receiver, the alerts of the conditions
+    /// that hold now (sent again every `resend`).
+    fn remember_firing(
+        &self,
+        current: &BTreeSet<(String, Condition)>,
+        report: &Report,
+        now: SystemTime,
+    ) {
+        let mut firing = self.firing.lock().unwrap_or_else(|e| e.into_inner());
+        for r in self
+            .receivers
+            .iter()
+            .filter(|r| r.format == NotifyFormat::Alertmanager)
+        {
+            let alerts: Vec<Value> = current
+                .iter()
+                .filter(|(_, c)| r.wants(c.event()))
+                .map(|(subject, c)| {
+                    alertmanager::firing(
+                        subject,
+                        *c,
+                        report,
+                        self.report_url.as_deref(),
+                        now,
+                        r.resend,
+                    )
+                })
+                .collect();
+            let entry = firing.entry(r.name.clone()).or_insert((Vec::new(), None));
+            entry.0 = alerts;
+        }
+    }
+
+    /// Sends the alerts that hold to each Alertmanager receiver whose
+    /// `resend` has passed since it was last sent them (best effort: the
+    /// next round sends them again; a resolved alert goes through the
+    /// queue). Returns how many receivers were sent to.
+    async fn resend_alerts(&self, now: SystemTime) -> usize {
+        let due: Vec<(Receiver, String)> = {
+            let mut firing = self.firing.lock().unwrap_or_else(|e| e.into_inner());
+            self.receivers
+                .iter()
+                .filter_map(|r| {
+                    let (alerts, last) = firing.get_mut(&r.name)?;
+                    let due = last.is_none_or(|t| crate::time::since(now, t) >= r.resend);
+                    if !due || alerts.is_empty() {
+                        return None;
+                    }
+                    *last = Some(now);
+                    Some((r.clone(), alertmanager::restamp(alerts, now, r.resend)))
+                })
+                .collect()
+        };
+        let mut sent = 0;
+        for (receiver, body) in due {
+            let message = PendingNotification {
+                id: 0,
+                receiver: receiver.name.clone(),
+                event: "alerts".into(),
+                subject: String::new(),
+                body,
+                attempts: 0,
+                created_at: now,
+            };
+            match send(&self.client, &receiver, &message).await {
+                Ok(()) => sent += 1,
+                Err(error) => tracing::warn!(
+                    receiver = %receiver.name,
+                    "notification: the firing alerts could not be sent again ({error}); tried again in {}",
+                    crate::time::duration(receiver.resend)
+                ),
+            }
+        }
+        sent
+    }
+
+    /// The soonest an Alertmanager receiver's alerts are due again.
+    fn next_resend(&self) -> Option<Duration> {
+        self.receivers
+            .iter()
+            .filter(|r| r.format == NotifyFormat::Alertmanager)
+            .map(|r| r.resend)
+            .min()
     }
 
     /// Sends every queued message that is due, all receivers at once, each
@@ -165,6 +342,7 @@ impl Notifier {
     ) -> Result<Delivered, StateError> {
         let due = blocking(store, move |s| s.due_notifications(now, 1000)).await?;
         let mut done = Delivered::default();
+        done.sent += self.resend_alerts(now).await;
         let mut sends = tokio::task::JoinSet::new();
         for message in due {
             let Some(receiver) = self.receivers.iter().find(|r| r.name == message.receiver) else {
@@ -254,12 +432,28 @@ async fn send(
     receiver: &Receiver,
     message: &PendingNotification,
 ) -> Result<(), String> {
+    let url = if receiver.format.is_commit_status() {
+        commit_status::url(&receiver.url, &message.subject)
+    } else {
+        receiver.url.clone()
+    };
     let mut request = client
-        .post(&receiver.url)
+        .post(url)
         .timeout(receiver.timeout)
         .header("Content-Type", "application/json")
         .header("X-Tend-Event", &message.event)
         .body(message.body.clone());
+    if let Some(token) = &receiver.token {
+        request = match receiver.format {
+            NotifyFormat::Github => request
+                .header("Authorization", format!("Bearer {token}"))
+                .header("Accept", "application/vnd.github+json")
+                .header("X-GitHub-Api-Version", "2022-11-28"),
+            NotifyFormat::Gitlab => request.header("PRIVATE-TOKEN", token),
+            NotifyFormat::Gitea => request.header("Authorization", format!("token {token}")),
+            _ => request.header("Authorization", format!("Bearer {token}")),
+        };
+    }
     if let Some(secret) = &receiver.secret {
         request = request.header(
             payload::SIGNATURE_HEADER,
@@ -298,6 +492,9 @@ pub async fn run(
                 Duration::from_secs(60)
             }
         };
+        let wait = notifier
+            .next_resend()
+            .map_or(wait, |resend| wait.min(resend));
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}

@@ -15,6 +15,8 @@
 //!   the receiver's `timeout`, retried with backoff.
 //! * Payloads carry what the report says, never a credential.
 
+pub mod alertmanager;
+pub mod commit_status;
 pub mod deliver;
 pub mod payload;
 
@@ -115,6 +117,13 @@ pub struct Transition {
     pub subject: String,
     /// For `recovered`: the conditions that ended.
     pub ended: Vec<Condition>,
+}
+
+impl Transition {
+    /// The condition whose start this is (`None` for `recovered`).
+    pub fn started(&self) -> Option<Condition> {
+        Condition::ALL.into_iter().find(|c| c.event() == self.event)
+    }
 }
 
 /// The conditions of `report` at `now`, by `(subject, condition)`.

@@ -146,11 +146,10 @@ pub fn headline(t: &Transition, report: &Report) -> String {
     }
 }
 
-/// A Slack incoming-webhook message (`text` for notifications, `blocks`
-/// for the channel).
-pub fn slack_payload(t: &Transition, report: &Report) -> Value {
-    let headline = headline(t, report);
-    let detail = match (resource(report, t), t.event) {
+/// What follows the headline: the source's error, an override's reason,
+/// or the resource's reason.
+pub fn detail(t: &Transition, report: &Report) -> String {
+    match (resource(report, t), t.event) {
         (_, NotifyEvent::SourceError) => report
             .source
             .error
@@ -164,7 +163,14 @@ pub fn slack_payload(t: &Transition, report: &Report) -> Value {
             .unwrap_or_default(),
         (Some(r), _) => r.reason.clone(),
         (None, _) => String::new(),
-    };
+    }
+}
+
+/// A Slack incoming-webhook message (`text` for notifications, `blocks`
+/// for the channel).
+pub fn slack_payload(t: &Transition, report: &Report) -> Value {
+    let headline = headline(t, report);
+    let detail = detail(t, report);
     let commit = report.source.commit.as_deref().unwrap_or("none");
     let context = format!(
         "agent `{}` · commit `{}` · event `{}`",
@@ -181,11 +187,12 @@ pub fn slack_payload(t: &Transition, report: &Report) -> Value {
     })
 }
 
-/// The body for a receiver of `format`.
+/// The body of a transition for a webhook receiver of `format` (JSON or
+/// Slack; the other formats are not sent transitions as such).
 pub fn body(format: NotifyFormat, t: &Transition, report: &Report) -> String {
     let value = match format {
-        NotifyFormat::Json => json_payload(t, report),
         NotifyFormat::Slack => slack_payload(t, report),
+        _ => json_payload(t, report),
     };
     value.to_string()
 }

@@ -22,6 +22,20 @@ spec:
   connectionLimit: 50
 ";
 
+/// An emergency override that ran out: someone has to decide.
+const LEGACY: &str = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+metadata:
+  name: legacy
+  annotations:
+    tend.dev/ignore-fields: connectionLimit
+    tend.dev/override-reason: \"INC-17: migration\"
+    tend.dev/override-expires: \"2026-01-01T00:00:00Z\"
+    tend.dev/override-on-expiry: hold
+spec:
+  connectionLimit: 5
+";
+
 use support::browser::browse;
 
 #[test]
@@ -29,7 +43,8 @@ fn latest_html_in_a_browser_shows_the_drift_and_the_overrides_reason() {
     let repo = TestRepo::new();
     repo.write("orders.yaml", &manifest("orders", 10));
     repo.write("billing.yaml", BILLING);
-    repo.commit("two databases");
+    repo.write("legacy.yaml", LEGACY);
+    repo.commit("three databases");
     let dir = tempfile::tempdir().unwrap();
     let config = TendConfig::new(dir.path(), &repo.url())
         .write()
@@ -106,9 +121,25 @@ fn latest_html_in_a_browser_shows_the_drift_and_the_overrides_reason() {
         "{overrides:#?}"
     );
     assert!(!dom.contains("<needs>"));
+    // Times are absolute, their distance said as of the report: a page
+    // read a day later does not claim "now" or "35s ago".
     assert!(
-        overrides[0].contains("(in 2days 23h)") || overrides[0].contains("(in 3days)"),
+        overrides[0].contains("(in 2days 23h as of this report)")
+            || overrides[0].contains("(in 3days as of this report)"),
         "{overrides:#?}"
+    );
+    assert!(!dom.contains("(now)"), "{dom}");
+    assert!(!dom.contains("s ago)"), "{dom}");
+    // The expired override needs attention, and the title counts it.
+    assert!(
+        dom.contains("3 resources, 1 need attention</title>"),
+        "{}",
+        dom.lines().find(|l| l.contains("<title>")).unwrap_or("")
+    );
+    let attention = rows("attention");
+    assert!(
+        attention.iter().any(|r| r.starts_with("legacy|")),
+        "{attention:#?}"
     );
 
     let shots = support::repo_root().join("target/report-html");

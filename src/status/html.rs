@@ -64,11 +64,13 @@ td::before{content:attr(data-label);display:block;color:var(--muted);font-size:.
 ";
 
 /// Whether a state needs a human, and is shown first.
-fn needs_attention(state: State) -> bool {
+/// A resource a human must look at: a state tend cannot get out of alone,
+/// or an override that expired (kept or not, someone has to decide).
+fn needs_attention(r: &ResourceReport) -> bool {
     matches!(
-        state,
+        r.state,
         State::Blocked | State::Stalled | State::Unconvergeable | State::Error | State::Failed
-    )
+    ) || r.override_.as_ref().is_some_and(|o| o.expired)
 }
 
 fn state_class(state: State) -> &'static str {
@@ -87,7 +89,9 @@ fn state_cell(state: State) -> String {
     )
 }
 
-/// `t` with its distance from the report (`in 3h 2m`, `2days ago`).
+/// `t` with its distance from the report (`in 3h 2m as of this report`):
+/// the page is read later than it was made, so an age is said as of the
+/// report, never as of "now".
 fn when(report: &Report, t: &str) -> String {
     match relative(report, t) {
         Some(r) => format!("{} <span class=\"meta\">({})</span>", h(t), h(&r)),
@@ -133,7 +137,7 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     let attention: Vec<&ResourceReport> = report
         .resources
         .iter()
-        .filter(|r| needs_attention(r.state))
+        .filter(|r| needs_attention(r))
         .collect();
     let _ = write!(
         out,
@@ -318,7 +322,7 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
 
     let _ = out.write_str("<h2>All resources</h2>\n");
     let mut ordered: Vec<&ResourceReport> = report.resources.iter().collect();
-    ordered.sort_by_key(|r| !needs_attention(r.state));
+    ordered.sort_by_key(|r| !needs_attention(r));
     let rows = ordered.iter().map(|r| {
         let unobserved = if r.unobserved.is_empty() {
             String::new()

@@ -65,19 +65,22 @@ fn made_at(report: &Report) -> Option<SystemTime> {
     humantime::parse_rfc3339(&report.generated_at).ok()
 }
 
-/// `t` (RFC 3339) as the time between it and the report: `in 2h 5m`,
-/// `3d ago`; `None` when either time is unknown.
+/// `t` (RFC 3339) as the time between it and the report, said as of the
+/// report (a report file is read long after it was made, and an age
+/// frozen at "35s ago" would lie): `in 2h 5m as of this report`, `3days
+/// ago as of this report`. `None` when either time is unknown, or `t` is
+/// the report's own time (the absolute time says it all).
 pub fn relative(report: &Report, t: &str) -> Option<String> {
     let made = made_at(report)?;
     let t = humantime::parse_rfc3339(t).ok()?;
     let (ahead, behind) = (crate::time::since(t, made), crate::time::since(made, t));
-    Some(if ahead.as_secs() > 0 {
-        format!("in {}", coarse(ahead))
+    if ahead.as_secs() > 0 {
+        Some(format!("in {} as of this report", coarse(ahead)))
     } else if behind.as_secs() > 0 {
-        format!("{} ago", coarse(behind))
+        Some(format!("{} ago as of this report", coarse(behind)))
     } else {
-        "now".into()
-    })
+        None
+    }
 }
 
 /// A duration to its two largest units (`2days 3h`, `5m 10s`): ages and

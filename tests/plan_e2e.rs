@@ -145,7 +145,15 @@ fn out_of_band_drift_is_reported_then_an_override_turns_it_overridden() {
     );
     assert!(run.stdout.contains("INC-7 traffic spike"), "{}", run.stdout);
     assert!(
-        run.stdout.contains("owner:       agent `e2e-agent`"),
+        run.stdout.contains("tend marker: agent `e2e-agent`"),
+        "{}",
+        run.stdout
+    );
+    // The database by name; the provider's id said as such.
+    assert!(
+        run.stdout
+            .contains("observed:    database `orders` (ready) at ")
+            && run.stdout.contains("; provider id "),
         "{}",
         run.stdout
     );

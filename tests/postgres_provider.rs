@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::TendCommand;
-use support::git::TestRepo;
+use support::git::{TestRepo, manifest};
 use support::postgres::Postgres;
 
 struct Env {
@@ -1168,5 +1168,44 @@ fn the_running_agent_sees_an_alter_database_within_its_observe_cadence() {
                     })
                 })
         },
+    );
+}
+
+/// A provider tend cannot log in to (here a role that does not exist,
+/// as a wrong password would be) is said once, however many databases it
+/// holds: one line with the server's message, not one per database.
+#[test]
+fn a_provider_that_refuses_the_login_is_reported_once_not_per_database() {
+    let names = ["alpha", "bravo", "charlie", "delta", "echo"];
+    let files: Vec<(String, String)> = names
+        .iter()
+        .map(|n| (format!("{n}.yaml"), manifest(n, 10)))
+        .collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let env = Env::new(&files);
+    configure_as(&env, "nobody_here", "");
+    let run = env.tend(&["plan"], 1);
+    let said = run.stdout.matches("nobody_here").count();
+    assert_eq!(said, 1, "the server's message once:\n{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("5 databases (alpha, bravo, charlie and 2 more) could not be observed"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("5 errors"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("could not be observed at the provider: role \"nobody_here\" does not exist"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.matches("nobody_here").count() <= 1,
+        "logged once at most:\n{}",
+        run.stderr
     );
 }

@@ -279,22 +279,27 @@ fn explain_subject(
 fn explain_observed(out: &mut impl Write, observed: &Observed, now: SystemTime) -> io::Result<()> {
     match observed {
         Observed::Found(o) => {
+            // The database by its name; the provider's id (a PostgreSQL
+            // OID, a DBaaS id) said as what it is.
             writeln!(
                 out,
-                "  observed:    {} ({}) at {} ({} ago)",
-                esc(&o.external_id),
+                "  observed:    database `{}` ({}) at {} ({} ago); provider id {}",
+                esc(&o.database_name),
                 o.status.as_str(),
                 crate::time::rfc3339(o.observed_at),
-                crate::time::duration(crate::time::since(now, o.observed_at))
+                crate::time::duration(crate::time::since(now, o.observed_at)),
+                esc(&o.external_id)
             )?;
+            // tend's ownership marker, never called "owner": that is the
+            // database's owner role, one of its fields below.
             match o.marker() {
                 Some(m) => writeln!(
                     out,
-                    "  owner:       agent `{}`, declaration `{}`",
+                    "  tend marker: agent `{}`, declaration `{}`",
                     esc(&m.agent_id),
                     esc(&m.declaration)
                 )?,
-                None => writeln!(out, "  owner:       no tend marker")?,
+                None => writeln!(out, "  tend marker: none (tend does not manage it)")?,
             }
             for (field, v) in &o.fields {
                 writeln!(out, "    {} = {}", esc(field), value(v))?;

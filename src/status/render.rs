@@ -9,14 +9,52 @@ use super::report::{Report, ResourceReport};
 use crate::engine::{DriftOrigin, State};
 use crate::escape::terminal as esc;
 
-/// A field value as every human-facing output shows it.
+/// A field value as every human-facing output shows it: a list as its
+/// items (`citext, postgis 3.4`; `(none)` when empty), a map as
+/// `key=value` pairs, never as JSON.
 ///
 /// Escaped for a terminal: observed values come from the provider.
 pub fn value(v: &Value) -> String {
+    esc(&plain(v)).into_owned()
+}
+
+fn plain(v: &Value) -> String {
     match v {
         Value::Null => "(unset)".into(),
-        Value::String(s) => esc(s).into_owned(),
-        other => esc(&other.to_string()).into_owned(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.is_empty() => "(none)".into(),
+        Value::Array(items) => items.iter().map(item).collect::<Vec<_>>().join(", "),
+        Value::Object(map) if map.is_empty() => "(none)".into(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}={}", plain(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// One item of a list: an extension (`{name, version}`) as `name version`.
+fn item(v: &Value) -> String {
+    match v {
+        Value::Object(map) if map.get("name").is_some_and(Value::is_string) => {
+            let name = map.get("name").and_then(Value::as_str).unwrap_or_default();
+            let rest: Vec<String> = map
+                .iter()
+                .filter(|(k, _)| k.as_str() != "name")
+                .map(|(k, v)| match (k.as_str(), v) {
+                    ("version", Value::String(s)) => s.clone(),
+                    _ => format!("{k}={}", plain(v)),
+                })
+                .collect();
+            if rest.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name} {}", rest.join(" "))
+            }
+        }
+        Value::String(s) => s.clone(),
+        other => plain(other),
     }
 }
 
@@ -194,13 +232,50 @@ pub fn other_agents(report: &Report) -> Vec<(&str, Vec<&str>)> {
 
 /// The resources the text and Markdown tables leave out because a banner
 /// says it for all of them: two or more carrying the same other agent's
-/// marker.
+/// marker, or not observed for the same reason (a wrong provider password
+/// is one line, not one per database).
 fn folded(report: &Report) -> std::collections::BTreeSet<&str> {
     other_agents(report)
         .into_iter()
         .filter(|(_, names)| names.len() > 1)
         .flat_map(|(_, names)| names)
+        .chain(
+            unobserved_alike(report)
+                .into_iter()
+                .flat_map(|(_, names)| names),
+        )
         .collect()
+}
+
+/// Resources that could not be observed, grouped by why (the provider's
+/// message), where two or more share it.
+fn unobserved_alike(report: &Report) -> Vec<(String, Vec<&str>)> {
+    let mut by_reason: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for r in &report.resources {
+        if r.rule == crate::engine::Rule::ObservationFailed.as_str() {
+            let why = r.reason.replace(&format!("`{}`", r.name), "");
+            let message = why
+                .split_once("at the provider (")
+                .and_then(|(_, rest)| rest.rsplit_once("); no action"))
+                .map_or(why.clone(), |(message, _)| message.to_string());
+            // A listing's failure is about no database in particular.
+            let message = message.trim_start_matches("*: ").to_string();
+            by_reason.entry(message).or_default().push(&r.name);
+        }
+    }
+    by_reason
+        .into_iter()
+        .filter(|(_, names)| names.len() > 1)
+        .collect()
+}
+
+/// A few names, and how many more there are: `a, b, c and 37 more`.
+fn some_names(names: &[&str]) -> String {
+    let shown: Vec<String> = names.iter().take(3).map(|n| esc(n).into_owned()).collect();
+    match names.len().saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
 }
 
 /// One line for every database carrying another agent's marker.
@@ -259,6 +334,17 @@ pub fn banners(report: &Report) -> Vec<(&'static str, String)> {
     }
     for (agent, names) in other_agents(report) {
         out.push(("other-agent", other_agent_line(report, agent, &names)));
+    }
+    for (message, names) in unobserved_alike(report) {
+        out.push((
+            "not-observed",
+            format!(
+                "{} databases ({}) could not be observed at the provider: {}; nothing is done about them until they can be (Error; docs/runbooks/provider-unavailable.md)",
+                names.len(),
+                some_names(&names),
+                esc(&message)
+            ),
+        ));
     }
     out
 }
@@ -495,5 +581,25 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
                 md_escape(&e.message)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value;
+    use serde_json::json;
+
+    #[test]
+    fn lists_and_maps_read_as_words_not_json() {
+        assert_eq!(value(&json!([{"name": "citext"}])), "citext");
+        assert_eq!(
+            value(&json!([{"name": "citext"}, {"name": "postgis", "version": "3.4"}])),
+            "citext, postgis 3.4"
+        );
+        assert_eq!(value(&json!([])), "(none)");
+        assert_eq!(value(&json!(["public", "app"])), "public, app");
+        assert_eq!(value(&json!({"work_mem": "64MB"})), "work_mem=64MB");
+        assert_eq!(value(&json!(null)), "(unset)");
+        assert_eq!(value(&json!(50)), "50");
     }
 }

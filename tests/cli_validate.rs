@@ -32,7 +32,7 @@ fn validate_reports_file_line_column_and_exits_1() {
     assert_eq!(
         run.stderr.lines().collect::<Vec<_>>(),
         vec![
-            "./team/bad.yml:6:3: spec: unknown field `conectionLimit`, expected one of `provider`, `databaseName`, `owner`, `encoding`, `locale`, `template`, `connectionLimit`, `allowConnections`, `extensions`, `parameters`, `comment`, `engine`, `version`, `size`, `storageGb`, `highAvailability`, `backupRetentionDays`, `region`, `deletionPolicy`, `driftPolicy`"
+            "./team/bad.yml:6:3: spec: unknown field `conectionLimit` (did you mean `connectionLimit`?); the fields are `provider`, `databaseName`, `owner`, `encoding`, `locale`, `template`, `connectionLimit`, `allowConnections`, `extensions`, `parameters`, `comment`, `engine`, `version`, `size`, `storageGb`, `highAvailability`, `backupRetentionDays`, `region`, `deletionPolicy`, `driftPolicy`"
         ]
     );
     assert_eq!(run.stdout.trim(), "1 declaration, 1 error");
@@ -234,5 +234,49 @@ fn an_independent_schema_validator_flags_every_bad_case_draft07_can_express() {
     assert_eq!(
         missed_set, expected,
         "the cases the schema misses are not the ones listed with a reason"
+    );
+}
+
+/// Each mistake is said in words, at its place: the type wanted and what
+/// was written, a tab as a tab, the field a misspelt name meant, and
+/// values the server would refuse.
+#[test]
+fn validate_says_each_mistake_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = |name: &str| {
+        format!("apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\n")
+    };
+    for (file, spec) in [
+        ("a.yaml", "spec:\n  connectionLimit: fifty\n"),
+        ("b.yaml", "spec:\n  connectionLimit: 1e3\n"),
+        ("c.yaml", "spec:\n\tconnectionLimit: 5\n"),
+        ("d.yaml", "spec:\n  ownr: app\n"),
+        ("e.yaml", "spec:\n  extensions:\n    - PG_TRGM\n"),
+        (
+            "f.yaml",
+            "spec:\n  parameters:\n    search_path: '\"$user, public'\n",
+        ),
+        ("g.yaml", "spec:\n  allowConnections: 1\n"),
+    ] {
+        let name = file.trim_end_matches(".yaml");
+        fs::write(dir.path().join(file), format!("{}{spec}", head(name))).unwrap();
+    }
+    let run = TendCommand::new(&["validate", "."])
+        .current_dir(dir.path())
+        .expect_code(1);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "./a.yaml:6:20: spec.connectionLimit must be a whole number, not the text \"fifty\"",
+            "./b.yaml:6:20: spec.connectionLimit must be a whole number, not 1e3; write 1000",
+            "./c.yaml:6:1: a tab character: YAML indents with spaces only; replace the tab with spaces",
+            "./d.yaml:6:3: spec: unknown field `ownr` (did you mean `owner`?); the fields are `provider`, `databaseName`, `owner`, `encoding`, `locale`, `template`, `connectionLimit`, `allowConnections`, `extensions`, `parameters`, `comment`, `engine`, `version`, `size`, `storageGb`, `highAvailability`, `backupRetentionDays`, `region`, `deletionPolicy`, `driftPolicy`",
+            "./e.yaml:7:7: extension `PG_TRGM`: extension names are lowercase; write `pg_trgm`",
+            "./f.yaml:7:18: spec.parameters.search_path has an unterminated quote in `\"$user, public`: each quoted schema name needs its closing `\"` (`\"$user\", public`)",
+            "./g.yaml:6:21: spec.allowConnections must be true or false, not the number 1",
+        ],
+        "{}",
+        run.stderr
     );
 }

@@ -167,7 +167,22 @@ fn parse_document(document: Document<'_>) -> DocumentOutcome {
         // document, not of the file; the diagnostic carries the position.
         let message = strip_positions(&e.to_string());
         match e.location() {
-            Some(l) => (l.line() + offset, l.column(), message),
+            Some(l) => {
+                // What is written where the parser stopped (`1e3`, a tab).
+                let token = text
+                    .lines()
+                    .nth(l.line().saturating_sub(1))
+                    .and_then(|line| line.get(l.column().saturating_sub(1)..))
+                    .map(|rest| {
+                        if rest.starts_with('\t') {
+                            rest
+                        } else {
+                            rest.split([' ', '\t', '#']).next().unwrap_or(rest)
+                        }
+                    });
+                let message = super::messages::humanize(&message, token);
+                (l.line() + offset, l.column(), message)
+            }
             None => {
                 let (line, column) = root();
                 (line, column, message)

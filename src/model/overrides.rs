@@ -91,7 +91,7 @@ pub fn parse_annotations(
     let mut problems = Vec::new();
     for key in annotations.keys() {
         if key.starts_with("tend.dev/") && !KNOWN_ANNOTATIONS.contains(&key.as_str()) {
-            let hint = closest(key, KNOWN_ANNOTATIONS)
+            let hint = super::suggest::closest(key, KNOWN_ANNOTATIONS)
                 .map(|k| format!("did you mean `{k}`? "))
                 .unwrap_or_default();
             problems.push(AnnotationProblem {
@@ -281,31 +281,6 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     }
 }
 
-/// The known name within edit distance 3 of `key`, for "did you mean".
-fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
-    known
-        .iter()
-        .map(|k| (edit_distance(key, k), *k))
-        .filter(|(d, _)| *d <= 3)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = previous + usize::from(ca != *cb);
-            previous = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(previous + 1);
-        }
-    }
-    row[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,12 +336,5 @@ mod tests {
                 .message
                 .contains("did you mean `tend.dev/paused`")
         );
-    }
-
-    #[test]
-    fn edit_distance_counts_edits() {
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("same", "same"), 0);
     }
 }

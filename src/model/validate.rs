@@ -186,6 +186,19 @@ pub fn validate(decl: &ManagedDatabase) -> (Option<TendAnnotations>, Vec<Problem
                     &["spec", "parameters", key],
                     format!("spec.parameters.{key} must not contain a NUL character"),
                 ));
+            } else if key.eq_ignore_ascii_case("search_path")
+                && value.as_str().matches('"').count() % 2 == 1
+            {
+                // A quoted schema name without its closing quote: the
+                // server would refuse the value (or read a schema name no
+                // one meant).
+                problems.push(at(
+                    &["spec", "parameters", key],
+                    format!(
+                        "spec.parameters.{key} has an unterminated quote in `{}`: each quoted schema name needs its closing `\"` (`\"$user\", public`)",
+                        value.as_str()
+                    ),
+                ));
             }
         }
     }
@@ -199,6 +212,19 @@ pub fn validate(decl: &ManagedDatabase) -> (Option<TendAnnotations>, Vec<Problem
                 &ext.name,
                 &mut problems,
             );
+            if ext.name.chars().any(|c| c.is_ascii_uppercase()) {
+                // Extension names are case-sensitive, and every extension
+                // PostgreSQL ships (and the DBaaS offer) is lowercase:
+                // `PG_TRGM` is not `pg_trgm`, and CREATE EXTENSION fails.
+                problems.push(at(
+                    &["spec", "extensions", &index],
+                    format!(
+                        "extension `{}`: extension names are lowercase; write `{}`",
+                        ext.name,
+                        ext.name.to_ascii_lowercase()
+                    ),
+                ));
+            }
             if extensions[..i].iter().any(|e| e.0.name == ext.name) {
                 problems.push(at(
                     &["spec", "extensions", &index],

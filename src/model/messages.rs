@@ -59,7 +59,7 @@ fn invalid_type(message: &str, token: Option<&str>) -> Option<String> {
     } else if let Some(v) = found.strip_prefix("integer ") {
         format!("the number {}", v.trim_matches('`'))
     } else if let Some(v) = found.strip_prefix("boolean ") {
-        format!("{}", v.trim_matches('`'))
+        v.trim_matches('`').to_string()
     } else if found == "sequence" {
         "a list".into()
     } else if found == "map" {

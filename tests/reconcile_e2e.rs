@@ -727,3 +727,56 @@ fn a_writer_sweeps_the_private_refs_readers_left_behind() {
     );
     assert_eq!(left, fresh, "only the ref a reader left an hour ago goes");
 }
+
+/// `tend override set` answers in the words the operator typed: the
+/// flags, not annotation names; a misspelt name or field gets the one
+/// probably meant; one mistake is one message.
+#[test]
+fn override_set_answers_in_its_flags_and_suggests_the_name_meant() {
+    let env = Env::new(&[decl("orders", 10)]);
+    env.apply(0);
+    let refused = |args: &[&str]| {
+        let mut all = vec!["override", "set"];
+        all.extend_from_slice(args);
+        let run = env.tend(&all, 1);
+        run.stderr.trim().to_string()
+    };
+    let typo = refused(&["ordres", "--pause", "--reason", "INC-1"]);
+    assert!(
+        typo.contains("no declaration named `ordres` (did you mean `orders`?)"),
+        "{typo}"
+    );
+    let field = refused(&[
+        "orders",
+        "--ignore-fields",
+        "conectionLimit",
+        "--reason",
+        "INC-1",
+        "--expires",
+        "2h",
+    ]);
+    assert!(
+        field.contains(
+            "unknown field `conectionLimit` (did you mean `connectionLimit`?) in --ignore-fields"
+        ),
+        "{field}"
+    );
+    assert!(!field.contains("tend.dev/"), "{field}");
+    assert!(
+        !field.contains("no override to apply to"),
+        "one mistake, one message: {field}"
+    );
+    let bare = refused(&["orders", "--reason", "INC-1", "--expires", "2h"]);
+    assert_eq!(
+        bare,
+        "tend override set: --expires has no override to apply to: set --pause or --ignore-fields, or remove it"
+    );
+    let when = refused(&["orders", "--pause", "--reason", "x", "--expires", "2"]);
+    assert!(
+        when.starts_with("tend override set: --expires must be an RFC 3339 time"),
+        "{when}"
+    );
+    // Nothing was stored.
+    let list = env.tend(&["override", "list"], 0).stdout;
+    assert!(!list.contains("orders"), "{list}");
+}

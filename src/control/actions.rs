@@ -81,12 +81,23 @@ fn check_name(ctx: &Context<'_>, name: &str) -> Result<Name, String> {
     Ok(match &ctx.declarations {
         Ok(Some(snapshot)) => match crate::reconcile::inputs::declared(snapshot, name) {
             Some(_) => Name::Known,
-            None => Name::Unknown(format!(
-                "no declaration named `{}` in the last accepted commit {} ({} declarations) and no such resource in the state",
-                esc(name),
-                snapshot.commit.get(..12).unwrap_or(&snapshot.commit),
-                snapshot.declarations.declarations.len()
-            )),
+            None => {
+                let names: Vec<&str> = snapshot
+                    .declarations
+                    .declarations
+                    .iter()
+                    .map(|d| d.name())
+                    .collect();
+                let hint = crate::model::suggest::closest(name, &names)
+                    .map(|n| format!(" (did you mean `{n}`?)"))
+                    .unwrap_or_default();
+                Name::Unknown(format!(
+                    "no declaration named `{}`{hint} in the last accepted commit {} ({} declarations) and no such resource in the state",
+                    esc(name),
+                    snapshot.commit.get(..12).unwrap_or(&snapshot.commit),
+                    snapshot.declarations.declarations.len()
+                ))
+            }
         },
         Ok(None) => Name::Unchecked(
             "no commit has been accepted yet, so the name cannot be checked".to_string(),
@@ -134,8 +145,9 @@ fn override_set(
             "{why}. Check the name (`tend plan` lists every resource); to set it anyway, add --force"
         ));
     }
-    // The same rules as annotations in Git: a typo is refused, never stored.
-    let parsed = parse_override_strings(annotations)?;
+    // The same rules as annotations in Git: a typo is refused, never
+    // stored; said in the command's flags, not in annotation names.
+    let parsed = parse_override_strings(annotations).map_err(|m| in_flags(&m))?;
     let Some(spec) = parsed.overrides else {
         return Err("give --pause or --ignore-fields".into());
     };
@@ -170,6 +182,27 @@ fn override_set(
         ));
     }
     Ok(out)
+}
+
+/// An override's problem said with `tend override set`'s flags: the
+/// person typed `--expires`, not `tend.dev/override-expires`.
+fn in_flags(message: &str) -> String {
+    use crate::model::overrides::{
+        IGNORE_FIELDS, OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY, OVERRIDE_REASON, PAUSED,
+    };
+    [
+        (format!("`{PAUSED}: \"true\"`"), "--pause"),
+        (format!("`{PAUSED}`"), "--pause"),
+        (format!("`{IGNORE_FIELDS}`"), "--ignore-fields"),
+        (IGNORE_FIELDS.to_string(), "--ignore-fields"),
+        (format!("`{OVERRIDE_EXPIRES}`"), "--expires"),
+        (format!("`{OVERRIDE_REASON}`"), "--reason"),
+        (format!("`{OVERRIDE_ON_EXPIRY}`"), "--on-expiry"),
+    ]
+    .iter()
+    .fold(message.to_string(), |m, (from, to)| {
+        m.replace(from.as_str(), to)
+    })
 }
 
 fn override_clear(ctx: &Context<'_>, name: &str) -> Result<String, String> {

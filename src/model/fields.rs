@@ -165,10 +165,16 @@ pub fn check_ignorable(path: &str) -> Result<(), String> {
             f.mutability.as_str(),
             mutable_field_names().join(", ")
         )),
-        None => Err(format!(
-            "unknown field `{path}` in tend.dev/ignore-fields: expected one of {} or `parameters.<name>`",
-            mutable_field_names().join(", ")
-        )),
+        None => {
+            let known: Vec<&str> = FIELDS.iter().map(|f| f.name).collect();
+            let hint = super::suggest::closest(path, &known)
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
+            Err(format!(
+                "unknown field `{path}`{hint} in tend.dev/ignore-fields: expected one of {} or `parameters.<name>`",
+                mutable_field_names().join(", ")
+            ))
+        }
     }
 }
 

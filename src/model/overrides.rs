@@ -182,7 +182,9 @@ pub fn parse_annotations(
             ),
         );
     }
-    if !has_override {
+    // An override that is there but wrong (a misspelt field) was reported
+    // already: its expiry is not "without an override" too.
+    if !has_override && !paused && get(IGNORE_FIELDS).is_none() {
         for key in [OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY] {
             if annotations.contains_key(key) {
                 problem(

@@ -230,7 +230,15 @@ fn a_wedged_loop_stops_the_watchdog_though_http_still_answers() {
 #[test]
 fn metrics_are_openmetrics_and_count_what_status_reports() {
     let env = Env::new(|c| c);
-    env.repo.write("billing.yaml", &manifest("billing", 5));
+    // An override with an expiry: its time is a gauge an alert compares
+    // with time().
+    env.repo.write(
+        "billing.yaml",
+        &manifest("billing", 5).replace(
+            "  name: billing\n",
+            "  name: billing\n  annotations:\n    tend.dev/ignore-fields: connectionLimit\n    tend.dev/override-reason: INC-1\n    tend.dev/override-expires: \"2099-01-01T00:00:00Z\"\n",
+        ),
+    );
     env.repo.commit("billing");
     let daemon = env.start(&[]);
     env.edit_limit("orders", 99);
@@ -259,6 +267,10 @@ fn metrics_are_openmetrics_and_count_what_status_reports() {
             "{family} missing:\n{text}"
         );
     }
+    assert!(
+        text.contains("tend_override_expiry_timestamp_seconds{resource=\"billing\"} 4070908800\n"),
+        "{text}"
+    );
     // A healthy provider's error series exists, at 0, before any error.
     assert!(
         text.contains("tend_provider_errors_total{provider=\"sandbox\",kind=\"observe\"} 0"),

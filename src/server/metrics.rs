@@ -39,6 +39,10 @@ pub struct Metrics {
     resources: Family<Labels, Gauge>,
     drifted_fields: Family<Labels, Gauge>,
     overrides: Family<Labels, Gauge>,
+    /// When each active override with an expiry expires (Unix seconds):
+    /// an alert compares it with `time()`, so "expiring soon" needs no
+    /// report to be made at the right moment.
+    override_expiry: Family<Labels, Gauge>,
     pending_deletions: Gauge,
     operations: Family<Labels, Counter>,
     provider_errors: Family<Labels, Counter>,
@@ -73,6 +77,7 @@ impl Metrics {
             resources: Family::default(),
             drifted_fields: Family::default(),
             overrides: Family::default(),
+            override_expiry: Family::default(),
             pending_deletions: Gauge::default(),
             operations: Family::default(),
             provider_errors: Family::default(),
@@ -115,6 +120,11 @@ impl Metrics {
             "overrides",
             "Overrides by status (active, expired)",
             m.overrides.clone(),
+        );
+        r.register(
+            "override_expiry_timestamp_seconds",
+            "When each active override with an expiry expires, by resource (Unix seconds)",
+            m.override_expiry.clone(),
         );
         r.register(
             "pending_deletions",
@@ -348,6 +358,22 @@ impl Metrics {
             self.overrides
                 .get_or_create(&labels(&[("status", status)]))
                 .set(count as i64);
+        }
+        // Replaced whole: an override that went (or expired) leaves no
+        // series behind.
+        self.override_expiry.clear();
+        for r in &report.resources {
+            let Some(o) = &r.override_ else { continue };
+            let expires = o
+                .expires
+                .as_deref()
+                .and_then(|t| humantime::parse_rfc3339(t).ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+            if let (Some(at), false) = (expires, o.expired) {
+                self.override_expiry
+                    .get_or_create(&labels(&[("resource", &r.name)]))
+                    .set(at.as_secs() as i64);
+            }
         }
         let deleting = report
             .resources

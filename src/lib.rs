@@ -21,6 +21,7 @@ pub mod daemon;
 pub mod engine;
 pub mod escape;
 pub mod executor;
+pub mod files;
 pub mod journal;
 pub mod model;
 pub mod process;

@@ -136,8 +136,10 @@ fn token_files_are_bounded_and_must_exist_and_hold_something() {
     repo.commit("orders");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("empty"), "\n").unwrap();
+    std::fs::write(dir.path().join("huge"), vec![b'x'; 70_000]).unwrap();
     for (file, expect) in [
-        ("/dev/zero", "more than"),
+        ("/dev/zero", "a character device, not a regular file"),
+        ("huge", "more than"),
         ("empty", "is empty"),
         ("missing", "cannot open"),
     ] {

@@ -581,6 +581,9 @@ fn credentials_directory() -> Option<PathBuf> {
 }
 
 /// The credentials directory systemd gives a running `tend.service`.
+/// The most a configuration file may hold.
+const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
 pub const RUNNING_SERVICE_CREDENTIALS: &str = "/run/credentials/tend.service";
 
 impl Config {
@@ -596,10 +599,13 @@ impl Config {
     /// Reads and checks a configuration file; relative paths become
     /// relative to the file's directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::files::read_regular_to_string(path, MAX_CONFIG_BYTES).map_err(|source| {
+                ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         Self::parse(&text, path)
     }
 

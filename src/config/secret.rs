@@ -22,11 +22,7 @@ static PRELOADED: std::sync::OnceLock<std::collections::BTreeMap<PathBuf, Vec<u8
 pub fn preload(paths: impl IntoIterator<Item = PathBuf>) {
     let mut read = std::collections::BTreeMap::new();
     for path in paths {
-        let bytes = std::fs::File::open(&path).and_then(|file| {
-            let mut bytes = Vec::new();
-            file.take(MAX_SECRET_BYTES + 1).read_to_end(&mut bytes)?;
-            Ok(bytes)
-        });
+        let bytes = crate::files::read_regular(&path, MAX_SECRET_BYTES);
         if let Ok(bytes) = bytes {
             read.insert(path, bytes);
         }
@@ -51,7 +47,7 @@ pub fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
     if let Some(bytes) = preloaded(path) {
         return check(bytes.to_vec(), fail);
     }
-    let file = std::fs::File::open(path).map_err(|e| {
+    let file = crate::files::open_regular(path).map_err(|e| {
         if super::credential_path(path).is_some() {
             fail(format!(
                 "cannot open it: CREDENTIALS_DIRECTORY is not set (systemd sets it inside the service, from LoadCredential=) and {} does not exist (no tend.service is running); outside the service, point it at the directory holding the same files, e.g. `sudo CREDENTIALS_DIRECTORY=/etc/tend/secrets tend …` (docs/operations.md)",
@@ -161,7 +157,12 @@ mod tests {
         let zero = read("token_file", Path::new("/dev/zero"))
             .unwrap_err()
             .to_string();
-        assert!(zero.contains("more than"), "{zero}");
+        assert!(zero.contains("character device"), "{zero}");
+
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; MAX_SECRET_BYTES as usize + 1]).unwrap();
+        let big = read("token_file", &big).unwrap_err().to_string();
+        assert!(big.contains("more than"), "{big}");
 
         let missing = read("token_file", &dir.path().join("nope"))
             .unwrap_err()

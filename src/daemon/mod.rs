@@ -275,8 +275,8 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
         let running = match Running::start(Arc::new(agent), &shared) {
             Ok(r) => r,
             Err(e) => {
-                fail(e);
-                break exit::CONFIG;
+                fail(&e);
+                break e.exit_code();
             }
         };
         let lost = async {
@@ -495,6 +495,19 @@ enum StartError {
     Config(#[from] ConfigError),
 }
 
+impl StartError {
+    /// 78 only for a configuration that cannot work (systemd then stops
+    /// restarting, `RestartPreventExitStatus=78`); a failure of I/O, of
+    /// inotify or of the Git cache may pass, and exits 1 so
+    /// `Restart=on-failure` tries again.
+    fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Config(_) => exit::CONFIG,
+            StartError::Source(_) => exit::ERROR,
+        }
+    }
+}
+
 /// One incarnation of the agent: its source follower and its workers.
 struct Running {
     agent: Arc<Agent>,
@@ -695,8 +708,8 @@ impl Running {
         }
         shared.board.reset_parts();
         let running = Running::start(Arc::new(agent), shared).map_err(|e| {
-            fail(e);
-            exit::CONFIG
+            fail(&e);
+            e.exit_code()
         })?;
         shared.metrics.reload(true);
         tracing::info!("configuration reloaded");

@@ -9,6 +9,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+/// The most a CA bundle may hold (the system bundle is ~220 KiB).
+const MAX_CA_BYTES: u64 = 16 * 1024 * 1024;
+
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::pem::PemObject;
@@ -51,7 +54,7 @@ pub fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
             let mut roots = RootCertStore::empty();
             let bytes = match crate::config::secret::preloaded(file) {
                 Some(bytes) => bytes.to_vec(),
-                None => std::fs::read(file)
+                None => crate::files::read_regular(file, MAX_CA_BYTES)
                     .map_err(|e| format!("cannot read tls_ca_file {}: {e}", file.display()))?,
             };
             for cert in CertificateDer::pem_slice_iter(&bytes) {

@@ -1,7 +1,6 @@
 //! Credentials for fetching: an HTTP token (basic or bearer) and SSH keys
 //! with a known_hosts check. Secrets are read from files, never logged.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use std::str::FromStr;
@@ -50,7 +49,7 @@ fn read_secret(path: &Path) -> Result<String, SourceError> {
     if let Some(bytes) = crate::config::secret::preloaded(path) {
         return Ok(String::from_utf8_lossy(bytes).trim().to_string());
     }
-    fs::read_to_string(path)
+    crate::files::read_regular_to_string(path, crate::config::secret::MAX_SECRET_BYTES)
         .map(|s| s.trim().to_string())
         .map_err(|e| SourceError::Io {
             path: path.display().to_string(),

@@ -23,6 +23,9 @@ pub mod keyring;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+
+/// The most an allowed-signers file or keyring may hold.
+const MAX_TRUST_FILE_BYTES: u64 = 16 * 1024 * 1024;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -56,7 +59,7 @@ fn read_file(file: &std::path::Path) -> Result<String, TrustError> {
             message: e.to_string(),
         });
     }
-    std::fs::read_to_string(file).map_err(|e| TrustError::Read {
+    crate::files::read_regular_to_string(file, MAX_TRUST_FILE_BYTES).map_err(|e| TrustError::Read {
         file: file.to_path_buf(),
         message: e.to_string(),
     })

@@ -129,3 +129,166 @@ fn a_transient_start_failure_exits_1_and_a_bad_configuration_78() {
         daemon.log()
     );
 }
+
+mod listing {
+    use super::*;
+    use support::TendCommand;
+    use support::hostile_http::{HostileHttp, Reply};
+
+    /// A database as the contract lists it.
+    fn db(name: &str) -> String {
+        format!(
+            r#"{{"name":"{name}","id":"id-{name}","status":"ready","fields":{{"size":"small"}},"labels":{{}},"etag":"\"1\"","observedAt":"2026-01-01T00:00:00Z"}}"#
+        )
+    }
+
+    fn page(items: &[&str], next: Option<&str>) -> Reply {
+        let items: Vec<String> = items.iter().map(|n| db(n)).collect();
+        let next = match next {
+            Some(t) => format!(r#","nextPageToken":"{t}""#),
+            None => String::new(),
+        };
+        Reply::Json(format!(r#"{{"items":[{}]{next}}}"#, items.join(",")))
+    }
+
+    /// `tend plan` against `server`; its output and how long it took.
+    fn plan(server: &HostileHttp, code: i32) -> (support::RunOutput, Duration) {
+        let repo = TestRepo::new();
+        repo.write(
+            "orders.yaml",
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\nspec:\n  size: small\n",
+        );
+        repo.commit("orders");
+        let dir = tempfile::tempdir().unwrap();
+        let config = TendConfig::new(dir.path(), &repo.url())
+            .without_section("providers.sandbox")
+            .section("providers.dbaas", "kind", "\"http\"")
+            .section(
+                "providers.dbaas",
+                "endpoint",
+                &format!("\"{}\"", server.url()),
+            )
+            .section("providers.dbaas", "timeout", "\"5s\"")
+            .reconcile("max_retries", "0")
+            .write();
+        let started = Instant::now();
+        let run = TendCommand::new(&["--config", &config.display().to_string(), "plan"])
+            .expect_code(code);
+        (run, started.elapsed())
+    }
+
+    /// A fresh token on every page, the same database on each: the
+    /// second page lists it twice, and the listing ends there.
+    #[test]
+    fn fresh_tokens_over_the_same_items_end_in_a_named_error() {
+        let server = HostileHttp::start(|_, n| page(&["orders"], Some(&format!("t{n}"))));
+        let (run, took) = plan(&server, 1);
+        assert!(
+            run.stdout.contains("listed `orders` twice"),
+            "{}",
+            run.stdout
+        );
+        assert!(server.requests() <= 3, "{} requests", server.requests());
+        assert!(took < Duration::from_secs(30), "{took:?}");
+    }
+
+    /// Tokens alternating A, B, A: the token seen before ends it.
+    #[test]
+    fn alternating_tokens_end_in_a_named_error() {
+        let server = HostileHttp::start(|path, _| {
+            if path.contains("pageToken=A") {
+                page(&[], Some("B"))
+            } else if path.contains("pageToken=B") {
+                page(&[], Some("A"))
+            } else {
+                page(&["orders"], Some("A"))
+            }
+        });
+        let (run, _) = plan(&server, 1);
+        assert!(
+            run.stdout.contains("returned page token \"A\" again"),
+            "{}",
+            run.stdout
+        );
+        assert!(server.requests() <= 4, "{} requests", server.requests());
+    }
+
+    /// Empty pages with fresh tokens forever: a hundred in a row end it.
+    #[test]
+    fn endless_empty_pages_end_in_a_named_error() {
+        let server = HostileHttp::start(|_, n| page(&[], Some(&format!("t{n}"))));
+        let (run, _) = plan(&server, 1);
+        assert!(
+            run.stdout.contains("empty pages in a row"),
+            "{}",
+            run.stdout
+        );
+        assert!(server.requests() <= 102, "{} requests", server.requests());
+    }
+
+    /// `""` on the last page ends the listing as `null` does.
+    #[test]
+    fn an_empty_token_on_the_last_page_ends_the_listing() {
+        let server = HostileHttp::start(|path, _| {
+            if path.contains("pageToken=") {
+                page(&["orders"], Some(""))
+            } else {
+                page(&[], Some("next"))
+            }
+        });
+        let (run, _) = plan(&server, 0);
+        // Observed (found without a marker), and no third request.
+        assert!(run.stdout.contains("name taken"), "{}", run.stdout);
+        assert_eq!(server.requests(), 2);
+    }
+
+    /// A body that never ends: the read stops at the cap with an error
+    /// naming it, and the process never holds more than the cap and its
+    /// own needs (peak RSS measured by GNU time).
+    #[test]
+    fn an_endless_body_ends_at_the_cap_with_bounded_memory() {
+        let server = HostileHttp::start(|_, _| Reply::Endless);
+        let repo = TestRepo::new();
+        repo.write(
+            "orders.yaml",
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\nspec:\n  size: small\n",
+        );
+        repo.commit("orders");
+        let dir = tempfile::tempdir().unwrap();
+        let config = TendConfig::new(dir.path(), &repo.url())
+            .without_section("providers.sandbox")
+            .section("providers.dbaas", "kind", "\"http\"")
+            .section(
+                "providers.dbaas",
+                "endpoint",
+                &format!("\"{}\"", server.url()),
+            )
+            .section("providers.dbaas", "timeout", "\"60s\"")
+            .reconcile("max_retries", "0")
+            .write();
+        let time = std::path::Path::new("/usr/bin/time");
+        assert!(
+            time.exists(),
+            "GNU time is missing: apt-get install time (.ci/run installs it)"
+        );
+        let output = std::process::Command::new(time)
+            .args(["-f", "peak-rss-kb=%M", env!("CARGO_BIN_EXE_tend")])
+            .args(["--config", &config.display().to_string(), "plan"])
+            .env("TEND_LOG", "warn")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+        assert!(stdout.contains("larger than 32 MiB"), "{stdout}\n{stderr}");
+        let peak: u64 = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("peak-rss-kb="))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        eprintln!("peak RSS: {} MiB", peak / 1024);
+        assert!(peak < 256 * 1024, "peak RSS {} MiB", peak / 1024);
+    }
+}

@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod dice;
 pub mod git;
+pub mod hostile_http;
 pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;

@@ -17,6 +17,11 @@
 //! * Asynchronous work (`202 Accepted` + an operation) is polled until it
 //!   ends, within `operation_timeout`; a timeout is retryable (the retry
 //!   replays the same key and finds the same operation).
+//! * Nothing the server sends is unbounded: a body is read in chunks up to
+//!   [`MAX_BODY_BYTES`] (an endless body ends in an error, not in memory);
+//!   a listing ends with an error when a page token comes back, a
+//!   database is listed twice, pages stay empty, or the whole listing
+//!   takes longer than [`LISTING_TIMEOUTS`] × `timeout`.
 
 pub mod check;
 mod classify;
@@ -39,6 +44,15 @@ use wire::{CreateDatabase, Database, DatabasePage, IDEMPOTENCY_KEY, Operation, U
 /// DBaaS that cannot set one answers `422` naming it, and the resource
 /// reports that error; nothing is silently left unmanaged).
 pub const HTTP_FIELDS: &[&str] = super::sandbox::SANDBOX_FIELDS;
+
+/// The most one answer's body may hold (a page of 1,000 databases is
+/// about 1 MiB).
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// A whole listing may take this many request timeouts.
+pub const LISTING_TIMEOUTS: u32 = 20;
+/// This many empty pages in a row, each with a next token, end a listing
+/// (a server that pages forever through nothing).
+const MAX_EMPTY_PAGES: usize = 100;
 
 /// What the provider needs, secrets read.
 #[derive(Debug, Clone)]
@@ -135,18 +149,44 @@ impl HttpProvider {
                 .map(str::to_string)
         };
         let retry_after = header("retry-after").and_then(|v| classify::retry_after(&v));
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| ProviderError::Retryable {
-                resource: resource.to_string(),
-                message: format!(
-                    "{}: the answer was cut off: {}",
-                    self.settings.endpoint,
-                    transport_message(&e)
-                ),
-            })?
-            .to_vec();
+        let too_large = || ProviderError::Retryable {
+            resource: resource.to_string(),
+            message: format!(
+                "{}: the answer's body is larger than {} MiB; nothing the contract answers is that large",
+                self.settings.endpoint,
+                MAX_BODY_BYTES / (1024 * 1024)
+            ),
+        };
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+        {
+            return Err(too_large());
+        }
+        // Chunk by chunk: an endless body ends at the cap, not in memory.
+        let mut response = response;
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > MAX_BODY_BYTES {
+                        return Err(too_large());
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(ProviderError::Retryable {
+                        resource: resource.to_string(),
+                        message: format!(
+                            "{}: the answer was cut off: {}",
+                            self.settings.endpoint,
+                            transport_message(&e)
+                        ),
+                    });
+                }
+            }
+        }
         Ok(Answer {
             status,
             retry_after,
@@ -329,13 +369,42 @@ impl HttpProvider {
         self.list(|_| true).await
     }
 
-    /// The databases `keep` keeps, page by page (one request per page).
+    /// The databases `keep` keeps, page by page (one request per page),
+    /// within [`LISTING_TIMEOUTS`] × `timeout` as a whole.
     async fn list(
+        &self,
+        keep: impl Fn(&Database) -> bool,
+    ) -> Result<Vec<Observation>, ProviderError> {
+        let limit = self.settings.timeout * LISTING_TIMEOUTS;
+        match tokio::time::timeout(limit, self.list_pages(keep)).await {
+            Ok(listed) => listed,
+            Err(_) => Err(ProviderError::Retryable {
+                resource: "*".into(),
+                message: format!(
+                    "{}: the listing did not end within {} ({LISTING_TIMEOUTS} × timeout)",
+                    self.settings.endpoint,
+                    crate::time::duration(limit)
+                ),
+            }),
+        }
+    }
+
+    async fn list_pages(
         &self,
         keep: impl Fn(&Database) -> bool,
     ) -> Result<Vec<Observation>, ProviderError> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
+        let mut tokens_seen: std::collections::HashSet<String> = Default::default();
+        let mut names_seen: std::collections::HashSet<String> = Default::default();
+        let mut empty_pages = 0usize;
+        let broken = |why: String| ProviderError::Permanent {
+            resource: "*".into(),
+            message: format!(
+                "{} {why}: the listing would never end, or would list a database twice",
+                self.settings.endpoint
+            ),
+        };
         loop {
             // The contract's largest page: the server answers with its own
             // limit if lower.
@@ -345,23 +414,37 @@ impl HttpProvider {
             };
             let answer = self.send(Method::GET, &path, "*", &[], None).await?;
             let page: DatabasePage = self.parse("*", &answer)?;
+            empty_pages = if page.items.is_empty() {
+                empty_pages + 1
+            } else {
+                0
+            };
             for db in page.items {
+                if !names_seen.insert(db.name.clone()) {
+                    return Err(broken(format!("listed `{}` twice", db.name)));
+                }
                 if keep(&db) {
                     out.push(self.observation(db));
                 }
             }
             match page.next_page_token {
-                Some(next) if Some(&next) != token.as_ref() => token = Some(next),
-                Some(_) => {
-                    return Err(ProviderError::Permanent {
-                        resource: "*".into(),
-                        message: format!(
-                            "{} returned the same page token twice: the listing would never end",
-                            self.settings.endpoint
-                        ),
-                    });
-                }
+                // `""` ends a listing as `null` does.
                 None => break,
+                Some(next) if next.is_empty() => break,
+                Some(next) => {
+                    if !tokens_seen.insert(next.clone()) {
+                        return Err(broken(format!(
+                            "returned page token {next:?} again (after {} pages)",
+                            tokens_seen.len()
+                        )));
+                    }
+                    if empty_pages >= MAX_EMPTY_PAGES {
+                        return Err(broken(format!(
+                            "returned {empty_pages} empty pages in a row, each with a next page token"
+                        )));
+                    }
+                    token = Some(next);
+                }
             }
         }
         Ok(out)

@@ -154,6 +154,7 @@ impl Agent {
                 .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
         };
         let source_settings = config.source_settings()?;
+        crate::source::transport::set_timeout(config.source.timeout);
         let mut runtimes = BTreeMap::new();
         for (name, provider) in &config.providers {
             let use_ = match access {

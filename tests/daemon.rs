@@ -692,15 +692,19 @@ fn tend_status_tells_a_starting_agent_and_another_agent_from_no_agent() {
     let unreachable = Env::new(|c| c.source("url", "\"http://127.0.0.1:9/databases.git\""));
     let config = unreachable.config_path().display().to_string();
     let daemon = Daemon::start(&unreachable.config_path(), unreachable.port, &[]);
+    // /readyz says what holds the start up: the source.
     daemon.wait_for("the server", Duration::from_secs(20), || {
-        daemon.get("/readyz").is_some_and(|r| r.status == 503)
+        daemon
+            .get("/readyz")
+            .is_some_and(|r| r.status == 503 && r.body.contains("the source cannot be read"))
     });
     let starting = TendCommand::new(&["--config", &config, "status"]).expect_code(1);
     assert!(
         starting.stderr.contains(&format!(
-            "the agent at http://127.0.0.1:{} is running but has no report yet (starting: waiting for the first snapshot and the first cycle; /v1/status: 503 Service Unavailable no cycle has finished yet)",
+            "the agent at http://127.0.0.1:{} is running but has no report yet (starting: the source cannot be read (since ",
             unreachable.port
-        )) && starting.stderr.contains("docs/runbooks/daemon-not-ready.md"),
+        )) && starting.stderr.contains("/v1/status: 503 Service Unavailable no cycle has finished yet)")
+            && starting.stderr.contains("docs/runbooks/daemon-not-ready.md"),
         "{}",
         starting.stderr
     );

@@ -292,3 +292,177 @@ mod listing {
         assert!(peak < 256 * 1024, "peak RSS {} MiB", peak / 1024);
     }
 }
+
+mod git_remote {
+    use super::*;
+    use support::TendCommand;
+
+    /// A server that accepts every connection and never answers (nor
+    /// closes) it.
+    fn silent_server() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                held.push(stream);
+            }
+        });
+        port
+    }
+
+    fn config(dir: &Path, url: &str, port: Option<u16>) -> std::path::PathBuf {
+        let config = TendConfig::new(dir, url)
+            .source("timeout", "\"3s\"")
+            .status("branch", "\"\"");
+        match port {
+            Some(port) => config
+                .server("listen", &format!("\"127.0.0.1:{port}\""))
+                .write(),
+            None => config.write(),
+        }
+    }
+
+    /// `tend plan` against a remote that never answers, over git:// and
+    /// smart HTTP: a named error within the timeout (and its one read
+    /// bound), not a hang.
+    #[test]
+    fn a_silent_remote_ends_plan_with_a_named_error_in_bounded_time() {
+        let port = silent_server();
+        for url in [
+            format!("git://127.0.0.1:{port}/repo.git"),
+            format!("http://127.0.0.1:{port}/repo.git"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = config(dir.path(), &url, None);
+            let started = Instant::now();
+            let run = TendCommand::new(&["--config", &config.display().to_string(), "plan"])
+                .expect_code(1);
+            let took = started.elapsed();
+            let said = format!("{}{}", run.stdout, run.stderr);
+            assert!(said.contains("[source] timeout"), "{url}: {said}");
+            assert!(took < Duration::from_secs(20), "{url}: {took:?}");
+        }
+    }
+
+    /// The running agent: the fetch ends, the source error shows in
+    /// `/v1/status` and the metrics count it; the agent keeps answering.
+    #[test]
+    fn a_silent_remote_is_a_source_error_the_running_agent_reports() {
+        let port = silent_server();
+        let dir = tempfile::tempdir().unwrap();
+        let http = free_port();
+        let config = config(
+            dir.path(),
+            &format!("git://127.0.0.1:{port}/repo.git"),
+            Some(http),
+        );
+        let daemon = Daemon::start(&config, http, &[]);
+        // /readyz says what holds the start up.
+        daemon.wait_for("the source error", Duration::from_secs(30), || {
+            daemon.get("/readyz").is_some_and(|r| {
+                r.status == 503
+                    && r.body.contains("the source cannot be read")
+                    && r.body.contains("[source] timeout")
+            })
+        });
+        let metrics = daemon.get("/metrics").unwrap().body;
+        let errors: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("tend_fetch_errors_total "))
+            .unwrap_or_else(|| panic!("{metrics}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(errors >= 1.0, "{metrics}");
+        assert_eq!(daemon.get("/healthz").unwrap().status, 200);
+    }
+}
+
+/// A proxy in front of a smart-HTTP Git server that passes fetches
+/// through and holds every push (`git-receive-pack`) forever.
+fn push_stalling_proxy(upstream: u16) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match client.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            if String::from_utf8_lossy(&head).contains("git-receive-pack") {
+                held.push(client);
+                continue;
+            }
+            let Ok(mut server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let _ = server.write_all(&head);
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut s2);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server, &mut client);
+            });
+        }
+    });
+    port
+}
+
+/// The status branch pushed to a remote that accepts the push and never
+/// answers: the push ends within `[source] timeout` with a named error in
+/// the report; the apply itself finishes.
+#[test]
+fn a_push_to_a_stalling_remote_ends_in_a_named_error() {
+    use support::git::{HttpGitServer, git};
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 10));
+    repo.commit("orders");
+    let served = tempfile::tempdir().unwrap();
+    let bare = repo.bare_clone(served.path());
+    git(&bare, &["config", "http.receivepack", "true"]);
+    let http = HttpGitServer::start(served.path(), None);
+    let upstream: u16 = http
+        .url("repo.git")
+        .split(':')
+        .nth(2)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = push_stalling_proxy(upstream);
+    let url = http
+        .url("repo.git")
+        .replace(&format!(":{upstream}/"), &format!(":{proxy}/"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &url)
+        .source("timeout", "\"3s\"")
+        .status("branch", "\"tend-status\"")
+        .write();
+    let started = Instant::now();
+    let run =
+        support::TendCommand::new(&["--config", &config.display().to_string(), "apply"]).run();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let latest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("state/reports/latest.json")).unwrap(),
+    )
+    .unwrap();
+    let error = latest["statusBranch"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("cannot push") && error.contains("[source] timeout"),
+        "{latest:#}\n{}",
+        run.stderr
+    );
+}

@@ -273,6 +273,14 @@ pub struct SourceConfig {
     pub path: String,
     #[serde(default = "default_interval", deserialize_with = "values::duration")]
     pub interval: Duration,
+    /// How long one fetch or push may take as a whole; one read waits at
+    /// most this long or 30 s, a connection 10 s (the read and connect
+    /// bounds take effect at the process's start).
+    #[serde(
+        default = "default_source_timeout",
+        deserialize_with = "values::duration"
+    )]
+    pub timeout: Duration,
     pub depth: Option<u32>,
     /// File holding an HTTP token (systemd `LoadCredential=`).
     pub token_file: Option<PathBuf>,
@@ -372,6 +380,10 @@ fn default_path() -> String {
 }
 fn default_interval() -> Duration {
     Duration::from_secs(60)
+}
+
+fn default_source_timeout() -> Duration {
+    Duration::from_secs(300)
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -737,6 +749,14 @@ impl Config {
         {
             return Err(invalid(format!(
                 "[status] report_url = {url:?} is not an http(s) URL"
+            )));
+        }
+        if config.source.timeout < Duration::from_secs(1)
+            || config.source.timeout > Duration::from_secs(3600)
+        {
+            return Err(invalid(format!(
+                "[source] timeout = \"{}\" must be between 1s and 1h (how long one fetch or push may take)",
+                crate::time::duration(config.source.timeout)
             )));
         }
         if config.reconcile.max_deletion_percent > 100 {

@@ -139,20 +139,34 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     if let Some(line) = state.standby.borrow().as_ref() {
         return text(StatusCode::OK, format!("{line}\n"));
     }
+    // A source that cannot be read is said, whatever else holds: it is
+    // what keeps a new agent from starting and an old one on an old commit.
+    let source = state.board.source().failure.map(|f| {
+        format!(
+            "the source cannot be read (since {}, {} attempt{}): {}",
+            crate::time::rfc3339(f.since),
+            f.failures,
+            if f.failures == 1 { "" } else { "s" },
+            f.error
+        )
+    });
     if *state.ready.borrow() {
         // Ready, and said plainly when it acts on nothing.
         let suspended = state
             .board
             .latest()
             .and_then(|report| crate::status::render::suspension_line(&report));
-        match suspended {
-            Some(line) => text(StatusCode::OK, format!("ready; {line}\n")),
-            None => text(StatusCode::OK, "ready\n"),
+        let notes: Vec<String> = suspended.into_iter().chain(source).collect();
+        match notes.is_empty() {
+            true => text(StatusCode::OK, "ready\n"),
+            false => text(StatusCode::OK, format!("ready; {}\n", notes.join("; "))),
         }
     } else {
+        let why =
+            source.unwrap_or_else(|| "waiting for the first snapshot and the first cycle".into());
         text(
             StatusCode::SERVICE_UNAVAILABLE,
-            "starting: waiting for the first snapshot and the first cycle\n",
+            format!("starting: {why}\n"),
         )
     }
 }

@@ -110,7 +110,16 @@ pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
     super::libgit2();
     let unusable = |e: git2::Error| SourceError::Repository {
         path: dir.display().to_string(),
-        message: format!("{} (delete the directory to fetch afresh)", e.message()),
+        message: if e.class() == git2::ErrorClass::Os {
+            // The system refused (too many open files, a full disk): the
+            // repository is likely fine, and deleting it fixes nothing.
+            format!(
+                "{} (the operating system refused; the repository itself may be fine: do not delete it, fix what the message names — too many open files: raise LimitNOFILE)",
+                e.message()
+            )
+        } else {
+            format!("{} (delete the directory to fetch afresh)", e.message())
+        },
     };
     match Repository::open_bare(dir) {
         Ok(repo) => Ok(repo),
@@ -306,6 +315,9 @@ fn sweep_reader_refs(repo: &Repository) {
 }
 
 fn classify(url: &str, e: &git2::Error, credentials: &Credentials) -> SourceError {
+    if e.message().to_ascii_lowercase().contains("timed out") {
+        return super::transport::failed_fetch(url, e);
+    }
     let mut message = e.message().to_string();
     let redirect = ["301", "302", "303", "307", "308", "redirect"]
         .iter()

@@ -73,6 +73,8 @@ pub fn libgit2() {
                 tracing::debug!("libgit2: cannot ignore the {level:?} configuration: {e}");
             }
         }
+        // SAFETY: as above.
+        unsafe { transport::set_libgit2_timeouts() };
     });
 }
 

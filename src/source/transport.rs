@@ -12,14 +12,87 @@
 
 use std::cell::RefCell;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use git2::{FetchOptions, FetchPrune, Oid, PushOptions, RemoteCallbacks, RemoteRedirect};
 
 use super::SourceError;
 use super::auth::Credentials;
 
-/// Builds the callbacks for a remote at `url`; a host-key refusal is kept
-/// in `host_error` (libgit2 only passes a string back).
+/// How long one fetch or push may take as a whole (`[source] timeout`),
+/// in milliseconds.
+static TIMEOUT_MS: AtomicU64 = AtomicU64::new(300_000);
+/// The most one connection attempt waits.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most one read waits (a server that accepts and never answers).
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sets `[source] timeout` for the conversations that start from now (a
+/// reload's new value applies to the next fetch).
+pub fn set_timeout(timeout: Duration) {
+    TIMEOUT_MS.store(
+        u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+}
+
+/// `[source] timeout`.
+pub fn timeout() -> Duration {
+    Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
+}
+
+/// libgit2's own bounds on a connection and on one read, from `[source]
+/// timeout` as set when libgit2 is first used: a server that accepts and
+/// never answers ends the conversation, it does not hold it forever.
+///
+/// # Safety
+/// Writes libgit2's unsynchronised globals: call it once, before any
+/// conversation (see [`super::libgit2`]).
+pub(super) unsafe fn set_libgit2_timeouts() {
+    let ms = |d: Duration| libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX);
+    let total = timeout();
+    // SAFETY: the caller's.
+    unsafe {
+        if let Err(e) =
+            git2::opts::set_server_connect_timeout_in_milliseconds(ms(CONNECT_TIMEOUT.min(total)))
+        {
+            tracing::warn!("libgit2: cannot bound connections: {e}");
+        }
+        if let Err(e) = git2::opts::set_server_timeout_in_milliseconds(ms(READ_TIMEOUT.min(total)))
+        {
+            tracing::warn!("libgit2: cannot bound reads: {e}");
+        }
+    }
+}
+
+/// The message of a conversation that ran out of time.
+fn timed_out(limit: Duration) -> String {
+    format!(
+        "no answer, or not all of it, within {} ([source] timeout; one read waits at most {}): the server accepted the connection and then stalled",
+        crate::time::duration(limit),
+        crate::time::duration(READ_TIMEOUT.min(limit))
+    )
+}
+
+/// A fetch that libgit2 ended on its own read or connect timeout.
+pub(super) fn failed_fetch(url: &str, e: &git2::Error) -> SourceError {
+    SourceError::Fetch {
+        url: url.to_string(),
+        message: format!("{} ({})", timed_out(timeout()), e.message()),
+    }
+}
+
+/// Whether libgit2's error is its own read or connect timeout.
+fn is_timeout(e: &git2::Error) -> bool {
+    let m = e.message().to_ascii_lowercase();
+    m.contains("timed out") || m.contains("timeout")
+}
+
+/// Builds the callbacks for a remote at `url`; a host-key refusal, or the
+/// conversation running past `[source] timeout` (checked whenever data
+/// arrives: a server that trickles is cut off too), is kept in
+/// `host_error` (libgit2 only passes a string back).
 pub fn callbacks<'a>(
     url: &'a str,
     credentials: &'a Credentials,
@@ -27,7 +100,23 @@ pub fn callbacks<'a>(
 ) -> RemoteCallbacks<'a> {
     let mut attempts = 0;
     let port = ssh_port(url);
+    let limit = timeout();
+    let deadline = Instant::now() + limit;
+    let in_time = move || {
+        if Instant::now() < deadline {
+            return true;
+        }
+        if host_error.borrow().is_none() {
+            *host_error.borrow_mut() = Some(SourceError::Fetch {
+                url: url.to_string(),
+                message: timed_out(limit),
+            });
+        }
+        false
+    };
     let mut callbacks = RemoteCallbacks::new();
+    callbacks.transfer_progress(move |_| in_time());
+    callbacks.sideband_progress(move |_| in_time());
     callbacks.credentials(move |at, username, allowed| {
         credentials.credential(url, at, username, allowed, &mut attempts)
     });
@@ -81,7 +170,19 @@ fn failed(
     way: Way,
 ) -> SourceError {
     if let Some(host) = host_error.borrow_mut().take() {
-        return host;
+        return match (host, way) {
+            // The deadline, met while pushing.
+            (SourceError::Fetch { url, message }, Way::Push) => SourceError::Push { url, message },
+            (host, _) => host,
+        };
+    }
+    if is_timeout(e) {
+        let url = url.to_string();
+        let message = format!("{} ({})", timed_out(timeout()), e.message());
+        return match way {
+            Way::Fetch => SourceError::Fetch { url, message },
+            Way::Push => SourceError::Push { url, message },
+        };
     }
     let mut message = e.message().to_string();
     if message.contains("non-bare") {

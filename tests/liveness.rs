@@ -466,3 +466,52 @@ fn a_push_to_a_stalling_remote_ends_in_a_named_error() {
         run.stderr
     );
 }
+
+/// 1,100 idle connections to the agent's port (more than a service's
+/// default 1,024 files): `/healthz` still answers within 2 s, a new
+/// commit is still applied, and nothing runs out of files.
+#[test]
+fn a_crowd_of_idle_connections_does_not_silence_the_agent() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("webhook-secret"), "s3cret\n").unwrap();
+    let config = TendConfig::new(env.dir.path(), &env.repo.url())
+        .server("listen", &format!("\"127.0.0.1:{}\"", env.port))
+        .source("interval", "\"1s\"")
+        .status("branch", "\"\"")
+        .write();
+    let daemon = Daemon::start_with_file_limit(&config, env.port, 1024);
+    daemon.wait_ready();
+    // This test's own files: its 1,100 sockets.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointers to an rlimit.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    let idle: Vec<std::net::TcpStream> = (0..1100)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", env.port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    let health = daemon.get("/healthz").expect("/healthz answers");
+    assert_eq!(health.status, 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "/healthz took {:?}",
+        asked.elapsed()
+    );
+    env.repo.write("orders.yaml", &manifest("orders", 42));
+    let head = env.repo.commit("orders: 42");
+    daemon.wait_for("the new commit applied", Duration::from_secs(30), || {
+        let status = daemon.status();
+        status["source"]["commit"] == head.as_str() && status["resources"][0]["state"] == "InSync"
+    });
+    let log = daemon.log();
+    assert!(!log.contains("too many open files"), "{log}");
+    assert!(!log.contains("Too many open files"), "{log}");
+    drop(idle);
+}

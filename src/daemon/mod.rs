@@ -218,10 +218,14 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
         resync,
     };
     let (server_stop, server_stop_rx) = watch::channel(false);
+    let files = crate::server::listener::raise_file_limit();
+    let max_connections = crate::server::listener::max_connections(files);
+    tracing::debug!("open files: at most {files}; HTTP connections: at most {max_connections}");
     let server = tokio::spawn(crate::server::serve(
         listener,
         shared.server.clone(),
         server_stop_rx.clone(),
+        max_connections,
     ));
     tracing::info!("listening on http://{listen}");
     let control = match agent.store() {

@@ -9,6 +9,7 @@
 //! * No response carries a secret: the reports never hold one, and errors
 //!   name what failed, not the credential.
 
+pub mod listener;
 pub mod metrics;
 pub mod webhook;
 
@@ -78,12 +79,15 @@ pub fn router(state: Arc<ServerState>) -> Router {
         .with_state(state)
 }
 
-/// Serves until `shutdown` turns true.
+/// Serves until `shutdown` turns true, at most `max_connections` at once
+/// (see [`listener`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<ServerState>,
     mut shutdown: watch::Receiver<bool>,
+    max_connections: usize,
 ) -> std::io::Result<()> {
+    let listener = listener::BoundedListener::new(listener, max_connections);
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;

@@ -44,6 +44,27 @@ impl Daemon {
         })
     }
 
+    /// [`Daemon::start`] with a soft limit on open files of `soft` (the
+    /// default soft limit of a systemd service is 1,024).
+    pub fn start_with_file_limit(config: &Path, port: u16, soft: u64) -> Self {
+        use std::os::unix::process::CommandExt;
+        Self::start_with(config, port, &[], move |command| {
+            // SAFETY: setrlimit is async-signal-safe.
+            unsafe {
+                command.pre_exec(move || {
+                    let mut limit = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+                    limit.rlim_cur = soft.min(limit.rlim_max);
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                    Ok(())
+                });
+            }
+        })
+    }
+
     fn start_with(
         config: &Path,
         port: u16,

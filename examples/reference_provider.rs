@@ -70,6 +70,9 @@ struct Faults {
     drop_responses: u32,
     /// Answer the next N calls with 502.
     error_calls: u32,
+    /// Answer the next N mutating calls (POST, PATCH, DELETE) with 502,
+    /// before they change anything: reads keep working.
+    error_mutations: u32,
     /// Answer this fraction of calls with 500.
     error_rate: f64,
     /// Answer the next N calls with 429 and `Retry-After`.
@@ -267,8 +270,12 @@ impl Server {
     }
 
     /// A fault that answers instead of the API, counted down.
-    fn injected(&self) -> Option<Response> {
+    fn injected(&self, mutating: bool) -> Option<Response> {
         let mut f = self.faults.lock().unwrap();
+        if mutating && f.error_mutations > 0 {
+            f.error_mutations -= 1;
+            return Some(problem(502, "Bad Gateway", "injected outage of writes"));
+        }
         let retry = f.retry_after_secs.max(1).to_string();
         if f.rate_limit_calls > 0 || self.roll(f.rate_limit_rate) {
             f.rate_limit_calls = f.rate_limit_calls.saturating_sub(1);
@@ -345,7 +352,10 @@ impl Server {
                 return problem(401, "Unauthorized", "a bearer token is required");
             }
         }
-        if let Some(r) = self.injected() {
+        if let Some(r) = self.injected(matches!(
+            *method,
+            Method::POST | Method::PATCH | Method::DELETE
+        )) {
             return r;
         }
         let now = now_ms();

@@ -515,3 +515,95 @@ fn a_crowd_of_idle_connections_does_not_silence_the_agent() {
     assert!(!log.contains("Too many open files"), "{log}");
     drop(idle);
 }
+
+mod backoff {
+    use super::*;
+    use support::reference::ReferenceServer;
+
+    fn dbaas(name: &str) -> String {
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  engine: postgres\n  version: \"16\"\n  size: db-small\n  storageGb: 100\n  region: eu-west-1\n"
+        )
+    }
+
+    /// A create the provider answers 502 twice, then takes: retried by
+    /// its own backoff within seconds, while `observe` and `resync` are an
+    /// hour (nothing else would wake it), under one operation id.
+    #[test]
+    fn a_failing_operation_is_retried_by_backoff_within_seconds() {
+        let server = ReferenceServer::start(&[]);
+        server.faults(serde_json::json!({"errorMutations": 2}));
+        let repo = TestRepo::new();
+        repo.write("analytics.yaml", &dbaas("analytics"));
+        repo.commit("analytics");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = TendConfig::new(dir.path(), &repo.url())
+            .without_section("providers.sandbox")
+            .section("providers.dbaas", "kind", "\"http\"")
+            .section(
+                "providers.dbaas",
+                "endpoint",
+                &format!("\"{}\"", server.url()),
+            )
+            .section("providers.dbaas", "timeout", "\"5s\"")
+            .reconcile("max_retries", "0")
+            .reconcile("observe", "\"1h\"")
+            .reconcile("resync", "\"1h\"")
+            .server("listen", &format!("\"127.0.0.1:{port}\""))
+            .source("interval", "\"1h\"")
+            .status("branch", "\"\"")
+            .write();
+        let started = Instant::now();
+        let daemon = Daemon::start(&config, port, &[]);
+        daemon.wait_for("the database created", Duration::from_secs(30), || {
+            server.database("analytics").is_some()
+        });
+        let took = started.elapsed();
+        eprintln!("created {took:?} after the start, through two 502s");
+        assert!(took < Duration::from_secs(20), "{took:?}");
+        assert_eq!(server.count("creates"), 1, "one database");
+        let log = daemon.log();
+        assert!(log.contains("sent again with the same id at"), "{log}");
+        daemon.wait_for("InSync", Duration::from_secs(20), || {
+            daemon
+                .get("/v1/status")
+                .is_some_and(|r| r.body.contains("\"InSync\""))
+        });
+    }
+
+    /// A provider whose first two observations fail: looked at again after
+    /// a backoff of seconds (the report says when), not after `observe`.
+    #[test]
+    fn a_provider_that_cannot_be_observed_is_looked_at_again_within_seconds() {
+        let repo = TestRepo::new();
+        repo.write("orders.yaml", &manifest("orders", 10));
+        repo.commit("orders");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = TendConfig::new(dir.path(), &repo.url())
+            .section("providers.sandbox.faults", "fail_calls", "2")
+            .reconcile("max_retries", "0")
+            .reconcile("observe", "\"1h\"")
+            .reconcile("resync", "\"1h\"")
+            .server("listen", &format!("\"127.0.0.1:{port}\""))
+            .source("interval", "\"1h\"")
+            .status("branch", "\"\"")
+            .write();
+        let started = Instant::now();
+        let daemon = Daemon::start(&config, port, &[]);
+        daemon.wait_for("orders created", Duration::from_secs(30), || {
+            daemon
+                .get("/v1/status")
+                .is_some_and(|r| r.body.contains("\"InSync\""))
+        });
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        let log = daemon.log();
+        assert!(log.contains("looking again in 1s"), "{log}");
+        assert!(log.contains("looking again in 2s"), "{log}");
+    }
+}

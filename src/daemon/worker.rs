@@ -62,6 +62,9 @@ pub async fn run(
     // Memories read while the worker waits, for its next cycle (used only
     // if nothing was written in between).
     let mut preload: Option<crate::agent::Preload> = None;
+    // Cycles in a row that could not observe the provider: the next one
+    // comes after a backoff (seconds at first), not at the next `observe`.
+    let mut failing = 0u32;
     metrics.provider_known(&provider);
     loop {
         let wake = next_wake(&provider, &agent, &mut inputs, &mut queue, next_full).await;
@@ -85,10 +88,20 @@ pub async fn run(
         super::hooks::wedge_point().await;
         inputs.heartbeats.beat(&provider, true);
         agent.finish_preload(preload.take()).await;
-        cycle(
-            &provider, &agent, &board, &metrics, &snapshot, &scope, &mut queue,
+        let retry = cycle(
+            &provider,
+            &agent,
+            &board,
+            &metrics,
+            &snapshot,
+            &scope,
+            &mut queue,
+            &mut failing,
         )
         .await;
+        if let Some(retry) = retry {
+            next_full = next_full.min(Instant::now() + retry);
+        }
         preload = agent.start_preload();
         inputs.heartbeats.beat(&provider, false);
         metrics.queue_depth(&provider, queue.len());
@@ -135,7 +148,16 @@ async fn next_wake(
     }
 }
 
-/// One reconcile, its report and its metrics.
+/// How long after `failing` cycles in a row that could not observe the
+/// provider the next one runs: 1 s, doubling, at most 5 minutes.
+fn observe_backoff(failing: u32) -> Duration {
+    Duration::from_secs(1u64 << failing.saturating_sub(1).min(9)).min(Duration::from_secs(300))
+}
+
+/// One reconcile, its report and its metrics. Returns how soon to try
+/// again when the provider could not be observed (`failing` counts such
+/// cycles in a row).
+#[allow(clippy::too_many_arguments)]
 async fn cycle(
     provider: &str,
     agent: &Agent,
@@ -144,7 +166,8 @@ async fn cycle(
     snapshot: &Arc<Snapshot>,
     scope: &Scope,
     queue: &mut DueQueue,
-) {
+    failing: &mut u32,
+) -> Option<Duration> {
     let started = Instant::now();
     let full = matches!(scope, Scope::Provider { names: None, .. });
     let kind = if full { "full" } else { "due" };
@@ -196,7 +219,34 @@ async fn cycle(
             // "last successful cycle" alert must fire for a provider
             // outage.
             let observed = plan.resources.is_empty() || !plan.resources.iter().all(failed);
-            board.publish(provider, build_report(agent.config(), plan), !full);
+            let retry = if plan.resources.iter().any(failed) {
+                *failing += 1;
+                Some(observe_backoff(*failing))
+            } else {
+                *failing = 0;
+                None
+            };
+            let mut report = build_report(agent.config(), plan);
+            // What could not be observed is looked at again after the
+            // backoff: the report says when.
+            if let Some(retry) = retry {
+                let at = crate::time::rfc3339(crate::time::add(SystemTime::now(), retry));
+                for r in report
+                    .resources
+                    .iter_mut()
+                    .filter(|r| r.rule == crate::engine::Rule::ObservationFailed.as_str())
+                {
+                    r.acts_at = Some(at.clone());
+                }
+                tracing::info!(
+                    provider,
+                    "not all of the provider's resources could be observed ({} cycle{} in a row): looking again in {}",
+                    failing,
+                    if *failing == 1 { "" } else { "s" },
+                    crate::time::duration(retry)
+                );
+            }
+            board.publish(provider, report, !full);
             if let Some(report) = board.latest() {
                 metrics.fleet(&report);
             }
@@ -214,13 +264,21 @@ async fn cycle(
                 "cycle done in {:?}",
                 started.elapsed()
             );
+            retry
         }
         Err(e) => {
             if let ReconcileError::State { finished, .. } = &e {
                 metrics.operations(finished);
             }
             metrics.cycle(provider, kind, false, started.elapsed().as_secs_f64());
-            tracing::error!(provider, "cycle failed: {e}; retried at the next wake-up");
+            *failing += 1;
+            let retry = observe_backoff(*failing);
+            tracing::error!(
+                provider,
+                "cycle failed: {e}; tried again in {}",
+                crate::time::duration(retry)
+            );
+            Some(retry)
         }
     }
 }

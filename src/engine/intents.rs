@@ -11,6 +11,8 @@
 //!   observation may not show that intent's effect yet, and a second
 //!   operation could act on a state that is about to change.
 
+use std::time::{Duration, SystemTime};
+
 use super::decide::{Action, Decision, Rule};
 use crate::model::{Declaration, SpecHash};
 use crate::provider::{OperationId, OperationKind};
@@ -67,6 +69,29 @@ pub struct PendingWork {
     pub kind: OperationKind,
     pub id: OperationId,
     pub last_error: Option<String>,
+    /// Calls sent under its id so far.
+    pub attempts: u32,
+    /// When it was last tried (or journalled).
+    pub last_attempt: SystemTime,
+}
+
+/// The longest a failing operation waits before it is tried again.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+
+/// When an operation tried `attempts` times, last at `last`, is tried
+/// again: 1 s after the first call, doubling with every call (a cycle's
+/// own quick retries count), at most [`MAX_RETRY_DELAY`], spread by up to
+/// 10 % from the operation's id so that many failures do not come back
+/// together (derived, not random: the decision stays a function of its
+/// inputs).
+pub fn retry_at(id: &OperationId, attempts: u32, last: SystemTime) -> SystemTime {
+    let exp = attempts.saturating_sub(1).min(16);
+    let base = Duration::from_secs(1u64 << exp).min(MAX_RETRY_DELAY);
+    let spread = id.0.bytes().fold(attempts, |h, b| {
+        h.wrapping_mul(31).wrapping_add(u32::from(b))
+    }) % 100;
+    let jitter = base.mul_f64(f64::from(spread) / 1000.0);
+    last.checked_add(base + jitter).unwrap_or(last)
 }
 
 /// Why new work on a resource waits.
@@ -90,15 +115,24 @@ pub fn hold_behind(mut decision: Decision, name: &str, gate: WorkGate<'_>) -> De
     decision.rule = Rule::PendingIntent;
     decision.changes.clear();
     decision.reason = match gate {
-        WorkGate::Pending(work) => format!(
-            "{} operation {} on `{name}` is journalled and not yet confirmed{}; no new work until it is (the next apply replays it with the same id)",
-            work.kind.as_str(),
-            short(&work.id.0),
-            work.last_error
-                .as_deref()
-                .map(|e| format!(" (last error: {e})"))
-                .unwrap_or_default()
-        ),
+        WorkGate::Pending(work) => {
+            // A failing call is tried again on its own time, in seconds at
+            // first, not at the next resync.
+            let at = retry_at(&work.id, work.attempts, work.last_attempt);
+            decision.act_at = Some(at);
+            format!(
+                "{} operation {} on `{name}` is journalled and not yet confirmed{}; no new work until it is: it is sent again with the same id at {} ({} attempt{} so far)",
+                work.kind.as_str(),
+                short(&work.id.0),
+                work.last_error
+                    .as_deref()
+                    .map(|e| format!(" (last error: {e})"))
+                    .unwrap_or_default(),
+                crate::time::rfc3339(at),
+                work.attempts,
+                if work.attempts == 1 { "" } else { "s" }
+            )
+        }
         WorkGate::JustReplayed => format!(
             "an earlier operation on `{name}` was replayed in this cycle; the create is decided again on a fresh observation"
         ),
@@ -123,6 +157,18 @@ mod tests {
         DeclarationSet::from_files(vec![parse_file(Path::new("o.yaml"), text.as_bytes())])
             .declarations
             .remove(0)
+    }
+
+    #[test]
+    fn retries_back_off_to_a_cap() {
+        let id = OperationId("op".into());
+        let t0 = SystemTime::UNIX_EPOCH;
+        let wait = |n| retry_at(&id, n, t0).duration_since(t0).unwrap();
+        assert!(wait(1) >= Duration::from_secs(1) && wait(1) < Duration::from_millis(1100));
+        assert!(wait(2) >= Duration::from_secs(2));
+        assert!(wait(5) >= Duration::from_secs(16));
+        assert!(wait(30) <= MAX_RETRY_DELAY.mul_f64(1.1));
+        assert!(wait(30) >= MAX_RETRY_DELAY);
     }
 
     #[test]
@@ -178,6 +224,8 @@ mod tests {
             kind: OperationKind::Update,
             id: OperationId("abcdef0123456789".into()),
             last_error: Some("503".into()),
+            attempts: 3,
+            last_attempt: SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
         };
         let held = hold_behind(decision.clone(), "orders", WorkGate::Pending(&work));
         assert_eq!(held.action, Action::Hold);
@@ -189,6 +237,16 @@ mod tests {
             "{}",
             held.reason
         );
+        // Tried again 4 s (+ up to 10 %) after its third call.
+        let at = held.act_at.expect("a retry time");
+        let wait = at
+            .duration_since(SystemTime::UNIX_EPOCH + Duration::from_secs(1000))
+            .unwrap();
+        assert!(
+            wait >= Duration::from_secs(4) && wait < Duration::from_millis(4400),
+            "{wait:?}"
+        );
+        assert!(held.reason.contains("3 attempts so far"), "{}", held.reason);
         assert_eq!(
             hold_behind(decision, "orders", WorkGate::JustReplayed).action,
             Action::Update,

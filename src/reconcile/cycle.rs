@@ -228,6 +228,8 @@ fn pending_work(
                     kind: p.op.kind,
                     id: p.op.id.clone(),
                     last_error: p.last_error.clone(),
+                    attempts: p.attempts,
+                    last_attempt: p.last_attempt,
                 },
             );
         }

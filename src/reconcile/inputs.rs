@@ -46,6 +46,10 @@ pub enum MemoryRead {
 pub struct PendingIntent {
     pub op: PlannedOperation,
     pub last_error: Option<String>,
+    /// Calls sent under its id so far.
+    pub attempts: u32,
+    /// When it was last tried (or journalled).
+    pub last_attempt: std::time::SystemTime,
 }
 
 /// Everything a cycle reads from the state.
@@ -169,6 +173,8 @@ impl Inputs {
                     .map(|op| PendingIntent {
                         op,
                         last_error: intent.last_error.clone(),
+                        attempts: intent.attempts,
+                        last_attempt: intent.updated,
                     })
                     .map_err(|e| (intent.name, e))
             }) {

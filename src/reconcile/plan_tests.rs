@@ -248,6 +248,8 @@ fn a_pending_intent_gates_new_work_and_a_replayed_create_waits_a_cycle() {
             kind: OperationKind::Update,
             id: crate::provider::OperationId("0123456789abcdef".into()),
             last_error: None,
+            attempts: 1,
+            last_attempt: std::time::SystemTime::UNIX_EPOCH,
         },
     );
     let (r, _) = f.plan(PlannedSubject::Declared(&d), found(99, &[]), applied(&d));

@@ -78,6 +78,8 @@ pub struct Intent {
     pub attempts: u32,
     pub last_error: Option<String>,
     pub created: SystemTime,
+    /// When it last changed (its last attempt or error).
+    pub updated: SystemTime,
 }
 
 /// An override set on this host (`tend override set`), in annotation form.
@@ -133,8 +135,7 @@ pub struct StoredMemories {
     pub freshness: Option<super::Freshness>,
 }
 
-const INTENT_COLUMNS: &str =
-    "op_id, name, kind, spec_hash, generation, request, state, attempts, last_error, created_ms";
+const INTENT_COLUMNS: &str = "op_id, name, kind, spec_hash, generation, request, state, attempts, last_error, created_ms, updated_ms";
 
 fn intent_row(r: &Row) -> Result<Result<Intent, CorruptRow>, SqlError> {
     let name: String = r.get(1)?;
@@ -163,6 +164,7 @@ fn intent_row(r: &Row) -> Result<Result<Intent, CorruptRow>, SqlError> {
         attempts: r.get(7)?,
         last_error: r.get(8)?,
         created: time(r.get(9)?),
+        updated: time(r.get(10)?),
     }))
 }
 

@@ -32,4 +32,5 @@ pub mod sabotage;
 pub mod server;
 pub mod source;
 pub mod status;
+pub mod telemetry;
 pub mod time;

@@ -852,7 +852,7 @@ fn metric_names(pattern: &str) -> Vec<String> {
 #[test]
 fn every_skipped_command_is_checked_another_way() {
     let families = support::metric_families();
-    let exported = tend::server::metrics::Metrics::new().encode();
+    let exported = tend::telemetry::Metrics::new().encode();
     assert!(
         exported.contains("# TYPE tend_fetch_errors counter"),
         "the registry's prefix is `tend_`:\n{exported}"

@@ -14,10 +14,10 @@ use super::health::Heartbeats;
 use super::queue::DueQueue;
 use crate::agent::Agent;
 use crate::reconcile::{Mode, ReconcileError, Scope, reconcile};
-use crate::server::Metrics;
 use crate::source::Snapshot;
 use crate::status::board::StatusBoard;
 use crate::status::build_report;
+use crate::telemetry::Metrics;
 
 /// What a worker listens to.
 pub struct WorkerInputs {

@@ -10,7 +10,6 @@
 //!   name what failed, not the credential.
 
 pub mod listener;
-pub mod metrics;
 pub mod webhook;
 
 use std::sync::{Arc, Mutex};
@@ -24,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::watch;
 
-pub use metrics::Metrics;
+pub use crate::telemetry::Metrics;
 
 use crate::source::Trigger;
 use crate::status::board::StatusBoard;

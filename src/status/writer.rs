@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::board::StatusBoard;
 use super::publish::StatusPublisher;
-use crate::server::Metrics;
+use crate::telemetry::Metrics;
 
 /// How long the writer waits after a change for the ones that follow it.
 const COALESCE: Duration = Duration::from_millis(200);

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The metric families the agent registers (`r.register("name", …)` in
-/// src/server/metrics.rs), with the registry's `tend_` prefix: read from
+/// src/telemetry/metrics.rs), with the registry's `tend_` prefix: read from
 /// the source, since a family with no samples yet is not in the encoded
 /// text.
 pub fn metric_families() -> Vec<String> {
-    let registered = std::fs::read_to_string(repo_root().join("src/server/metrics.rs")).unwrap();
+    let registered = std::fs::read_to_string(repo_root().join("src/telemetry/metrics.rs")).unwrap();
     registered
         .split("register(")
         .skip(1)

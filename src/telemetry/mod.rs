@@ -1,0 +1,8 @@
+//! What the agent tells about itself: the Prometheus metrics registry.
+//! Below the daemon, the status writer and the HTTP server, which all
+//! record into it (the server only encodes it for `/metrics`), so none of
+//! them reaches up into another.
+
+pub mod metrics;
+
+pub use metrics::Metrics;

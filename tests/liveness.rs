@@ -565,6 +565,12 @@ mod backoff {
         assert_eq!(server.count("creates"), 1, "one database");
         let log = daemon.log();
         assert!(log.contains("sent again with the same id at"), "{log}");
+        // Each 502 is a provider error the metrics count.
+        let metrics = daemon.get("/metrics").unwrap().body;
+        assert!(
+            metrics.contains("tend_provider_errors_total{provider=\"dbaas\",kind=\"operation\"} 2"),
+            "{metrics}"
+        );
         daemon.wait_for("InSync", Duration::from_secs(20), || {
             daemon
                 .get("/v1/status")

@@ -183,6 +183,18 @@ async fn cycle(
                 outcome.due(),
             );
             metrics.operations(&outcome.operations);
+            // A call the provider failed (left pending, refused, failed)
+            // is a provider error as much as an observation that failed.
+            for _ in outcome.operations.iter().filter(|op| {
+                matches!(
+                    op.outcome,
+                    crate::executor::OpOutcome::Pending(_)
+                        | crate::executor::OpOutcome::Failed(_)
+                        | crate::executor::OpOutcome::Refused(_)
+                )
+            }) {
+                metrics.provider_error(provider, "operation");
+            }
             for op in &outcome.operations {
                 tracing::info!(
                     provider,

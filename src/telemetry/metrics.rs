@@ -250,10 +250,12 @@ impl Metrics {
     /// absent series hides the first error from `increase()` alerts and
     /// from a runbook's `grep`.
     pub fn provider_known(&self, provider: &str) {
-        drop(
-            self.provider_errors
-                .get_or_create(&labels(&[("provider", provider), ("kind", "observe")])),
-        );
+        for kind in ["observe", "operation"] {
+            drop(
+                self.provider_errors
+                    .get_or_create(&labels(&[("provider", provider), ("kind", kind)])),
+            );
+        }
     }
 
     /// A provider could not be observed (`kind`: what failed).

@@ -613,3 +613,42 @@ mod backoff {
         assert!(log.contains("looking again in 2s"), "{log}");
     }
 }
+
+/// A reload that waits for a long operation to stop (here a DBaaS create
+/// that takes a minute), then two SIGTERMs: the second exits at once, as
+/// the docs promise, though the coordinator is busy with the reload.
+#[test]
+fn a_second_sigterm_exits_at_once_even_during_a_reload() {
+    use support::reference::ReferenceServer;
+    let server = ReferenceServer::start(&[]);
+    server.faults(serde_json::json!({"operationDelayMs": 60000}));
+    let repo = TestRepo::new();
+    repo.write(
+        "analytics.yaml",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: analytics\nspec:\n  engine: postgres\n  version: \"16\"\n  size: db-small\n  storageGb: 100\n  region: eu-west-1\n",
+    );
+    repo.commit("analytics");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .without_section("providers.sandbox")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section("providers.dbaas", "endpoint", &format!("\"{}\"", server.url()))
+        .section("providers.dbaas", "operation_timeout", "\"5m\"")
+        .reconcile("shutdown_timeout", "\"2m\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .status("branch", "\"\"")
+        .write();
+    let mut daemon = Daemon::start(&config, port, &[]);
+    daemon.wait_for("the create in flight", Duration::from_secs(30), || {
+        server.count("creates") >= 1
+    });
+    daemon.signal("HUP");
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    daemon.signal("TERM");
+    let code = daemon.wait_exit(Duration::from_secs(5));
+    assert_eq!(code, Some(130), "{}", daemon.log());
+    assert!(daemon.log().contains("second signal"), "{}", daemon.log());
+}

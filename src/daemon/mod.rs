@@ -71,8 +71,7 @@ async fn prune_journal(agent: &Agent) {
     }
 }
 
-/// Exit code when a second signal cuts the shutdown short.
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub use signals::EXIT_INTERRUPTED;
 
 fn fail(error: impl std::fmt::Display) {
     eprintln!("tend: {error}");
@@ -296,13 +295,12 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
                 systemd::stopping();
                 tracing::info!("stopping: no new operations; waiting for running ones");
                 let shutdown_timeout = running.agent.config().reconcile.shutdown_timeout;
-                let code = tokio::select! {
-                    _ = running.stop(shutdown_timeout) => exit::OK,
-                    _ = signals.next() => {
-                        tracing::warn!("second signal: exiting now; unfinished operations stay journalled");
-                        EXIT_INTERRUPTED
-                    }
-                };
+                // A second SIGTERM exits the process from the signal
+                // watcher (`signals`), whatever this waits for.
+                // Operations still running after the timeout stay
+                // journalled: the stop itself went as documented.
+                let _ = running.stop(shutdown_timeout).await;
+                let code = exit::OK;
                 if let (Some((leadership, token)), exit::OK) = (&leading, code) {
                     leadership.release(*token).await;
                 }

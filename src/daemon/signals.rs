@@ -1,6 +1,17 @@
 //! OS signals, translated once into what they mean to the agent.
+//!
+//! # Guarantees
+//! * A second SIGTERM or SIGINT exits the process at once, whatever the
+//!   agent is doing or waiting for (a reload, a shutdown that drains, a
+//!   blocked task): a task of its own watches the signals, so nothing the
+//!   coordinator waits on can hold it. Unfinished operations stay
+//!   journalled and are resolved at the next start.
 
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+/// Exit code when a second signal cuts the shutdown short.
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// What a signal asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,28 +24,45 @@ pub enum Request {
 
 /// The signals the agent handles.
 pub struct Signals {
-    term: Signal,
-    int: Signal,
-    hup: Signal,
+    requests: mpsc::UnboundedReceiver<Request>,
 }
 
 impl Signals {
     /// Installs the handlers (from here on these signals no longer kill
-    /// the process).
+    /// the process) and the task that watches them.
     pub fn install() -> std::io::Result<Self> {
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let (tx, requests) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut shutdowns = 0u32;
+            loop {
+                let request = tokio::select! {
+                    _ = term.recv() => Request::Shutdown,
+                    _ = int.recv() => Request::Shutdown,
+                    _ = hup.recv() => Request::Reload,
+                };
+                if request == Request::Shutdown {
+                    shutdowns += 1;
+                    if shutdowns >= 2 {
+                        tracing::warn!(
+                            "second signal: exiting now; unfinished operations stay journalled"
+                        );
+                        std::process::exit(i32::from(EXIT_INTERRUPTED));
+                    }
+                }
+                if tx.send(request).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Signals { requests })
     }
 
-    /// The next request.
+    /// The next request (never ends once the watcher is gone: a shutdown
+    /// is then asked for).
     pub async fn next(&mut self) -> Request {
-        tokio::select! {
-            _ = self.term.recv() => Request::Shutdown,
-            _ = self.int.recv() => Request::Shutdown,
-            _ = self.hup.recv() => Request::Reload,
-        }
+        self.requests.recv().await.unwrap_or(Request::Shutdown)
     }
 }

@@ -633,7 +633,11 @@ fn a_second_sigterm_exits_at_once_even_during_a_reload() {
     let config = TendConfig::new(dir.path(), &repo.url())
         .without_section("providers.sandbox")
         .section("providers.dbaas", "kind", "\"http\"")
-        .section("providers.dbaas", "endpoint", &format!("\"{}\"", server.url()))
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", server.url()),
+        )
         .section("providers.dbaas", "operation_timeout", "\"5m\"")
         .reconcile("shutdown_timeout", "\"2m\"")
         .server("listen", &format!("\"127.0.0.1:{port}\""))
@@ -651,4 +655,32 @@ fn a_second_sigterm_exits_at_once_even_during_a_reload() {
     let code = daemon.wait_exit(Duration::from_secs(5));
     assert_eq!(code, Some(130), "{}", daemon.log());
     assert!(daemon.log().contains("second signal"), "{}", daemon.log());
+}
+
+/// A status writer that panics is started again (after a second), and
+/// the reports are written as before: the agent never runs on without it.
+#[test]
+fn a_panicking_status_writer_is_started_again() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("webhook-secret"), "s3cret\n").unwrap();
+    let config = TendConfig::new(env.dir.path(), &env.repo.url())
+        .server("listen", &format!("\"127.0.0.1:{}\"", env.port))
+        .source("interval", "\"1s\"")
+        .status("branch", "\"\"")
+        .write();
+    let daemon = Daemon::start(&config, env.port, &[("TEND_TEST_PANIC_STATUS_WRITER", "1")]);
+    daemon.wait_for("the restart", Duration::from_secs(20), || {
+        daemon
+            .log()
+            .contains("the status writer ended (it panicked: injected status writer panic")
+    });
+    let latest = env.dir.path().join("state/reports/latest.json");
+    daemon.wait_for("a report written", Duration::from_secs(20), || {
+        latest.exists()
+    });
+    env.repo.write("orders.yaml", &manifest("orders", 42));
+    let head = env.repo.commit("orders: 42");
+    daemon.wait_for("the new commit reported", Duration::from_secs(30), || {
+        std::fs::read_to_string(&latest).is_ok_and(|t| t.contains(&head))
+    });
 }

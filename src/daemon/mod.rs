@@ -438,6 +438,27 @@ async fn coordinate(
             }
             _ = prune_tick.tick() => prune_journal(&running.agent).await,
             why = &mut lost => return Ok(Stopped::LostLease(running, why)),
+            // Supervision: a task that ends on its own (a panic) is started
+            // again if it can be, or the agent stops with a non-zero exit
+            // (systemd restarts it), never running on without it.
+            joined = &mut running.status => {
+                running.restart_status(shared, ended(joined));
+            }
+            joined = &mut running.source => {
+                if let Err(e) = running.restart_source(shared, ended(joined)) {
+                    fail(format!("the source follower cannot be started again: {e}; exiting"));
+                    let timeout = running.agent.config().reconcile.shutdown_timeout;
+                    let _ = running.stop(timeout).await;
+                    return Err(exit::ERROR);
+                }
+            }
+            Some(joined) = running.workers.join_next() => {
+                let why = ended(joined.map(|_| ()));
+                fail(format!("a provider worker ended ({why}); exiting so that the agent is started again whole"));
+                let timeout = running.agent.config().reconcile.shutdown_timeout;
+                let _ = running.stop(timeout).await;
+                return Err(exit::ERROR);
+            }
             changed = changes.changed() => {
                 if changed.is_err() {
                     return Ok(Stopped::Shutdown(running));
@@ -489,6 +510,44 @@ fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bo
     systemd::status(&line);
 }
 
+/// The status writer of `agent`, as a task to spawn.
+fn status_writer(
+    agent: &Agent,
+    shared: &Shared,
+    restart: &Restart,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let publisher = crate::status::publish::StatusPublisher::new(
+        agent,
+        crate::status::writer::TITLE,
+        None,
+        restart.notifier.clone(),
+    );
+    crate::status::writer::run(
+        shared.board.clone(),
+        publisher,
+        shared.metrics.clone(),
+        restart.wake.clone(),
+        restart.stop_rx.clone(),
+    )
+}
+
+/// Why a task's handle ended: a panic's message, or "it returned".
+fn ended(joined: Result<(), tokio::task::JoinError>) -> String {
+    match joined {
+        Ok(()) => "it returned".into(),
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            format!("it panicked: {message}")
+        }
+        Err(e) => format!("it was cancelled: {e}"),
+    }
+}
+
 /// Why an incarnation of the agent could not start.
 #[derive(Debug, thiserror::Error)]
 enum StartError {
@@ -522,6 +581,31 @@ struct Running {
     status: tokio::task::JoinHandle<()>,
     /// Delivers notifications (ends when `stop` turns true).
     deliveries: Option<tokio::task::JoinHandle<()>>,
+    /// What restarting the status writer or the source follower needs.
+    restart: Restart,
+}
+
+/// What the coordinator needs to start a task of the agent again after it
+/// ended on its own (a panic), and how often it did.
+struct Restart {
+    stop_rx: watch::Receiver<bool>,
+    notifier: Option<Arc<Notifier>>,
+    wake: Arc<tokio::sync::Notify>,
+    outcomes: watch::Sender<Option<PollOutcome>>,
+    status_restarts: u32,
+    source_restarts: u32,
+}
+
+/// How long after its `n`-th restart a task is started again: 1 s,
+/// doubling, at most a minute.
+fn restart_delay(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+}
+
+/// Runs `task` after `delay`.
+async fn after<F: std::future::Future<Output = ()>>(delay: Duration, task: F) {
+    tokio::time::sleep(delay).await;
+    task.await;
 }
 
 impl Running {
@@ -534,8 +618,14 @@ impl Running {
             .fetch
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(wakeups.trigger());
+        let (stop, stop_rx) = watch::channel(false);
         let (outcomes_tx, outcomes) = watch::channel(None);
-        let source = tokio::spawn(crate::source::follow(source, wakeups, outcomes_tx));
+        let source = tokio::spawn(crate::source::follow(
+            source,
+            wakeups,
+            outcomes_tx.clone(),
+            stop_rx.clone(),
+        ));
         let (snapshots_tx, snapshots) = watch::channel(None);
         let bridge = tokio::spawn(bridge(
             outcomes,
@@ -544,7 +634,6 @@ impl Running {
             shared.metrics.clone(),
             shared.latest_snapshot.clone(),
         ));
-        let (stop, stop_rx) = watch::channel(false);
         let notifier = Notifier::from_config(config)?.map(Arc::new);
         let wake = Arc::new(tokio::sync::Notify::new());
         let deliveries = match (&notifier, agent.store()) {
@@ -558,19 +647,15 @@ impl Running {
             }
             _ => None,
         };
-        let publisher = crate::status::publish::StatusPublisher::new(
-            &agent,
-            crate::status::writer::TITLE,
-            None,
+        let restart = Restart {
+            stop_rx: stop_rx.clone(),
             notifier,
-        );
-        let status = tokio::spawn(crate::status::writer::run(
-            shared.board.clone(),
-            publisher,
-            shared.metrics.clone(),
             wake,
-            stop_rx.clone(),
-        ));
+            outcomes: outcomes_tx,
+            status_restarts: 0,
+            source_restarts: 0,
+        };
+        let status = tokio::spawn(status_writer(&agent, shared, &restart));
         let mut workers = JoinSet::new();
         for provider in agent.runtimes().keys() {
             workers.spawn(worker::run(
@@ -594,7 +679,51 @@ impl Running {
             bridge,
             status,
             deliveries,
+            restart,
         })
+    }
+
+    /// The status writer ended on its own (`why`): started again after a
+    /// backoff, with a fresh publisher (the report is written again whole).
+    fn restart_status(&mut self, shared: &Shared, why: String) {
+        self.restart.status_restarts += 1;
+        let delay = restart_delay(self.restart.status_restarts);
+        tracing::error!(
+            "status: the status writer ended ({why}); started again in {} (restart {})",
+            crate::time::duration(delay),
+            self.restart.status_restarts
+        );
+        let writer = status_writer(&self.agent, shared, &self.restart);
+        self.status = tokio::spawn(after(delay, writer));
+    }
+
+    /// The source follower ended on its own (`why`): opened again and
+    /// started after a backoff; if it cannot be opened, the agent cannot
+    /// follow its source, and says so (`Err`).
+    fn restart_source(&mut self, shared: &Shared, why: String) -> Result<(), StartError> {
+        self.restart.source_restarts += 1;
+        let delay = restart_delay(self.restart.source_restarts);
+        tracing::error!(
+            "source: the source follower ended ({why}); started again in {} (restart {})",
+            crate::time::duration(delay),
+            self.restart.source_restarts
+        );
+        let source = self.agent.source()?.parses_on_disk();
+        let config = self.agent.config();
+        let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;
+        *shared
+            .server
+            .fetch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(wakeups.trigger());
+        let follower = crate::source::follow(
+            source,
+            wakeups,
+            self.restart.outcomes.clone(),
+            self.restart.stop_rx.clone(),
+        );
+        self.source = tokio::spawn(after(delay, follower));
+        Ok(())
     }
 
     /// Stops taking work and waits (up to `timeout`) for the workers to
@@ -603,7 +732,6 @@ impl Running {
     async fn stop(mut self, timeout: Duration) -> Option<Agent> {
         self.agent.drain();
         let _ = self.stop.send(true);
-        self.source.abort();
         self.bridge.abort();
         let started = Instant::now();
         let drained = tokio::time::timeout(timeout, async {
@@ -616,9 +744,24 @@ impl Running {
         if let Some(deliveries) = self.deliveries {
             deliveries.abort();
         }
-        if drained.is_err() {
+        // A fetch under way ends within `[source] timeout`: waited for, so
+        // the next follower (after a reload) never fetches beside it.
+        let fetch_limit = crate::source::transport::timeout() + Duration::from_secs(5);
+        if tokio::time::timeout(fetch_limit, &mut self.source)
+            .await
+            .is_err()
+        {
             tracing::warn!(
-                "operations still running after {:?}: they stay journalled and are resolved at the next start",
+                "stopping: the source fetch is still running after {}; it is left to end on its own",
+                crate::time::duration(fetch_limit)
+            );
+            self.source.abort();
+        }
+        if drained.is_err() {
+            let busy = self.agent.runtimes().keys().cloned().collect::<Vec<_>>();
+            tracing::warn!(
+                "stopping: operations of {} still running after {:?}: they stay journalled and are resolved at the next start",
+                busy.join(", "),
                 started.elapsed()
             );
             self.workers.abort_all();

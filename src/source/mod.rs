@@ -175,8 +175,15 @@ pub async fn follow(
     mut source: Source,
     wakeups: Wakeups,
     outcomes: tokio::sync::watch::Sender<Option<PollOutcome>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
+        // A fetch under way is never abandoned on a thread of its own (the
+        // next follower would fetch beside it): the follower ends between
+        // fetches, and a fetch ends within `[source] timeout`.
+        if *stop.borrow() {
+            return;
+        }
         let polled = tokio::task::spawn_blocking(move || {
             let outcome = source.poll(std::time::SystemTime::now());
             (source, outcome)
@@ -193,6 +200,9 @@ pub async fn follow(
         if outcomes.send(Some(outcome)).is_err() {
             return;
         }
-        wakeups.next(backoff).await;
+        tokio::select! {
+            _ = wakeups.next(backoff) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }

@@ -63,6 +63,7 @@ pub async fn run(
         }
         changes.borrow_and_update();
         last_published = Some(tokio::time::Instant::now());
+        panic_point();
         let Some(report) = board.latest() else {
             continue;
         };
@@ -108,3 +109,21 @@ pub async fn run(
         last_error = error;
     }
 }
+
+/// Test-only (the `test-hooks` feature): `TEND_TEST_PANIC_STATUS_WRITER=1`
+/// makes the first status writer of the process panic before its first
+/// publication, so a test can see it started again.
+#[cfg(feature = "test-hooks")]
+fn panic_point() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if std::env::var("TEND_TEST_PANIC_STATUS_WRITER").as_deref() == Ok("1")
+        && !DONE.swap(true, Ordering::SeqCst)
+    {
+        panic!("injected status writer panic (TEND_TEST_PANIC_STATUS_WRITER)");
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+fn panic_point() {}

@@ -445,7 +445,8 @@ fn a_local_commit_is_noticed_through_the_filesystem_watch() {
         .unwrap();
     runtime.block_on(async {
         let (tx, mut rx) = tokio::sync::watch::channel(None);
-        let follower = tokio::spawn(follow(source, wakeups, tx));
+        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+        let follower = tokio::spawn(follow(source, wakeups, tx, stop_rx));
         rx.changed().await.unwrap();
         let first = rx.borrow_and_update().clone().unwrap();
         assert_eq!(names(&first), ["a"]);

@@ -684,3 +684,55 @@ fn a_panicking_status_writer_is_started_again() {
         std::fs::read_to_string(&latest).is_ok_and(|t| t.contains(&head))
     });
 }
+
+/// An operation in flight past its deadline (every attempt's timeouts and
+/// the confirmation: here 1 s + 1 s + 1 s) is hung, not slow: the watchdog
+/// stops being fed and the log says why, while HTTP still answers. (A
+/// slow one inside its deadline keeps it fed: tests/http_provider.rs.)
+#[test]
+fn an_operation_hung_past_its_deadline_stops_the_watchdog() {
+    use support::reference::ReferenceServer;
+    let server = ReferenceServer::start(&[]);
+    let repo = TestRepo::new();
+    repo.write(
+        "analytics.yaml",
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: analytics\nspec:\n  engine: postgres\n  version: \"16\"\n  size: db-small\n  storageGb: 100\n  region: eu-west-1\n",
+    );
+    repo.commit("analytics");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .without_section("providers.sandbox")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", server.url()),
+        )
+        .section("providers.dbaas", "timeout", "\"1s\"")
+        .section("providers.dbaas", "operation_timeout", "\"1s\"")
+        .reconcile("max_retries", "0")
+        .reconcile("confirm_timeout", "\"1s\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .status("branch", "\"\"")
+        .write();
+    let daemon = Daemon::start(
+        &config,
+        port,
+        &[
+            ("WATCHDOG_USEC", "1000000"),
+            ("TEND_TEST_HANG_OPERATIONS", "1"),
+        ],
+    );
+    daemon.wait_for("the hung operation named", Duration::from_secs(30), || {
+        daemon.log().contains("past its deadline of 3s")
+    });
+    daemon.notifications();
+    std::thread::sleep(Duration::from_millis(2500));
+    let late = daemon.notifications();
+    assert!(
+        !late.iter().any(|m| m.contains("WATCHDOG=1")),
+        "the watchdog was fed beside a hung operation: {late:?}"
+    );
+    assert_eq!(daemon.get("/healthz").unwrap().status, 200);
+}

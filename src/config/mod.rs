@@ -769,6 +769,23 @@ impl Config {
     }
 
     /// How failing provider calls are retried.
+    /// The longest one operation may be in flight: every attempt's call
+    /// deadline, the waits between them and the confirmation. Past it, an
+    /// operation is hung, not slow (the watchdog stops being fed).
+    pub fn operation_deadline(&self) -> Duration {
+        let policy = self.retry_policy();
+        let call = self
+            .providers
+            .values()
+            .map(ProviderConfig::call_deadline)
+            .max()
+            .unwrap_or_default();
+        let retries = u32::try_from(policy.max_retries).unwrap_or(u32::MAX);
+        call.saturating_mul(retries.saturating_add(1))
+            .saturating_add(policy.max_delay.saturating_mul(retries))
+            .saturating_add(self.reconcile.confirm_timeout)
+    }
+
     pub fn retry_policy(&self) -> crate::executor::RetryPolicy {
         crate::executor::RetryPolicy {
             min_delay: self.reconcile.retry_min_delay,

@@ -67,6 +67,18 @@ impl ProviderConfig {
         }
     }
 
+    /// The longest one call to this provider may take: its request
+    /// timeout and its asynchronous operation's (http), a generous bound
+    /// on a `CREATE DATABASE` copying a large template (postgres), the
+    /// provisioning delay (sandbox).
+    pub fn call_deadline(&self) -> std::time::Duration {
+        match self {
+            ProviderConfig::Sandbox(c) => c.provisioning_delay + std::time::Duration::from_secs(60),
+            ProviderConfig::Postgres(_) => std::time::Duration::from_secs(600),
+            ProviderConfig::Http(c) => c.timeout + c.operation_timeout,
+        }
+    }
+
     /// The files this provider's settings name (secrets, CA certificates).
     pub(super) fn files(&self) -> Vec<std::path::PathBuf> {
         match self {

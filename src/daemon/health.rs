@@ -23,8 +23,15 @@ struct Beat {
 #[derive(Debug)]
 pub struct Heartbeats {
     workers: Mutex<HashMap<String, Beat>>,
-    /// The last time any operation finished.
+    /// The last time any operation finished, or was in flight within its
+    /// deadline.
     activity: Mutex<Instant>,
+    /// The longest an operation may be in flight
+    /// ([`crate::config::Config::operation_deadline`]); past it, it is hung.
+    operation_deadline: Mutex<Duration>,
+    /// The source follower's last poll, and how long it may take until
+    /// the next (the wait between polls and one fetch's deadline).
+    source: Mutex<Option<(Instant, Duration)>>,
 }
 
 impl Default for Heartbeats {
@@ -32,6 +39,8 @@ impl Default for Heartbeats {
         Heartbeats {
             workers: Mutex::default(),
             activity: Mutex::new(Instant::now()),
+            operation_deadline: Mutex::new(Duration::from_secs(3600)),
+            source: Mutex::new(None),
         }
     }
 }
@@ -49,6 +58,30 @@ impl Heartbeats {
                     in_cycle,
                 },
             );
+    }
+
+    /// Sets the longest an operation may be in flight (at each start and
+    /// reload).
+    pub fn set_operation_deadline(&self, deadline: Duration) {
+        *self
+            .operation_deadline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = deadline;
+    }
+
+    /// The source follower finished a poll; the next one is due within
+    /// `window` (its wait and its fetch's deadline).
+    pub fn source_polled(&self, window: Duration) {
+        *self.source.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), window));
+    }
+
+    /// Whether the source follower polled within its window (or has not
+    /// started: its first fetch is bounded too).
+    pub fn source_alive(&self) -> bool {
+        self.source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none_or(|(at, window)| at.elapsed() <= window)
     }
 
     pub fn forget(&self, worker: &str) {
@@ -75,11 +108,25 @@ impl Progress for Heartbeats {
         *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
-    /// Operations in flight are activity too: each waits on a call the
-    /// provider's timeouts bound (`timeout`, `operation_timeout`), and the
-    /// executor that says so is being polled. A loop wedged anywhere else
-    /// says nothing.
-    fn in_flight(&self, _operations: usize) {
-        *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    /// Operations in flight are activity too while they are within their
+    /// deadline: each waits on calls the provider's timeouts bound
+    /// (`timeout`, `operation_timeout`, the retries), and the executor that
+    /// says so is being polled. One in flight past the deadline is hung:
+    /// it is not activity, and the watchdog stops being fed. A loop wedged
+    /// anywhere else says nothing.
+    fn in_flight(&self, _operations: usize, oldest: Duration) {
+        let deadline = *self
+            .operation_deadline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if oldest <= deadline {
+            *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        } else {
+            tracing::error!(
+                "an operation has been in flight for {}, past its deadline of {} (every attempt's call timeouts, the waits between them and the confirmation): it is hung, and the watchdog is no longer fed",
+                crate::time::duration(oldest),
+                crate::time::duration(deadline)
+            );
+        }
     }
 }

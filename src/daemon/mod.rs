@@ -429,11 +429,14 @@ async fn coordinate(
                 }
             },
             _ = watchdog_tick.tick(), if watchdog.is_some() => {
-                // Alive means a beat within the watchdog's whole timeout.
-                if shared.heartbeats.all_alive(watchdog.unwrap_or_default() * 2) {
-                    systemd::watchdog();
-                } else {
+                // Alive means a beat within the watchdog's whole timeout,
+                // and a source follower that polls within its window.
+                if !shared.heartbeats.all_alive(watchdog.unwrap_or_default() * 2) {
                     tracing::error!("a provider worker is not making progress: the watchdog is not pinged");
+                } else if !shared.heartbeats.source_alive() {
+                    tracing::error!("the source follower has not finished a poll within its wait and its fetch's deadline: the watchdog is not pinged");
+                } else {
+                    systemd::watchdog();
                 }
             }
             _ = prune_tick.tick() => prune_journal(&running.agent).await,
@@ -610,6 +613,9 @@ async fn after<F: std::future::Future<Output = ()>>(delay: Duration, task: F) {
 
 impl Running {
     fn start(agent: Arc<Agent>, shared: &Shared) -> Result<Self, StartError> {
+        shared
+            .heartbeats
+            .set_operation_deadline(agent.config().operation_deadline());
         let source = agent.source()?.parses_on_disk();
         let config = agent.config();
         let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;
@@ -633,6 +639,7 @@ impl Running {
             shared.board.clone(),
             shared.metrics.clone(),
             shared.latest_snapshot.clone(),
+            (shared.heartbeats.clone(), config.source.interval),
         ));
         let notifier = Notifier::from_config(config)?.map(Arc::new);
         let wake = Arc::new(tokio::sync::Notify::new());
@@ -872,11 +879,20 @@ async fn bridge(
     board: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
     latest: Arc<Mutex<Option<Arc<Snapshot>>>>,
+    (heartbeats, interval): (Arc<Heartbeats>, Duration),
 ) {
     while outcomes.changed().await.is_ok() {
         let Some(outcome) = outcomes.borrow_and_update().clone() else {
             continue;
         };
+        // The next poll comes after the interval (+10 % jitter) or the
+        // failure backoff, and its fetch ends within `[source] timeout`.
+        let wait = match &outcome.failure {
+            Some(f) => SourceError::backoff(f.failures),
+            None => interval.mul_f64(1.1),
+        };
+        heartbeats
+            .source_polled(wait + crate::source::transport::timeout() + Duration::from_secs(30));
         if let Some(failure) = &outcome.failure {
             metrics.fetch_error();
             tracing::warn!(

@@ -29,6 +29,21 @@ pub fn pause_point(point: &str) {
 #[inline(always)]
 pub fn pause_point(_point: &str) {}
 
+/// If `TEND_TEST_HANG_OPERATIONS` is `1`, every operation hangs for good
+/// after its intent is journalled (a call that ignores every deadline):
+/// the watchdog must stop being fed once its deadline passes.
+#[cfg(feature = "test-hooks")]
+pub async fn hang_point() {
+    if std::env::var("TEND_TEST_HANG_OPERATIONS").as_deref() == Ok("1") {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Without `test-hooks`: nothing.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub async fn hang_point() {}
+
 /// A cycle about to read its inputs from the state (after the source
 /// fetch, with any listing ahead started).
 pub const BEFORE_INPUTS: &str = "before-inputs";

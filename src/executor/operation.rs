@@ -203,6 +203,7 @@ async fn journalled<P: Provider>(
     }
     pause_point(AFTER_INTENT);
     ctx.crash.reached(AFTER_INTENT, &ctx.draining);
+    super::hooks::hang_point().await;
 
     // A provider slot covers each call to it (the call here, each
     // confirming observation in `confirm`), not tend's journal writes:

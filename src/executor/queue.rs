@@ -56,7 +56,9 @@ pub trait Progress: Send + Sync {
     /// none has finished since the last word: the executor is alive,
     /// waiting on calls that the provider's own timeouts bound (a DBaaS
     /// create polled for minutes must not look like a wedged loop).
-    fn in_flight(&self, _operations: usize) {}
+    /// `oldest`: how long the longest-running of them has run (one past
+    /// every deadline of its calls is hung, not slow).
+    fn in_flight(&self, _operations: usize, _oldest: std::time::Duration) {}
 }
 
 /// How often the executor tells its [`Progress`] that operations are
@@ -105,7 +107,10 @@ pub async fn execute<T, P: Provider>(
         }
     }
     let mut tasks: JoinSet<Joined> = JoinSet::new();
+    // When each task in flight started.
+    let mut started: BTreeMap<tokio::task::Id, std::time::Instant> = BTreeMap::new();
     let mut start_next = |tasks: &mut JoinSet<Joined>,
+                          started: &mut BTreeMap<tokio::task::Id, std::time::Instant>,
                           queues: &mut BTreeMap<String, VecDeque<T>>,
                           provider: &str| {
         let Some(runtime) = runtimes.get(provider).cloned() else {
@@ -117,7 +122,7 @@ pub async fn execute<T, P: Provider>(
         while let Some(item) = queues.get_mut(provider).and_then(VecDeque::pop_front) {
             let Some(op) = build(item) else { continue };
             let (provider, ctx) = (provider.to_string(), ctx.clone());
-            tasks.spawn(async move {
+            let handle = tasks.spawn(async move {
                 let (name, kind, id) = (op.name.clone(), op.kind, op.id.clone());
                 // Its own task, so a panic still tells which provider's slot
                 // came free (the intent stays pending for the next cycle).
@@ -145,6 +150,7 @@ pub async fn execute<T, P: Provider>(
                     error,
                 )
             });
+            started.insert(handle.id(), std::time::Instant::now());
             break;
         }
     };
@@ -152,7 +158,7 @@ pub async fn execute<T, P: Provider>(
     for provider in &providers {
         let slots = runtimes.get(provider).map_or(1, |r| r.max_concurrency);
         for _ in 0..slots * LOOKAHEAD_PER_SLOT {
-            start_next(&mut tasks, &mut queues, provider);
+            start_next(&mut tasks, &mut started, &mut queues, provider);
         }
     }
     let mut execution = Execution::default();
@@ -161,9 +167,13 @@ pub async fn execute<T, P: Provider>(
     beat.reset();
     loop {
         let joined = tokio::select! {
-            joined = tasks.join_next() => joined,
+            joined = tasks.join_next_with_id() => joined,
             _ = beat.tick() => {
-                progress.in_flight(tasks.len());
+                let oldest = started
+                    .values()
+                    .min()
+                    .map_or(std::time::Duration::ZERO, |t| t.elapsed());
+                progress.in_flight(tasks.len(), oldest);
                 continue;
             }
         };
@@ -171,14 +181,19 @@ pub async fn execute<T, P: Provider>(
             break;
         };
         beat.reset();
-        let Ok((provider, executed, error)) = joined else {
+        let Ok((id, (provider, executed, error))) = joined else {
+            // A panicked task: its start goes with it.
+            if let Err(e) = &joined {
+                started.remove(&e.id());
+            }
             continue;
         };
+        started.remove(&id);
         if let Some(e) = error {
             execution.error.get_or_insert(e);
         }
         if execution.error.is_none() {
-            start_next(&mut tasks, &mut queues, &provider);
+            start_next(&mut tasks, &mut started, &mut queues, &provider);
         }
         progress.finished(execution.finished.len() + 1, total, &executed);
         execution.finished.push(executed);

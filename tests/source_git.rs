@@ -445,8 +445,8 @@ fn a_local_commit_is_noticed_through_the_filesystem_watch() {
         .unwrap();
     runtime.block_on(async {
         let (tx, mut rx) = tokio::sync::watch::channel(None);
-        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-        let follower = tokio::spawn(follow(source, wakeups, tx, stop_rx));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let follower = tokio::spawn(follow(source, wakeups, tx, stop.clone()));
         rx.changed().await.unwrap();
         let first = rx.borrow_and_update().clone().unwrap();
         assert_eq!(names(&first), ["a"]);

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::watch;
 
 use super::peer::Peer;
 use super::{Answer, Group, MAX_REQUEST, REQUEST_TIMEOUT, Request};
@@ -99,13 +98,11 @@ pub async fn serve(
     agent_uid: u32,
     group: Option<Group>,
     handler: Handler,
-    mut stop: watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
     let group = Arc::new(group);
     let mut connections = tokio::task::JoinSet::new();
-    let stopped = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
+    let stopped = stop.cancelled_owned();
     tokio::pin!(stopped);
     loop {
         tokio::select! {

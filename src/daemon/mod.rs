@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::{Agent, AgentError};
 use crate::clock::SystemClock;
@@ -148,6 +150,9 @@ struct Shared {
     heartbeats: Arc<Heartbeats>,
     server: Arc<ServerState>,
     resync: watch::Sender<u64>,
+    /// Cancelled when the agent stops: the server and the control socket
+    /// end, and every incarnation's token (a child of this one) with them.
+    shutdown: CancellationToken,
 }
 
 async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) -> u8 {
@@ -216,15 +221,18 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
         metrics,
         heartbeats,
         resync,
+        shutdown: CancellationToken::new(),
     };
-    let (server_stop, server_stop_rx) = watch::channel(false);
+    // One token stops everything (the server, the control socket, and
+    // through its child tokens every incarnation's tasks).
+    let shutdown = shared.shutdown.clone();
     let files = crate::server::listener::raise_file_limit();
     let max_connections = crate::server::listener::max_connections(files);
     tracing::debug!("open files: at most {files}; HTTP connections: at most {max_connections}");
     let server = tokio::spawn(crate::server::serve(
         listener,
         shared.server.clone(),
-        server_stop_rx.clone(),
+        shutdown.clone(),
         max_connections,
     ));
     tracing::info!("listening on http://{listen}");
@@ -242,7 +250,7 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
                 uid,
                 control_group,
                 handler,
-                server_stop_rx.clone(),
+                shutdown.clone(),
             )))
         }
         None => None,
@@ -330,7 +338,7 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
             }
         }
     };
-    let _ = server_stop.send(true);
+    shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     if let Some(control) = control {
         let _ = tokio::time::timeout(Duration::from_secs(5), control).await;
@@ -576,7 +584,13 @@ impl StartError {
 /// One incarnation of the agent: its source follower and its workers.
 struct Running {
     agent: Arc<Agent>,
-    stop: watch::Sender<bool>,
+    /// Cancelled to stop this incarnation (a child of the agent's
+    /// shutdown token).
+    stop: CancellationToken,
+    /// Every task of this incarnation but the workers (the source
+    /// follower, the bridge, the status writer, the deliveries): a stop
+    /// waits for them all, and names the ones that do not end.
+    tasks: TaskTracker,
     workers: JoinSet<()>,
     source: tokio::task::JoinHandle<()>,
     bridge: tokio::task::JoinHandle<()>,
@@ -591,7 +605,7 @@ struct Running {
 /// What the coordinator needs to start a task of the agent again after it
 /// ended on its own (a panic), and how often it did.
 struct Restart {
-    stop_rx: watch::Receiver<bool>,
+    stop_rx: CancellationToken,
     notifier: Option<Arc<Notifier>>,
     wake: Arc<tokio::sync::Notify>,
     outcomes: watch::Sender<Option<PollOutcome>>,
@@ -624,16 +638,19 @@ impl Running {
             .fetch
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(wakeups.trigger());
-        let (stop, stop_rx) = watch::channel(false);
+        let stop = shared.shutdown.child_token();
+        let stop_rx = stop.clone();
+        let tasks = TaskTracker::new();
         let (outcomes_tx, outcomes) = watch::channel(None);
-        let source = tokio::spawn(crate::source::follow(
+        let source = tasks.spawn(crate::source::follow(
             source,
             wakeups,
             outcomes_tx.clone(),
             stop_rx.clone(),
         ));
         let (snapshots_tx, snapshots) = watch::channel(None);
-        let bridge = tokio::spawn(bridge(
+        let bridge = tasks.spawn(bridge(
+            stop_rx.clone(),
             outcomes,
             snapshots_tx,
             shared.board.clone(),
@@ -645,7 +662,7 @@ impl Running {
         let wake = Arc::new(tokio::sync::Notify::new());
         let deliveries = match (&notifier, agent.store()) {
             (Some(notifier), Some(store)) => {
-                Some(tokio::spawn(crate::status::notify::deliver::run(
+                Some(tasks.spawn(crate::status::notify::deliver::run(
                     notifier.clone(),
                     store.clone(),
                     wake.clone(),
@@ -662,7 +679,7 @@ impl Running {
             status_restarts: 0,
             source_restarts: 0,
         };
-        let status = tokio::spawn(status_writer(&agent, shared, &restart));
+        let status = tasks.spawn(status_writer(&agent, shared, &restart));
         let mut workers = JoinSet::new();
         for provider in agent.runtimes().keys() {
             workers.spawn(worker::run(
@@ -681,6 +698,7 @@ impl Running {
         Ok(Running {
             agent,
             stop,
+            tasks,
             workers,
             source,
             bridge,
@@ -701,7 +719,7 @@ impl Running {
             self.restart.status_restarts
         );
         let writer = status_writer(&self.agent, shared, &self.restart);
-        self.status = tokio::spawn(after(delay, writer));
+        self.status = self.tasks.spawn(after(delay, writer));
     }
 
     /// The source follower ended on its own (`why`): opened again and
@@ -729,7 +747,7 @@ impl Running {
             self.restart.outcomes.clone(),
             self.restart.stop_rx.clone(),
         );
-        self.source = tokio::spawn(after(delay, follower));
+        self.source = self.tasks.spawn(after(delay, follower));
         Ok(())
     }
 
@@ -738,31 +756,48 @@ impl Running {
     /// they did.
     async fn stop(mut self, timeout: Duration) -> Option<Agent> {
         self.agent.drain();
-        let _ = self.stop.send(true);
-        self.bridge.abort();
+        self.stop.cancel();
+        self.tasks.close();
         let started = Instant::now();
         let drained = tokio::time::timeout(timeout, async {
             while self.workers.join_next().await.is_some() {}
         })
         .await;
-        // The writer ends at `stop` (a write under way finishes first); a
-        // delivery under way is cut short (the message stays queued).
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.status).await;
-        if let Some(deliveries) = self.deliveries {
-            deliveries.abort();
-        }
-        // A fetch under way ends within `[source] timeout`: waited for, so
-        // the next follower (after a reload) never fetches beside it.
-        let fetch_limit = crate::source::transport::timeout() + Duration::from_secs(5);
-        if tokio::time::timeout(fetch_limit, &mut self.source)
+        // Every other task ends at the token: the writer after a write
+        // under way, a delivery after its call (bounded by its receiver's
+        // timeout), the source follower after a fetch under way (bounded
+        // by `[source] timeout`: waited for, so the next follower after a
+        // reload never fetches beside it).
+        let limit = crate::source::transport::timeout() + Duration::from_secs(5);
+        if tokio::time::timeout(limit, self.tasks.wait())
             .await
             .is_err()
         {
+            let mut running = Vec::new();
+            for (name, finished) in [
+                ("the source follower", self.source.is_finished()),
+                ("the bridge", self.bridge.is_finished()),
+                ("the status writer", self.status.is_finished()),
+                (
+                    "the notification deliveries",
+                    self.deliveries.as_ref().is_none_or(|d| d.is_finished()),
+                ),
+            ] {
+                if !finished {
+                    running.push(name);
+                }
+            }
             tracing::warn!(
-                "stopping: the source fetch is still running after {}; it is left to end on its own",
-                crate::time::duration(fetch_limit)
+                "stopping: {} still running after {}; left to end on their own",
+                running.join(", "),
+                crate::time::duration(limit)
             );
             self.source.abort();
+            self.bridge.abort();
+            self.status.abort();
+            if let Some(deliveries) = &self.deliveries {
+                deliveries.abort();
+            }
         }
         if drained.is_err() {
             let busy = self.agent.runtimes().keys().cloned().collect::<Vec<_>>();
@@ -874,6 +909,7 @@ impl Running {
 /// when its commit changes, so an unchanged poll wakes no worker), the
 /// source's state and its metrics.
 async fn bridge(
+    stop: CancellationToken,
     mut outcomes: watch::Receiver<Option<PollOutcome>>,
     snapshots: watch::Sender<Option<Arc<Snapshot>>>,
     board: Arc<StatusBoard>,
@@ -881,7 +917,11 @@ async fn bridge(
     latest: Arc<Mutex<Option<Arc<Snapshot>>>>,
     (heartbeats, interval): (Arc<Heartbeats>, Duration),
 ) {
-    while outcomes.changed().await.is_ok() {
+    loop {
+        tokio::select! {
+            changed = outcomes.changed() => if changed.is_err() { return },
+            _ = stop.cancelled() => return,
+        }
         let Some(outcome) = outcomes.borrow_and_update().clone() else {
             continue;
         };

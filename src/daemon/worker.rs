@@ -25,8 +25,8 @@ pub struct WorkerInputs {
     pub snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
     /// Bumped to reconcile everything now.
     pub resync: watch::Receiver<u64>,
-    /// Turns true to stop.
-    pub stop: watch::Receiver<bool>,
+    /// Cancelled to stop.
+    pub stop: tokio_util::sync::CancellationToken,
     /// Where the worker says it is alive.
     pub heartbeats: Arc<Heartbeats>,
 }
@@ -117,7 +117,7 @@ async fn next_wake(
     next_full: Instant,
 ) -> Wake {
     loop {
-        if *inputs.stop.borrow() {
+        if inputs.stop.is_cancelled() {
             return Wake::Stop;
         }
         inputs.heartbeats.beat(provider, false);
@@ -128,7 +128,7 @@ async fn next_wake(
         });
         tokio::select! {
             biased;
-            _ = inputs.stop.changed() => return Wake::Stop,
+            _ = inputs.stop.cancelled() => return Wake::Stop,
             changed = inputs.snapshots.changed() => {
                 if changed.is_err() {
                     return Wake::Stop;

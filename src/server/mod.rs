@@ -83,14 +83,12 @@ pub fn router(state: Arc<ServerState>) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<ServerState>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: tokio_util::sync::CancellationToken,
     max_connections: usize,
 ) -> std::io::Result<()> {
     let listener = listener::BoundedListener::new(listener, max_connections);
     axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
+        .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }
 

@@ -175,13 +175,13 @@ pub async fn follow(
     mut source: Source,
     wakeups: Wakeups,
     outcomes: tokio::sync::watch::Sender<Option<PollOutcome>>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
     loop {
         // A fetch under way is never abandoned on a thread of its own (the
         // next follower would fetch beside it): the follower ends between
         // fetches, and a fetch ends within `[source] timeout`.
-        if *stop.borrow() {
+        if stop.is_cancelled() {
             return;
         }
         let polled = tokio::task::spawn_blocking(move || {
@@ -202,7 +202,7 @@ pub async fn follow(
         }
         tokio::select! {
             _ = wakeups.next(backoff) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.cancelled() => return,
         }
     }
 }

@@ -13,8 +13,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
-
 use super::board::StatusBoard;
 use super::publish::StatusPublisher;
 use crate::telemetry::Metrics;
@@ -41,7 +39,7 @@ pub async fn run(
     mut publisher: StatusPublisher,
     metrics: Arc<Metrics>,
     deliveries: Arc<tokio::sync::Notify>,
-    mut stop: watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
     let mut changes = board.subscribe();
     let mut last_error: Option<String> = None;
@@ -55,7 +53,7 @@ pub async fn run(
                 }
             }
             _ = tokio::time::sleep(RETRY_FAILED), if failing => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.cancelled() => return,
         }
         tokio::time::sleep(COALESCE).await;
         if let Some(last) = last_published {

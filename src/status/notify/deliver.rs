@@ -480,7 +480,7 @@ pub async fn run(
     notifier: Arc<Notifier>,
     store: Arc<StateStore>,
     wake: Arc<tokio::sync::Notify>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
     loop {
         let next = blocking(&store, |s| s.next_notification_due()).await;
@@ -498,7 +498,7 @@ pub async fn run(
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.cancelled() => return,
         }
         if let Err(e) = notifier.deliver_due(&store, SystemTime::now()).await {
             tracing::warn!("notifications: {e}");

@@ -736,3 +736,52 @@ fn an_operation_hung_past_its_deadline_stops_the_watchdog() {
     );
     assert_eq!(daemon.get("/healthz").unwrap().status, 200);
 }
+
+/// A client that trickles its request head a byte at a time (each byte
+/// inside the idle timeout) is cut off once the request has gone
+/// unanswered for the request timeout (1 s here, 30 s shipped); other
+/// clients are answered meanwhile.
+#[test]
+fn a_client_trickling_its_headers_is_cut_off() {
+    use std::io::{Read, Write};
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("webhook-secret"), "s3cret\n").unwrap();
+    let config = env.config();
+    let daemon = Daemon::start(
+        &config,
+        env.port,
+        &[("TEND_TEST_REQUEST_TIMEOUT_MS", "1000")],
+    );
+    daemon.wait_ready();
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", env.port)).unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    let started = Instant::now();
+    let mut cut = None;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(250));
+        if slow.write_all(b"X").is_err() {
+            cut = Some(started.elapsed());
+            break;
+        }
+        assert_eq!(daemon.get("/healthz").unwrap().status, 200);
+    }
+    if cut.is_none() {
+        // A write into a closed socket may still succeed once; the read
+        // says it is closed.
+        slow.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 64];
+        let closed = match slow.read(&mut buf) {
+            Ok(0) => true,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            Ok(_) => false,
+        };
+        if closed {
+            cut = Some(started.elapsed());
+        }
+    }
+    let cut = cut.expect("the trickling client was never cut off");
+    assert!(cut < Duration::from_secs(4), "{cut:?}");
+}

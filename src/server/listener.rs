@@ -1,9 +1,11 @@
 //! The HTTP server's connections, bounded: at most [`max_connections`]
 //! at once, each closed after [`IDLE`] without a byte in either direction
 //! (a client that connects and sends nothing, or half a request, or never
-//! reads the answer); and the process's file limit raised to what it may
-//! be, so a crowd of idle clients can neither exhaust it nor keep
-//! `/healthz` from answering.
+//! reads the answer), or when a request it started sending is not
+//! answered within [`REQUEST`] (a client that trickles its headers a byte
+//! at a time: the server answers only once it has read them); and the
+//! process's file limit raised to what it may be, so a crowd of idle
+//! clients can neither exhaust it nor keep `/healthz` from answering.
 //!
 //! # Guarantees
 //! * Accepting never ends the server: an error (too many open files, the
@@ -27,6 +29,21 @@ use tokio::time::{Instant, Sleep};
 
 /// A connection with no byte read or written for this long is closed.
 pub const IDLE: Duration = Duration::from_secs(30);
+/// A request must be read and answered within this long from its first
+/// byte (the header-read timeout, and the handler's).
+pub const REQUEST: Duration = Duration::from_secs(30);
+
+/// [`REQUEST`], or (test builds) `TEND_TEST_REQUEST_TIMEOUT_MS`.
+fn request_timeout() -> Duration {
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("TEND_TEST_REQUEST_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return Duration::from_millis(ms);
+    }
+    REQUEST
+}
 /// The most connections at once, whatever the file limit.
 const MAX_CONNECTIONS: usize = 4096;
 /// The file limit tend raises its own to, at most (the shipped unit sets
@@ -134,6 +151,9 @@ pub struct BoundedStream {
     inner: TcpStream,
     _permit: OwnedSemaphorePermit,
     idle: Pin<Box<Sleep>>,
+    /// Set when a request's first byte is read, cleared by the answer.
+    request: Option<Pin<Box<Sleep>>>,
+    request_timeout: Duration,
 }
 
 impl BoundedStream {
@@ -142,6 +162,8 @@ impl BoundedStream {
             inner,
             _permit: permit,
             idle: Box::pin(tokio::time::sleep(IDLE)),
+            request: None,
+            request_timeout: request_timeout(),
         }
     }
 
@@ -149,8 +171,17 @@ impl BoundedStream {
         self.idle.as_mut().reset(Instant::now() + IDLE);
     }
 
-    /// `Pending` unless the connection has been idle too long.
+    /// `Pending` unless the connection has been idle too long, or a
+    /// request went unanswered too long.
     fn check_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if let Some(request) = self.request.as_mut()
+            && request.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "a request not read and answered in time",
+            ));
+        }
         match self.idle.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -172,6 +203,10 @@ impl AsyncRead for BoundedStream {
             Poll::Ready(result) => {
                 if buf.filled().len() > before {
                     self.progressed();
+                    if self.request.is_none() {
+                        let timeout = self.request_timeout;
+                        self.request = Some(Box::pin(tokio::time::sleep(timeout)));
+                    }
                 }
                 Poll::Ready(result)
             }
@@ -189,6 +224,8 @@ impl AsyncWrite for BoundedStream {
         match Pin::new(&mut self.inner).poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
                 self.progressed();
+                // Answering: the request was read in time.
+                self.request = None;
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),

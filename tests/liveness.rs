@@ -785,3 +785,36 @@ fn a_client_trickling_its_headers_is_cut_off() {
     let cut = cut.expect("the trickling client was never cut off");
     assert!(cut < Duration::from_secs(4), "{cut:?}");
 }
+
+/// A fetch stuck where no socket timeout reaches (here a test hook stalls
+/// the poll; in life a DNS lookup or a file system): past twice `[source]
+/// timeout` it is a named source failure in `/readyz`, not a silent wait.
+#[test]
+fn a_fetch_stuck_past_its_deadline_is_said() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("webhook-secret"), "s3cret\n").unwrap();
+    let config = TendConfig::new(env.dir.path(), &env.repo.url())
+        .server("listen", &format!("\"127.0.0.1:{}\"", env.port))
+        .source("timeout", "\"1s\"")
+        .status("branch", "\"\"")
+        .write();
+    let pause = env.dir.path().join("paused");
+    let daemon = Daemon::start(
+        &config,
+        env.port,
+        &[
+            ("TEND_TEST_PAUSE_AT", "before-fetch"),
+            ("TEND_TEST_PAUSE_FILE", pause.to_str().unwrap()),
+        ],
+    );
+    daemon.wait_for("the stalled fetch said", Duration::from_secs(20), || {
+        daemon.get("/readyz").is_some_and(|r| {
+            r.status == 503 && r.body.contains("the fetch has not returned after 2s")
+        })
+    });
+    let metrics = daemon.get("/metrics").unwrap().body;
+    assert!(
+        metrics.contains("tend_fetch_errors_total 1"),
+        "{metrics}"
+    );
+}

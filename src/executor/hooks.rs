@@ -44,6 +44,9 @@ pub async fn hang_point() {
 #[inline(always)]
 pub async fn hang_point() {}
 
+/// A source poll about to fetch (a test stalls it past every deadline).
+pub const BEFORE_FETCH: &str = "before-fetch";
+
 /// A cycle about to read its inputs from the state (after the source
 /// fetch, with any listing ahead started).
 pub const BEFORE_INPUTS: &str = "before-inputs";

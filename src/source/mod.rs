@@ -184,11 +184,49 @@ pub async fn follow(
         if stop.is_cancelled() {
             return;
         }
-        let polled = tokio::task::spawn_blocking(move || {
+        let mut poll = tokio::task::spawn_blocking(move || {
             let outcome = source.poll(std::time::SystemTime::now());
             (source, outcome)
-        })
-        .await;
+        });
+        // A poll past its deadline (what no socket timeout bounds: a DNS
+        // lookup that hangs, a stuck file system) is said as a source
+        // failure while it is awaited, never a silent wait.
+        let limit = transport::timeout()
+            + transport::timeout().min(std::time::Duration::from_secs(30));
+        let polled = match tokio::time::timeout(limit, &mut poll).await {
+            Ok(polled) => polled,
+            Err(_) => {
+                let last = outcomes.borrow().clone();
+                let stalled = SourceError::Fetch {
+                    url: String::from("the source"),
+                    message: format!(
+                        "the fetch has not returned after {} (twice [source] timeout, at most 30 s more): something no timeout bounds is stuck (a DNS lookup, the file system); it is awaited",
+                        crate::time::duration(limit)
+                    ),
+                };
+                let failure = Some(tracker::SourceFailure {
+                    error: stalled,
+                    since: last
+                        .as_ref()
+                        .and_then(|o| o.failure.as_ref().map(|f| f.since))
+                        .unwrap_or_else(std::time::SystemTime::now),
+                    failures: last
+                        .as_ref()
+                        .and_then(|o| o.failure.as_ref().map(|f| f.failures))
+                        .unwrap_or(0)
+                        + 1,
+                });
+                let _ = outcomes.send(Some(PollOutcome {
+                    snapshot: last.and_then(|o| o.snapshot),
+                    changed: false,
+                    failure,
+                }));
+                tokio::select! {
+                    polled = &mut poll => polled,
+                    _ = stop.cancelled() => return,
+                }
+            }
+        };
         let Ok((returned, outcome)) = polled else {
             return;
         };

@@ -379,8 +379,9 @@ mod git_remote {
     }
 }
 
-/// A proxy in front of a smart-HTTP Git server that passes fetches
-/// through and holds every push (`git-receive-pack`) forever.
+/// A proxy in front of a Git server (smart HTTP or git://) that passes
+/// fetches through and holds every push (`git-receive-pack`, named in the
+/// first bytes of either protocol's request) forever.
 fn push_stalling_proxy(upstream: u16) -> u16 {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -389,14 +390,11 @@ fn push_stalling_proxy(upstream: u16) -> u16 {
         let mut held = Vec::new();
         for client in listener.incoming() {
             let Ok(mut client) = client else { continue };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                match client.read(&mut byte) {
-                    Ok(1) => head.push(byte[0]),
-                    _ => break,
-                }
-            }
+            let mut first = [0u8; 4096];
+            let Ok(n) = client.read(&mut first) else {
+                continue;
+            };
+            let head = first[..n].to_vec();
             if String::from_utf8_lossy(&head).contains("git-receive-pack") {
                 held.push(client);
                 continue;
@@ -418,11 +416,11 @@ fn push_stalling_proxy(upstream: u16) -> u16 {
 }
 
 /// The status branch pushed to a remote that accepts the push and never
-/// answers: the push ends within `[source] timeout` with a named error in
-/// the report; the apply itself finishes.
+/// answers, over smart HTTP and git://: the push ends within `[source]
+/// timeout` with a named error in the report; the apply itself finishes.
 #[test]
 fn a_push_to_a_stalling_remote_ends_in_a_named_error() {
-    use support::git::{HttpGitServer, git};
+    use support::git::{GitDaemon, HttpGitServer, git};
     let repo = TestRepo::new();
     repo.write("orders.yaml", &manifest("orders", 10));
     repo.commit("orders");
@@ -430,8 +428,14 @@ fn a_push_to_a_stalling_remote_ends_in_a_named_error() {
     let bare = repo.bare_clone(served.path());
     git(&bare, &["config", "http.receivepack", "true"]);
     let http = HttpGitServer::start(served.path(), None);
-    let upstream: u16 = http
-        .url("repo.git")
+    let daemon = GitDaemon::start_writable(served.path());
+    for direct in [http.url("repo.git"), daemon.url("repo.git")] {
+        push_through_a_stalling_proxy(&direct);
+    }
+}
+
+fn push_through_a_stalling_proxy(direct: &str) {
+    let upstream: u16 = direct
         .split(':')
         .nth(2)
         .and_then(|rest| rest.split('/').next())
@@ -439,9 +443,7 @@ fn a_push_to_a_stalling_remote_ends_in_a_named_error() {
         .parse()
         .unwrap();
     let proxy = push_stalling_proxy(upstream);
-    let url = http
-        .url("repo.git")
-        .replace(&format!(":{upstream}/"), &format!(":{proxy}/"));
+    let url = direct.replace(&format!(":{upstream}/"), &format!(":{proxy}/"));
     let dir = tempfile::tempdir().unwrap();
     let config = TendConfig::new(dir.path(), &url)
         .source("timeout", "\"3s\"")
@@ -462,7 +464,7 @@ fn a_push_to_a_stalling_remote_ends_in_a_named_error() {
     let error = latest["statusBranch"]["error"].as_str().unwrap_or_default();
     assert!(
         error.contains("cannot push") && error.contains("[source] timeout"),
-        "{latest:#}\n{}",
+        "{url}: {latest:#}\n{}",
         run.stderr
     );
 }
@@ -813,8 +815,5 @@ fn a_fetch_stuck_past_its_deadline_is_said() {
         })
     });
     let metrics = daemon.get("/metrics").unwrap().body;
-    assert!(
-        metrics.contains("tend_fetch_errors_total 1"),
-        "{metrics}"
-    );
+    assert!(metrics.contains("tend_fetch_errors_total 1"), "{metrics}");
 }

@@ -191,8 +191,8 @@ pub async fn follow(
         // A poll past its deadline (what no socket timeout bounds: a DNS
         // lookup that hangs, a stuck file system) is said as a source
         // failure while it is awaited, never a silent wait.
-        let limit = transport::timeout()
-            + transport::timeout().min(std::time::Duration::from_secs(30));
+        let limit =
+            transport::timeout() + transport::timeout().min(std::time::Duration::from_secs(30));
         let polled = match tokio::time::timeout(limit, &mut poll).await {
             Ok(polled) => polled,
             Err(_) => {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod apply;
+mod completions;
 mod config_check;
 mod deletions;
 mod logging;
@@ -26,10 +27,21 @@ mod validate;
 pub use crate::process::exit;
 use crate::process::heap;
 
+/// `tend --version`: the version, the commit it was built from, and the
+/// cargo features (`build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TEND_COMMIT"),
+    ", features: ",
+    env!("TEND_FEATURES"),
+    ")"
+);
+
 /// tend: keeps databases in the state declared in Git, honours emergency
 /// overrides, and reports what it saw.
 #[derive(Debug, Parser)]
-#[command(name = "tend", version, about, long_about = None)]
+#[command(name = "tend", version = VERSION, about, long_about = None)]
 pub struct Cli {
     /// Configuration file.
     #[arg(
@@ -92,6 +104,14 @@ pub enum Command {
     Suspend(SuspendArgs),
     /// End a freeze set with `tend suspend`.
     Resume,
+    /// Print the shell completion script (bash, zsh or fish).
+    Completions {
+        #[arg(value_enum)]
+        shell: completions::Shell,
+    },
+    /// Write the man pages (tend.1 and one per subcommand) into DIR.
+    #[command(hide = true)]
+    Man { dir: PathBuf },
 }
 
 #[derive(Debug, clap::Args)]
@@ -178,6 +198,8 @@ pub fn run(cli: Cli) -> u8 {
             },
         ),
         Command::Resume => operator::run(&cli.config, &crate::control::Request::Resume),
+        Command::Completions { shell } => completions::completions(shell),
+        Command::Man { dir } => completions::man(&dir),
     };
     match result {
         Ok(code) => code,

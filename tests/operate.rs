@@ -516,7 +516,7 @@ fn the_units_reload_fails_on_a_broken_configuration() {
         .lines()
         .filter_map(|l| l.strip_prefix("ExecReload="))
         .map(|l| {
-            l.replace("/usr/local/bin/tend", env!("CARGO_BIN_EXE_tend"))
+            l.replace("/usr/bin/tend", env!("CARGO_BIN_EXE_tend"))
                 .replace("/etc/tend/tend.toml", &site.config().display().to_string())
                 .replace("$MAINPID", &daemon.pid().to_string())
         })

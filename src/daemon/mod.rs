@@ -107,7 +107,11 @@ pub fn run(config_path: &Path) -> u8 {
             return exit::ERROR;
         }
     };
-    runtime.block_on(lifecycle(config_path, config, secret))
+    let code = runtime.block_on(lifecycle(config_path, config, secret));
+    // A blocking call abandoned at the stop (a fetch stuck where no
+    // timeout reaches) must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    code
 }
 
 /// Carries operators' requests out on the agent's state: the same
@@ -757,6 +761,7 @@ impl Running {
     async fn stop(mut self, timeout: Duration) -> Option<Agent> {
         self.agent.drain();
         self.stop.cancel();
+        crate::source::transport::cancel_conversations();
         self.tasks.close();
         let started = Instant::now();
         let drained = tokio::time::timeout(timeout, async {
@@ -768,7 +773,7 @@ impl Running {
         // timeout), the source follower after a fetch under way (bounded
         // by `[source] timeout`: waited for, so the next follower after a
         // reload never fetches beside it).
-        let limit = crate::source::transport::timeout() + Duration::from_secs(5);
+        let limit = crate::source::transport::cancel_wait() + Duration::from_secs(5);
         if tokio::time::timeout(limit, self.tasks.wait())
             .await
             .is_err()
@@ -863,7 +868,11 @@ impl Running {
         };
         // Every provider must build (secrets read, kinds known), and every
         // notification receiver, before the running agent is stopped.
-        if let Err(e) = Agent::open(config.clone(), Access::ReadOnly, Arc::new(SystemClock)) {
+        let checked = Agent::open(config.clone(), Access::ReadOnly, Arc::new(SystemClock));
+        // Opening it set the new `[source] timeout` process-wide: the
+        // running agent's holds until the new one starts.
+        crate::source::transport::set_timeout(old.source.timeout);
+        if let Err(e) = checked {
             refuse(e.to_string());
             return Ok(self);
         }

@@ -31,6 +31,9 @@ pub struct WorkerInputs {
     pub heartbeats: Arc<Heartbeats>,
 }
 
+/// The soonest a resource just decided is due again.
+const MIN_REQUEUE: Duration = Duration::from_secs(1);
+
 /// How often an idle worker beats.
 const BEAT: Duration = Duration::from_secs(1);
 
@@ -178,9 +181,16 @@ async fn cycle(
             if full {
                 queue.clear();
             }
+            // A due time already past (a retry whose call could not be
+            // sent) comes back a second later at the soonest: never a
+            // cycle after cycle with no pause.
+            let soonest = crate::time::add(agent.clock().now(), MIN_REQUEUE);
             queue.update(
                 plan.resources.iter().map(|r| r.name.as_str()),
-                outcome.due(),
+                outcome
+                    .due()
+                    .into_iter()
+                    .map(|(name, at)| (name, at.max(soonest))),
             );
             metrics.operations(&outcome.operations);
             // A call the provider failed (left pending, refused, failed)

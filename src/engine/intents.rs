@@ -111,15 +111,19 @@ pub fn hold_behind(mut decision: Decision, name: &str, gate: WorkGate<'_>) -> De
     if matches!(gate, WorkGate::JustReplayed) && planned != Action::Create {
         return decision;
     }
+    let suspended = decision.rule == Rule::Suspended;
     decision.action = Action::Hold;
     decision.rule = Rule::PendingIntent;
     decision.changes.clear();
     decision.reason = match gate {
         WorkGate::Pending(work) => {
             // A failing call is tried again on its own time, in seconds at
-            // first, not at the next resync.
+            // first, not at the next resync; under a freeze nothing is sent,
+            // so the freeze's end is the resource's next time.
             let at = retry_at(&work.id, work.attempts, work.last_attempt);
-            decision.act_at = Some(at);
+            if !suspended {
+                decision.act_at = Some(at);
+            }
             format!(
                 "{} operation {} on `{name}` is journalled and not yet confirmed{}; no new work until it is: it is sent again with the same id at {} ({} attempt{} so far)",
                 work.kind.as_str(),
@@ -157,6 +161,30 @@ mod tests {
         DeclarationSet::from_files(vec![parse_file(Path::new("o.yaml"), text.as_bytes())])
             .declarations
             .remove(0)
+    }
+
+    /// Under a freeze nothing is sent, so a retry time (soon in the past
+    /// for good) would wake the resource cycle after cycle: the freeze's
+    /// own next time stays.
+    #[test]
+    fn a_frozen_resource_keeps_the_freezes_time_not_a_retry_time() {
+        let mut decision = Decision::new(
+            crate::engine::State::Drifted,
+            Action::None,
+            Rule::Suspended,
+            "suspended".into(),
+        );
+        let ends = SystemTime::UNIX_EPOCH + Duration::from_secs(99_999);
+        decision.act_at = Some(ends);
+        let work = PendingWork {
+            kind: OperationKind::Update,
+            id: OperationId("abcdef0123456789".into()),
+            last_error: Some("503".into()),
+            attempts: 1,
+            last_attempt: SystemTime::UNIX_EPOCH,
+        };
+        let held = hold_behind(decision, "orders", WorkGate::Pending(&work));
+        assert_eq!(held.act_at, Some(ends));
     }
 
     #[test]

@@ -28,7 +28,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 /// A connection with no byte read or written for this long is closed.
-pub const IDLE: Duration = Duration::from_secs(30);
+/// More than a minute: Prometheus scraping every 60 s keeps its
+/// keep-alive connection.
+pub const IDLE: Duration = Duration::from_secs(75);
 /// A request must be read and answered within this long from its first
 /// byte (the header-read timeout, and the handler's).
 pub const REQUEST: Duration = Duration::from_secs(30);

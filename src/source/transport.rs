@@ -42,6 +42,21 @@ pub fn timeout() -> Duration {
     Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
 }
 
+/// The longest one conversation waits after [`cancel_conversations`]: a
+/// silent server is cut by the read bound, any other at its next bytes.
+pub fn cancel_wait() -> Duration {
+    READ_TIMEOUT.min(timeout())
+}
+
+/// Bumped to cancel every conversation under way (the agent stops).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Cancels every fetch and push under way, at their next bytes: a stop or
+/// a reload does not wait out a slow transfer.
+pub fn cancel_conversations() {
+    EPOCH.fetch_add(1, Ordering::SeqCst);
+}
+
 /// libgit2's own bounds on a connection and on one read, from `[source]
 /// timeout` as set when libgit2 is first used: a server that accepts and
 /// never answers ends the conversation, it does not hold it forever.
@@ -102,14 +117,20 @@ pub fn callbacks<'a>(
     let port = ssh_port(url);
     let limit = timeout();
     let deadline = Instant::now() + limit;
+    let epoch = EPOCH.load(Ordering::SeqCst);
     let in_time = move || {
-        if Instant::now() < deadline {
+        let cancelled = EPOCH.load(Ordering::SeqCst) != epoch;
+        if Instant::now() < deadline && !cancelled {
             return true;
         }
         if host_error.borrow().is_none() {
             *host_error.borrow_mut() = Some(SourceError::Fetch {
                 url: url.to_string(),
-                message: timed_out(limit),
+                message: if cancelled {
+                    "cancelled: the agent is stopping".into()
+                } else {
+                    timed_out(limit)
+                },
             });
         }
         false

@@ -32,7 +32,8 @@ pub struct PublishOutcome {
     /// A commit was pushed to the status branch.
     pub committed: Option<String>,
     pub files_error: Option<ReportFilesError>,
-    /// Transitions queued for notification.
+    /// Notifications queued (transitions, alerts, a commit status): the
+    /// deliveries are woken when there are any.
     pub transitions: usize,
     /// The notifications could not be recorded.
     pub notify_error: Option<crate::journal::StateError>,
@@ -173,7 +174,7 @@ impl StatusPublisher {
         }
         if let (Some(notifier), Some(store)) = (&self.notifier, &self.store) {
             match notifier.record(store, report, now) {
-                Ok(transitions) => outcome.transitions = transitions.len(),
+                Ok((_, queued)) => outcome.transitions = queued,
                 Err(e) => outcome.notify_error = Some(e),
             }
         }

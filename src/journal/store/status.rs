@@ -201,9 +201,11 @@ impl StateStore {
             }
             for (receiver, event, subject, body) in notifications {
                 if event == COMMIT_STATUS_EVENT {
+                    // The newest state of the same commit replaces one still
+                    // waiting; another commit keeps its own last word.
                     tx.exec(
-                        "DELETE FROM notify_outbox WHERE receiver = ?1 AND event = ?2",
-                        args![receiver, event],
+                        "DELETE FROM notify_outbox WHERE receiver = ?1 AND event = ?2 AND subject = ?3",
+                        args![receiver, event, subject],
                     )?;
                 }
                 tx.exec(

@@ -170,7 +170,7 @@ impl Notifier {
         store: &StateStore,
         report: &Report,
         now: SystemTime,
-    ) -> Result<Vec<Transition>, StateError> {
+    ) -> Result<(Vec<Transition>, usize), StateError> {
         let before = store.notify_conditions()?;
         let current = conditions(report, now, self.warn_before);
         let changes = transitions(&before, &current, report);
@@ -239,10 +239,10 @@ impl Notifier {
         }
         let current = stored(&current);
         if queued.is_empty() && marks.is_empty() && current == before {
-            return Ok(changes);
+            return Ok((changes, 0));
         }
         store.record_notifications(&current, &queued, &marks, now)?;
-        Ok(changes)
+        Ok((changes, queued.len()))
     }
 
     /// Keeps, for each Alertmanager receiver, the alerts of the conditions

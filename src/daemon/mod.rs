@@ -459,6 +459,9 @@ async fn coordinate(
             joined = &mut running.status => {
                 running.restart_status(shared, ended(joined));
             }
+            joined = deliveries_ended(&mut running.deliveries) => {
+                running.restart_deliveries(ended(joined));
+            }
             joined = &mut running.source => {
                 if let Err(e) = running.restart_source(shared, ended(joined)) {
                     fail(format!("the source follower cannot be started again: {e}; exiting"));
@@ -546,6 +549,16 @@ fn status_writer(
     )
 }
 
+/// Resolves when the notification deliveries end (never, without them).
+async fn deliveries_ended(
+    deliveries: &mut Option<tokio::task::JoinHandle<()>>,
+) -> Result<(), tokio::task::JoinError> {
+    match deliveries {
+        Some(handle) => handle.await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Why a task's handle ended: a panic's message, or "it returned".
 fn ended(joined: Result<(), tokio::task::JoinError>) -> String {
     match joined {
@@ -615,6 +628,7 @@ struct Restart {
     outcomes: watch::Sender<Option<PollOutcome>>,
     status_restarts: u32,
     source_restarts: u32,
+    deliveries_restarts: u32,
 }
 
 /// How long after its `n`-th restart a task is started again: 1 s,
@@ -682,6 +696,7 @@ impl Running {
             outcomes: outcomes_tx,
             status_restarts: 0,
             source_restarts: 0,
+            deliveries_restarts: 0,
         };
         let status = tasks.spawn(status_writer(&agent, shared, &restart));
         let mut workers = JoinSet::new();
@@ -724,6 +739,30 @@ impl Running {
         );
         let writer = status_writer(&self.agent, shared, &self.restart);
         self.status = self.tasks.spawn(after(delay, writer));
+    }
+
+    /// The notification deliveries ended on its own (`why`): started again
+    /// after a backoff (the queue keeps every message meanwhile).
+    fn restart_deliveries(&mut self, why: String) {
+        let (Some(notifier), Some(store)) = (self.restart.notifier.clone(), self.agent.store())
+        else {
+            self.deliveries = None;
+            return;
+        };
+        self.restart.deliveries_restarts += 1;
+        let delay = restart_delay(self.restart.deliveries_restarts);
+        tracing::error!(
+            "notifications: the delivery task ended ({why}); started again in {} (restart {})",
+            crate::time::duration(delay),
+            self.restart.deliveries_restarts
+        );
+        let deliveries = crate::status::notify::deliver::run(
+            notifier,
+            store.clone(),
+            self.restart.wake.clone(),
+            self.restart.stop_rx.clone(),
+        );
+        self.deliveries = Some(self.tasks.spawn(after(delay, deliveries)));
     }
 
     /// The source follower ended on its own (`why`): opened again and

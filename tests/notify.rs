@@ -327,6 +327,10 @@ fn alertmanager_gets_an_alert_while_drift_holds_and_resolved_when_it_ends() {
     let after = std::time::SystemTime::now();
     let resolved = alerts(&receiver.received()[sent..]);
     assert_eq!(resolved.len(), 1, "{resolved:#?}");
+    assert_eq!(
+        receiver.received()[sent].header("X-Tend-Event"),
+        Some("resolved:drift-detected")
+    );
     assert_eq!(resolved[0]["labels"], labels);
     assert!(ends_at(&resolved[0]) <= after, "{:#}", resolved[0]);
     let sent = receiver.received().len();

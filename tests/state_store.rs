@@ -549,6 +549,59 @@ fn notifications_queue_and_conditions(place: &Place) {
         .due_notifications(now + Duration::from_secs(60), 10)
         .unwrap();
     assert_eq!(retried[0].attempts, 1);
+
+    // A resolved alert drops its firing alert still waiting (same
+    // receiver, subject and event); a commit status replaces its own
+    // commit's, never another commit's.
+    let message = |event: &str, subject: &str| {
+        (
+            "am".to_string(),
+            event.to_string(),
+            subject.to_string(),
+            "[]".to_string(),
+        )
+    };
+    store
+        .record_notifications(
+            &conditions(&[("a", "drift")]),
+            &[
+                message("drift-detected", "orders"),
+                message("drift-detected", "billing"),
+                message("commit-status", "c1"),
+                message("commit-status", "c2"),
+            ],
+            &[],
+            now,
+        )
+        .unwrap();
+    store
+        .record_notifications(
+            &conditions(&[("a", "drift")]),
+            &[
+                message("resolved:drift-detected", "orders"),
+                message("commit-status", "c1"),
+            ],
+            &[],
+            now,
+        )
+        .unwrap();
+    let waiting: Vec<(String, String)> = store
+        .due_notifications(now + Duration::from_secs(60), 100)
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.receiver == "am")
+        .map(|n| (n.event, n.subject))
+        .collect();
+    let pair = |e: &str, s: &str| (e.to_string(), s.to_string());
+    assert_eq!(
+        waiting,
+        [
+            pair("drift-detected", "billing"),
+            pair("commit-status", "c2"),
+            pair("resolved:drift-detected", "orders"),
+            pair("commit-status", "c1"),
+        ]
+    );
 }
 
 fn a_failed_write_leaves_nothing(place: &Place) {

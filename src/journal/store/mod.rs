@@ -26,6 +26,7 @@ pub use read::{
 pub use releases::Release;
 pub use status::{
     COMMIT_STATUS_EVENT, DecidedFrom, LastOperation, PendingNotification, QueuedNotification,
+    RESOLVED_PREFIX,
 };
 pub use write::{Applied, Tx};
 

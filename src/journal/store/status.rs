@@ -141,6 +141,11 @@ pub struct PendingNotification {
 /// still waiting for the same receiver.
 pub const COMMIT_STATUS_EVENT: &str = "commit-status";
 
+/// The prefix of a resolved alert's event (`resolved:drift-detected`):
+/// queuing one drops the firing alert of the same receiver, subject and
+/// event still waiting.
+pub const RESOLVED_PREFIX: &str = "resolved:";
+
 /// A notification to queue: receiver, event, subject, body.
 pub type QueuedNotification = (String, String, String, String);
 
@@ -200,6 +205,12 @@ impl StateStore {
                 )?;
             }
             for (receiver, event, subject, body) in notifications {
+                if let Some(firing) = event.strip_prefix(RESOLVED_PREFIX) {
+                    tx.exec(
+                        "DELETE FROM notify_outbox WHERE receiver = ?1 AND event = ?2 AND subject = ?3",
+                        args![receiver, firing, subject],
+                    )?;
+                }
                 if event == COMMIT_STATUS_EVENT {
                     // The newest state of the same commit replaces one still
                     // waiting; another commit keeps its own last word.

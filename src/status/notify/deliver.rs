@@ -71,6 +71,12 @@ fn backoff(attempts: u32) -> Duration {
     Duration::from_secs(5u64 << exp).min(MAX_BACKOFF)
 }
 
+/// An Alertmanager receiver's resolved alert is queued as
+/// `resolved:<event>`: it supersedes the firing alert of that event and
+/// subject still waiting, so a late retry of the firing one never lands
+/// after it.
+pub use crate::journal::store::RESOLVED_PREFIX;
+
 /// The event a commit status is queued under.
 pub use crate::journal::store::COMMIT_STATUS_EVENT as COMMIT_STATUS;
 
@@ -216,7 +222,7 @@ impl Notifier {
                         let alert = alertmanager::resolved(subject, *c, report, url, now);
                         queued.push((
                             r.name.clone(),
-                            NotifyEvent::Recovered.as_str().to_string(),
+                            format!("{RESOLVED_PREFIX}{}", c.event().as_str()),
                             subject.clone(),
                             Value::Array(vec![alert]).to_string(),
                         ));

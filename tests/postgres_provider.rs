@@ -188,7 +188,10 @@ fn the_examples_are_created_except_the_dbaas_one_which_is_an_error() {
     assert!(run.stdout.contains("DBaaS-only"), "{}", run.stdout);
     assert_eq!(
         env.q("SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_database WHERE datname NOT IN ('postgres', 'template0', 'template1')"),
-        "billing,identity,loadtest_scratch,orders,sessions"
+        "billing,identity,loadtest_scratch,orders,sessions",
+        "what the apply said:\n{}\n{}",
+        run.stdout,
+        run.stderr
     );
     assert_eq!(env.pg.psql_in("orders", "SELECT string_agg(extname || '@' || extnamespace::regnamespace, ',' ORDER BY extname) FROM pg_extension WHERE extname <> 'plpgsql'"), "pg_trgm@public,pgcrypto@public");
 }

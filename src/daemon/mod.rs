@@ -488,12 +488,7 @@ async fn coordinate(
 
 fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bool>) {
     let providers = running.agent.runtimes().len();
-    if !*ready.borrow() && shared.board.reported() >= providers {
-        ready.send_replace(true);
-        shared.metrics.ready(true);
-        systemd::ready();
-        tracing::info!("ready: the first snapshot is reconciled");
-    }
+    let now_ready = !*ready.borrow() && shared.board.reported() >= providers;
     let source = shared.board.source();
     let commit = source
         .commit
@@ -524,5 +519,14 @@ fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bo
             None => "starting".into(),
         },
     };
-    systemd::status(&line);
+    if now_ready {
+        ready.send_replace(true);
+        shared.metrics.ready(true);
+        // One message: `systemctl start` returns at READY=1, and the
+        // status line it then shows must already be this one.
+        systemd::ready_with_status(&line);
+        tracing::info!("ready: the first snapshot is reconciled");
+    } else {
+        systemd::status(&line);
+    }
 }

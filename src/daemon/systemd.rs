@@ -50,6 +50,12 @@ pub fn ready() {
     send(&[NotifyState::Ready]);
 }
 
+/// Startup is finished, and the status line that goes with it, in one
+/// message (so no one reads the ready service's previous status).
+pub fn ready_with_status(line: &str) {
+    send(&[NotifyState::Ready, NotifyState::Status(line)]);
+}
+
 /// The one-line status `systemctl status` shows.
 pub fn status(line: &str) {
     send(&[NotifyState::Status(line)]);

@@ -7,6 +7,7 @@ pub mod browser;
 pub mod config;
 pub mod daemon;
 pub mod dice;
+pub mod docs;
 pub mod git;
 pub mod hostile_http;
 pub mod pgproxy;
@@ -14,6 +15,7 @@ pub mod postgres;
 pub mod receiver;
 pub mod reference;
 pub mod sshd;
+pub mod systemd;
 pub mod users;
 
 use std::path::{Path, PathBuf};

@@ -103,7 +103,17 @@ impl Agent {
         clock: Arc<dyn Clock>,
     ) -> Result<Agent, AgentError> {
         let lock = match access {
-            Access::Writer => Some(StateLock::acquire(&config.state_dir)?),
+            Access::Writer => {
+                let lock = StateLock::acquire(&config.state_dir)?;
+                // Below the state dir, the lock's check covered it.
+                let reports = config.reports_dir();
+                if !reports.starts_with(&config.state_dir)
+                    && crate::journal::state_dir::exists(&reports)?
+                {
+                    crate::journal::state_dir::check_trusted(&reports)?;
+                }
+                Some(lock)
+            }
             Access::ReadOnly => None,
         };
         Self::open_locked(config, lock, clock)

@@ -1,7 +1,12 @@
 //! Reading the files the configuration names (secrets, keys, certificates,
-//! the configuration itself): regular files only.
+//! the configuration itself): regular files only. Writing tend's own files
+//! (reports, the parse cache, the accepted commit): whole or not at all.
 //!
 //! # Guarantees
+//! * A file tend writes goes through a new temporary file in the same
+//!   directory, created exclusively (`O_EXCL`) under an unpredictable
+//!   name: a symbolic link planted at a predictable name is never followed
+//!   (the write would otherwise land in whatever file the link names).
 //! * Nothing blocks on a file's kind: a FIFO is refused before it is
 //!   opened (opening one waits for a writer, and a `tend run` start or
 //!   reload would hang there), and the open is non-blocking in case the
@@ -9,10 +14,45 @@
 //!   directories and sockets are refused too.
 //! * The refusal says what the path is, so the message names the mistake.
 
-use std::fs::{File, Metadata, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs::{File, Metadata, OpenOptions, Permissions};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+/// Writes `bytes` to `path` whole or not at all (see [`write_atomically_with`]).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically_with(path, |file| file.write_all(bytes))
+}
+
+/// Writes `path` through a new temporary file beside it (exclusive
+/// create, unpredictable name, mode 0666 less the umask as `File::create`
+/// gives), with what `write` writes to it buffered; the file is synced,
+/// then renamed over `path`. Until the rename, `path` keeps its old
+/// content; a failure removes the temporary file.
+pub fn write_atomically_with<T>(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<tempfile::NamedTempFile>) -> io::Result<T>,
+) -> io::Result<T> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    let mut file = BufWriter::with_capacity(64 * 1024, tmp);
+    let value = write(&mut file)?;
+    let tmp = file.into_inner().map_err(|e| e.into_error())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(value)
+}
 
 /// Opens `path` for reading if it is a regular file (symbolic links are
 /// followed: systemd's credentials may be links).

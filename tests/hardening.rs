@@ -113,6 +113,12 @@ fn credentials_in_the_source_url_are_refused_and_never_printed() {
         "https://user:hunter2pass@git.example/repo.git",
         "https://ghp_tokenInUser@git.example/repo.git",
         "ssh://git:hunter2pass@git.example/repo.git",
+        // Schemes are not case sensitive for libgit2, nor here.
+        "HTTPS://ghp_tokenInUser@git.example/repo.git",
+        "Http://user:hunter2pass@git.example/repo.git",
+        // A token in the query string.
+        "https://git.example/repo.git?private_token=hunter2pass",
+        "HTTPS://git.example/repo.git?access_token=ghp_tokenInUser",
     ] {
         let config = TendConfig::new(dir.path(), url).write();
         let run =

@@ -129,7 +129,7 @@ pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Res
                 "tend: no valid declaration named `{}` under `{}` of {} at {} (errors above, if any, may be why)",
                 esc(&args.name),
                 esc(&source.path),
-                esc(&source.url),
+                esc(&crate::config::redacted_url(&source.url)),
                 plan.commit.as_deref().unwrap_or("?")
             )?;
             return Ok(exit::ERROR);
@@ -246,7 +246,7 @@ fn explain_subject(
                 "  declaration: {}:{} at commit {commit} of {}, provider `{}`",
                 esc(&r.file),
                 decl.line,
-                esc(&agent.config().source.url),
+                esc(&crate::config::redacted_url(&agent.config().source.url)),
                 r.provider
             )?;
             writeln!(

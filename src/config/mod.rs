@@ -53,7 +53,7 @@ mod providers;
 mod source;
 
 use source::credentials_in_url;
-pub use source::{SourceConfig, VerifyMode};
+pub use source::{SourceConfig, VerifyMode, redacted_url};
 pub mod secret;
 mod values;
 

@@ -139,17 +139,120 @@ fn default_source_timeout() -> Duration {
 /// Why a source URL must not carry credentials, if it does: a password
 /// or token in the URL would be printed wherever the URL is (errors,
 /// logs, reports). An SSH user name (`ssh://git@host/…`) is not a secret.
+/// Schemes compare without case (`HTTPS://` is what libgit2 takes as
+/// `https://`), and a query string is refused outright: a Git remote
+/// needs none, and `?private_token=…` is a token.
 pub(super) fn credentials_in_url(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split('/').next().unwrap_or("");
-    let (userinfo, host) = authority.rsplit_once('@')?;
-    let secret = match scheme {
-        "http" | "https" => true,
-        _ => userinfo.contains(':'),
-    };
-    secret.then(|| {
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if let Some((userinfo, _)) = authority.rsplit_once('@') {
+        let secret = is_http(scheme) || userinfo.contains(':');
+        if secret {
+            return Some(format!(
+                "[source] url carries credentials in its user part (…@{host}): put the token in token_file (systemd LoadCredential=) and remove it from the url"
+            ));
+        }
+    }
+    rest.contains('?').then(|| {
         format!(
-            "[source] url carries credentials in its user part (…@{host}): put the token in token_file (systemd LoadCredential=) and remove it from the url"
+            "[source] url ({scheme}://{host}/…) carries a query string (?…), where a token can hide: a Git remote needs none; put a token in token_file (systemd LoadCredential=) and remove the query from the url"
         )
     })
+}
+
+fn is_http(scheme: &str) -> bool {
+    scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+}
+
+/// `url` as it may be shown or stored (reports, notifications, plans):
+/// the user part of an HTTP URL and any password become `…`, and a query
+/// string becomes `?…`. The configuration refuses URLs that need this
+/// ([`credentials_in_url`]); this is the second line, for anything that
+/// reaches a report by another way.
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) if is_http(scheme) => format!("…@{host}"),
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:…@{host}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    let path = match path.split_once('?') {
+        Some((before, after)) => {
+            let fragment = after.find('#').map_or("", |i| &after[i..]);
+            format!("{before}?…{fragment}")
+        }
+        None => path.to_string(),
+    };
+    format!("{scheme}://{authority}{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_refused_whatever_the_scheme_case_and_wherever_they_sit() {
+        for url in [
+            "https://tok3n@git.example/r.git",
+            "HTTPS://tok3n@git.example/r.git",
+            "Http://user:pass@git.example/r.git",
+            "ssh://git:pass@git.example/r.git",
+            "https://git.example/r.git?private_token=pass",
+            "HTTPS://git.example?access_token=pass",
+        ] {
+            let problem = credentials_in_url(url).unwrap_or_else(|| panic!("{url} accepted"));
+            assert!(
+                !problem.contains("tok3n")
+                    && !problem.contains("pass@")
+                    && !problem.contains("=pass"),
+                "{problem}"
+            );
+        }
+        for url in [
+            "https://git.example/r.git",
+            "ssh://git@git.example/r.git",
+            "git@git.example:r.git",
+            "file:///srv/r.git",
+            "/srv/r.git",
+        ] {
+            assert_eq!(credentials_in_url(url), None, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_shown_url_carries_no_user_part_password_or_query() {
+        for (url, shown) in [
+            (
+                "https://tok3n@git.example/r.git",
+                "https://…@git.example/r.git",
+            ),
+            (
+                "HTTPS://u:p@git.example:8443/r.git",
+                "HTTPS://…@git.example:8443/r.git",
+            ),
+            (
+                "ssh://git:pw@git.example/r.git",
+                "ssh://git:…@git.example/r.git",
+            ),
+            ("ssh://git@git.example/r.git", "ssh://git@git.example/r.git"),
+            (
+                "https://git.example/r.git?private_token=x#frag",
+                "https://git.example/r.git?…#frag",
+            ),
+            ("https://git.example?token=x", "https://git.example?…"),
+            ("/srv/r.git", "/srv/r.git"),
+        ] {
+            assert_eq!(redacted_url(url), shown, "{url}");
+        }
+    }
 }

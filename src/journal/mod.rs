@@ -83,7 +83,7 @@ pub enum StateError {
     )]
     Damaged { path: String, problem: String },
     #[error(
-        "state dir {dir} {problem}: tend does not trust state another user can change. Fix it ({fix}) and start again"
+        "{dir} {problem}: tend writes its state and reports there and does not trust a directory another user can change (a planted file or link). Fix it ({fix}) and start again"
     )]
     Untrusted {
         dir: String,

@@ -25,6 +25,7 @@ pub mod transport;
 pub mod trust;
 pub mod wake;
 
+use crate::config::redacted_url;
 use std::time::Duration;
 
 pub use snapshot::Snapshot;
@@ -92,21 +93,32 @@ fn signed_by(signer: &str) -> String {
     }
 }
 
-/// What went wrong reading the source. Every variant names what to do.
+/// What went wrong reading the source. Every variant names what to do,
+/// and shows the URL redacted ([`redacted_url`]).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot fetch {url}: {message} (docs/runbooks/source-unreachable.md)")]
+    #[error(
+        "cannot fetch {}: {message} (docs/runbooks/source-unreachable.md)",
+        redacted_url(url)
+    )]
     Fetch { url: String, message: String },
     /// Pushing (the status branch) failed.
-    #[error("cannot push to {url}: {message} (docs/runbooks/status-push-failing.md)")]
+    #[error(
+        "cannot push to {}: {message} (docs/runbooks/status-push-failing.md)",
+        redacted_url(url)
+    )]
     Push { url: String, message: String },
     #[error(
-        "authentication to {url} failed: {message}; check token_file / ssh_key_file in [source] (docs/runbooks/source-unreachable.md)"
+        "authentication to {} failed: {message}; check token_file / ssh_key_file in [source] (docs/runbooks/source-unreachable.md)",
+        redacted_url(url)
     )]
     Auth { url: String, message: String },
     #[error("host key of {host} is not trusted: {message}")]
     HostKey { host: String, message: String },
-    #[error("branch `{branch}` does not exist at {url}; check [source] branch")]
+    #[error(
+        "branch `{branch}` does not exist at {}; check [source] branch",
+        redacted_url(url)
+    )]
     BranchMissing { url: String, branch: String },
     #[error("path `{path}` does not exist in commit {commit}; check [source] path")]
     PathMissing { path: String, commit: String },

@@ -22,7 +22,6 @@
 //!   leaves the old cache or the new one, never half of one.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use git2::Oid;
@@ -468,11 +467,7 @@ pub fn store<'a>(
         out.extend_from_slice(&json);
         out.push(b'\n');
     }
-    let tmp = file.with_extension("tmp");
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(&out)?;
-    f.sync_all()?;
-    fs::rename(&tmp, file)
+    crate::files::write_atomically(file, &out)
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -581,11 +580,8 @@ impl Source {
                 path: self.accepted_file.display().to_string(),
                 message: e.to_string(),
             };
-            let tmp = self.accepted_file.with_extension("tmp");
-            let mut f = fs::File::create(&tmp).map_err(io)?;
-            f.write_all(format!("{head}\n").as_bytes()).map_err(io)?;
-            f.sync_all().map_err(io)?;
-            fs::rename(&tmp, &self.accepted_file).map_err(io)?;
+            crate::files::write_atomically(&self.accepted_file, format!("{head}\n").as_bytes())
+                .map_err(io)?;
         }
         self.accepted = Some(head);
         Ok(())

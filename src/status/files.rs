@@ -14,7 +14,7 @@
 //!   resources the three renderings are megabytes each.
 
 use std::fs;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::Digest;
@@ -271,31 +271,8 @@ fn compact_time(rfc3339: &str) -> String {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_atomically_with(path, |file| file.write_all(bytes))
-}
-
-/// Writes `path` through a temporary file beside it, with what `write`
-/// writes to a buffered file; the file is flushed and synced before it is
-/// renamed into place.
-fn write_atomically_with<T>(
-    path: &Path,
-    write: impl FnOnce(&mut BufWriter<fs::File>) -> io::Result<T>,
-) -> io::Result<T> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let mut file = BufWriter::with_capacity(64 * 1024, fs::File::create(&tmp)?);
-    let value = write(&mut file)?;
-    let file = file.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp, path)?;
-    Ok(value)
-}
+pub use crate::files::write_atomically;
+use crate::files::write_atomically_with;
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()

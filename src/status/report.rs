@@ -386,7 +386,7 @@ pub fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report 
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         source: SourceInfo {
-            url: config.source.url.clone(),
+            url: crate::config::redacted_url(&config.source.url),
             branch: config.source.branch.clone(),
             commit: None,
             commit_time: None,
@@ -420,7 +420,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         source: SourceInfo {
-            url: config.source.url.clone(),
+            url: crate::config::redacted_url(&config.source.url),
             branch: config.source.branch.clone(),
             commit: plan.commit.clone(),
             commit_time: plan.commit_time.map(rfc3339),

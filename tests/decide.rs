@@ -149,6 +149,7 @@ impl<'a> Case<'a> {
             provider_override_seen: self.provider_override_seen,
             provider: "main",
             suspension: self.suspension.as_ref(),
+            renamed: None,
             now: self.now,
         })
     }

@@ -543,6 +543,7 @@ mod property {
                 provider_override_seen: None,
                 provider: "main",
                 suspension: None,
+                renamed: None,
                 now: SystemTime::UNIX_EPOCH + Duration::from_secs(200),
             });
             prop_assert_eq!(decision.state, State::InSync, "{}\n{}\n{:?}", after, decision.reason, decision.drift);

@@ -780,3 +780,128 @@ fn override_set_answers_in_its_flags_and_suggests_the_name_meant() {
     let list = env.tend(&["override", "list"], 0).stdout;
     assert!(!list.contains("orders"), "{list}");
 }
+
+/// `name` declaring the database `orders_db`, `deletionPolicy: Delete`.
+fn renamed_declaration(name: &str, adopt: bool) -> String {
+    format!(
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\n{}spec:\n  databaseName: orders_db\n  connectionLimit: 5\n  deletionPolicy: Delete\n",
+        if adopt {
+            "  annotations:\n    tend.dev/adopt: \"true\"\n"
+        } else {
+            ""
+        }
+    )
+}
+
+/// A rename of `metadata.name` under `deletionPolicy: Delete` (same
+/// `databaseName`): `orders` → `ledger`.
+fn renamed_env() -> (Env, String) {
+    let mut env = Env::new(&[("orders.yaml".into(), renamed_declaration("orders", false))]);
+    env.configure(|c| c.reconcile("deletion_delay", "\"0s\""));
+    env.apply(0);
+    let id = env.sandbox().load().unwrap().databases["orders_db"]
+        .id
+        .clone();
+    env.repo.remove("orders.yaml");
+    env.repo
+        .write("ledger.yaml", &renamed_declaration("ledger", false));
+    env.repo.commit("rename orders to ledger");
+    (env, id)
+}
+
+#[test]
+fn a_rename_under_deletion_policy_delete_holds_the_deletion_until_the_new_name_adopts() {
+    let (env, id) = renamed_env();
+    // Before: the old name's tombstone deleted orders_db at once (its
+    // deletion_delay is 0s) and `ledger` created an empty one next.
+    let plan = env.plan(0);
+    let ledger = resource(&plan, "ledger");
+    assert_eq!(ledger["state"], "Blocked", "{ledger:#}");
+    assert_eq!(ledger["rule"], "renamed");
+    let reason = ledger["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("removed from Git with deletionPolicy Delete")
+            && reason.contains("tend.dev/adopt")
+            && reason.contains("tend deletions approve orders"),
+        "{reason}"
+    );
+    for _ in 0..3 {
+        // Exit 2: a resource is blocked.
+        let report = env.apply(2);
+        let orders = resource(&report, "orders");
+        assert_eq!(orders["rule"], "renamed", "{orders:#}");
+        assert_eq!(orders["action"], "Hold");
+    }
+    assert_eq!(env.databases(), ["orders_db"]);
+    let explain = env.tend(&["explain", "orders"], 0).stdout;
+    assert!(
+        explain.contains("renamed") && explain.contains("ledger"),
+        "{explain}"
+    );
+
+    // The way out that keeps the data: adopt it under the new name.
+    env.repo
+        .write("ledger.yaml", &renamed_declaration("ledger", true));
+    env.repo.commit("ledger adopts orders_db");
+    env.apply(0);
+    let report = env.apply(0);
+    let orders = resource(&report, "orders");
+    assert_eq!(orders["state"], "Released", "{orders:#}");
+    assert!(
+        orders["reason"]
+            .as_str()
+            .unwrap()
+            .contains("took its database `orders_db` over")
+    );
+    let report = env.apply(0);
+    assert_eq!(resource(&report, "ledger")["state"], "InSync");
+    assert!(
+        report["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["name"] != "orders"),
+        "the tombstone is gone: {report:#}"
+    );
+    let db = &env.sandbox().load().unwrap().databases["orders_db"];
+    assert_eq!(
+        db.id, id,
+        "the same database, never deleted and created again"
+    );
+    assert_eq!(
+        db.labels
+            .get("tend.dev/owner-declaration")
+            .map(String::as_str),
+        Some("ledger")
+    );
+}
+
+#[test]
+fn a_rename_whose_deletion_an_operator_approves_deletes_and_creates_the_new_one_empty() {
+    let (env, id) = renamed_env();
+    env.apply(2);
+    env.tend(
+        &[
+            "deletions",
+            "approve",
+            "orders",
+            "--reason",
+            "CHG-7 start empty",
+        ],
+        0,
+    );
+    let plan = env.plan(0);
+    assert!(
+        resource(&plan, "ledger")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("an operator approved (CHG-7 start empty)"),
+        "{plan:#}"
+    );
+    env.apply(2);
+    env.apply(0);
+    let report = env.apply(0);
+    assert_eq!(resource(&report, "ledger")["state"], "InSync");
+    let db = &env.sandbox().load().unwrap().databases["orders_db"];
+    assert_ne!(db.id, id, "deleted, then created empty for ledger");
+}

@@ -97,6 +97,7 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
             provider_override_seen: None,
             provider: "sandbox",
             suspension: None,
+            renamed: None,
             now,
         });
         let operation =

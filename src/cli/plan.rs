@@ -214,6 +214,7 @@ fn runbook(rule: Rule, override_expired: bool) -> Option<&'static str> {
         Rule::NameTaken
         | Rule::OwnedByOtherAgent
         | Rule::OwnedByOtherDeclaration
+        | Rule::Renamed
         | Rule::RequiresReplacement
         | Rule::DeletionNotOurs => "docs/runbooks/blocked.md",
         Rule::Unconvergeable => "docs/runbooks/unconvergeable.md",

@@ -15,7 +15,7 @@ pub mod suspension;
 
 pub use decide::{
     Action, DecideInput, Decision, Drift, DriftOrigin, FailedAttempts, Memory, OperationFailure,
-    Policy, Released, Rule, State, Subject, Tombstone, decide, observed_fingerprint,
+    Policy, Released, Renamed, Rule, State, Subject, Tombstone, decide, observed_fingerprint,
 };
 pub use deletion::{DeletionGate, DeletionGuard, DeletionLimits, HeldDeletion};
 pub use overrides::{EffectiveOverride, OverrideInput, OverrideSource};

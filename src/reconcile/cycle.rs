@@ -89,6 +89,7 @@ pub(super) async fn plan_cycle<'s>(
         .filter(|provider| !matches!(views.get(*provider), Some(Ok(_))))
         .cloned()
         .collect();
+    let renamed = std::mem::take(&mut routing.renamed);
     let ctx = PlanContext {
         policy,
         now,
@@ -96,6 +97,7 @@ pub(super) async fn plan_cycle<'s>(
         inputs: &inputs,
         gates: &gates,
         just_replayed,
+        renamed: &renamed,
     };
     let by_provider = std::mem::take(&mut routing.by_provider);
     let mut resources = decide_all(agent, &ctx, by_provider, views, &mut memories, &mut effects);

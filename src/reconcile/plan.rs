@@ -18,7 +18,7 @@ use crate::engine::intents::{PendingWork, WorkGate, hold_behind};
 use crate::engine::overrides::{fingerprint, legacy_fingerprint};
 use crate::engine::{
     Action, DecideInput, Decision, DeletionGate, DeletionGuard, DriftOrigin, Memory, OverrideInput,
-    OverrideSource, Policy, Rule, State, Subject, decide,
+    OverrideSource, Policy, Renamed, Rule, State, Subject, decide,
 };
 use crate::journal::effects::Effect;
 use crate::model::{OnExpiry, OverrideSpec};
@@ -35,6 +35,9 @@ pub struct PlanContext<'a> {
     pub gates: &'a HashMap<String, PendingWork>,
     /// Resources whose intents were replayed in this cycle.
     pub just_replayed: &'a HashSet<String>,
+    /// Renames ([`super::routing::Routing::renamed`]): each name to the
+    /// other's.
+    pub renamed: &'a HashMap<String, String>,
 }
 
 /// The operation kind that carries out an action.
@@ -163,6 +166,16 @@ fn decide_subject(
             .gate(ctx.inputs.approvals.get(name).map(|a| a.reason.as_str())),
         _ => DeletionGate::Allowed,
     };
+    let renamed = ctx.renamed.get(name).map(|other| {
+        let removed = match subject {
+            PlannedSubject::Removed(_) => name,
+            _ => other.as_str(),
+        };
+        Renamed {
+            other: other.as_str(),
+            approved: ctx.inputs.approvals.get(removed).map(|a| a.reason.as_str()),
+        }
+    });
     let engine_subject = match subject {
         PlannedSubject::Declared(d) => Subject::Declared(d),
         PlannedSubject::Removed(t) => Subject::Removed(t),
@@ -186,6 +199,7 @@ fn decide_subject(
         provider_override_seen,
         provider,
         suspension: ctx.inputs.suspension.as_ref(),
+        renamed,
         now: ctx.now,
     })
 }
@@ -298,10 +312,11 @@ fn remember(
 ) {
     match subject {
         // Gone, and the decision says so (an absence within the provider's
-        // read lag after tend's own write is held, and remembered).
+        // read lag after tend's own write is held, and remembered); or
+        // taken over by the live declaration of a rename.
         PlannedSubject::Removed(_)
-            if matches!(observed, Observed::NotFound)
-                && decision.state == crate::engine::State::Released =>
+            if decision.state == crate::engine::State::Released
+                && (matches!(observed, Observed::NotFound) || decision.rule == Rule::Renamed) =>
         {
             effects.push(Effect::Forget {
                 name: name.to_string(),

@@ -107,6 +107,7 @@ impl Fixture {
             inputs: &self.inputs,
             gates: &self.gates,
             just_replayed: &self.replayed,
+            renamed: &HashMap::new(),
         };
         let mut effects = Vec::new();
         let routed = Routed {

@@ -7,7 +7,7 @@
 //! the resources that cannot be decided at all (reported `Error`), and the
 //! tombstone effects for the planner to commit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -43,6 +43,11 @@ pub struct Routing<'s> {
     /// mass-deletion guard counts the whole fleet), at a configured provider.
     pub due_deletions: Vec<String>,
     pub effects: Vec<Effect>,
+    /// Renames: a removed declaration with `deletionPolicy: Delete` and a
+    /// live one naming the same database at the same provider, each name
+    /// to the other's (in or out of scope: a cycle woken for the removed
+    /// one alone must still see the live one).
+    pub renamed: HashMap<String, String>,
 }
 
 fn provider_names(config: &Config) -> String {
@@ -169,7 +174,13 @@ impl<'s> Routing<'s> {
                 }),
             }
         }
-        routing.route_tombstones(config, policy, snapshot, inputs, scope, now);
+        let mut declared_at: HashMap<(&str, String), &str> = HashMap::new();
+        for decl in &snapshot.declarations.declarations {
+            if let Ok(provider) = provider_name_of(config, &decl.manifest) {
+                declared_at.insert((provider, decl.manifest.database_name()), decl.name());
+            }
+        }
+        routing.route_tombstones(config, policy, snapshot, inputs, scope, now, &declared_at);
         routing.route_corrupt(inputs, scope);
         routing
     }
@@ -177,6 +188,7 @@ impl<'s> Routing<'s> {
     /// Routes every removed declaration in scope to where tend manages it
     /// (a provider no longer configured is reported); counts the fleet's
     /// due deletions.
+    #[allow(clippy::too_many_arguments)]
     fn route_tombstones(
         &mut self,
         config: &Config,
@@ -185,6 +197,7 @@ impl<'s> Routing<'s> {
         inputs: &mut Inputs,
         scope: &Scope,
         now: SystemTime,
+        declared_at: &HashMap<(&str, String), &str>,
     ) {
         let tombstones = self.tombstones(snapshot, inputs, now);
         for tomb in tombstones {
@@ -198,9 +211,23 @@ impl<'s> Routing<'s> {
                     .map(str::to_string)
                     .map_err(|_| tomb.last.spec.provider.clone().unwrap_or_default()),
             };
+            let renamed_to = match &provider {
+                Ok(p) if tomb.last.spec.deletion_policy == crate::model::DeletionPolicy::Delete => {
+                    declared_at
+                        .get(&(p.as_str(), tomb.last.database_name()))
+                        .copied()
+                }
+                _ => None,
+            };
+            if let Some(other) = renamed_to {
+                self.renamed.insert(name.clone(), other.to_string());
+                self.renamed.insert(other.to_string(), name.clone());
+            }
             // Counted fleet-wide, whatever the scope; a deletion that can
-            // never run (its provider is gone) does not count.
-            if provider.is_ok() && is_due(&tomb, policy, now) {
+            // never run (its provider is gone, or a rename holds it until
+            // an operator approves it) does not count.
+            let held_by_rename = renamed_to.is_some() && !inputs.approvals.contains_key(&name);
+            if provider.is_ok() && !held_by_rename && is_due(&tomb, policy, now) {
                 self.due_deletions.push(name.clone());
             }
             if !scope.contains(&name) {

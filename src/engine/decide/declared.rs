@@ -67,6 +67,32 @@ fn ownership(
     let name = decl.name();
     match obs.marker_labels() {
         Some((agent_id, declaration)) if agent_id == input.policy.agent_id => {
+            if declaration != name
+                && let Some(renamed) = input.renamed
+                && renamed.other == declaration
+            {
+                // A rename under `deletionPolicy: Delete`: the old name's
+                // tombstone would delete this database, and this name then
+                // create an empty one. Say so, and how each ends.
+                if decl.annotations.adopt {
+                    return None;
+                }
+                return Some(Decision::new(
+                    State::Blocked,
+                    Action::None,
+                    Rule::Renamed,
+                    match renamed.approved {
+                        Some(reason) => format!(
+                            "database `{}` belongs to `{declaration}`, removed from Git with deletionPolicy Delete, whose deletion an operator approved ({reason}): it is deleted, then `{name}` creates an empty database; to keep the data instead, add `tend.dev/adopt: \"true\"` to `{name}` before that",
+                            obs.database_name
+                        ),
+                        None => format!(
+                            "database `{}` belongs to `{declaration}`, removed from Git with deletionPolicy Delete (a rename to `{name}`?); its deletion is held while `{name}` names the database. Add `tend.dev/adopt: \"true\"` to `{name}` to keep the database and its data under `{name}`; or `tend deletions approve {declaration} --reason …` to delete it, after which `{name}` creates an empty one",
+                            obs.database_name
+                        ),
+                    },
+                ));
+            }
             if declaration != name {
                 return Some(Decision::new(
                     State::Blocked,
@@ -139,7 +165,17 @@ pub(super) fn decide_declared(
     {
         return blocked;
     }
-    let adopting = obs.marker_labels().is_none() && decl.annotations.adopt;
+    // Adopting: a database without a marker, or the one a rename's
+    // removed declaration leaves behind.
+    let adopting = decl.annotations.adopt
+        && match obs.marker_labels() {
+            None => true,
+            Some((agent_id, declaration)) => {
+                agent_id == input.policy.agent_id
+                    && declaration != name
+                    && input.renamed.is_some_and(|r| r.other == declaration)
+            }
+        };
 
     if obs.status == ResourceStatus::Provisioning {
         return Decision::new(

@@ -153,6 +153,12 @@ pub enum Rule {
     /// The provider refused the same operation for good, on the same
     /// declaration and the same observed database: not sent again.
     OperationFailed,
+    /// A removed declaration (`deletionPolicy: Delete`) and a live one
+    /// name the same database at the same provider, as a rename of
+    /// `metadata.name` leaves them: the deletion is held, the new name
+    /// blocked, until an operator adopts the database under the new name
+    /// or approves the deletion.
+    Renamed,
 }
 
 impl Rule {
@@ -195,6 +201,7 @@ impl Rule {
             Rule::ProviderNotConfigured => "provider-not-configured",
             Rule::Suspended => "suspended",
             Rule::OperationFailed => "operation-failed",
+            Rule::Renamed => "renamed",
         }
     }
 }
@@ -393,7 +400,23 @@ pub struct DecideInput<'a> {
     pub provider: &'a str,
     /// The agent-wide freeze (`tend suspend`), if one is set.
     pub suspension: Option<&'a super::Suspension>,
+    /// The other side of a rename: for a removed declaration with
+    /// `deletionPolicy: Delete`, the live declaration naming the same
+    /// database at the same provider; for that live declaration, the
+    /// removed one.
+    pub renamed: Option<Renamed<'a>>,
     pub now: SystemTime,
+}
+
+/// A removed declaration and a live one naming the same database at the
+/// same provider ([`DecideInput::renamed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renamed<'a> {
+    /// The other declaration's name.
+    pub other: &'a str,
+    /// The removed declaration's deletion approval (`tend deletions
+    /// approve`), if an operator gave one: the deletion then proceeds.
+    pub approved: Option<&'a str>,
 }
 
 /// The outcome for one resource.

@@ -43,6 +43,23 @@ pub(super) fn decide_removed(
     let ours = obs
         .marker_labels()
         .is_some_and(|(agent_id, declaration)| agent_id == policy.agent_id && declaration == name);
+    // The live declaration of a rename took the database over (adopted
+    // it): nothing is left to release or delete.
+    if let Some(renamed) = input.renamed
+        && obs.marker_labels().is_some_and(|(agent_id, declaration)| {
+            agent_id == policy.agent_id && declaration == renamed.other
+        })
+    {
+        return Decision::new(
+            State::Released,
+            Action::None,
+            Rule::Renamed,
+            format!(
+                "`{name}` was removed from Git, and `{}` took its database `{}` over: the tombstone can go",
+                renamed.other, obs.database_name
+            ),
+        );
+    }
     match tomb.last.spec.deletion_policy {
         DeletionPolicy::Retain => release(name, ours, ov),
         DeletionPolicy::Delete => delete(input, tomb, ov, ours, &obs.database_name),
@@ -110,6 +127,21 @@ fn delete(
             format!(
                 "`{name}` would be deleted, but an override is set ({}): nothing is deleted while it holds",
                 ov.reasons.join("; ")
+            ),
+        );
+    }
+    if let Some(renamed) = input.renamed
+        && renamed.approved.is_none()
+        && tomb.delete_requested_at.is_none()
+    {
+        return Decision::new(
+            State::Deleting,
+            Action::Hold,
+            Rule::Renamed,
+            format!(
+                "`{name}` was removed in {} with deletionPolicy Delete, but declaration `{other}` names the same database `{database_name}` at this provider (a rename of metadata.name?): the deletion is held. To keep the database and its data under `{other}`, add the annotation `tend.dev/adopt: \"true\"` to `{other}`; to delete it (and let `{other}` create an empty one), `tend deletions approve {name} --reason …`",
+                short(&tomb.removal_commit),
+                other = renamed.other,
             ),
         );
     }

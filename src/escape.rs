@@ -41,3 +41,69 @@ mod tests {
         );
     }
 }
+
+/// `s` as Markdown text (a table cell, a list item, a quote) that renders
+/// as exactly these characters and nothing else: no HTML (`<img>`, a
+/// `<!--` that hides the rest of a comment, `</details>`), no link or
+/// image (`[`, `]`), no table cell break (`|`), no
+/// `@mention` (a word joiner follows every `@`), no line break; control
+/// characters are escaped as for a terminal. For a Markdown file or a pull
+/// request comment, where the text comes from a declaration, a reason or
+/// a provider. Backticks stay: tend's own reasons quote names in code
+/// spans, and inside one nothing renders as HTML or a link.
+pub fn markdown(s: &str) -> String {
+    let one_line = s.replace(['\r', '\n'], " ");
+    let visible = terminal(&one_line);
+    let mut out = String::with_capacity(visible.len() + 8);
+    for c in visible.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '|' => out.push_str("&#124;"),
+            '[' => out.push_str("&#91;"),
+            ']' => out.push_str("&#93;"),
+            '\\' => out.push_str("&#92;"),
+            '*' => out.push_str("&#42;"),
+            '@' => out.push_str("@\u{2060}"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` inside a Markdown code span (`` `…` ``) of a table: entities are
+/// not decoded there, so only what would end the span or the cell is
+/// changed (a backtick becomes `'`, `|` is escaped) and control characters
+/// are escaped as for a terminal.
+pub fn markdown_code(s: &str) -> String {
+    terminal(&s.replace(['\r', '\n'], " "))
+        .replace('`', "'")
+        .replace('|', "\\|")
+}
+
+#[cfg(test)]
+mod markdown_tests {
+    use super::*;
+
+    #[test]
+    fn hostile_text_renders_as_text() {
+        for (hostile, safe) in [
+            ("a\n<!-- hidden", "a &lt;!-- hidden"),
+            (
+                "<img src=https://evil.example/x.png>",
+                "&lt;img src=https://evil.example/x.png&gt;",
+            ),
+            ("ping @platform-team", "ping @\u{2060}platform-team"),
+            (
+                "![x](https://evil.example/p.png)",
+                "!&#91;x&#93;(https://evil.example/p.png)",
+            ),
+            ("</details> | cell", "&lt;/details&gt; &#124; cell"),
+            ("`code` & \\*", "`code` &amp; &#92;&#42;"),
+        ] {
+            assert_eq!(markdown(hostile), safe, "{hostile:?}");
+        }
+        assert_eq!(markdown_code("a`b|c\nd"), "a'b\\|c d");
+    }
+}

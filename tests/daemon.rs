@@ -304,6 +304,14 @@ fn metrics_are_openmetrics_and_count_what_status_reports() {
         "Drifted"
     );
     assert_eq!(daemon.get("/v1/status/nope").unwrap().status, 404);
+    // A name with control characters is not reflected raw.
+    let hostile = daemon.get("/v1/status/x%1b%5B2J%0Ay").unwrap();
+    assert_eq!(hostile.status, 404);
+    assert!(
+        !hostile.body.contains('\u{1b}') && hostile.body.contains("x\\u{1b}[2J\\ny"),
+        "{:?}",
+        hostile.body
+    );
 }
 
 fn sign(body: &[u8]) -> String {

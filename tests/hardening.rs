@@ -982,3 +982,66 @@ fn every_command_that_reads_the_configuration_exits_78_without_one() {
         );
     }
 }
+
+/// Markup through what a declaration's author controls (a file name, an
+/// override reason) into `plan --format markdown`, which CI posts as a
+/// pull-request comment, and into `latest.md`: shown as text, never
+/// rendered as HTML, a link, an image or a mention.
+#[test]
+fn markdown_output_carries_no_markup_from_file_names_or_reasons() {
+    let repo = TestRepo::new();
+    let reason = "INC-1 @platform-team <img src=https://evil.example/p.png> [click](https://evil.example) ![i](https://evil.example/i.png) </details> | x";
+    repo.write(
+        "orders.yaml",
+        &format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\n  annotations:\n    tend.dev/paused: \"true\"\n    tend.dev/override-reason: \"{reason}\"\nspec:\n  connectionLimit: 5\n"
+        ),
+    )
+    .write("evil\n<!-- hide.yaml", "apiVersion: tend.dev/v1alpha1\nkind: Nope\n");
+    repo.commit("hostile strings");
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .status("reports_dir", "\"reports\"")
+        .write();
+    let config = config.display().to_string();
+    let plan = TendCommand::new(&["--config", &config, "plan", "--format", "markdown"]).run();
+    TendCommand::new(&["--config", &config, "apply"]).run();
+    let latest = std::fs::read_to_string(dir.path().join("reports/latest.md")).unwrap();
+    for (what, markdown) in [
+        ("plan --format markdown", &plan.stdout),
+        ("latest.md", &latest),
+    ] {
+        assert!(
+            markdown.contains("INC-1"),
+            "{what} shows the reason:\n{markdown}"
+        );
+        for raw in [
+            "<img",
+            "<!--",
+            "</details>",
+            "](https://",
+            "@platform-team",
+            "| x",
+        ] {
+            assert!(
+                !outside_code_spans(markdown, raw),
+                "{what} carries `{raw}` as markup:\n{markdown}"
+            );
+        }
+        assert!(
+            markdown
+                .lines()
+                .all(|l| !l.starts_with("<!--") && !l.starts_with(" hide.yaml")),
+            "{what}: a file name's newline split a line:\n{markdown}"
+        );
+    }
+}
+
+/// Whether `raw` occurs in `markdown` outside a code span (an even number
+/// of backticks before it on its line): inside one, nothing renders.
+fn outside_code_spans(markdown: &str, raw: &str) -> bool {
+    markdown.lines().any(|line| {
+        line.match_indices(raw)
+            .any(|(i, _)| line[..i].matches('`').count() % 2 == 0)
+    })
+}

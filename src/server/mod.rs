@@ -199,7 +199,7 @@ async fn status_of(State(state): State<Arc<ServerState>>, Path(name): Path<Strin
         Some(resource) => json(resource),
         None => text(
             StatusCode::NOT_FOUND,
-            format!("no resource named `{name}`\n"),
+            format!("no resource named `{}`\n", crate::escape::terminal(&name)),
         ),
     }
 }

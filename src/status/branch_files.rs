@@ -173,8 +173,14 @@ fn urgency(state: State) -> u8 {
     }
 }
 
+/// Text outside code spans.
 fn md(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    crate::escape::markdown(s)
+}
+
+/// Text inside a code span.
+fn md_code(s: &str) -> String {
+    crate::escape::markdown_code(s)
 }
 
 /// `SUMMARY.md`: counts, the resources (blocked and stalled first), the
@@ -183,13 +189,13 @@ fn summary(report: &Report) -> String {
     use std::fmt::Write;
     let s = &report.summary;
     let mut out = String::new();
-    let _ = writeln!(out, "# tend status: `{}`\n", md(&report.agent.id));
+    let _ = writeln!(out, "# tend status: `{}`\n", md_code(&report.agent.id));
     let _ = writeln!(
         out,
         "Decided from commit `{}` of `{}` (branch `{}`).\n",
-        report.source.commit.as_deref().unwrap_or("none"),
-        md(&report.source.url),
-        md(&report.source.branch)
+        md_code(report.source.commit.as_deref().unwrap_or("none")),
+        md_code(&report.source.url),
+        md_code(&report.source.branch)
     );
     if let Some(e) = &report.source.error {
         let _ = writeln!(
@@ -219,7 +225,7 @@ fn summary(report: &Report) -> String {
         let _ = writeln!(
             out,
             "| [`{}`]({}) | {} | {} | {} |",
-            md(&r.name),
+            md_code(&r.name),
             file_name(&r.name),
             r.state.as_str(),
             r.action.as_str(),
@@ -243,12 +249,12 @@ fn summary(report: &Report) -> String {
             let fields = if o.fields.is_empty() {
                 String::new()
             } else {
-                format!(" `{}`", md(&o.fields.join(", ")))
+                format!(" `{}`", md_code(&o.fields.join(", ")))
             };
             let _ = writeln!(
                 out,
                 "| `{}` | {}{fields} | {} | {} | {expires} |",
-                md(&r.name),
+                md_code(&r.name),
                 o.kind,
                 o.source,
                 md(&o.reason)
@@ -262,8 +268,8 @@ fn summary(report: &Report) -> String {
             let _ = writeln!(
                 out,
                 "- `{}`: to keep this change, run `{}`",
-                md(&r.name),
-                r.propose.as_deref().unwrap_or_default()
+                md_code(&r.name),
+                md_code(r.propose.as_deref().unwrap_or_default())
             );
         }
     }
@@ -273,7 +279,7 @@ fn summary(report: &Report) -> String {
             let _ = writeln!(
                 out,
                 "- `{}:{}:{}`: {}",
-                md(&e.file),
+                md_code(&e.file),
                 e.line,
                 e.column,
                 md(&e.message)

@@ -460,7 +460,11 @@ fn orphan_line(o: &super::report::OrphanedOverrideReport) -> String {
 }
 
 fn md_escape(s: &str) -> String {
-    esc(&s.replace('|', "\\|").replace('\n', " ")).into_owned()
+    crate::escape::markdown(s)
+}
+
+fn md_code(s: &str) -> String {
+    crate::escape::markdown_code(s)
 }
 
 /// Markdown for a pull-request comment or a file; `title` names what made
@@ -499,7 +503,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         let _ = writeln!(
             out,
             "| `{}` | {} | {} | {} |",
-            r.name,
+            md_code(&r.name),
             r.state.as_str(),
             r.action.as_str(),
             md_escape(&r.reason)
@@ -519,8 +523,8 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
                 let _ = writeln!(
                     out,
                     "| `{}` | `{}` | {} | {} | {} |",
-                    r.name,
-                    d.field,
+                    md_code(&r.name),
+                    md_code(&d.field),
                     md_escape(&value(&d.desired)),
                     md_escape(&value(&d.observed)),
                     drift_origin(d.origin, d.ignored)
@@ -536,7 +540,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     if !unobserved.is_empty() {
         let _ = writeln!(out, "\n#### Not observed\n");
         for (r, line) in unobserved {
-            let _ = writeln!(out, "- `{}`: {}", r.name, md_escape(&line));
+            let _ = writeln!(out, "- `{}`: {}", md_code(&r.name), md_escape(&line));
         }
     }
     let overridden: Vec<(&ResourceReport, String)> = report
@@ -547,7 +551,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     if !overridden.is_empty() {
         let _ = writeln!(out, "\n#### Active overrides\n");
         for (r, line) in overridden {
-            let _ = writeln!(out, "- `{}`: {}", r.name, md_escape(&line));
+            let _ = writeln!(out, "- `{}`: {}", md_code(&r.name), md_escape(&line));
         }
     }
     let kept: Vec<&ResourceReport> = report
@@ -559,7 +563,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         let _ = writeln!(out, "\n#### Changes made at the provider, to keep in Git\n");
         for r in kept {
             if let Some(line) = propose_line(r) {
-                let _ = writeln!(out, "- `{}`: {}", r.name, md_escape(&line));
+                let _ = writeln!(out, "- `{}`: {}", md_code(&r.name), md_escape(&line));
             }
         }
     }
@@ -575,7 +579,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
             let _ = writeln!(
                 out,
                 "- `{}:{}:{}`: {}",
-                e.file,
+                md_code(&e.file),
                 e.line,
                 e.column,
                 md_escape(&e.message)

@@ -741,6 +741,29 @@ fn tend_status_tells_a_starting_agent_and_another_agent_from_no_agent() {
         "{}",
         refused.stderr
     );
+    // One without agent_id, whose own state keeps another id: the kept
+    // id is what the answering agent must be.
+    std::fs::write(
+        &other,
+        text.replace("agent_id = \"test-agent\"", "agent_id = \"elsewhere\"")
+            .replace("state_dir = \"state\"", "state_dir = \"other-state\""),
+    )
+    .unwrap();
+    TendCommand::new(&["--config", other.to_str().unwrap(), "apply"]).expect_code(0);
+    std::fs::write(
+        &other,
+        text.replace("agent_id = \"test-agent\"\n", "")
+            .replace("state_dir = \"state\"", "state_dir = \"other-state\""),
+    )
+    .unwrap();
+    let refused = TendCommand::new(&["--config", other.to_str().unwrap(), "status"]).expect_code(1);
+    assert!(
+        refused.stderr.contains(
+            "is agent `test-agent`, not `elsewhere` (the agent id this configuration's state keeps)"
+        ),
+        "{}",
+        refused.stderr
+    );
     drop(daemon);
 }
 

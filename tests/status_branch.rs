@@ -340,6 +340,13 @@ fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
         run.stderr
     );
     assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+    // The printed report says so too, not only stderr and latest.json.
+    assert!(
+        run.stdout
+            .contains("STATUS BRANCH `tend-status` NOT WRITTEN since"),
+        "{}",
+        run.stdout
+    );
     let latest = remote.latest();
     assert_eq!(latest["statusBranch"]["branch"], "tend-status");
     assert!(

@@ -67,7 +67,7 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         let operations = result.outcome.map_or(&[][..], |o| o.operations.as_slice());
         let failed = print_operations(&mut io::stderr().lock(), operations)?;
         let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_latest();
-        let report = result.report(&agent, previous.as_ref());
+        let mut report = result.report(&agent, previous.as_ref());
         tracing::debug!("report built");
         let mut publisher =
             StatusPublisher::new(&agent, TITLE, previous.as_ref(), notifier.clone());
@@ -85,6 +85,11 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
             session::fail(format!("notifications: {e}"));
         }
         published.proposals.log();
+        // The printed report says what latest.json says: the status
+        // branch this apply could not write.
+        if let Some(failure) = &published.branch_report {
+            report.status_branch = Some(failure.clone());
+        }
         let code = print_report_and_code(args.format, &report, failed);
         tracing::debug!("report printed");
         super::heap::release_at_exit(report);

@@ -120,12 +120,13 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
     let (failure, note) = match runtime.block_on(from_agent(&base)) {
         AgentAnswer::Report(report) => {
             // Another tend on this port (another configuration on the
-            // host) would be reported as this one's agent.
-            if let Some(ours) = &config.agent_id
-                && &report.agent.id != ours
+            // host) would be reported as this one's agent: compared with
+            // the configured agent_id, else the one the state keeps.
+            if let Some((ours, whence)) = expected_agent_id(&config)
+                && report.agent.id != ours
             {
                 session::fail(format!(
-                    "the agent answering at {url} is agent `{}`, not `{ours}` (this configuration's agent_id): another tend listens on [server] listen; stop it or give this one another address",
+                    "the agent answering at {url} is agent `{}`, not `{ours}` ({whence}): another tend listens on [server] listen; stop it or give this one another address",
                     report.agent.id
                 ));
                 return Ok(exit::ERROR);
@@ -153,6 +154,18 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
             Ok(exit::ERROR)
         }
     }
+}
+
+/// The agent id this configuration's agent has, and where it comes from:
+/// `agent_id` in the file, else the one its state keeps (read only;
+/// `None` when neither says, or the state cannot be read now).
+fn expected_agent_id(config: &crate::config::Config) -> Option<(String, &'static str)> {
+    if let Some(id) = &config.agent_id {
+        return Some((id.clone(), "this configuration's agent_id"));
+    }
+    let store = crate::journal::StateStore::open_configured(config, false).ok()??;
+    let kept = store.agent_id_for_reading(None).ok()??;
+    Some((kept, "the agent id this configuration's state keeps"))
 }
 
 /// Prints `report` (one resource of it with a name), from `origin`.

@@ -143,10 +143,12 @@ fn token_files_are_bounded_and_must_exist_and_hold_something() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("empty"), "\n").unwrap();
     std::fs::write(dir.path().join("huge"), vec![b'x'; 70_000]).unwrap();
+    std::fs::write(dir.path().join("blank"), " \n").unwrap();
     for (file, expect) in [
         ("/dev/zero", "a character device, not a regular file"),
         ("huge", "more than"),
         ("empty", "is empty"),
+        ("blank", "holds only blanks"),
         ("missing", "cannot open"),
     ] {
         let config = TendConfig::new(dir.path(), &repo.url())
@@ -160,6 +162,26 @@ fn token_files_are_bounded_and_must_exist_and_hold_something() {
             run.stderr
         );
     }
+
+    // Readable by every user: accepted, with a warning that says how to
+    // fix it.
+    use std::os::unix::fs::PermissionsExt;
+    let world = dir.path().join("world");
+    std::fs::write(&world, "hook-secret\n").unwrap();
+    std::fs::set_permissions(&world, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url())
+        .server("webhook_secret_file", "\"world\"")
+        .write();
+    let run = TendCommand::new(&["--config", &config.display().to_string(), "config", "check"])
+        .expect_code(0);
+    assert!(
+        run.stderr.contains("readable by every user (mode 644)")
+            && run
+                .stderr
+                .contains(&format!("chmod o-r {}", world.display())),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -570,7 +592,11 @@ fn control_characters_in_reasons_are_escaped_on_terminals_and_kept_in_json() {
                 .any(|l| l.contains("forged") && !l.contains("INC-1")),
             "{args:?}: a forged line:\n{out}"
         );
-        assert!(out.contains("INC-1\\norders"), "{args:?}: {out}");
+        // Markdown shows the escape's backslash as an entity.
+        assert!(
+            out.contains("INC-1\\norders") || out.contains("INC-1&#92;norders"),
+            "{args:?}: {out}"
+        );
     }
     let json = tend(&config, &["plan", "--format", "json"], 0).json();
     assert_eq!(json["resources"][0]["override"]["reason"], reason);
@@ -889,6 +915,10 @@ fn configuration_values_are_checked_where_they_are_written() {
         ),
         (base().source("path", "\"../etc\""), "leaves the repository"),
         (
+            base().status("branch", "\"HEAD\""),
+            "[status] branch = \"HEAD\" is not a branch name git accepts",
+        ),
+        (
             base().sandbox("max_concurrency", "0"),
             "max_concurrency = 0 is out of range",
         ),
@@ -1044,4 +1074,51 @@ fn outside_code_spans(markdown: &str, raw: &str) -> bool {
         line.match_indices(raw)
             .any(|(i, _)| line[..i].matches('`').count() % 2 == 0)
     })
+}
+
+/// A local source path that does not exist is named as such, not as
+/// libgit2's "unsupported URL protocol".
+#[test]
+fn a_missing_local_source_says_the_path_does_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "/nonexistent/declarations",
+        "file:///nonexistent/declarations",
+    ] {
+        let config = TendConfig::new(dir.path(), url).write();
+        let run =
+            TendCommand::new(&["--config", &config.display().to_string(), "plan"]).expect_code(1);
+        assert!(
+            run.stderr
+                .contains("the local repository /nonexistent/declarations does not exist")
+                && !run.stderr.contains("unsupported URL protocol"),
+            "{url}: {}",
+            run.stderr
+        );
+    }
+}
+
+/// A truncated state database is named damaged, with the runbook, not
+/// only "malformed".
+#[test]
+fn a_truncated_state_database_names_the_runbook() {
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, config) = one_declaration(dir.path());
+    for i in 0..40 {
+        repo.write(&format!("db{i}.yaml"), &manifest(&format!("db{i}"), i));
+    }
+    repo.commit("forty more");
+    TendCommand::new(&["--config", &config, "apply"]).expect_code(0);
+    let db = dir.path().join("state/state.db");
+    let len = std::fs::metadata(&db).unwrap().len();
+    assert!(len > 16384, "the state is large enough to cut: {len}");
+    let file = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+    file.set_len(len / 2).unwrap();
+    drop(file);
+    let run = TendCommand::new(&["--config", &config, "plan"]).run();
+    assert!(
+        run.stderr.contains("docs/runbooks/state-recovery.md"),
+        "{}",
+        run.stderr
+    );
 }

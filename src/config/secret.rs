@@ -57,6 +57,7 @@ pub fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
             fail(format!("cannot open it: {e}"))
         }
     })?;
+    warn_if_world_readable(setting, path);
     let mut bytes = Vec::new();
     file.take(MAX_SECRET_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -76,7 +77,32 @@ fn check(bytes: Vec<u8>, fail: impl Fn(String) -> ConfigError) -> Result<String,
     if secret.is_empty() {
         return Err(fail("it is empty".into()));
     }
+    // A secret of blanks is a file written wrong, and a webhook signed
+    // with one would verify.
+    if secret.trim().is_empty() {
+        return Err(fail(
+            "it holds only blanks (spaces, tabs); a secret file holds the secret".into(),
+        ));
+    }
     Ok(secret.to_string())
+}
+
+/// Warns when a secret file is readable by every user (its mode lets
+/// anyone on the host read the token). Not an error: a credential
+/// systemd hands the service is the service's alone whatever the source
+/// file's mode, and refusing would stop an agent over a chmod.
+fn warn_if_world_readable(setting: &str, path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o004 != 0
+    {
+        tracing::warn!(
+            "{setting} = {}: the secret file is readable by every user (mode {:o}); `chmod o-r {}`",
+            path.display(),
+            meta.permissions().mode() & 0o7777,
+            path.display()
+        );
+    }
 }
 
 impl super::Config {

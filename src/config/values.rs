@@ -52,7 +52,9 @@ fn bounded<'de, D: Deserializer<'de>>(
 /// one-shot command otherwise runs beside its start. Any other name is
 /// libgit2's to judge.
 pub fn is_branch_name(name: &str) -> bool {
-    if name.is_empty() || name.starts_with('-') {
+    // `HEAD` as a branch makes `refs/heads/HEAD`, which git then reads
+    // ambiguously against the remote's own HEAD.
+    if name.is_empty() || name.starts_with('-') || name == "HEAD" {
         return false;
     }
     let plain = name

@@ -171,6 +171,26 @@ pub fn fetch(
         options.depth(i32::try_from(depth).unwrap_or(i32::MAX));
     }
 
+    // A local path that is not there: libgit2 would call it an
+    // "unsupported URL protocol".
+    let local_path = settings.url.strip_prefix("file://").unwrap_or(settings.url);
+    let scp_like = !settings.url.contains("://")
+        && settings
+            .url
+            .split('/')
+            .next()
+            .is_some_and(|first| first.contains(':') || first.contains('@'));
+    if (!settings.url.contains("://") || settings.url.starts_with("file://"))
+        && !scp_like
+        && !std::path::Path::new(local_path).exists()
+    {
+        return Err(SourceError::Fetch {
+            url: settings.url.to_string(),
+            message: format!(
+                "the local repository {local_path} does not exist (or tend cannot see it); check [source] url"
+            ),
+        });
+    }
     if let Some(source) = super::wake::local_git_dir(settings.url) {
         let have = repo.refname_to_id(&tracking_ref(settings.branch)).ok();
         let depth = if first { settings.depth } else { None };

@@ -689,6 +689,14 @@ fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
             problem: format!("is not a readable SQLite database ({e})"),
         };
     }
+    // Truncated or overwritten pages: "malformed" alone says nothing of
+    // what to do.
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseCorrupt) {
+        return StateError::Damaged {
+            path: path.display().to_string(),
+            problem: format!("is damaged: {e} (truncated or overwritten)"),
+        };
+    }
     StateError::Sqlite {
         path: path.display().to_string(),
         message: e.to_string(),

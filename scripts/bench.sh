@@ -20,6 +20,12 @@ esac
 
 if [ "$mode" = full ]; then
   cargo build --release --all-targets >&2
+  # What is measured is what ships: a release build never has the test
+  # hooks compiled in (build.rs), though --all-targets turns the feature on.
+  if target/release/tend --version | grep -q test-hooks; then
+    echo "scripts/bench.sh: target/release/tend has the test hooks compiled in; it must not" >&2
+    exit 1
+  fi
 fi
 
 log=$(mktemp)

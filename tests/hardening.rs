@@ -1122,3 +1122,31 @@ fn a_truncated_state_database_names_the_runbook() {
         run.stderr
     );
 }
+
+/// A local source owned by another user (root's checkout, read by the
+/// unit's dynamic user) is fetched: tend only reads it, so libgit2's
+/// "repository path is not owned by current user" must not stop it.
+#[test]
+fn a_local_source_owned_by_another_user_is_read() {
+    use std::os::unix::fs::PermissionsExt;
+    use support::users::{AGENT, require_root, state_dir_for};
+    require_root();
+    let repo = TestRepo::new();
+    repo.write("orders.yaml", &manifest("orders", 20));
+    repo.commit("orders");
+    // Root's repository, readable by everyone (a tempdir is 0700).
+    std::fs::set_permissions(repo.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    state_dir_for(AGENT, &dir.path().join("state"));
+    let config = TendConfig::new(dir.path(), &repo.url()).write();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let run = TendCommand::new(&["--config", &config.display().to_string(), "apply"])
+        .run_as(AGENT)
+        .expect_code(0);
+    assert!(
+        !run.stderr.contains("not owned by current user"),
+        "{}",
+        run.stderr
+    );
+}

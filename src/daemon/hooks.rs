@@ -3,7 +3,7 @@
 //! forever before its second cycle, as a deadlocked loop would, so a test
 //! can see the watchdog stop while the HTTP server still answers.
 
-#[cfg(feature = "test-hooks")]
+#[cfg(test_hooks)]
 pub async fn wedge_point() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static CYCLES: AtomicUsize = AtomicUsize::new(0);
@@ -15,6 +15,6 @@ pub async fn wedge_point() {
 }
 
 /// Without `test-hooks`: nothing.
-#[cfg(not(feature = "test-hooks"))]
+#[cfg(not(test_hooks))]
 #[inline(always)]
 pub async fn wedge_point() {}

@@ -13,7 +13,7 @@ pub const AFTER_CONFIRM: &str = "after-confirm";
 
 /// If `TEND_TEST_PAUSE_AT` is `point`, writes `TEND_TEST_PAUSE_FILE` (so the
 /// test knows the point was reached) and sleeps until killed.
-#[cfg(feature = "test-hooks")]
+#[cfg(test_hooks)]
 pub fn pause_point(point: &str) {
     if std::env::var("TEND_TEST_PAUSE_AT").as_deref() != Ok(point) {
         return;
@@ -25,14 +25,14 @@ pub fn pause_point(point: &str) {
 }
 
 /// Without `test-hooks`: nothing.
-#[cfg(not(feature = "test-hooks"))]
+#[cfg(not(test_hooks))]
 #[inline(always)]
 pub fn pause_point(_point: &str) {}
 
 /// If `TEND_TEST_HANG_OPERATIONS` is `1`, every operation hangs for good
 /// after its intent is journalled (a call that ignores every deadline):
 /// the watchdog must stop being fed once its deadline passes.
-#[cfg(feature = "test-hooks")]
+#[cfg(test_hooks)]
 pub async fn hang_point() {
     if std::env::var("TEND_TEST_HANG_OPERATIONS").as_deref() == Ok("1") {
         std::future::pending::<()>().await;
@@ -40,7 +40,7 @@ pub async fn hang_point() {
 }
 
 /// Without `test-hooks`: nothing.
-#[cfg(not(feature = "test-hooks"))]
+#[cfg(not(test_hooks))]
 #[inline(always)]
 pub async fn hang_point() {}
 
@@ -54,7 +54,7 @@ pub const BEFORE_INPUTS: &str = "before-inputs";
 /// If `TEND_TEST_PAUSE_AT` is `point`, writes `TEND_TEST_PAUSE_FILE` and
 /// waits until the test removes it: the test acts while the process
 /// stands still (on this thread), then lets it go on.
-#[cfg(feature = "test-hooks")]
+#[cfg(test_hooks)]
 pub fn pause_until_resumed(point: &str) {
     if std::env::var("TEND_TEST_PAUSE_AT").as_deref() != Ok(point) {
         return;
@@ -70,7 +70,7 @@ pub fn pause_until_resumed(point: &str) {
 }
 
 /// Without `test-hooks`: nothing.
-#[cfg(not(feature = "test-hooks"))]
+#[cfg(not(test_hooks))]
 #[inline(always)]
 pub fn pause_until_resumed(_point: &str) {}
 

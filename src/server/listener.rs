@@ -37,7 +37,7 @@ pub const REQUEST: Duration = Duration::from_secs(30);
 
 /// [`REQUEST`], or (test builds) `TEND_TEST_REQUEST_TIMEOUT_MS`.
 fn request_timeout() -> Duration {
-    #[cfg(feature = "test-hooks")]
+    #[cfg(test_hooks)]
     if let Some(ms) = std::env::var("TEND_TEST_REQUEST_TIMEOUT_MS")
         .ok()
         .and_then(|v| v.parse().ok())

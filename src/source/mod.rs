@@ -74,6 +74,15 @@ pub fn libgit2() {
                 tracing::debug!("libgit2: cannot ignore the {level:?} configuration: {e}");
             }
         }
+        // A local source owned by another user (root's checkout, read by
+        // the unit's dynamic user) is only fetched from: libgit2 runs no
+        // hook or configured program of it. tend's own repositories are
+        // checked by tend (the state dir's trust walk, the reader cache's
+        // ownership), so libgit2's owner check only refused a read.
+        // SAFETY: as above.
+        if let Err(e) = unsafe { git2::opts::set_verify_owner_validation(false) } {
+            tracing::debug!("libgit2: cannot turn its owner check off: {e}");
+        }
         // SAFETY: as above.
         unsafe { transport::set_libgit2_timeouts() };
     });

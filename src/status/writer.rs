@@ -111,7 +111,7 @@ pub async fn run(
 /// Test-only (the `test-hooks` feature): `TEND_TEST_PANIC_STATUS_WRITER=1`
 /// makes the first status writer of the process panic before its first
 /// publication, so a test can see it started again.
-#[cfg(feature = "test-hooks")]
+#[cfg(test_hooks)]
 fn panic_point() {
     use std::sync::atomic::{AtomicBool, Ordering};
     static DONE: AtomicBool = AtomicBool::new(false);
@@ -122,6 +122,6 @@ fn panic_point() {
     }
 }
 
-#[cfg(not(feature = "test-hooks"))]
+#[cfg(not(test_hooks))]
 #[inline(always)]
 fn panic_point() {}

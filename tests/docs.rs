@@ -449,7 +449,17 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
     )
     .unwrap();
     git(work, &["add", "databases"]);
+    // The pull request also points the CI configuration at a host of its
+    // author's: the job must take the base branch's instead.
+    let hostile = ci.replace(&format!("127.0.0.1:{}", pg.port), "127.0.0.1:1");
+    std::fs::write(work.join("ci/tend.toml"), &hostile).unwrap();
+    git(work, &["add", "ci"]);
     git(work, &["commit", "-q", "-m", "reporting"]);
+    // The runner's checkout has the repository as `origin`.
+    git(
+        work,
+        &["remote", "add", "origin", &work.display().to_string()],
+    );
     let workflow: serde_json::Value = serde_json::to_value(
         serde_norway::from_str::<serde_norway::Value>(
             &std::fs::read_to_string(root.join("examples/ci/github-actions.yml")).unwrap(),
@@ -483,6 +493,7 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
                 ),
             )
             .env("TEND_READONLY_PASSWORD", "not-checked-by-the-test-server")
+            .env("BASE_REF", "main")
             .env_remove("TEND_CONFIG")
             .env("TEND_LOG", "warn")
             .output()
@@ -495,7 +506,16 @@ fn the_ci_example_validates_and_plans_a_pull_request() {
         );
         ran.push(run.to_string());
     }
-    assert_eq!(ran.len(), 4, "validate, branch, password, plan: {ran:?}");
+    assert_eq!(
+        ran.len(),
+        5,
+        "validate, the base branch's configuration, branch, password, plan: {ran:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("ci/tend.toml")).unwrap(),
+        ci,
+        "the job ran with the base branch's ci/tend.toml"
+    );
     let plan = std::fs::read_to_string(work.join("plan.md")).unwrap();
     assert!(
         plan.contains("| `reporting` | Missing | Create |"),

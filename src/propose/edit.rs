@@ -147,16 +147,23 @@ pub fn add_entry(text: &str, map: &Node, key: &str, value: &str) -> Option<Splic
     let (last_key, last_value) = entries.last()?;
     let indent = column(text, last_key.start);
     let at = value_line_end(text, last_value);
+    let eol = line_ending(text);
     let newline = if at > 0 && !text[..at].ends_with('\n') {
-        "\n"
+        eol
     } else {
         ""
     };
     Some(Splice {
         start: at,
         end: at,
-        text: format!("{newline}{}{key}: {value}\n", " ".repeat(indent)),
+        text: format!("{newline}{}{key}: {value}{eol}", " ".repeat(indent)),
     })
+}
+
+/// The line ending the file uses: CRLF when any line ends so (an added
+/// line must not be the one LF line of a CRLF file), else LF.
+fn line_ending(text: &str) -> &'static str {
+    if text.contains("\r\n") { "\r\n" } else { "\n" }
 }
 
 /// Adds `key:` with one nested `child: value` to the block mapping `map`
@@ -176,13 +183,15 @@ pub fn add_nested_entry(
         return add_entry(text, map, key, &format!("{{{child}: {value}}}"));
     }
     let indent = entries.first().map(|(k, _)| column(text, k.start))?;
+    let eol = line_ending(text);
     let mut splice = add_entry(text, map, key, "")?;
     splice.text = splice
         .text
-        .replacen(&format!("{key}: \n"), &format!("{key}:\n"), 1);
-    splice
-        .text
-        .push_str(&format!("{}{child}: {value}\n", " ".repeat(indent + step)));
+        .replacen(&format!("{key}: {eol}"), &format!("{key}:{eol}"), 1);
+    splice.text.push_str(&format!(
+        "{}{child}: {value}{eol}",
+        " ".repeat(indent + step)
+    ));
     Some(splice)
 }
 
@@ -317,5 +326,27 @@ mod tests {
             nested.contains("  owner: x\n  labels:\n    k: v\nflow"),
             "{nested}"
         );
+    }
+
+    #[test]
+    fn a_crlf_file_gets_crlf_lines() {
+        let text = "spec:\r\n  parameters:\r\n    a: 1\r\n  owner: x\r\n";
+        let docs = documents(text).unwrap();
+        let spec = docs[0].get("spec").unwrap();
+        let params = spec.get("parameters").unwrap();
+        let added = apply(text, vec![add_entry(text, params, "c", "3").unwrap()]);
+        assert_eq!(
+            added,
+            "spec:\r\n  parameters:\r\n    a: 1\r\n    c: 3\r\n  owner: x\r\n"
+        );
+        let nested = apply(
+            text,
+            vec![add_nested_entry(text, spec, "labels", "k", "v", 2).unwrap()],
+        );
+        assert!(
+            nested.ends_with("  owner: x\r\n  labels:\r\n    k: v\r\n"),
+            "{nested:?}"
+        );
+        assert!(!nested.replace("\r\n", "").contains('\n'), "{nested:?}");
     }
 }

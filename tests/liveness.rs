@@ -452,8 +452,10 @@ fn push_through_a_stalling_proxy(direct: &str) {
     let started = Instant::now();
     let run =
         support::TendCommand::new(&["--config", &config.display().to_string(), "apply"]).run();
+    // It ends (a stalled push used to hang for good); how soon is the
+    // benchmarks' business, and a loaded machine once took 30.5 s here.
     assert!(
-        started.elapsed() < Duration::from_secs(30),
+        started.elapsed() < Duration::from_secs(120),
         "{:?}",
         started.elapsed()
     );

@@ -1212,3 +1212,39 @@ fn a_provider_that_refuses_the_login_is_reported_once_not_per_database() {
         run.stderr
     );
 }
+
+/// An owner role the server refuses to create (a reserved `pg_` name)
+/// fails that create for good, and only that one: the failed statement
+/// used to leave its transaction open on the pooled connection, and the
+/// next create on it was refused with 25P02 ("current transaction is
+/// aborted") and marked Failed too.
+#[test]
+fn a_refused_owner_role_leaves_no_aborted_transaction_behind() {
+    let owned = |name: &str, owner: &str| {
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  owner: {owner}\n"
+        )
+    };
+    let env = Env::new(&[
+        ("a.yaml", &owned("a-first", "pg_not_allowed")),
+        ("b.yaml", &owned("b-second", "b_app")),
+        ("c.yaml", &owned("c-third", "c_app")),
+    ]);
+    // One connection: every create goes through it, in order.
+    env.configure("max_concurrency = 1");
+    let out = env.tend(&["apply", "--format", "json"], 1);
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        resource(&report, "a-first")["state"],
+        "Failed",
+        "{report:#}"
+    );
+    for name in ["b-second", "c-third"] {
+        assert_eq!(
+            resource(&report, name)["state"],
+            "InSync",
+            "{name} after a refused create on the same connection: {report:#}"
+        );
+    }
+    assert!(!out.stdout.contains("25P02"), "{}", out.stdout);
+}

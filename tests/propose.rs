@@ -631,3 +631,20 @@ fn status_propose_keeps_a_branch_while_the_drift_lasts() {
     tend(&["apply"], 0);
     assert_eq!(branches(), "main");
 }
+
+/// A provider that reports a setting as a number (`128`, not `"128"`):
+/// proposed as the setting's text, and the result plans in sync (it was
+/// refused as an unsound edit, "Please report this").
+#[test]
+fn a_numeric_setting_at_the_provider_is_proposed_as_text() {
+    let env = Env::new(&[("orders.yaml", ORDERS)], |c| c);
+    env.edit("carts", &["parameters.work_mem=128"]);
+    let run = env.tend(&["propose", "carts"], 0);
+    assert!(
+        run.stdout.contains("+        work_mem: 128"),
+        "{}",
+        run.stdout
+    );
+    env.apply_patch(&run.stdout);
+    assert_eq!(env.state_of("carts"), "InSync");
+}

@@ -458,6 +458,14 @@ fn check(p: &Proposal) -> Result<(), ProposeError> {
             Value::Null => {
                 map.remove(key);
             }
+            // A setting is text in a declaration: a provider that reports
+            // `128` reports the setting `"128"`.
+            Value::Number(n) if c.field.starts_with("parameters.") => {
+                map.insert(key.to_string(), Value::String(n.to_string()));
+            }
+            Value::Bool(b) if c.field.starts_with("parameters.") => {
+                map.insert(key.to_string(), Value::String(b.to_string()));
+            }
             v => {
                 map.insert(key.to_string(), v.clone());
             }

@@ -110,6 +110,13 @@ pub fn values_match(field: &str, want: &Value, have: &Value) -> bool {
                         .is_some_and(|o| o.iter().all(|(k, v)| p.get(k) == Some(v)))
             })
         }),
+        // A setting is text: a provider that reports `128` reports the
+        // declared `"128"`.
+        (setting, Value::String(text), Value::Number(_) | Value::Bool(_))
+            if setting.starts_with("parameters.") =>
+        {
+            serde_json::from_str::<Value>(text).ok().as_ref() == Some(have)
+        }
         _ => false,
     }
 }

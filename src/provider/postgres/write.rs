@@ -50,13 +50,36 @@ impl PostgresProvider {
             });
         }
         let ident = quote_ident(role);
-        client
+        let made = client
             .batch_execute(&format!(
                 "BEGIN; CREATE ROLE {ident} NOLOGIN; GRANT {ident} TO CURRENT_USER; COMMENT ON ROLE {ident} IS {}; COMMIT",
                 quote_literal(&role_marker(database, op))
             ))
-            .await
-            .map_err(|e| classify(database, e))
+            .await;
+        let Err(e) = made else {
+            return Ok(());
+        };
+        // A failed statement stops the batch inside its transaction: end
+        // it, or every later statement on this pooled connection fails
+        // with 25P02 ("current transaction is aborted") and a create is
+        // refused for good over it.
+        let _ = client.batch_execute("ROLLBACK").await;
+        // Another create made the same owner role meanwhile (two
+        // declarations, one owner): it exists now, which is all this
+        // needs.
+        let raced = e.code().is_some_and(|c| {
+            *c == tokio_postgres::error::SqlState::DUPLICATE_OBJECT
+                || *c == tokio_postgres::error::SqlState::UNIQUE_VIOLATION
+        });
+        if raced
+            && client
+                .query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&role])
+                .await
+                .is_ok_and(|row| row.is_some())
+        {
+            return Ok(());
+        }
+        Err(classify(database, e))
     }
 
     /// Drops `role` if this operation made it for `database` (its comment

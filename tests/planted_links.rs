@@ -55,12 +55,9 @@ fn assert_untouched(victim: &Path) {
     );
 }
 
-fn apply(config: &Path, code: i32) -> support::RunOutput {
-    TendCommand::new(&["--config", &config.display().to_string(), "apply"]).expect_code(code)
-}
-
-#[test]
-fn a_reports_dir_others_can_write_is_refused_and_a_planted_link_is_never_followed() {
+/// A directory root can see into, the root-only victim in it, and a
+/// repository declaring `orders`.
+fn site() -> (tempfile::TempDir, std::path::PathBuf, TestRepo) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     chmod(dir.path(), 0o755);
@@ -68,6 +65,16 @@ fn a_reports_dir_others_can_write_is_refused_and_a_planted_link_is_never_followe
     let repo = TestRepo::new();
     repo.write("orders.yaml", &manifest("orders", 20));
     repo.commit("orders");
+    (dir, victim, repo)
+}
+
+fn apply(config: &Path, code: i32) -> support::RunOutput {
+    TendCommand::new(&["--config", &config.display().to_string(), "apply"]).expect_code(code)
+}
+
+#[test]
+fn a_reports_dir_others_can_write_is_refused_and_a_planted_link_is_never_followed() {
+    let (dir, victim, repo) = site();
     let reports = dir.path().join("reports");
     std::fs::create_dir(&reports).unwrap();
     chmod(&reports, 0o777);
@@ -121,13 +128,7 @@ fn a_reports_dir_others_can_write_is_refused_and_a_planted_link_is_never_followe
 
 #[test]
 fn a_state_subdirectory_others_can_write_is_refused_and_a_planted_link_is_never_followed() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    chmod(dir.path(), 0o755);
-    let victim = victim(dir.path());
-    let repo = TestRepo::new();
-    repo.write("orders.yaml", &manifest("orders", 20));
-    repo.commit("orders");
+    let (dir, victim, repo) = site();
     let config = TendConfig::new(dir.path(), &repo.url()).write();
     apply(&config, 0);
     let state = dir.path().join("state");

@@ -174,8 +174,17 @@ impl<'s> Routing<'s> {
                 }),
             }
         }
+        // Where each database is declared, for renames: only a cycle with
+        // removed declarations needs it (a map of the whole fleet is not
+        // built for nothing every cycle).
         let mut declared_at: HashMap<(&str, String), &str> = HashMap::new();
-        for decl in &snapshot.declarations.declarations {
+        let removals = !inputs.tombstones.is_empty() || !inputs.left_git.is_empty();
+        for decl in snapshot
+            .declarations
+            .declarations
+            .iter()
+            .filter(|_| removals)
+        {
             if let Ok(provider) = provider_name_of(config, &decl.manifest) {
                 declared_at.insert((provider, decl.manifest.database_name()), decl.name());
             }

@@ -648,3 +648,51 @@ fn a_numeric_setting_at_the_provider_is_proposed_as_text() {
     env.apply_patch(&run.stdout);
     assert_eq!(env.state_of("carts"), "InSync");
 }
+
+/// A file whose `owner` carries a YAML anchor an annotation refers to:
+/// `tend.dev/paused: *v` means the last `&v` before it, `"false"`.
+/// Rewriting `owner` would drop that anchor and `*v` would mean the first
+/// one, `"true"`: the declaration paused with no expiry, a change the
+/// proposal never showed. tend refuses the edit and says why (it proposed
+/// it before, and "Please report this" was the message for other
+/// refusals).
+#[test]
+fn an_edit_to_an_anchored_value_is_refused_with_the_reason() {
+    const ANCHORED: &str = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+spec:
+  comment: &v \"true\"
+  owner: &v \"false\"
+  connectionLimit: 5
+metadata:
+  name: orders
+  annotations:
+    tend.dev/paused: *v
+";
+    let env = Env::new(&[("orders.yaml", ANCHORED)], |c| c);
+    env.edit("orders", &["owner=\"alice\""]);
+    let run = env.tend(&["propose", "orders"], 1);
+    assert!(
+        run.stderr.contains(
+            "orders.yaml: tend does not edit owner of `orders`: the change touches `&v \"false\"`, a YAML anchor"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("Edit the file by hand"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("Please report"), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "no patch is offered: {}", run.stdout);
+    // A field the anchors do not touch is still proposed, and the
+    // merged result plans without a pause.
+    env.edit("orders", &["owner=\"false\"", "connectionLimit=7"]);
+    let run = env.tend(&["propose", "orders"], 0);
+    env.apply_patch(&run.stdout);
+    let written = std::fs::read_to_string(env.repo.path().join("orders.yaml")).unwrap();
+    assert!(written.contains("  connectionLimit: 7\n"), "{written}");
+    assert!(written.contains("tend.dev/paused: *v"), "{written}");
+    assert_eq!(env.state_of("orders"), "InSync");
+}

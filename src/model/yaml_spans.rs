@@ -29,6 +29,9 @@ pub struct Node {
     pub kind: NodeKind,
     pub start: usize,
     pub end: usize,
+    /// The anchor written on the node (`&name`), which aliases elsewhere
+    /// in the document may refer to: its span starts at the anchor.
+    pub anchor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +50,10 @@ pub enum NodeKind {
         flow: bool,
         items: Vec<Node>,
     },
-    Alias,
+    /// `*name`: the node anchored `&name` before it.
+    Alias {
+        name: String,
+    },
 }
 
 impl Node {
@@ -74,6 +80,28 @@ impl Node {
             _ => None,
         }
     }
+
+    /// Every node at or below this one that is anchored or an alias, as
+    /// it is written (`&name` or `*name`) with its span.
+    pub fn anchors_and_aliases(&self) -> Vec<(String, usize, usize)> {
+        let mut out = Vec::new();
+        let mut todo = vec![self];
+        while let Some(n) = todo.pop() {
+            if let Some(a) = &n.anchor {
+                out.push((format!("&{a}"), n.start, n.end));
+            }
+            match &n.kind {
+                NodeKind::Alias { name } => out.push((format!("*{name}"), n.start, n.end)),
+                NodeKind::Mapping { entries, .. } => {
+                    todo.extend(entries.iter().flat_map(|(k, v)| [k, v]))
+                }
+                NodeKind::Sequence { items, .. } => todo.extend(items),
+                NodeKind::Scalar { .. } => {}
+            }
+        }
+        out.sort_by_key(|(_, start, _)| *start);
+        out
+    }
 }
 
 /// The YAML text could not be parsed.
@@ -85,12 +113,12 @@ pub struct SpanError;
 enum Event {
     DocumentStart,
     DocumentEnd,
-    Scalar(String, ScalarStyle),
-    MappingStart(bool),
+    Scalar(String, ScalarStyle, Option<String>),
+    MappingStart(bool, Option<String>),
     MappingEnd,
-    SequenceStart(bool),
+    SequenceStart(bool, Option<String>),
     SequenceEnd,
-    Alias,
+    Alias(String),
     StreamEnd,
     Other,
 }
@@ -142,15 +170,19 @@ unsafe fn convert(e: &unsafe_sys::yaml_event_t) -> Event {
         unsafe_sys::YAML_DOCUMENT_START_EVENT => Event::DocumentStart,
         unsafe_sys::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
         unsafe_sys::YAML_STREAM_END_EVENT => Event::StreamEnd,
-        unsafe_sys::YAML_ALIAS_EVENT => Event::Alias,
+        // SAFETY: an alias event's data is the alias variant.
+        unsafe_sys::YAML_ALIAS_EVENT => {
+            Event::Alias(unsafe { anchor(e.data.alias.anchor) }.unwrap_or_default())
+        }
         unsafe_sys::YAML_SCALAR_EVENT => {
             // SAFETY: a scalar event's data is the scalar variant, whose
             // value points to `length` bytes owned by the event.
-            let (bytes, style) = unsafe {
+            let (bytes, style, name) = unsafe {
                 let s = e.data.scalar;
                 (
                     std::slice::from_raw_parts(s.value, s.length as usize),
                     s.style,
+                    anchor(s.anchor),
                 )
             };
             let style = match style {
@@ -161,22 +193,45 @@ unsafe fn convert(e: &unsafe_sys::yaml_event_t) -> Event {
                 }
                 _ => ScalarStyle::Plain,
             };
-            Event::Scalar(String::from_utf8_lossy(bytes).into_owned(), style)
+            Event::Scalar(String::from_utf8_lossy(bytes).into_owned(), style, name)
         }
         unsafe_sys::YAML_MAPPING_START_EVENT => {
             // SAFETY: the mapping-start variant of a mapping-start event.
-            let style = unsafe { e.data.mapping_start.style };
-            Event::MappingStart(style == unsafe_sys::YAML_FLOW_MAPPING_STYLE)
+            let (style, name) = unsafe {
+                (
+                    e.data.mapping_start.style,
+                    anchor(e.data.mapping_start.anchor),
+                )
+            };
+            Event::MappingStart(style == unsafe_sys::YAML_FLOW_MAPPING_STYLE, name)
         }
         unsafe_sys::YAML_MAPPING_END_EVENT => Event::MappingEnd,
         unsafe_sys::YAML_SEQUENCE_START_EVENT => {
             // SAFETY: the sequence-start variant of a sequence-start event.
-            let style = unsafe { e.data.sequence_start.style };
-            Event::SequenceStart(style == unsafe_sys::YAML_FLOW_SEQUENCE_STYLE)
+            let (style, name) = unsafe {
+                (
+                    e.data.sequence_start.style,
+                    anchor(e.data.sequence_start.anchor),
+                )
+            };
+            Event::SequenceStart(style == unsafe_sys::YAML_FLOW_SEQUENCE_STYLE, name)
         }
         unsafe_sys::YAML_SEQUENCE_END_EVENT => Event::SequenceEnd,
         _ => Event::Other,
     }
+}
+
+/// An anchor name libyaml holds as a NUL-terminated string (or null).
+///
+/// SAFETY: `p` is null or points to a NUL-terminated string owned by an
+/// event that has not been deleted.
+unsafe fn anchor(p: *const u8) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: as the caller promises, a NUL-terminated string.
+    let name = unsafe { std::ffi::CStr::from_ptr(p.cast()) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 /// The root node of every document in `text` (byte offsets into `text`).
@@ -213,25 +268,27 @@ pub fn documents(text: &str) -> Result<Vec<Node>, SpanError> {
                     documents.push(root);
                 }
             }
-            Event::Scalar(value, style) => push(
+            Event::Scalar(value, style, anchor) => push(
                 &mut stack,
                 &mut finished,
                 Node {
                     kind: NodeKind::Scalar { value, style },
                     start,
                     end,
+                    anchor,
                 },
             )?,
-            Event::Alias => push(
+            Event::Alias(name) => push(
                 &mut stack,
                 &mut finished,
                 Node {
-                    kind: NodeKind::Alias,
+                    kind: NodeKind::Alias { name },
                     start,
                     end,
+                    anchor: None,
                 },
             )?,
-            Event::MappingStart(flow) => stack.push((
+            Event::MappingStart(flow, anchor) => stack.push((
                 Node {
                     kind: NodeKind::Mapping {
                         flow,
@@ -239,10 +296,11 @@ pub fn documents(text: &str) -> Result<Vec<Node>, SpanError> {
                     },
                     start,
                     end,
+                    anchor,
                 },
                 None,
             )),
-            Event::SequenceStart(flow) => stack.push((
+            Event::SequenceStart(flow, anchor) => stack.push((
                 Node {
                     kind: NodeKind::Sequence {
                         flow,
@@ -250,6 +308,7 @@ pub fn documents(text: &str) -> Result<Vec<Node>, SpanError> {
                     },
                     start,
                     end,
+                    anchor,
                 },
                 None,
             )),
@@ -282,5 +341,20 @@ mod tests {
         assert!(matches!(c.kind, NodeKind::Mapping { flow: true, .. }));
         assert_eq!(span(docs[1].get("f").unwrap()), "plain text");
         assert_eq!(docs[0].get("b").unwrap().scalar(), Some("two"));
+    }
+
+    #[test]
+    fn anchors_and_aliases_are_found_with_the_anchor_inside_the_span() {
+        let text = "spec:\n  comment: &v \"true\"\n  owner: &v \"false\"\nmeta: {paused: *v}\n";
+        let docs = documents(text).unwrap();
+        let found = docs[0].anchors_and_aliases();
+        let shown: Vec<(&str, &str)> = found
+            .iter()
+            .map(|(n, s, e)| (n.as_str(), &text[*s..*e]))
+            .collect();
+        assert_eq!(
+            shown,
+            [("&v", "&v \"true\""), ("&v", "&v \"false\""), ("*v", "*v")]
+        );
     }
 }

@@ -67,15 +67,26 @@ fn reads_back_as(text: &str, value: &Value) -> bool {
         == Some(value)
 }
 
-/// Replaces the scalar `node` with `value`.
-pub fn set_scalar(node: &Node, value: &Value) -> Option<Splice> {
+/// Replaces the scalar `node` of `text` with `value`.
+///
+/// A block scalar's span runs to the start of the line after it, its
+/// line breaks included: they stay, so what follows (a comment, a blank
+/// line, the next key) keeps its own line.
+pub fn set_scalar(text: &str, node: &Node, value: &Value) -> Option<Splice> {
     let NodeKind::Scalar { style, .. } = &node.kind else {
         return None;
+    };
+    let written = text.get(node.start..node.end)?;
+    let breaks = if *style == ScalarStyle::Block {
+        let kept = written.trim_end_matches(['\n', '\r']);
+        &written[kept.len()..]
+    } else {
+        ""
     };
     Some(Splice {
         start: node.start,
         end: node.end,
-        text: scalar(value, *style),
+        text: format!("{}{breaks}", scalar(value, *style)),
     })
 }
 
@@ -326,6 +337,36 @@ mod tests {
             nested.contains("  owner: x\n  labels:\n    k: v\nflow"),
             "{nested}"
         );
+    }
+
+    /// A comment after a `|+` block scalar stayed on its own line (it
+    /// was joined onto the new value's).
+    #[test]
+    fn a_block_scalar_keeps_the_lines_after_it() {
+        let value = json!("new");
+        for (text, expected) in [
+            (
+                "spec:\n  comment: |+\n    hello\n\n  # about owner\n  owner: x\n",
+                "spec:\n  comment: \"new\"\n\n  # about owner\n  owner: x\n",
+            ),
+            (
+                "spec:\n  comment: |\n    hello\n  owner: x\n",
+                "spec:\n  comment: \"new\"\n  owner: x\n",
+            ),
+            (
+                "spec:\r\n  comment: >-\r\n    hello\r\n  # c\r\n  owner: x\r\n",
+                "spec:\r\n  comment: \"new\"\r\n  # c\r\n  owner: x\r\n",
+            ),
+            (
+                "spec:\n  comment: 'old' # c\n",
+                "spec:\n  comment: 'new' # c\n",
+            ),
+        ] {
+            let docs = documents(text).unwrap();
+            let node = docs[0].get("spec").unwrap().get("comment").unwrap();
+            let edited = apply(text, vec![set_scalar(text, node, &value).unwrap()]);
+            assert_eq!(edited, expected);
+        }
     }
 
     #[test]

@@ -80,10 +80,23 @@ pub enum ProposeError {
     /// The file does not hold the declaration as tend read it.
     #[error("{file}: {message}")]
     File { file: String, message: String },
-    /// The edit did not come out as it must (a bug, reported rather than
-    /// offered).
+    /// The edit would touch a value written with a YAML anchor, or an
+    /// alias: other values refer to it, so the edit could change them
+    /// too.
     #[error(
-        "{file}: the proposed edit does not check out ({message}); nothing is proposed. Please report this with the file"
+        "{file}: tend does not edit {fields} of `{name}`: the change touches `{written}`, a YAML {what}, and other values of the document refer to it, so the edit could change them too; nothing is proposed. Edit the file by hand (write the value without the anchor or alias)"
+    )]
+    Anchored {
+        file: String,
+        name: String,
+        fields: String,
+        written: String,
+        what: &'static str,
+    },
+    /// The edit would change more than it shows (or does not parse):
+    /// refused rather than offered.
+    #[error(
+        "{file}: tend cannot propose this edit safely: {message}; nothing is proposed. Edit the file by hand to declare the values above"
     )]
     Unsound { file: String, message: String },
 }
@@ -201,6 +214,7 @@ pub fn propose(
     let proposed: Vec<&str> = drift.iter().map(|d| d.field.as_str()).collect();
     let (annotation_splices, removed_annotations) = annotation_splices(text, doc, &proposed);
     splices.extend(annotation_splices);
+    refuse_anchored(text, doc, &splices, file, name, &proposed)?;
     let after = edit::apply(text, splices);
     let proposal = Proposal {
         name: name.to_string(),
@@ -215,11 +229,55 @@ pub fn propose(
     Ok(proposal)
 }
 
+/// Refuses splices that touch an anchored node or an alias of `doc`:
+/// replacing `&v "x"` drops the anchor, and every `*v` after it would
+/// then mean an earlier `&v` (or nothing); writing inside an anchored
+/// mapping changes every alias of it. An insertion counts when it lands
+/// inside the node or at its very end.
+fn refuse_anchored(
+    text: &str,
+    doc: &Node,
+    splices: &[Splice],
+    file: &str,
+    name: &str,
+    proposed: &[&str],
+) -> Result<(), ProposeError> {
+    let marked = doc.anchors_and_aliases();
+    let hit = marked.iter().find(|(_, start, end)| {
+        splices.iter().any(|s| {
+            if s.start == s.end {
+                *start < s.start && s.start <= *end
+            } else {
+                s.start < *end && *start < s.end
+            }
+        })
+    });
+    match hit {
+        None => Ok(()),
+        Some((marker, start, end)) => Err(ProposeError::Anchored {
+            file: file.to_string(),
+            name: name.to_string(),
+            fields: proposed.join(", "),
+            // As written, its first line (a mapping's can be long).
+            written: text
+                .get(*start..*end)
+                .and_then(|t| t.lines().next())
+                .map(|l| l.trim_end().chars().take(60).collect())
+                .unwrap_or_else(|| marker.clone()),
+            what: if marker.starts_with('&') {
+                "anchor"
+            } else {
+                "alias"
+            },
+        }),
+    }
+}
+
 /// The splice that sets (or, for `null`, removes) a top-level spec field.
 fn field_splice(text: &str, spec: &Node, field: &str, observed: &Value) -> Option<Vec<Splice>> {
     Some(match (spec.get(field), observed) {
         (Some(_), Value::Null) => vec![edit::remove_entry(text, spec, field)?],
-        (Some(node), value) => vec![edit::set_scalar(node, value)?],
+        (Some(node), value) => vec![edit::set_scalar(text, node, value)?],
         (None, Value::Null) => Vec::new(),
         (None, value) => vec![edit::add_entry(
             text,
@@ -312,7 +370,7 @@ fn parameter_splices(
     for (key, value) in parameters {
         match (params.get(key), value) {
             (Some(_), Value::Null) => out.push(edit::remove_entry(text, params, key)?),
-            (Some(node), value) => out.push(edit::set_scalar(node, value)?),
+            (Some(node), value) => out.push(edit::set_scalar(text, node, value)?),
             (None, Value::Null) => {}
             (None, value) => out.push(edit::add_entry(
                 text,
@@ -360,19 +418,14 @@ fn annotation_splices(text: &str, doc: &Node, proposed: &[&str]) -> (Vec<Splice>
         .map(str::trim)
         .filter(|f| !f.is_empty())
         .collect();
-    let covered = |f: &str| {
-        proposed
-            .iter()
-            .any(|p| *p == f || p.strip_prefix(f).is_some_and(|rest| rest.starts_with('.')))
-    };
-    let kept: Vec<&str> = listed.iter().copied().filter(|f| !covered(f)).collect();
+    let kept = kept_ignored(&listed, proposed);
     if kept.len() == listed.len() {
         return (Vec::new(), Vec::new());
     }
     if !kept.is_empty() {
         let value = Value::String(kept.join(","));
         return (
-            edit::set_scalar(ignore, &value).into_iter().collect(),
+            edit::set_scalar(text, ignore, &value).into_iter().collect(),
             Vec::new(),
         );
     }
@@ -411,6 +464,18 @@ fn annotation_splices(text: &str, doc: &Node, proposed: &[&str]) -> (Vec<Splice>
             .collect(),
         removed,
     )
+}
+
+/// The fields of `tend.dev/ignore-fields` (`listed`) a proposal of
+/// `proposed` keeps: those it does not cover (`parameters` covers
+/// `parameters.work_mem`'s proposal).
+fn kept_ignored<'a>(listed: &[&'a str], proposed: &[&str]) -> Vec<&'a str> {
+    let covered = |f: &str| {
+        proposed
+            .iter()
+            .any(|p| *p == f || p.strip_prefix(f).is_some_and(|rest| rest.starts_with('.')))
+    };
+    listed.iter().copied().filter(|f| !covered(f)).collect()
 }
 
 /// Parses and validates the proposal, and checks that its spec is the old
@@ -487,7 +552,146 @@ fn check(p: &Proposal) -> Result<(), ProposeError> {
     if others(&before) != others(&after) {
         return Err(unsound("another declaration of the file changed".into()));
     }
+    whole_documents_unchanged(p).map_err(unsound)
+}
+
+/// Compares every document of the file, parsed as YAML (aliases
+/// resolved), before and after: the same documents, each the same
+/// except for the proposed declaration's spec (checked above) and the
+/// annotations the proposal names as removed. What an alias, a merge or
+/// any edit outside the spec would change shows up here.
+fn whole_documents_unchanged(p: &Proposal) -> Result<(), String> {
+    use serde::Deserialize;
+    use serde_norway::Value as Yaml;
+    let parse = |text: &str| -> Result<Vec<Yaml>, String> {
+        serde_norway::Deserializer::from_str(text)
+            .map(Yaml::deserialize)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("the file does not parse: {e}"))
+    };
+    let (before, after) = (parse(&p.before)?, parse(&p.after)?);
+    if before.len() != after.len() {
+        return Err(format!(
+            "the file would hold {} documents, not {}",
+            after.len(),
+            before.len()
+        ));
+    }
+    let is_proposed = |doc: &Yaml| doc["metadata"]["name"].as_str() == Some(p.name.as_str());
+    for (mut old, mut new) in before.into_iter().zip(after) {
+        if is_proposed(&old) && is_proposed(&new) {
+            for doc in [&mut old, &mut new] {
+                if let Some(map) = doc.as_mapping_mut() {
+                    map.remove("spec");
+                }
+            }
+            if let Some(annotations) = old
+                .get_mut("metadata")
+                .and_then(|m| m.get_mut("annotations"))
+                .and_then(Yaml::as_mapping_mut)
+            {
+                for removed in &p.removed_annotations {
+                    annotations.remove(removed.as_str());
+                }
+                // The fields proposed leave `tend.dev/ignore-fields`.
+                let ignored = annotations.get(IGNORE_FIELDS).and_then(Yaml::as_str);
+                if let Some(ignored) = ignored {
+                    let listed: Vec<&str> = ignored
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|f| !f.is_empty())
+                        .collect();
+                    let proposed: Vec<&str> = p.changes.iter().map(|c| c.field.as_str()).collect();
+                    let kept = kept_ignored(&listed, &proposed);
+                    if kept.len() != listed.len() {
+                        let kept = Yaml::String(kept.join(","));
+                        annotations.insert(Yaml::String(IGNORE_FIELDS.into()), kept);
+                    }
+                }
+            }
+            let emptied = old["metadata"]["annotations"]
+                .as_mapping()
+                .is_some_and(|m| m.is_empty());
+            if emptied
+                && new["metadata"].get("annotations").is_none()
+                && let Some(metadata) = old.get_mut("metadata").and_then(Yaml::as_mapping_mut)
+            {
+                metadata.remove("annotations");
+            }
+        }
+        if let Some((path, was, would)) = first_difference(&old, &new, String::new()) {
+            let show = |v: Option<&Yaml>| {
+                v.map_or_else(
+                    || "absent".to_string(),
+                    |v| {
+                        serde_norway::to_string(v)
+                            .map(|s| s.trim_end().to_string())
+                            .unwrap_or_else(|_| "?".into())
+                    },
+                )
+            };
+            return Err(format!(
+                "it would also change {path} from {} to {}, which the proposal does not show",
+                show(was),
+                show(would)
+            ));
+        }
+    }
     Ok(())
+}
+
+/// The first place two YAML values differ: its dotted path and both
+/// values there (`None`: absent on that side).
+fn first_difference<'v>(
+    a: &'v serde_norway::Value,
+    b: &'v serde_norway::Value,
+    path: String,
+) -> Option<(
+    String,
+    Option<&'v serde_norway::Value>,
+    Option<&'v serde_norway::Value>,
+)> {
+    use serde_norway::Value as Yaml;
+    if a == b {
+        return None;
+    }
+    let here = |p: &str| {
+        if p.is_empty() {
+            "the document".to_string()
+        } else {
+            p.to_string()
+        }
+    };
+    match (a, b) {
+        (Yaml::Mapping(x), Yaml::Mapping(y)) => {
+            let key_text = |k: &Yaml| {
+                k.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("{k:?}"))
+            };
+            let join = |k: &Yaml| {
+                if path.is_empty() {
+                    key_text(k)
+                } else {
+                    format!("{path}.{}", key_text(k))
+                }
+            };
+            for (k, v) in x {
+                match y.get(k) {
+                    Some(w) => {
+                        if let Some(found) = first_difference(v, w, join(k)) {
+                            return Some(found);
+                        }
+                    }
+                    None => return Some((join(k), Some(v), None)),
+                }
+            }
+            y.iter()
+                .find(|(k, _)| !x.contains_key(*k))
+                .map(|(k, w)| (join(k), None, Some(w)))
+        }
+        _ => Some((here(&path), Some(a), Some(b))),
+    }
 }
 
 /// The proposal as a unified diff (`a/` and `b/` paths, as `git apply`
@@ -548,4 +752,56 @@ pub fn commit_message(p: &Proposal, agent_id: &str, base: &str) -> String {
         "\nProposed by tend agent {agent_id} from commit {base}.\n"
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BEFORE: &str = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+spec:
+  comment: &v \"true\"
+  owner: &v \"false\"
+metadata:
+  name: orders
+  annotations:
+    tend.dev/override-reason: INC-1
+    tend.dev/paused: *v
+";
+
+    fn proposal(after: &str) -> Proposal {
+        Proposal {
+            name: "orders".into(),
+            file: "orders.yaml".into(),
+            before: BEFORE.into(),
+            after: after.into(),
+            changes: vec![FieldChange {
+                field: "owner".into(),
+                declared: Value::String("false".into()),
+                observed: Value::String("alice".into()),
+                first_seen: None,
+            }],
+            removed_annotations: Vec::new(),
+            reasons: Vec::new(),
+        }
+    }
+
+    /// The edit the anchor guard stops, made by hand: the spec is exactly
+    /// the observed one, and the whole-document comparison still finds
+    /// the pause it would switch on.
+    #[test]
+    fn a_change_outside_the_spec_is_named_and_refused() {
+        let dropped_anchor = BEFORE.replace("&v \"false\"", "alice");
+        let err = check(&proposal(&dropped_anchor)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "orders.yaml: tend cannot propose this edit safely: it would also change metadata.annotations.tend.dev/paused from 'false' to 'true', which the proposal does not show; nothing is proposed. Edit the file by hand to declare the values above"
+        );
+        let sound = BEFORE.replace("owner: &v \"false\"", "owner: alice");
+        let sound = sound.replace("*v", "\"false\"");
+        let mut p = proposal(&sound);
+        p.before = BEFORE.replace("*v", "\"false\"");
+        assert_eq!(check(&p), Ok(()));
+    }
 }

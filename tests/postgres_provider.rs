@@ -1248,3 +1248,80 @@ fn a_refused_owner_role_leaves_no_aborted_transaction_behind() {
     }
     assert!(!out.stdout.contains("25P02"), "{}", out.stdout);
 }
+
+/// A create the server refuses halfway: the database is made (with tend's
+/// marker) and a setting is refused. What the database lacks is tend's own
+/// unfinished write, corrected at once (here refused again, so Failed with
+/// the server's reason), never an operator's out-of-band change held for
+/// `drift_grace` (it was, and `explain` said "remembered: nothing").
+#[test]
+fn a_create_that_fails_halfway_is_remembered_as_tends_own_write() {
+    let declared = |timeout: &str| {
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: ledger\nspec:\n  connectionLimit: 20\n  parameters:\n    work_mem: 8MB\n    statement_timeout: {timeout}\n"
+        )
+    };
+    let env = Env::new(&[("ledger.yaml", &declared("forever"))]);
+    // A long grace: were the drift out-of-band, it would be held.
+    std::fs::write(
+        env.config(),
+        std::fs::read_to_string(env.config())
+            .unwrap()
+            .replace("drift_grace = \"2s\"", "drift_grace = \"1h\""),
+    )
+    .unwrap();
+    let run = env.tend(&["apply", "--format", "json"], 1);
+    assert!(
+        run.stderr.contains("create ledger") && run.stderr.contains("22023"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        env.q("SELECT count(*) FROM pg_database WHERE datname = 'ledger'"),
+        "1",
+        "the create made the database before the setting was refused"
+    );
+    let plan = env.plan(2);
+    let ledger = resource(&plan, "ledger");
+    let drift = ledger["drift"].as_array().unwrap();
+    assert!(!drift.is_empty(), "{ledger:#}");
+    for d in drift {
+        assert_eq!(
+            d["origin"], "declared",
+            "tend's own unfinished create: {ledger:#}"
+        );
+    }
+    assert_eq!(ledger["action"], "Update", "corrected at once: {ledger:#}");
+    let reason = ledger["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("tend's own create did not finish") && reason.contains("22023"),
+        "{reason}"
+    );
+    let explain = env.tend(&["explain", "ledger"], 0).stdout;
+    assert!(
+        !explain.contains("remembered:  nothing (first sight"),
+        "{explain}"
+    );
+    assert!(explain.contains("tend's own create"), "{explain}");
+    // Corrected at once: the setting is refused again, with the server's
+    // reason (22023: invalid value), not held as someone else's change.
+    let run = env.tend(&["apply", "--format", "json"], 1);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    let ledger = resource(&report, "ledger");
+    assert_eq!(ledger["state"], "Failed", "{ledger:#}");
+    let reason = ledger["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("22023") && reason.contains("statement_timeout"),
+        "{reason}"
+    );
+    // The declaration fixed, it converges on the same database.
+    let oid = env.q("SELECT oid FROM pg_database WHERE datname = 'ledger'");
+    env.commit("ledger.yaml", &declared("30s"));
+    env.tend(&["apply"], 0);
+    assert_eq!(resource(&env.plan(0), "ledger")["state"], "InSync");
+    assert_eq!(
+        env.q("SELECT oid FROM pg_database WHERE datname = 'ledger'"),
+        oid,
+        "the same database, never made twice"
+    );
+}

@@ -34,8 +34,8 @@ type Case = (&'static str, fn(&Place));
 
 const CASES: &[Case] = &[
     (
-        "superseded_or_pending_writes_are_unconfirmed",
-        superseded_or_pending_writes_are_unconfirmed,
+        "superseded_pending_or_failed_creates_are_unconfirmed",
+        superseded_pending_or_failed_creates_are_unconfirmed,
     ),
     (
         "generations_count_finished_operations",
@@ -160,7 +160,7 @@ fn agents_starting_together_create_one_postgres_state() {
     );
 }
 
-fn superseded_or_pending_writes_are_unconfirmed(place: &Place) {
+fn superseded_pending_or_failed_creates_are_unconfirmed(place: &Place) {
     let store = place.writer();
     let (h, now) = (SpecHash("h".into()), SystemTime::now());
     for (op, name) in [("op1", "a"), ("op2", "b"), ("op3", "c")] {
@@ -184,11 +184,29 @@ fn superseded_or_pending_writes_are_unconfirmed(place: &Place) {
             now,
         )
         .unwrap();
+    store
+        .begin_intent("op4", "d", "update", &h, 0, &Value::Null, now)
+        .unwrap();
+    store
+        .finish_intent(
+            "op4",
+            IntentState::Failed,
+            Some("the server refused it"),
+            now,
+        )
+        .unwrap();
     let memories = store.read_memories().unwrap().memories;
     let flag = |n: &str| memories.get(n).is_some_and(|m| m.unconfirmed_write);
     assert!(flag("a"), "pending");
     assert!(flag("b"), "superseded");
-    assert!(!flag("c"), "refused: nothing was written");
+    assert!(
+        flag("c"),
+        "a refused create may have made the database before a setting was refused"
+    );
+    assert!(
+        !flag("d"),
+        "a refused update: what is there is not tend's write"
+    );
 }
 
 fn generations_count_finished_operations(place: &Place) {

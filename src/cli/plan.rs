@@ -161,10 +161,20 @@ fn explain(
             "  remembered:  last applied spec {h} (commit {})",
             r.memory.applied_commit.as_deref().unwrap_or("?")
         )?,
+        None if r.memory.unconfirmed_write => writeln!(
+            out,
+            "  remembered:  no confirmed apply; tend's own create (or update) is unconfirmed or failed partway: differences are tend's to correct, not out-of-band"
+        )?,
         None => writeln!(
             out,
             "  remembered:  nothing (first sight: differences count as out-of-band)"
         )?,
+    }
+    if r.memory.applied_spec_hash.is_some() && r.memory.unconfirmed_write {
+        writeln!(
+            out,
+            "               and a later write of tend's, unconfirmed or failed partway: differences are tend's to correct"
+        )?;
     }
     explain_overrides(out, r)?;
     let d = &r.decision;

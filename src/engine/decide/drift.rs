@@ -307,10 +307,29 @@ fn corrections(input: &DecideInput<'_>, decl: &Declaration, active: &[&Drift]) -
             .iter()
             .any(|d| d.origin == DriftOrigin::Declared && changes.contains_key(&d.field));
         let fields = join_fields(changes.keys().map(String::as_str));
-        let (rule, why) = if declared {
-            (Rule::DeclaredChange, "the declaration changed in Git")
+        let (rule, why) = if !declared {
+            (
+                Rule::DriftCorrect,
+                "out-of-band drift outlived drift_grace".to_string(),
+            )
+        } else if input.memory.unconfirmed_write {
+            // What is missing is tend's own write that did not finish.
+            let why = match &input.memory.failure {
+                Some(f) => format!(
+                    "tend's own {} did not finish: the provider refused it partway (operation {}, at {}: {})",
+                    f.kind,
+                    super::short(&f.operation_id),
+                    time(f.at),
+                    f.message
+                ),
+                None => "tend's own earlier write was never confirmed".to_string(),
+            };
+            (Rule::DeclaredChange, why)
         } else {
-            (Rule::DriftCorrect, "out-of-band drift outlived drift_grace")
+            (
+                Rule::DeclaredChange,
+                "the declaration changed in Git".to_string(),
+            )
         };
         let mut reason = format!("update {fields}: {why}");
         if let Some(t) = act_at {

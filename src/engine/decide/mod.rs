@@ -254,9 +254,10 @@ pub struct Memory {
     pub provider: Option<String>,
     /// tend journalled a create or update of this resource after its last
     /// confirmed apply that was never confirmed (pending, or superseded
-    /// after a crash): the call may have reached the provider, so what the
-    /// provider shows may be tend's own unfinished write. A difference is
-    /// then tend's to correct, never out-of-band drift held for grace.
+    /// after a crash), or a create that failed (refused halfway, it may
+    /// have made the database without a setting): what the provider
+    /// shows may be tend's own unfinished write. A difference is then
+    /// tend's to correct, never out-of-band drift held for grace.
     pub unconfirmed_write: bool,
     /// The last operation the provider refused for good, until one
     /// succeeds or an operator retries (`tend reconcile NAME`).

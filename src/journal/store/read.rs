@@ -224,10 +224,13 @@ impl StateStore {
         }
         // Writes journalled after the last confirmed apply and never
         // confirmed: pending, or superseded (the call may have been
-        // sent before a crash). Refused calls changed nothing.
+        // sent before a crash), or a create that failed (it may have made
+        // the database and been refused halfway: a setting, an
+        // extension). A refused update changed nothing tend must own:
+        // what it left is what was there (drift of its own origin).
         for name in self.map_rows(
             "SELECT DISTINCT i.name FROM intents i LEFT JOIN resources r ON r.name = i.name \
-             WHERE (i.state = 'pending' OR (i.state = 'failed' AND i.last_error LIKE 'superseded:%')) \
+             WHERE (i.state = 'pending' OR (i.state = 'failed' AND (i.kind = 'create' OR i.last_error LIKE 'superseded:%'))) \
              AND i.kind IN ('create', 'update') \
              AND (r.name IS NULL OR r.applied_spec_hash IS NULL OR i.created_ms >= r.updated_ms)",
             &[],

@@ -87,6 +87,8 @@ fn daemon_over_10000_declarations() {
         .sandbox("rate_limit", "10000")
         .server("listen", &format!("\"127.0.0.1:{port}\""))
         .server("webhook_secret_file", "\"secret\"")
+        // Cycles back to back, each asked for: no coalescing.
+        .server("reconcile_min_interval", "\"0s\"")
         .write();
     let daemon = Daemon::start(&path, port, &[]);
     let started = Instant::now();

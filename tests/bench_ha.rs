@@ -157,7 +157,9 @@ fn no_change_cycle_at_10000_declarations_postgres_against_sqlite() {
             .reconcile("max_concurrency", "16")
             .sandbox("max_concurrency", "16")
             .sandbox("rate_limit", "10000")
-            .server("listen", &format!("\"127.0.0.1:{port}\""));
+            .server("listen", &format!("\"127.0.0.1:{port}\""))
+            // Cycles back to back, each asked for: no coalescing.
+            .server("reconcile_min_interval", "\"0s\"");
         let config = if backend == "postgres" {
             state_section(config, &pg, "15s")
         } else {

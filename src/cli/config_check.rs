@@ -64,6 +64,7 @@ fn refuse(e: impl std::fmt::Display) -> Refusal {
 fn check(config: &Config) -> Result<String, Refusal> {
     config.source_settings().map_err(refuse)?;
     config.webhook_secret().map_err(refuse)?;
+    config.server_token().map_err(refuse)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let mut providers = Vec::new();
     for (name, provider) in &config.providers {

@@ -37,14 +37,20 @@ enum AgentAnswer {
     Unreachable,
 }
 
-async fn from_agent(base: &str) -> AgentAnswer {
+/// Asks the agent at `base` for its report, with the bearer token of
+/// `[server] token_file` when one is set.
+async fn from_agent(base: &str, token: Option<&[u8]>) -> AgentAnswer {
     let Ok(client) = crate::provider::tls::http_client_for(base)
         .timeout(Duration::from_secs(3))
         .build()
     else {
         return AgentAnswer::Unreachable;
     };
-    let Ok(response) = client.get(format!("{base}/v1/status")).send().await else {
+    let mut request = client.get(format!("{base}/v1/status"));
+    if let Some(token) = token {
+        request = request.bearer_auth(String::from_utf8_lossy(token));
+    }
+    let Ok(response) = request.send().await else {
         return AgentAnswer::Unreachable;
     };
     let status = response.status();
@@ -97,7 +103,7 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
         Err(e) => {
             let listen = listen_of_unloadable(config_path);
             let base = format!("http://{listen}");
-            return match runtime.block_on(from_agent(&base)) {
+            return match runtime.block_on(from_agent(&base, None)) {
                 AgentAnswer::Report(report) => {
                     session::fail(format!(
                         "warning: {e}; this is the report of the agent running at {base}, on the configuration it loaded before (`tend config check` says what to fix)"
@@ -117,7 +123,9 @@ pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
     let url = format!("{base}/v1/status");
     // Without the agent's report: why (when no file helps either), and
     // what the file fallback's first line says.
-    let (failure, note) = match runtime.block_on(from_agent(&base)) {
+    // A token that cannot be read is asked without (the agent says 401).
+    let token = config.server_token().ok().flatten();
+    let (failure, note) = match runtime.block_on(from_agent(&base, token.as_deref())) {
         AgentAnswer::Report(report) => {
             // Another tend on this port (another configuration on the
             // host) would be reported as this one's agent: compared with

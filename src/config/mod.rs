@@ -245,6 +245,16 @@ pub struct ServerConfig {
     /// File holding the secret webhooks are signed with (GitHub, Gitea) or
     /// carry as a token (GitLab).
     pub webhook_secret_file: Option<PathBuf>,
+    /// File holding a bearer token: when set, `/`, `/v1/status`,
+    /// `/metrics` and `POST /v1/reconcile` need `Authorization: Bearer`.
+    pub token_file: Option<PathBuf>,
+    /// `POST /v1/reconcile` starts at most one reconcile per this long;
+    /// requests in between are folded into one at its end.
+    #[serde(
+        default = "default_reconcile_min_interval",
+        deserialize_with = "values::duration"
+    )]
+    pub reconcile_min_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -252,8 +262,14 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: default_listen(),
             webhook_secret_file: None,
+            token_file: None,
+            reconcile_min_interval: default_reconcile_min_interval(),
         }
     }
+}
+
+fn default_reconcile_min_interval() -> Duration {
+    Duration::from_secs(2)
 }
 
 fn default_listen() -> std::net::SocketAddr {
@@ -538,8 +554,14 @@ impl Config {
         {
             *file = resolve(file);
         }
-        if let Some(file) = &config.server.webhook_secret_file {
-            config.server.webhook_secret_file = Some(resolve(file));
+        for file in [
+            &mut config.server.webhook_secret_file,
+            &mut config.server.token_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *file = resolve(file);
         }
         let mut names = std::collections::BTreeSet::new();
         for (i, receiver) in config.notify.iter_mut().enumerate() {

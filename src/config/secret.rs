@@ -118,6 +118,7 @@ impl super::Config {
             &s.allowed_signers_file,
             &s.gpg_keyring_file,
             &self.server.webhook_secret_file,
+            &self.server.token_file,
             &self.state.password_file,
             &self.state.tls_ca_file,
         ]
@@ -148,6 +149,16 @@ impl super::Config {
             .webhook_secret_file
             .as_deref()
             .map(|file| read("[server] webhook_secret_file", file).map(String::into_bytes))
+            .transpose()
+    }
+
+    /// The bearer token of the server's reports and reconcile route
+    /// (`[server] token_file`); `None` when none is configured.
+    pub fn server_token(&self) -> Result<Option<Vec<u8>>, ConfigError> {
+        self.server
+            .token_file
+            .as_deref()
+            .map(|file| read("[server] token_file", file).map(String::into_bytes))
             .transpose()
     }
 }

@@ -38,6 +38,8 @@ use crate::config::Config;
 use crate::journal::{Access, BackendKind, Fence};
 use crate::process::exit;
 use crate::server::ServerState;
+use crate::server::access::Access as ServerAccess;
+use crate::server::coalesce::Coalescer;
 use crate::source::Snapshot;
 use crate::status::board::StatusBoard;
 use crate::telemetry::Metrics;
@@ -78,6 +80,15 @@ fn fail(error: impl std::fmt::Display) {
     eprintln!("tend: {error}");
 }
 
+/// The credentials the HTTP server checks, read from their files.
+pub(crate) fn server_access(config: &Config) -> Result<ServerAccess, crate::config::ConfigError> {
+    Ok(ServerAccess::new(
+        config.server.listen,
+        config.server_token()?,
+        config.webhook_secret()?,
+    ))
+}
+
 /// Runs the agent until a signal stops it; the process exit code.
 pub fn run(config_path: &Path) -> u8 {
     let config = match Config::load(config_path) {
@@ -87,13 +98,16 @@ pub fn run(config_path: &Path) -> u8 {
             return exit::CONFIG;
         }
     };
-    let secret = match config.webhook_secret() {
-        Ok(s) => s,
+    let access = match server_access(&config) {
+        Ok(a) => a,
         Err(e) => {
             fail(e);
             return exit::CONFIG;
         }
     };
+    if let Some(warning) = access.open_reports_warning(config.server.listen) {
+        tracing::warn!("{warning}");
+    }
     crate::process::heap::one_arena();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(4)
@@ -106,7 +120,7 @@ pub fn run(config_path: &Path) -> u8 {
             return exit::ERROR;
         }
     };
-    let code = runtime.block_on(lifecycle(config_path, config, secret));
+    let code = runtime.block_on(lifecycle(config_path, config, access));
     // A blocking call abandoned at the stop (a fetch stuck where no
     // timeout reaches) must not hold the exit.
     runtime.shutdown_timeout(Duration::from_secs(5));
@@ -158,7 +172,8 @@ struct Shared {
     shutdown: CancellationToken,
 }
 
-async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) -> u8 {
+async fn lifecycle(config_path: &Path, config: Config, access: ServerAccess) -> u8 {
+    let min_interval = config.server.reconcile_min_interval;
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
@@ -216,7 +231,8 @@ async fn lifecycle(config_path: &Path, config: Config, secret: Option<Vec<u8>>) 
             metrics: metrics.clone(),
             fetch: Mutex::new(None),
             resync: resync.clone(),
-            webhook_secret: Mutex::new(secret),
+            access: Mutex::new(access),
+            reconciles: Coalescer::new(min_interval),
             ready: ready_rx,
             standby: standby_rx,
         }),

@@ -399,7 +399,8 @@ impl Running {
             refuse("where the state is kept ([state] backend, url, schema, lease_ttl, ...) takes effect only at a restart".into());
             return Ok(self);
         }
-        let secret = match config.webhook_secret() {
+        let min_interval = config.server.reconcile_min_interval;
+        let access = match super::server_access(&config) {
             Ok(s) => s,
             Err(e) => {
                 refuse(e.to_string());
@@ -437,9 +438,10 @@ impl Running {
         };
         *shared
             .server
-            .webhook_secret
+            .access
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = secret;
+            .unwrap_or_else(|p| p.into_inner()) = access;
+        shared.server.reconciles.set_interval(min_interval);
         for provider in &providers {
             shared.heartbeats.forget(provider);
         }

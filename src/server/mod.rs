@@ -5,10 +5,17 @@
 //! # Guarantees
 //! * A webhook triggers a fetch only when its signature (or token) matches
 //!   the webhook secret; anything else is 401 and triggers nothing.
+//! * The reports and `POST /v1/reconcile` need the credentials
+//!   [`access`] says (a bearer token when `[server] token_file` is set;
+//!   beyond loopback a reconcile always needs one), and reconciles asked
+//!   for are coalesced to one start per `reconcile_min_interval`
+//!   ([`coalesce`]).
 //! * Request bodies are capped at 1 MiB and must arrive within 10 s.
 //! * No response carries a secret: the reports never hold one, and errors
 //!   name what failed, not the credential.
 
+pub mod access;
+pub mod coalesce;
 pub mod listener;
 pub mod webhook;
 
@@ -41,8 +48,10 @@ pub struct ServerState {
     pub fetch: Mutex<Option<Trigger>>,
     /// Bumped to make every provider worker reconcile now.
     pub resync: watch::Sender<u64>,
-    /// Replaced at a reload.
-    pub webhook_secret: Mutex<Option<Vec<u8>>>,
+    /// The credentials routes need (replaced at a reload).
+    pub access: Mutex<access::Access>,
+    /// The gate in front of `POST /v1/reconcile`.
+    pub reconciles: coalesce::Coalescer,
     /// Every provider has reported at least once.
     pub ready: watch::Receiver<bool>,
     /// While this agent stands by for its group's leader lease: the line
@@ -51,6 +60,19 @@ pub struct ServerState {
 }
 
 impl ServerState {
+    fn access(&self) -> access::Access {
+        self.access
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A fetch of the source and a reconcile of every resource, now.
+    fn reconcile_everything(&self) {
+        self.fire_fetch();
+        self.resync.send_modify(|n| *n += 1);
+    }
+
     /// Fetches the source now.
     pub fn fire_fetch(&self) {
         if let Some(trigger) = self
@@ -123,8 +145,23 @@ fn not_yet() -> Response {
     )
 }
 
+fn refused(refusal: access::Refusal) -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::WWW_AUTHENTICATE, "Bearer"),
+        ],
+        format!("{}\n", refusal.0),
+    )
+        .into_response()
+}
+
 /// The latest report as a page (`latest.html`'s content).
-async fn index(State(state): State<Arc<ServerState>>) -> Response {
+async fn index(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = state.access().check_read(&headers) {
+        return refused(r);
+    }
     match state.board.latest() {
         Some(report) => (
             StatusCode::OK,
@@ -172,7 +209,10 @@ async fn readyz(State(state): State<Arc<ServerState>>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
+async fn metrics(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = state.access().check_read(&headers) {
+        return refused(r);
+    }
     (
         StatusCode::OK,
         [(
@@ -184,14 +224,24 @@ async fn metrics(State(state): State<Arc<ServerState>>) -> Response {
         .into_response()
 }
 
-async fn status(State(state): State<Arc<ServerState>>) -> Response {
+async fn status(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = state.access().check_read(&headers) {
+        return refused(r);
+    }
     match state.board.latest() {
         Some(report) => json(report.as_ref()),
         None => not_yet(),
     }
 }
 
-async fn status_of(State(state): State<Arc<ServerState>>, Path(name): Path<String>) -> Response {
+async fn status_of(
+    State(state): State<Arc<ServerState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Err(r) = state.access().check_read(&headers) {
+        return refused(r);
+    }
     let Some(report) = state.board.latest() else {
         return not_yet();
     };
@@ -221,15 +271,36 @@ async fn body(request: Request) -> Result<(HeaderMap, axum::body::Bytes), Respon
 }
 
 async fn reconcile_now(State(state): State<Arc<ServerState>>, request: Request) -> Response {
+    if let Err(r) = state.access().check_trigger(request.headers()) {
+        tracing::warn!("POST /v1/reconcile refused: {}", r.0);
+        return refused(r);
+    }
     if let Err(response) = body(request).await {
         return response;
     }
-    state.fire_fetch();
-    state.resync.send_modify(|n| *n += 1);
-    text(
-        StatusCode::ACCEPTED,
-        "a fetch and a reconcile of every resource are on their way\n",
-    )
+    let answer = match state.reconciles.admit(std::time::Instant::now()) {
+        coalesce::Admitted::Now => {
+            state.reconcile_everything();
+            "a fetch and a reconcile of every resource are on their way\n".to_string()
+        }
+        coalesce::Admitted::Scheduled(wait) => {
+            let later = state.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                later.reconciles.started(std::time::Instant::now());
+                later.reconcile_everything();
+            });
+            format!(
+                "a reconcile started less than [server] reconcile_min_interval ago: a fetch and a reconcile of every resource start in {} ms\n",
+                wait.as_millis()
+            )
+        }
+        coalesce::Admitted::Folded(wait) => format!(
+            "folded into the reconcile that starts in {} ms (one start per [server] reconcile_min_interval)\n",
+            wait.as_millis()
+        ),
+    };
+    text(StatusCode::ACCEPTED, answer)
 }
 
 async fn git_hook(State(state): State<Arc<ServerState>>, request: Request) -> Response {
@@ -237,18 +308,14 @@ async fn git_hook(State(state): State<Arc<ServerState>>, request: Request) -> Re
         Ok(read) => read,
         Err(response) => return response,
     };
-    let secret = state
-        .webhook_secret
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let Some(secret) = secret else {
+    let access = state.access();
+    let Some(secret) = access.webhook_secret() else {
         return text(
             StatusCode::UNAUTHORIZED,
             "webhooks are not accepted: [server] webhook_secret_file is not configured\n",
         );
     };
-    match webhook::verify(&headers, &bytes, &secret) {
+    match webhook::verify(&headers, &bytes, secret) {
         Ok(format) => {
             tracing::info!(format, "webhook accepted: fetching now");
             state.fire_fetch();

@@ -37,6 +37,39 @@ pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(clamped).to_string()
 }
 
+/// RFC 3339 with any offset (`Z`, `+02:00`, `-04:30`): the one parser for
+/// times read from annotations and from providers. `humantime` accepts
+/// only `Z`, so a numeric offset is split off and applied here.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    if text.ends_with('Z') || text.ends_with('z') {
+        return humantime::parse_rfc3339_weak(text).ok();
+    }
+    let split = text.len().checked_sub(6)?;
+    let (local, offset) = (text.get(..split)?, text.get(split..)?);
+    let bytes = offset.as_bytes();
+    let sign = match bytes[0] {
+        b'+' => 1i64,
+        b'-' => -1i64,
+        _ => return None,
+    };
+    if bytes[3] != b':' {
+        return None;
+    }
+    let hours: u64 = offset.get(1..3)?.parse().ok()?;
+    let minutes: u64 = offset.get(4..6)?.parse().ok()?;
+    if hours > 23 || minutes > 59 || !local.contains('T') {
+        return None;
+    }
+    let as_utc = humantime::parse_rfc3339_weak(&format!("{local}Z")).ok()?;
+    let shift = Duration::from_secs(hours * 3600 + minutes * 60);
+    // A positive offset means the local time is ahead of UTC.
+    if sign > 0 {
+        as_utc.checked_sub(shift)
+    } else {
+        as_utc.checked_add(shift)
+    }
+}
+
 /// A duration to the second, as `1h 30m`.
 pub fn duration(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
@@ -62,9 +95,48 @@ pub fn check_duration(text: &str, d: Duration) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// An HTTP date in the IMF-fixdate form (`Sun, 06 Nov 1994 08:49:37
+/// GMT`), the one RFC 9110 says senders use (as `Retry-After` may carry).
+pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [_, day, month, year, clock, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| m == month)? + 1;
+    if day.len() != 2 || year.len() != 4 || clock.len() != 8 {
+        return None;
+    }
+    humantime::parse_rfc3339(&format!("{year}-{month:02}-{day}T{clock}Z")).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_offsets_are_applied() {
+        let utc = parse_rfc3339("2026-12-01T18:00:00Z").unwrap();
+        assert_eq!(parse_rfc3339("2026-12-01T20:00:00+02:00"), Some(utc));
+        assert_eq!(parse_rfc3339("2026-12-01T13:30:00-04:30"), Some(utc));
+        assert_eq!(parse_rfc3339("2026-12-01T18:00:00+00:00"), Some(utc));
+        assert_eq!(parse_rfc3339("2026-12-01 18:00:00"), None);
+        assert_eq!(parse_rfc3339("tomorrow"), None);
+        assert_eq!(parse_rfc3339("2026-12-01T18:00:00+0é:00"), None);
+    }
+
+    #[test]
+    fn http_dates_in_the_imf_fixdate_form() {
+        assert_eq!(
+            parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT"),
+            parse_rfc3339("2015-10-21T07:28:00Z")
+        );
+        assert_eq!(parse_http_date("Wed, 21 Oct 2015 07:28:00 CET"), None);
+        assert_eq!(parse_http_date("Wednesday, 21-Oct-15 07:28:00 GMT"), None);
+        assert_eq!(parse_http_date("3"), None);
+    }
 
     #[test]
     fn sums_saturate_instead_of_panicking() {

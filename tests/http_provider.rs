@@ -423,6 +423,47 @@ fn a_stale_read_after_a_write_does_not_cause_a_second_write() {
     assert_eq!(s.size("analytics"), "db-medium");
 }
 
+/// A database the DBaaS made itself (its fields carry no `databaseName`)
+/// is adopted: it was `Blocked: requires replacement: databaseName unset
+/// → "legacy"`.
+#[test]
+fn a_database_the_dbaas_made_itself_is_adopted() {
+    let s = setup(&[], &[]);
+    let made = s.server.create_directly(
+        "legacy",
+        json!({"engine": "postgres", "version": "16", "size": "db-small", "storageGb": 100, "region": "eu-west-1"}),
+    );
+    assert!(made == 201 || made == 202, "{made}");
+    assert_eq!(
+        s.server.database("legacy").unwrap()["fields"].get("databaseName"),
+        None
+    );
+    s.repo.write(
+        "legacy.yaml",
+        &dbaas("legacy", "db-small").replace(
+            "  name: legacy\n",
+            "  name: legacy\n  annotations:\n    tend.dev/adopt: \"true\"\n",
+        ),
+    );
+    s.repo.commit("adopt legacy");
+    s.apply(0);
+    let plan = s.plan();
+    let legacy = plan["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "legacy")
+        .unwrap()
+        .clone();
+    assert_eq!(legacy["state"], "InSync", "{legacy:#}");
+    let db = s.server.database("legacy").unwrap();
+    assert_eq!(
+        db["labels"]["tend.dev/owner-declaration"], "legacy",
+        "adopted: marked as this declaration's: {db}"
+    );
+    assert_eq!(s.server.count("creates"), 1, "no second database");
+}
+
 #[test]
 fn a_slow_asynchronous_operation_is_polled_to_completion() {
     let s = setup(&[], &[("analytics", "db-small")]);

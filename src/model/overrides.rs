@@ -244,43 +244,11 @@ pub fn parse_expiry(text: &str) -> Result<OverrideExpiry, String> {
             .map(OverrideExpiry::After)
             .map_err(|why| format!("`{OVERRIDE_EXPIRES}` duration {why}"));
     }
-    parse_rfc3339(text).map(OverrideExpiry::At).ok_or_else(|| {
+    crate::time::parse_rfc3339(text).map(OverrideExpiry::At).ok_or_else(|| {
         format!(
             "`{OVERRIDE_EXPIRES}` must be an RFC 3339 time (\"2026-12-01T18:00:00Z\") or a duration (\"4h\"), found \"{text}\""
         )
     })
-}
-
-/// RFC 3339 with any offset. `humantime` accepts only `Z`, so a numeric
-/// offset is split off and applied here.
-pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    if text.ends_with('Z') || text.ends_with('z') {
-        return humantime::parse_rfc3339_weak(text).ok();
-    }
-    let split = text.len().checked_sub(6)?;
-    let (local, offset) = (text.get(..split)?, text.get(split..)?);
-    let bytes = offset.as_bytes();
-    let sign = match bytes[0] {
-        b'+' => 1i64,
-        b'-' => -1i64,
-        _ => return None,
-    };
-    if bytes[3] != b':' {
-        return None;
-    }
-    let hours: u64 = offset.get(1..3)?.parse().ok()?;
-    let minutes: u64 = offset.get(4..6)?.parse().ok()?;
-    if hours > 23 || minutes > 59 || !local.contains('T') {
-        return None;
-    }
-    let as_utc = humantime::parse_rfc3339_weak(&format!("{local}Z")).ok()?;
-    let shift = Duration::from_secs(hours * 3600 + minutes * 60);
-    // A positive offset means the local time is ahead of UTC.
-    if sign > 0 {
-        as_utc.checked_sub(shift)
-    } else {
-        as_utc.checked_add(shift)
-    }
 }
 
 #[cfg(test)]
@@ -292,15 +260,6 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), ScalarString::from(*v)))
             .collect()
-    }
-
-    #[test]
-    fn rfc3339_offsets_are_applied() {
-        let utc = parse_rfc3339("2026-12-01T18:00:00Z").unwrap();
-        assert_eq!(parse_rfc3339("2026-12-01T20:00:00+02:00"), Some(utc));
-        assert_eq!(parse_rfc3339("2026-12-01T13:30:00-04:30"), Some(utc));
-        assert_eq!(parse_rfc3339("2026-12-01 18:00:00"), None);
-        assert_eq!(parse_rfc3339("tomorrow"), None);
     }
 
     #[test]

@@ -93,13 +93,37 @@ impl ReferenceServer {
 
     /// One request; the status and the body as JSON (`Null` when empty).
     pub fn request(&self, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+        self.request_with(method, path, &[], body)
+    }
+
+    /// A database made at the DBaaS by someone else (not tend): `POST
+    /// /v1/databases` with its own idempotency key.
+    pub fn create_directly(&self, name: &str, fields: serde_json::Value) -> u16 {
+        let key = format!("{:064x}", name.len() as u128 * 7919 + self.port as u128);
+        let body = serde_json::json!({"name": name, "fields": fields}).to_string();
+        self.request_with("POST", "/v1/databases", &[("Idempotency-Key", &key)], &body)
+            .0
+    }
+
+    /// One request with extra headers.
+    pub fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, serde_json::Value) {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
+        let extra: String = headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
         write!(
             stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();

@@ -37,20 +37,18 @@ pub fn classify(
             resource,
             message: format!("{message} (check the provider's token_file)"),
         },
-        422 => ProviderError::Permanent {
-            resource,
-            message: format!(
-                "{message} (the server refused the request; with an Idempotency-Key, it was used with another request)"
-            ),
-        },
         _ => ProviderError::Permanent { resource, message },
     }
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is not used by the
-/// contract; it is read as no delay named).
-pub fn retry_after(value: &str) -> Option<Duration> {
-    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+/// `Retry-After` in seconds, or as an HTTP date (the delay until then,
+/// zero when it has passed: `now` is the time the answer arrived).
+pub fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    match value.parse::<u64>() {
+        Ok(seconds) => Some(Duration::from_secs(seconds)),
+        Err(_) => crate::time::parse_http_date(value).map(|at| crate::time::since(at, now)),
+    }
 }
 
 /// A problem document's title and detail, or the body's first bytes.
@@ -114,13 +112,25 @@ mod tests {
                 "{status}"
             );
         }
+        // The server's problem as it is (it said an Idempotency-Key was
+        // reused even when a field was refused).
         let e = kind(422, None).to_string();
-        assert!(e.contains("T: D") && e.contains("Idempotency-Key"), "{e}");
+        assert!(e.contains("T: D") && !e.contains("Idempotency-Key"), "{e}");
     }
 
     #[test]
-    fn retry_after_is_read_in_seconds() {
-        assert_eq!(retry_after(" 3 "), Some(Duration::from_secs(3)));
-        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    fn retry_after_is_read_in_seconds_or_as_an_http_date() {
+        let now = crate::time::parse_rfc3339("2015-10-21T07:27:30Z").unwrap();
+        assert_eq!(retry_after(" 3 ", now), Some(Duration::from_secs(3)));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO),
+            "a date passed: at once"
+        );
+        assert_eq!(retry_after("soon", now), None);
     }
 }

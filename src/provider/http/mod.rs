@@ -75,6 +75,8 @@ pub struct HttpProvider {
     client: reqwest::Client,
     /// The ETag of each database as last seen (observation or answer).
     etags: Mutex<HashMap<String, String>>,
+    /// An unparsable `observedAt` has been logged (once per provider).
+    warned_observed_at: std::sync::atomic::AtomicBool,
 }
 
 /// A response read whole.
@@ -105,6 +107,7 @@ impl HttpProvider {
             settings,
             client,
             etags: Mutex::new(HashMap::new()),
+            warned_observed_at: Default::default(),
         })
     }
 
@@ -148,7 +151,8 @@ impl HttpProvider {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
-        let retry_after = header("retry-after").and_then(|v| classify::retry_after(&v));
+        let retry_after =
+            header("retry-after").and_then(|v| classify::retry_after(&v, SystemTime::now()));
         let too_large = || ProviderError::Retryable {
             resource: resource.to_string(),
             message: format!(
@@ -217,19 +221,53 @@ impl HttpProvider {
         })
     }
 
-    fn observation(&self, db: Database) -> Observation {
+    /// A database as the contract describes it, as an observation. A
+    /// status the contract does not define is an error (not `ready`); an
+    /// `observedAt` that is not RFC 3339 makes the observation as old as
+    /// can be (stale: never used to decide a write after one of tend's),
+    /// never "now".
+    fn observation(&self, mut db: Database) -> Result<Observation, ProviderError> {
+        let status = match db.status.as_str() {
+            "provisioning" => ResourceStatus::Provisioning,
+            "ready" => ResourceStatus::Ready,
+            "deleting" => ResourceStatus::Deleting,
+            other => {
+                return Err(ProviderError::Permanent {
+                    resource: db.name.clone(),
+                    message: format!(
+                        "{}: database `{}` has status {:?}, which the contract does not define (provisioning, ready or deleting)",
+                        self.settings.endpoint,
+                        crate::escape::terminal(&db.name),
+                        crate::escape::terminal(other)
+                    ),
+                });
+            }
+        };
+        let observed_at = crate::time::parse_rfc3339(&db.observed_at).unwrap_or_else(|| {
+            if !self
+                .warned_observed_at
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    "{}: database `{}` has observedAt {:?}, not an RFC 3339 time: its observations count as stale (told once)",
+                    self.settings.endpoint,
+                    crate::escape::terminal(&db.name),
+                    crate::escape::terminal(&db.observed_at)
+                );
+            }
+            SystemTime::UNIX_EPOCH
+        });
+        // The name a database is listed under is its databaseName, whether
+        // or not the server echoes the field (one it did not create
+        // itself does not): adoption compares the declared name with it.
+        db.fields
+            .entry("databaseName".to_string())
+            .or_insert_with(|| Value::String(db.name.clone()));
         self.etags
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(db.name.clone(), db.etag.clone());
-        let status = match db.status.as_str() {
-            "provisioning" => ResourceStatus::Provisioning,
-            "deleting" => ResourceStatus::Deleting,
-            _ => ResourceStatus::Ready,
-        };
-        let observed_at =
-            humantime::parse_rfc3339_weak(&db.observed_at).unwrap_or_else(|_| SystemTime::now());
-        Observation {
+        Ok(Observation {
             database_name: db.name,
             external_id: db.id,
             status,
@@ -237,7 +275,7 @@ impl HttpProvider {
             labels: db.labels,
             observed_at,
             unobserved: Vec::new(),
-        }
+        })
     }
 
     async fn get(&self, name: &str) -> Result<Option<Observation>, ProviderError> {
@@ -258,7 +296,7 @@ impl HttpProvider {
             return Ok(None);
         }
         let db: Database = self.parse(name, &answer)?;
-        Ok(Some(self.observation(db)))
+        self.observation(db).map(Some)
     }
 
     /// The ETag to send for `name`, observing it first when none is known.
@@ -356,7 +394,7 @@ impl HttpProvider {
                 });
         }
         let db: Database = self.parse(name, &answer)?;
-        Ok(self.observation(db))
+        self.observation(db)
     }
 }
 
@@ -424,7 +462,7 @@ impl HttpProvider {
                     return Err(broken(format!("listed `{}` twice", db.name)));
                 }
                 if keep(&db) {
-                    out.push(self.observation(db));
+                    out.push(self.observation(db)?);
                 }
             }
             match page.next_page_token {
@@ -601,5 +639,63 @@ pub(crate) fn change(fields: &[(&str, Value)], labels: &[(&str, &str)]) -> Updat
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider() -> HttpProvider {
+        HttpProvider::new(HttpSettings {
+            endpoint: "http://127.0.0.1:9".into(),
+            token: None,
+            timeout: Duration::from_secs(1),
+            operation_timeout: Duration::from_secs(1),
+            max_connections: 1,
+            read_lag: Duration::ZERO,
+        })
+        .unwrap()
+    }
+
+    fn db(status: &str, observed_at: &str) -> Database {
+        Database {
+            name: "legacy".into(),
+            id: "db-1".into(),
+            status: status.into(),
+            fields: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            etag: "\"1\"".into(),
+            observed_at: observed_at.into(),
+        }
+    }
+
+    /// `+00:00` is RFC 3339 as much as `Z` (it was read as "now", so an
+    /// old cached copy looked fresh); an unreadable time is as old as can
+    /// be, never now; a status the contract does not define is an error,
+    /// not `ready`; the listed name is the `databaseName`.
+    #[test]
+    fn an_observation_keeps_the_servers_time_and_refuses_unknown_states() {
+        let p = provider();
+        let hour_ago = "2026-12-01T17:00:00+00:00";
+        let seen = p.observation(db("ready", hour_ago)).unwrap();
+        assert_eq!(
+            Some(seen.observed_at),
+            crate::time::parse_rfc3339("2026-12-01T17:00:00Z")
+        );
+        assert_eq!(
+            seen.fields.get("databaseName"),
+            Some(&Value::String("legacy".into()))
+        );
+        let garbled = p.observation(db("ready", "yesterday")).unwrap();
+        assert_eq!(garbled.observed_at, SystemTime::UNIX_EPOCH);
+        let err = p
+            .observation(db("degraded", hour_ago))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"degraded\"") && err.contains("does not define"),
+            "{err}"
+        );
     }
 }

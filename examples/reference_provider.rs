@@ -181,6 +181,25 @@ fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
+/// A percent-encoded path segment as text; `None` when an escape is
+/// broken or the bytes are not UTF-8.
+fn percent_decode(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = segment.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 fn json_response(status: u16, body: &Value, etag: Option<&str>) -> Response {
     let mut builder = Response::builder()
         .status(status)
@@ -363,7 +382,20 @@ impl Server {
         Self::count(&mut data, "calls");
         Self::settle(&mut data, now);
         let rest = path.strip_prefix("/v1/").unwrap_or("");
-        let segments: Vec<&str> = rest.split('/').collect();
+        // Each segment percent-decoded after the split: `a%2Fb` is the one
+        // name `a/b`, `caf%C3%A9%20x` is `café x`.
+        let Some(decoded) = rest
+            .split('/')
+            .map(percent_decode)
+            .collect::<Option<Vec<String>>>()
+        else {
+            return problem(
+                400,
+                "Bad Request",
+                "a path segment is not percent-encoded UTF-8",
+            );
+        };
+        let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
         let mutating = matches!(*method, Method::POST | Method::PATCH | Method::DELETE);
         let key = headers
             .get(IDEMPOTENCY_KEY)
@@ -505,7 +537,7 @@ impl Server {
         let mut size = self.args.page_size;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v);
+            let v = query_decode(v);
             match k {
                 "label" => labels.push(v),
                 "pageToken" => token = Some(v),
@@ -772,7 +804,8 @@ fn unhex(text: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
-fn percent_decode(text: &str) -> String {
+/// A query string value: `+` is a space, a broken escape is kept as it is.
+fn query_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;

@@ -423,6 +423,46 @@ fn a_stale_read_after_a_write_does_not_cause_a_second_write() {
     assert_eq!(s.size("analytics"), "db-medium");
 }
 
+/// A `databaseName` with a space and an accent: created, then found by
+/// its percent-encoded path (the reference server matched the raw
+/// segment, answered 404, and every apply waited on "not visible yet").
+#[test]
+fn a_unicode_database_name_is_created_and_found_again() {
+    let s = setup(&[], &[]);
+    s.repo.write(
+        "cafe.yaml",
+        &dbaas("cafe", "db-small").replace("spec:\n", "spec:\n  databaseName: Café Orders\n"),
+    );
+    s.repo.commit("café");
+    let run = s.apply(0);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "{}",
+        run.stderr
+    );
+    let (status, body) = s
+        .server
+        .request("GET", "/v1/databases/Caf%C3%A9%20Orders", "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["name"], "Café Orders");
+    let run = s.apply(0);
+    assert!(
+        !format!("{}{}", run.stdout, run.stderr).contains("not visible yet"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((0, 0)),
+        "{}",
+        run.stderr
+    );
+    let plan = s.plan();
+    assert_eq!(plan["resources"][0]["state"], "InSync", "{plan:#}");
+    assert_eq!(s.server.count("creates"), 1);
+}
+
 /// A database the DBaaS made itself (its fields carry no `databaseName`)
 /// is adopted: it was `Blocked: requires replacement: databaseName unset
 /// → "legacy"`.

@@ -463,6 +463,35 @@ fn a_unicode_database_name_is_created_and_found_again() {
     assert_eq!(s.server.count("creates"), 1);
 }
 
+/// `metadata.labels` stay in Git: they were copied to the provider at
+/// create and never reconciled (`team: data` → `team: bi` stayed `InSync`
+/// with `data` at the DBaaS). Only the ownership marker is written.
+#[test]
+fn metadata_labels_are_not_written_to_the_provider() {
+    let s = setup(&[], &[]);
+    s.repo.write(
+        "billing.yaml",
+        &dbaas("billing", "db-small").replace(
+            "  name: billing\n",
+            "  name: billing\n  labels:\n    team: data\n",
+        ),
+    );
+    s.repo.commit("billing");
+    s.apply(0);
+    let labels = s.server.database("billing").unwrap()["labels"].clone();
+    let keys: Vec<&str> = labels
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        ["tend.dev/owner-agent", "tend.dev/owner-declaration"],
+        "{labels}"
+    );
+}
+
 /// A database the DBaaS made itself (its fields carry no `databaseName`)
 /// is adopted: it was `Blocked: requires replacement: databaseName unset
 /// → "legacy"`.

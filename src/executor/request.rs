@@ -50,16 +50,10 @@ pub fn build(
         })
     };
     let body = match kind {
-        OperationKind::Create => {
-            let mut labels: BTreeMap<String, String> = manifest
-                .metadata
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), v.to_string()))
-                .collect();
-            labels.extend(marker(agent_id, subject.name));
-            change(changes.clone(), labels)
-        }
+        // Only the ownership marker: `metadata.labels` stay in Git (tend
+        // does not reconcile labels at a provider, so it does not write
+        // them there once and then leave them to drift).
+        OperationKind::Create => change(changes.clone(), marker(agent_id, subject.name)),
         OperationKind::Update => change(changes.clone(), BTreeMap::new()),
         OperationKind::Adopt => change(BTreeMap::new(), marker(agent_id, subject.name)),
         // A label with an empty value is removed.

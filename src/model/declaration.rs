@@ -38,7 +38,9 @@ pub struct ManagedDatabase {
 pub struct Metadata {
     /// Unique in the repository: a lowercase DNS label of at most 63 characters.
     pub name: String,
-    /// Free-form labels, copied to the provider where it has labels.
+    /// Free-form labels for people and tools reading the repository:
+    /// they stay in Git (not sent to a provider); `tend.dev/` keys are
+    /// refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, ScalarString>,
     /// Free-form annotations; `tend.dev/*` keys are overrides and must be known.

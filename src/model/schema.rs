@@ -65,6 +65,13 @@ fn annotate(root: &mut Value) {
         );
         annotate_overrides(annotations);
     }
+    if let Some(Value::Object(labels)) = root.pointer_mut("/definitions/Metadata/properties/labels")
+    {
+        labels.insert(
+            "propertyNames".into(),
+            json!({ "not": { "pattern": "^tend\\.dev/" } }),
+        );
+    }
     if let Some(Value::Object(name)) = root.pointer_mut("/definitions/Metadata/properties/name") {
         name.insert("pattern".into(), json!(DNS_LABEL));
         name.insert("maxLength".into(), json!(63));

@@ -123,6 +123,17 @@ pub fn validate(decl: &ManagedDatabase) -> (Option<TendAnnotations>, Vec<Problem
         }
     };
 
+    for key in decl.metadata.labels.keys() {
+        if key.starts_with("tend.dev/") {
+            problems.push(at_key(
+                &["metadata", "labels", key.as_str()],
+                format!(
+                    "label `{key}`: `tend.dev/` keys are tend's own (ownership markers and provider-side overrides); an override is an annotation (`metadata.annotations`), and labels stay in Git"
+                ),
+            ));
+        }
+    }
+
     let spec = &decl.spec;
     let identifiers = [
         ("provider", "spec.provider", &spec.provider),

@@ -58,6 +58,10 @@ struct Args {
     /// Broken on purpose: If-Match is not checked.
     #[arg(long)]
     broken_etag: bool,
+    /// The fields this server manages (its capabilities), comma-separated;
+    /// every field of the contract when not given.
+    #[arg(long, value_delimiter = ',')]
+    fields: Vec<String>,
 }
 
 /// Faults, set with `POST /admin/faults` (every field optional; counts are
@@ -493,18 +497,10 @@ impl Server {
         }
         match (method, segments.as_slice()) {
             (&Method::GET, ["capabilities"]) => {
-                let fields = tend::model::FIELDS
-                    .iter()
-                    .filter(|f| tend::provider::http::HTTP_FIELDS.contains(&f.name))
-                    .map(|f| (f.name, f.mutability.as_str()));
-                let fields = fields
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect();
                 let doc = CapabilitiesDoc {
                     version: "v1".into(),
                     engines: vec!["postgres".into(), "mysql".into()],
-                    fields,
+                    fields: self.managed_fields(),
                     labels: true,
                 };
                 json_response(200, &serde_json::to_value(doc).expect("serialisable"), None)
@@ -584,10 +580,61 @@ impl Server {
         json_response(200, &serde_json::to_value(page).expect("ok"), None)
     }
 
+    /// The fields this server manages and their mutability (`--fields`,
+    /// else all the contract carries).
+    fn managed_fields(&self) -> BTreeMap<String, String> {
+        tend::model::FIELDS
+            .iter()
+            .filter(|f| tend::provider::http::HTTP_FIELDS.contains(&f.name))
+            .filter(|f| self.args.fields.is_empty() || self.args.fields.iter().any(|n| n == f.name))
+            .map(|f| (f.name.to_string(), f.mutability.as_str().to_string()))
+            .collect()
+    }
+
+    /// A `422` for the first field of `fields` this server does not
+    /// manage (a setting `parameters.NAME` goes with `parameters`), or,
+    /// for an update (`current`: the database), one it cannot change.
+    fn refused_field(
+        &self,
+        fields: &BTreeMap<String, Value>,
+        current: Option<&Database>,
+    ) -> Option<(u16, Value, Option<String>)> {
+        let managed = self.managed_fields();
+        for (key, value) in fields {
+            let top = key.split('.').next().unwrap_or(key);
+            let Some(mutability) = managed.get(top) else {
+                return Some(failure(
+                    422,
+                    "Unprocessable Content",
+                    format!(
+                        "field `{key}` is not managed by this server (see GET /v1/capabilities)"
+                    ),
+                ));
+            };
+            if let Some(db) = current
+                && mutability != "mutable"
+                && db.fields.get(key) != Some(value)
+            {
+                return Some(failure(
+                    422,
+                    "Unprocessable Content",
+                    format!("field `{key}` is {mutability}: it cannot be changed"),
+                ));
+            }
+        }
+        None
+    }
+
     fn create(&self, data: &mut Data, body: &[u8], now: u64) -> (u16, Value, Option<String>) {
         let Ok(request) = serde_json::from_slice::<CreateDatabase>(body) else {
             return failure(400, "Bad Request", "the body is not a CreateDatabase");
         };
+        if request.name.is_empty() {
+            return failure(422, "Unprocessable Content", "a database needs a name");
+        }
+        if let Some(refused) = self.refused_field(&request.fields, None) {
+            return refused;
+        }
         if data.databases.contains_key(&request.name) {
             return failure(409, "Conflict", format!("database {} exists", request.name));
         }
@@ -701,6 +748,10 @@ impl Server {
         };
         if let Err(e) = self.precondition(data, name, headers, now) {
             return e;
+        }
+        let current = data.databases.get(name).map(|stored| stored.db.clone());
+        if let Some(refused) = self.refused_field(&request.fields, current.as_ref()) {
+            return refused;
         }
         Self::count(data, "updates");
         let Some(stored) = data.databases.get_mut(name) else {

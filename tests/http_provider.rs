@@ -492,6 +492,83 @@ fn metadata_labels_are_not_written_to_the_provider() {
     );
 }
 
+/// A server that manages a small field set (no `databaseName`, no
+/// `engine`): tend reads its capabilities, sends only what it manages
+/// (it sent `databaseName` on every create, and this server refuses any
+/// field it does not list: all creates were 422), and refuses at plan time
+/// a declaration that sets a field the server does not manage, naming the
+/// field and the provider.
+#[test]
+fn only_the_fields_the_server_manages_are_sent_and_others_are_refused_at_plan() {
+    let small = "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: ledger\nspec:\n  owner: ledger_app\n  comment: The ledger\n  connectionLimit: 20\n  parameters:\n    work_mem: 8MB\n";
+    let s = setup(
+        &["--fields", "owner,comment,connectionLimit,parameters"],
+        &[],
+    );
+    s.repo.write("ledger.yaml", small);
+    s.repo.write("sized.yaml", &dbaas("sized", "db-small"));
+    s.repo.commit("two declarations");
+    let run = TendCommand::new(&["--config", &s.config, "apply"])
+        .current_dir(s.dir.path())
+        .expect_code(1);
+    assert_eq!(
+        support::operation_counts(&run.stderr),
+        Some((1, 1)),
+        "only ledger is created: {}",
+        run.stderr
+    );
+    let db = s.server.database("ledger").unwrap();
+    assert_eq!(db["fields"]["connectionLimit"], 20, "{db}");
+    assert_eq!(db["fields"].get("databaseName"), None, "{db}");
+    assert_eq!(s.server.database("sized"), None);
+    let plan = TendCommand::new(&["--config", &s.config, "plan", "--format", "json"])
+        .current_dir(s.dir.path())
+        .expect_code(1)
+        .json();
+    let state = |name: &str| {
+        plan["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(state("ledger")["state"], "InSync", "{plan:#}");
+    let sized = state("sized");
+    assert_eq!(sized["state"], "Error", "{sized:#}");
+    assert_eq!(sized["rule"], "field-not-managed");
+    let reason = sized["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("spec.engine")
+            && reason.contains("spec.size")
+            && reason.contains("provider `dbaas`"),
+        "{reason}"
+    );
+    // A change made at the DBaaS is corrected with a PATCH of that field
+    // alone.
+    let etag = db["etag"].as_str().unwrap().to_string();
+    let (status, body) = s.server.request_with(
+        "PATCH",
+        "/v1/databases/ledger",
+        &[("Idempotency-Key", &"e".repeat(64)), ("If-Match", &etag)],
+        &json!({"fields": {"connectionLimit": 99}}).to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    s.repo.write(
+        "ledger.yaml",
+        &small.replace("connectionLimit: 20", "connectionLimit: 30"),
+    );
+    s.repo.commit("30");
+    TendCommand::new(&["--config", &s.config, "apply"])
+        .current_dir(s.dir.path())
+        .expect_code(1);
+    assert_eq!(
+        s.server.database("ledger").unwrap()["fields"]["connectionLimit"],
+        30
+    );
+}
+
 /// A database the DBaaS made itself (its fields carry no `databaseName`)
 /// is adopted: it was `Blocked: requires replacement: databaseName unset
 /// → "legacy"`.

@@ -515,7 +515,7 @@ async fn confirm<P: Provider>(
                     .await
             }
         };
-        if runtime.capabilities.parameter_names_ignore_case
+        if runtime.capabilities().parameter_names_ignore_case
             && let Ok(Some(obs)) = &mut observed
         {
             obs.align_parameter_names(op.request.desired.keys().map(String::as_str));

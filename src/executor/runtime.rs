@@ -24,8 +24,6 @@ pub struct ExecLimits {
 pub struct ProviderRuntime<P: Provider = AnyProvider> {
     pub name: String,
     pub provider: P,
-    /// Computed once: the decision core reads it for every resource.
-    pub capabilities: Capabilities,
     /// Calls per second to this provider (observations included).
     pub limiter: DefaultDirectRateLimiter,
     /// At most this many operations in flight against this provider.
@@ -39,13 +37,19 @@ pub struct ProviderRuntime<P: Provider = AnyProvider> {
 }
 
 impl<P: Provider> ProviderRuntime<P> {
+    /// What the provider manages now (an http provider learns it from its
+    /// server's `GET /v1/capabilities`, at the first call): read once per
+    /// cycle, after observing, and passed to every decision of the cycle.
+    pub fn capabilities(&self) -> Capabilities {
+        self.provider.capabilities()
+    }
+
     pub fn new(name: &str, provider: P, limits: ExecLimits) -> Self {
         let rate =
             std::num::NonZeroU32::new(limits.rate_per_second).unwrap_or(std::num::NonZeroU32::MIN);
         let slots = limits.max_concurrency.max(1);
         ProviderRuntime {
             name: name.to_string(),
-            capabilities: provider.capabilities(),
             provider,
             limiter: RateLimiter::direct(Quota::per_second(rate)),
             slots: Semaphore::new(slots),

@@ -318,7 +318,7 @@ fn planned_operation(
 ) -> Option<PlannedOperation> {
     let op = r.operation.as_ref()?;
     let manifest = r.subject.manifest()?;
-    let capabilities = &agent.runtimes().get(&r.provider)?.capabilities;
+    let capabilities = &agent.runtimes().get(&r.provider)?.capabilities();
     let request = request::build(
         op.kind,
         agent.agent_id(),

@@ -308,6 +308,7 @@ fn decide_all<'s>(
             continue;
         };
         let observed = observe::distribute(&subjects, views.remove(&provider));
+        let capabilities = runtime.capabilities();
         for (routed, observed) in subjects.into_iter().zip(observed) {
             let name = routed.subject.name();
             let mut memory = memories.remove(name).unwrap_or_default();
@@ -324,7 +325,7 @@ fn decide_all<'s>(
             resources.push(plan::plan_subject(
                 ctx,
                 &provider,
-                &runtime.capabilities,
+                &capabilities,
                 routed,
                 observed,
                 memory,

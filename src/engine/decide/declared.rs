@@ -143,6 +143,43 @@ fn ownership(
     }
 }
 
+/// A declaration that sets a provider field its provider does not manage
+/// (an http server's capabilities do not list it): nothing is sent, since
+/// a create would be refused or, worse, leave the field silently
+/// unmanaged. `provider` routes the declaration and the name is the
+/// database's identity: neither is a field a server must list.
+fn not_managed(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> {
+    let spec = decl.normalized_spec.as_object()?;
+    let unmanaged: Vec<&str> = crate::model::FIELDS
+        .iter()
+        .filter(|f| {
+            f.mutability != crate::model::Mutability::Behaviour
+                && !matches!(f.name, "provider" | "databaseName")
+                && spec.get(f.name).is_some_and(|v| !v.is_null())
+                && !input.capabilities.fields.contains_key(f.name)
+        })
+        .map(|f| f.name)
+        .collect();
+    if unmanaged.is_empty() {
+        return None;
+    }
+    let managed: Vec<&str> = input.capabilities.fields.keys().copied().collect();
+    Some(Decision::new(
+        State::Error,
+        Action::None,
+        Rule::FieldNotManaged,
+        format!(
+            "spec.{} {} not managed by provider `{}` (it manages {}): remove {} from the declaration, or use a provider that manages {}",
+            unmanaged.join(", spec."),
+            if unmanaged.len() == 1 { "is" } else { "are" },
+            input.provider,
+            managed.join(", "),
+            if unmanaged.len() == 1 { "it" } else { "them" },
+            if unmanaged.len() == 1 { "it" } else { "them" },
+        ),
+    ))
+}
+
 pub(super) fn decide_declared(
     input: &DecideInput<'_>,
     decl: &Declaration,
@@ -151,6 +188,9 @@ pub(super) fn decide_declared(
     let name = decl.name();
     if let Some(blocked) = moved(input, decl) {
         return blocked;
+    }
+    if let Some(refused) = not_managed(input, decl) {
+        return refused;
     }
     let obs = match input.observed {
         Observed::Failed(message) => return observation_failed(name, message),

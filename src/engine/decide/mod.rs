@@ -159,6 +159,9 @@ pub enum Rule {
     /// blocked, until an operator adopts the database under the new name
     /// or approves the deletion.
     Renamed,
+    /// The declaration sets a field its provider does not manage (an http
+    /// provider's server does not list it in its capabilities).
+    FieldNotManaged,
 }
 
 impl Rule {
@@ -167,6 +170,7 @@ impl Rule {
         match self {
             Rule::ObservationFailed => "observation-failed",
             Rule::InvalidProviderOverride => "invalid-provider-override",
+            Rule::FieldNotManaged => "field-not-managed",
             Rule::PausedMissing => "paused-missing",
             Rule::Create => "create",
             Rule::MissingOutOfBand => "missing-out-of-band",

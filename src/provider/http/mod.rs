@@ -34,15 +34,18 @@ use std::time::{Duration, SystemTime};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
+use crate::model::Mutability;
+
 use super::{
     Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError, ResourceStatus,
 };
 pub use classify::classify;
 use wire::{CreateDatabase, Database, DatabasePage, IDEMPOTENCY_KEY, Operation, UpdateDatabase};
 
-/// Fields the contract carries: every provider field of both scopes (a
-/// DBaaS that cannot set one answers `422` naming it, and the resource
-/// reports that error; nothing is silently left unmanaged).
+/// Fields the contract can carry: every provider field of both scopes. A
+/// server manages those its `GET /v1/capabilities` lists (read at the
+/// first call, again after a `422`): tend sends only those, and a
+/// declaration that sets another is refused at plan time.
 pub const HTTP_FIELDS: &[&str] = super::sandbox::SANDBOX_FIELDS;
 
 /// The most one answer's body may hold (a page of 1,000 databases is
@@ -77,6 +80,10 @@ pub struct HttpProvider {
     etags: Mutex<HashMap<String, String>>,
     /// An unparsable `observedAt` has been logged (once per provider).
     warned_observed_at: std::sync::atomic::AtomicBool,
+    /// What the server manages (`GET /v1/capabilities`), once read;
+    /// forgotten after a `422` (its cause may be a field it stopped
+    /// managing) and read again at the next call.
+    server_capabilities: Mutex<Option<Capabilities>>,
 }
 
 /// A response read whole.
@@ -108,6 +115,7 @@ impl HttpProvider {
             client,
             etags: Mutex::new(HashMap::new()),
             warned_observed_at: Default::default(),
+            server_capabilities: Mutex::new(None),
         })
     }
 
@@ -117,6 +125,78 @@ impl HttpProvider {
             self.settings.endpoint.trim_end_matches('/'),
             wire::PREFIX
         )
+    }
+
+    /// The server's capabilities, read once (`GET /v1/capabilities`).
+    async fn server_capabilities(&self) -> Result<Capabilities, ProviderError> {
+        let known = self
+            .server_capabilities
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(known) = known {
+            return Ok(known);
+        }
+        let answer = self
+            .send(Method::GET, "/capabilities", "*", &[], None)
+            .await?;
+        let doc: wire::CapabilitiesDoc = self.parse("*", &answer)?;
+        let capabilities = self.capabilities_of(&doc);
+        *self
+            .server_capabilities
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(capabilities.clone());
+        Ok(capabilities)
+    }
+
+    /// tend's capabilities for what `doc` lists: the fields tend knows
+    /// that the server manages, with the server's mutability where it
+    /// names one of the contract's three.
+    fn capabilities_of(&self, doc: &wire::CapabilitiesDoc) -> Capabilities {
+        let mut capabilities = Capabilities {
+            read_lag: self.settings.read_lag,
+            ..Capabilities::for_fields(HTTP_FIELDS, doc.labels)
+        };
+        capabilities.fields.retain(|name, mutability| {
+            let Some(theirs) = doc.fields.get(*name) else {
+                return false;
+            };
+            *mutability = match theirs.as_str() {
+                "mutable" => Mutability::Mutable,
+                "immutable" => Mutability::Immutable,
+                "create-only" => Mutability::CreateOnly,
+                _ => *mutability,
+            };
+            true
+        });
+        capabilities
+    }
+
+    /// Forgets the server's capabilities after a `422`: it may no longer
+    /// manage a field tend sent.
+    fn recheck_capabilities_after(&self, answer: &Answer) {
+        if answer.status == StatusCode::UNPROCESSABLE_ENTITY {
+            *self
+                .server_capabilities
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    /// `fields` without those the server does not manage (a
+    /// `parameters.NAME` goes with `parameters`).
+    fn managed_only(
+        capabilities: &Capabilities,
+        fields: &BTreeMap<String, Value>,
+    ) -> BTreeMap<String, Value> {
+        fields
+            .iter()
+            .filter(|(k, _)| {
+                let top = k.split('.').next().unwrap_or(k);
+                capabilities.fields.contains_key(top)
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     async fn send(
@@ -404,6 +484,7 @@ impl HttpProvider {
     /// one-shot command starts this before it has read the declarations
     /// (see `reconcile::observe::ListingAhead`).
     pub async fn observe_everything(&self) -> Result<Vec<Observation>, ProviderError> {
+        self.server_capabilities().await?;
         self.list(|_| true).await
     }
 
@@ -518,11 +599,18 @@ fn json(value: &impl serde::Serialize) -> Vec<u8> {
 }
 
 impl Provider for HttpProvider {
+    /// The server's, once read; before that every field the contract can
+    /// carry (nothing is decided before the first observation, which
+    /// reads them).
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            read_lag: self.settings.read_lag,
-            ..Capabilities::for_fields(HTTP_FIELDS, true)
-        }
+        self.server_capabilities
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| Capabilities {
+                read_lag: self.settings.read_lag,
+                ..Capabilities::for_fields(HTTP_FIELDS, true)
+            })
     }
 
     /// Every database the token can see, page by page (one request per
@@ -532,6 +620,7 @@ impl Provider for HttpProvider {
         names: &[String],
         _deep: &[String],
     ) -> Result<Vec<Observation>, ProviderError> {
+        self.server_capabilities().await?;
         let wanted: std::collections::HashSet<&String> = names.iter().collect();
         self.list(|db| {
             wanted.contains(&db.name) || db.labels.contains_key(super::OWNER_AGENT_LABEL)
@@ -540,6 +629,7 @@ impl Provider for HttpProvider {
     }
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
+        self.server_capabilities().await?;
         self.get(database_name).await
     }
 
@@ -549,9 +639,10 @@ impl Provider for HttpProvider {
         request: &ChangeRequest,
     ) -> Result<Observation, ProviderError> {
         let name = &request.database_name;
+        let capabilities = self.server_capabilities().await?;
         let body = CreateDatabase {
             name: name.clone(),
-            fields: request.fields.clone(),
+            fields: Self::managed_only(&capabilities, &request.fields),
             labels: request.labels.clone(),
         };
         let answer = self
@@ -563,6 +654,7 @@ impl Provider for HttpProvider {
                 Some(json(&body)),
             )
             .await?;
+        self.recheck_capabilities_after(&answer);
         self.changed(name, answer).await
     }
 
@@ -572,9 +664,10 @@ impl Provider for HttpProvider {
         request: &ChangeRequest,
     ) -> Result<Observation, ProviderError> {
         let name = &request.database_name;
+        let capabilities = self.server_capabilities().await?;
         let etag = self.etag(name).await?;
         let body = UpdateDatabase {
-            fields: request.fields.clone(),
+            fields: Self::managed_only(&capabilities, &request.fields),
             labels: request.labels.clone(),
         };
         let answer = self
@@ -589,6 +682,7 @@ impl Provider for HttpProvider {
         if answer.status == StatusCode::PRECONDITION_FAILED {
             return Err(self.stale(name, &answer).await);
         }
+        self.recheck_capabilities_after(&answer);
         self.changed(name, answer).await
     }
 

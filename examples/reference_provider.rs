@@ -185,6 +185,52 @@ fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
+/// `405 Method Not Allowed` with the methods the path takes.
+fn not_allowed(allow: &str) -> Response {
+    let mut response = problem(
+        405,
+        "Method Not Allowed",
+        format!("this path takes {allow}"),
+    );
+    if let Ok(value) = allow.parse() {
+        response.headers_mut().insert("allow", value);
+    }
+    response
+}
+
+/// Why `value` is not of the type field `key` takes (`null` removes a
+/// field in a PATCH and is always accepted).
+fn wrong_type(key: &str, value: &Value) -> Option<String> {
+    let wanted = match key.split('.').next().unwrap_or(key) {
+        _ if value.is_null() => return None,
+        "connectionLimit" | "storageGb" | "backupRetentionDays" => {
+            if value.is_i64() {
+                return None;
+            }
+            "an integer"
+        }
+        "allowConnections" | "highAvailability" => {
+            if value.is_boolean() {
+                return None;
+            }
+            "a boolean"
+        }
+        "extensions" => {
+            if value.is_array() {
+                return None;
+            }
+            "a list"
+        }
+        _ => {
+            if value.is_string() {
+                return None;
+            }
+            "a string"
+        }
+    };
+    Some(format!("field `{key}` must be {wanted}, not {value}"))
+}
+
 /// A percent-encoded path segment as text; `None` when an escape is
 /// broken or the bytes are not UTF-8.
 fn percent_decode(segment: &str) -> Option<String> {
@@ -413,6 +459,13 @@ impl Server {
                     "mutating requests need an Idempotency-Key",
                 );
             };
+            if key.len() != 64 || !key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                return problem(
+                    400,
+                    "Bad Request",
+                    "an Idempotency-Key is 64 lowercase hex characters",
+                );
+            }
             let digest = hex(&sha2::Sha256::digest(
                 [
                     method.as_str().as_bytes(),
@@ -450,6 +503,10 @@ impl Server {
                 (&Method::DELETE, ["databases", name]) => {
                     self.delete(&mut data, name, headers, now)
                 }
+                (_, ["databases", _]) => {
+                    return not_allowed("GET, PATCH, DELETE");
+                }
+                (_, ["databases"]) => return not_allowed("GET, POST"),
                 _ => return problem(404, "Not Found", format!("no route {method} {path}")),
             };
             let status = response.0;
@@ -611,6 +668,9 @@ impl Server {
                     ),
                 ));
             };
+            if let Some(problem) = wrong_type(key, value) {
+                return Some(failure(422, "Unprocessable Content", problem));
+            }
             if let Some(db) = current
                 && mutability != "mutable"
                 && db.fields.get(key) != Some(value)

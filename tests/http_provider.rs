@@ -890,3 +890,64 @@ fn the_reference_server_keeps_databases_and_keys_across_a_restart() {
     assert_eq!(uses.as_object().unwrap().len(), 1, "{uses}");
     drop(repo);
 }
+
+/// What adapter authors copy enforces what the document says (it accepted
+/// each of these): a field of the wrong type, a change to an immutable
+/// field, an empty name, a key that is not 64 hex characters, and a
+/// method a path does not take.
+#[test]
+fn the_reference_server_enforces_what_the_document_says() {
+    let server = ReferenceServer::start(&[]);
+    let key = |n: u8| format!("{n:064x}");
+    let post = |k: &str, body: serde_json::Value| {
+        server.request_with(
+            "POST",
+            "/v1/databases",
+            &[("Idempotency-Key", k)],
+            &body.to_string(),
+        )
+    };
+    let (status, body) = post(
+        &key(1),
+        json!({"name": "x", "fields": {"storageGb": "lots"}}),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("storageGb"),
+        "{body}"
+    );
+    assert_eq!(post(&key(2), json!({"name": "", "fields": {}})).0, 422);
+    for bad in ["", "short", &"a".repeat(300), &"A".repeat(64)] {
+        let (status, body) = post(bad, json!({"name": "y", "fields": {}}));
+        assert_eq!(status, 400, "key {bad:?}: {body}");
+    }
+    let (status, made) = post(
+        &key(3),
+        json!({"name": "z", "fields": {"engine": "postgres", "size": "db-small"}}),
+    );
+    assert_eq!(status, 201, "{made}");
+    let etag = made["etag"].as_str().unwrap().to_string();
+    let (status, body) = server.request_with(
+        "PATCH",
+        "/v1/databases/z",
+        &[("Idempotency-Key", &key(4)), ("If-Match", &etag)],
+        &json!({"fields": {"engine": "mysql"}}).to_string(),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("immutable"),
+        "{body}"
+    );
+    let (status, body) = server.request_with(
+        "POST",
+        "/v1/databases/z",
+        &[("Idempotency-Key", &key(5))],
+        "{}",
+    );
+    assert_eq!(status, 405, "{body}");
+    assert_eq!(
+        server.database("z").unwrap()["fields"]["engine"],
+        "postgres",
+        "nothing changed"
+    );
+}

@@ -91,8 +91,13 @@ impl Checker {
         })
     }
 
+    /// An idempotency key in the contract's form (64 lowercase hex
+    /// characters, as tend's operation ids are), one per `what` of this
+    /// run.
     fn key(&self, what: &str) -> String {
-        format!("tend-check-{}-{what}", self.run)
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(format!("tend-check-{}-{what}", self.run));
+        digest.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Creates `name` under `key` and waits until it is ready.

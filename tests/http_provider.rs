@@ -699,9 +699,16 @@ fn two_hundred_fifty_databases_are_observed_over_pages() {
     );
 }
 
-fn check(server: &ReferenceServer) -> support::RunOutput {
+fn check(server: &ReferenceServer, token: Option<&str>) -> support::RunOutput {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["provider".to_string(), "check".into(), server.url()];
+    if let Some(token) = token {
+        let file = dir.path().join("token");
+        std::fs::write(&file, token).unwrap();
+        args.extend(["--token-file".into(), file.display().to_string()]);
+    }
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tend"))
-        .args(["provider", "check", &server.url()])
+        .args(&args)
         .output()
         .unwrap();
     support::RunOutput {
@@ -712,57 +719,115 @@ fn check(server: &ReferenceServer) -> support::RunOutput {
     }
 }
 
+/// The rules a run printed with `verdict` (`PASS`, `FAIL`, `SKIP`).
+fn rules_with(run: &support::RunOutput, verdict: &str) -> Vec<String> {
+    run.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{verdict} ")))
+        .map(|l| l.split(':').next().unwrap().to_string())
+        .collect()
+}
+
 #[test]
 fn provider_check_passes_against_the_reference_server() {
-    for args in [&[][..], &["--provisioning-delay", "300ms"]] {
+    let all = [
+        "capabilities",
+        "auth",
+        "problem-json",
+        "create",
+        "async-operations",
+        "idempotency-replay",
+        "idempotency-mismatch",
+        "if-match-required",
+        "etag-precondition",
+        "patch-replay",
+        "immutability",
+        "unknown-field",
+        "pagination",
+        "delete-precondition",
+        "delete-replay",
+        "delete",
+    ];
+    for (args, token, skips) in [
+        (
+            &["--token", "s3cret"][..],
+            Some("s3cret"),
+            &["async-operations"][..],
+        ),
+        (&["--provisioning-delay", "300ms"][..], None, &["auth"][..]),
+        // A server managing a small field set: every rule is exercised
+        // with those fields; none has an immutable one.
+        (
+            &["--fields", "owner,comment,connectionLimit,parameters"][..],
+            None,
+            &["auth", "async-operations", "immutability"][..],
+        ),
+    ] {
         let server = ReferenceServer::start(args);
-        let run = check(&server);
+        let run = check(&server, token);
         assert_eq!(
             run.output.status.code(),
             Some(0),
-            "{}\n{}",
+            "{args:?}\n{}\n{}",
             run.stdout,
             run.stderr
         );
-        for rule in [
-            "capabilities",
-            "problem-json",
-            "create",
-            "async-operations",
-            "idempotency-replay",
-            "idempotency-mismatch",
-            "etag-precondition",
-            "pagination",
-            "delete",
-        ] {
+        let passed = rules_with(&run, "PASS");
+        let skipped = rules_with(&run, "SKIP");
+        for rule in all {
+            let expected_skip = skips.contains(&rule);
             assert!(
-                run.stdout
-                    .lines()
-                    .any(|l| l.starts_with(&format!("PASS {rule}: "))),
-                "{rule}: {}",
+                if expected_skip {
+                    skipped.contains(&rule.to_string())
+                } else {
+                    passed.contains(&rule.to_string())
+                },
+                "{args:?}: {rule}: {}",
                 run.stdout
             );
         }
         assert_eq!(server.stats()["databases"], 0, "the check cleans up");
+        assert!(
+            run.stdout.contains("PASS delete: 5 databases deleted"),
+            "{}",
+            run.stdout
+        );
     }
 }
 
+/// Servers that break rules, each named: one without auth (checked with a
+/// token), one that ignores If-Match, one that performs a replayed key's
+/// request again.
 #[test]
 fn provider_check_names_the_rule_a_broken_server_breaks() {
-    for (flag, rule) in [
-        ("--broken-replay", "idempotency-replay"),
-        ("--broken-etag", "etag-precondition"),
+    for (flag, token, rules) in [
+        (None, Some("s3cret"), &["auth"][..]),
+        (
+            Some("--broken-replay"),
+            None,
+            &["idempotency-replay", "patch-replay", "delete-replay"][..],
+        ),
+        (
+            Some("--broken-etag"),
+            None,
+            &[
+                "if-match-required",
+                "etag-precondition",
+                "delete-precondition",
+            ][..],
+        ),
     ] {
-        let server = ReferenceServer::start(&[flag]);
-        let run = check(&server);
+        let server = ReferenceServer::start(flag.as_slice());
+        let run = check(&server, token);
         assert_eq!(run.output.status.code(), Some(1), "{}", run.stdout);
-        let failed: Vec<&str> = run
-            .stdout
-            .lines()
-            .filter_map(|l| l.strip_prefix("FAIL "))
-            .map(|l| l.split(':').next().unwrap())
-            .collect();
-        assert!(failed.contains(&rule), "{flag}: {}", run.stdout);
+        let failed = rules_with(&run, "FAIL");
+        for rule in rules {
+            assert!(
+                failed.contains(&rule.to_string()),
+                "{flag:?}: {rule}: {}",
+                run.stdout
+            );
+        }
     }
 }
 

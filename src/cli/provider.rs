@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::exit;
 use super::session::runtime;
+use crate::provider::http::check::Outcome;
 
 #[derive(Debug, Subcommand)]
 pub enum ProviderCommand {
@@ -50,18 +51,25 @@ pub fn run(command: &ProviderCommand) -> io::Result<u8> {
         }
     };
     let mut out = io::stdout().lock();
-    let failed = verdicts.iter().filter(|v| v.failure.is_some()).count();
+    let (mut failed, mut skipped) = (0, 0);
     for v in &verdicts {
-        match &v.failure {
-            None => writeln!(out, "PASS {}: {}", v.rule, v.note)?,
-            Some(why) => writeln!(out, "FAIL {}: {why}", v.rule)?,
+        match &v.outcome {
+            Outcome::Pass(note) => writeln!(out, "PASS {}: {note}", v.rule)?,
+            Outcome::Fail(why) => {
+                failed += 1;
+                writeln!(out, "FAIL {}: {why}", v.rule)?
+            }
+            Outcome::Skip(why) => {
+                skipped += 1;
+                writeln!(out, "SKIP {}: {why}", v.rule)?
+            }
         }
     }
     writeln!(
         out,
-        "{} rules, {} passed, {failed} failed",
+        "{} rules, {} passed, {failed} failed, {skipped} skipped",
         verdicts.len(),
-        verdicts.len() - failed
+        verdicts.len() - failed - skipped
     )?;
     Ok(if failed == 0 { exit::OK } else { exit::ERROR })
 }

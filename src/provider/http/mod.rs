@@ -722,20 +722,6 @@ impl Provider for HttpProvider {
     }
 }
 
-/// Labels and fields as the contract sends them (for `check`).
-pub(crate) fn change(fields: &[(&str, Value)], labels: &[(&str, &str)]) -> UpdateDatabase {
-    UpdateDatabase {
-        fields: fields
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect::<BTreeMap<_, _>>(),
-        labels: labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
+/// `GET /v1/capabilities`: every field of the contract, as the reference
+/// server lists them.
+const CAPABILITIES: &str = r#"{"version": "v1", "engines": ["postgres", "mysql"], "labels": true, "fields": {"databaseName": "immutable", "owner": "mutable", "comment": "mutable", "connectionLimit": "mutable", "allowConnections": "mutable", "parameters": "mutable", "extensions": "mutable", "encoding": "immutable", "locale": "immutable", "engine": "immutable", "version": "mutable", "size": "mutable", "storageGb": "mutable", "highAvailability": "mutable", "backupRetentionDays": "mutable", "region": "immutable"}}"#;
+
 /// How to answer one request.
 pub enum Reply {
     Json(String),
@@ -51,8 +55,15 @@ impl HostileHttp {
                                 break;
                             }
                         }
-                        let n = counter.fetch_add(1, Ordering::SeqCst);
-                        match answer(&path, n) {
+                        // The capabilities are benign (every field the
+                        // contract carries), and not counted: the hostility
+                        // is in what the test's function answers.
+                        let reply = if path == "/v1/capabilities" {
+                            Reply::Json(CAPABILITIES.to_string())
+                        } else {
+                            answer(&path, counter.fetch_add(1, Ordering::SeqCst))
+                        };
+                        match reply {
                             Reply::Json(body) => {
                                 let head = format!(
                                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",

@@ -849,6 +849,55 @@ fn the_openapi_document_describes_what_the_server_answers() {
     ] {
         assert!(doc["paths"][path][method].is_object(), "{method} {path}");
     }
+    // Every status code the document names, on the requests that can
+    // answer it.
+    for (path, method, codes) in [
+        (
+            "/v1/databases",
+            "post",
+            &["400", "401", "403", "409", "422", "429", "503"][..],
+        ),
+        (
+            "/v1/databases/{name}",
+            "patch",
+            &[
+                "400", "401", "403", "404", "412", "422", "428", "429", "503",
+            ][..],
+        ),
+        (
+            "/v1/databases/{name}",
+            "delete",
+            &[
+                "400", "401", "403", "404", "412", "422", "428", "429", "503",
+            ][..],
+        ),
+    ] {
+        for code in codes {
+            assert!(
+                doc["paths"][path][method]["responses"][code].is_object(),
+                "{method} {path} {code}"
+            );
+        }
+    }
+    // The key's form is the one tend and the checker send; a GET's ETag
+    // links to the If-Match of a PATCH and a DELETE (for stateful
+    // testers); the ETag header is required.
+    let key = &doc["components"]["parameters"]["IdempotencyKey"]["schema"];
+    assert_eq!(key["pattern"], "^[0-9a-f]{64}$", "{key}");
+    let links = &doc["components"]["responses"]["Database"]["links"];
+    for (link, operation) in [
+        ("UpdateDatabase", "updateDatabase"),
+        ("DeleteDatabase", "deleteDatabase"),
+    ] {
+        assert_eq!(links[link]["operationId"], operation, "{links}");
+        assert_eq!(
+            links[link]["parameters"]["If-Match"],
+            "$response.header.ETag"
+        );
+    }
+    assert_eq!(doc["components"]["headers"]["ETag"]["required"], true);
+    let name = &doc["components"]["schemas"]["CreateDatabase"]["properties"]["name"];
+    assert_eq!(name["minLength"], 1, "{name}");
     let validator = |schema: &str| {
         let root = json!({
             "$ref": format!("#/components/schemas/{schema}"),

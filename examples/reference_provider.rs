@@ -185,6 +185,15 @@ fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
+/// A JSON object body as `T` (serde would also read a struct from an
+/// array, by position: `[]` is not an empty update).
+fn object_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Option<T> {
+    match serde_json::from_slice::<Value>(body).ok()? {
+        value @ Value::Object(_) => serde_json::from_value(value).ok(),
+        _ => None,
+    }
+}
+
 /// `405 Method Not Allowed` with the methods the path takes.
 fn not_allowed(allow: &str) -> Response {
     let mut response = problem(
@@ -446,6 +455,18 @@ impl Server {
             );
         };
         let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+        // A method a known path does not take: 405 before anything else.
+        let allow = match segments.as_slice() {
+            ["capabilities"] | ["operations", _] => Some("GET"),
+            ["databases"] => Some("GET, POST"),
+            ["databases", _] => Some("GET, PATCH, DELETE"),
+            _ => None,
+        };
+        if let Some(allow) = allow
+            && !allow.split(", ").any(|m| m == method.as_str())
+        {
+            return not_allowed(allow);
+        }
         let mutating = matches!(*method, Method::POST | Method::PATCH | Method::DELETE);
         let key = headers
             .get(IDEMPOTENCY_KEY)
@@ -503,10 +524,6 @@ impl Server {
                 (&Method::DELETE, ["databases", name]) => {
                     self.delete(&mut data, name, headers, now)
                 }
-                (_, ["databases", _]) => {
-                    return not_allowed("GET, PATCH, DELETE");
-                }
-                (_, ["databases"]) => return not_allowed("GET, POST"),
                 _ => return problem(404, "Not Found", format!("no route {method} {path}")),
             };
             let status = response.0;
@@ -686,11 +703,19 @@ impl Server {
     }
 
     fn create(&self, data: &mut Data, body: &[u8], now: u64) -> (u16, Value, Option<String>) {
-        let Ok(request) = serde_json::from_slice::<CreateDatabase>(body) else {
-            return failure(400, "Bad Request", "the body is not a CreateDatabase");
+        let Some(request) = object_body::<CreateDatabase>(body) else {
+            return failure(
+                400,
+                "Bad Request",
+                "the body is not a CreateDatabase object",
+            );
         };
-        if request.name.is_empty() {
-            return failure(422, "Unprocessable Content", "a database needs a name");
+        if request.name.is_empty() || request.name.len() > 255 {
+            return failure(
+                422,
+                "Unprocessable Content",
+                "a database name is 1 to 255 characters",
+            );
         }
         if let Some(refused) = self.refused_field(&request.fields, None) {
             return refused;
@@ -803,8 +828,12 @@ impl Server {
         body: &[u8],
         now: u64,
     ) -> (u16, Value, Option<String>) {
-        let Ok(request) = serde_json::from_slice::<UpdateDatabase>(body) else {
-            return failure(400, "Bad Request", "the body is not an UpdateDatabase");
+        let Some(request) = object_body::<UpdateDatabase>(body) else {
+            return failure(
+                400,
+                "Bad Request",
+                "the body is not an UpdateDatabase object",
+            );
         };
         if let Err(e) = self.precondition(data, name, headers, now) {
             return e;

@@ -699,35 +699,6 @@ fn two_hundred_fifty_databases_are_observed_over_pages() {
     );
 }
 
-fn check(server: &ReferenceServer, token: Option<&str>) -> support::RunOutput {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec!["provider".to_string(), "check".into(), server.url()];
-    if let Some(token) = token {
-        let file = dir.path().join("token");
-        std::fs::write(&file, token).unwrap();
-        args.extend(["--token-file".into(), file.display().to_string()]);
-    }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tend"))
-        .args(&args)
-        .output()
-        .unwrap();
-    support::RunOutput {
-        command: "tend provider check".into(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        output: out,
-    }
-}
-
-/// The rules a run printed with `verdict` (`PASS`, `FAIL`, `SKIP`).
-fn rules_with(run: &support::RunOutput, verdict: &str) -> Vec<String> {
-    run.stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix(&format!("{verdict} ")))
-        .map(|l| l.split(':').next().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn provider_check_passes_against_the_reference_server() {
     let all = [
@@ -764,7 +735,7 @@ fn provider_check_passes_against_the_reference_server() {
         ),
     ] {
         let server = ReferenceServer::start(args);
-        let run = check(&server, token);
+        let run = support::provider_check(&server.url(), token);
         assert_eq!(
             run.output.status.code(),
             Some(0),
@@ -772,8 +743,8 @@ fn provider_check_passes_against_the_reference_server() {
             run.stdout,
             run.stderr
         );
-        let passed = rules_with(&run, "PASS");
-        let skipped = rules_with(&run, "SKIP");
+        let passed = support::check_rules(&run, "PASS");
+        let skipped = support::check_rules(&run, "SKIP");
         for rule in all {
             let expected_skip = skips.contains(&rule);
             assert!(
@@ -818,9 +789,9 @@ fn provider_check_names_the_rule_a_broken_server_breaks() {
         ),
     ] {
         let server = ReferenceServer::start(flag.as_slice());
-        let run = check(&server, token);
+        let run = support::provider_check(&server.url(), token);
         assert_eq!(run.output.status.code(), Some(1), "{}", run.stdout);
-        let failed = rules_with(&run, "FAIL");
+        let failed = support::check_rules(&run, "FAIL");
         for rule in rules {
             assert!(
                 failed.contains(&rule.to_string()),

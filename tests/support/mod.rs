@@ -10,6 +10,7 @@ pub mod dice;
 pub mod docs;
 pub mod git;
 pub mod hostile_http;
+pub mod minimal_dbaas;
 pub mod pgproxy;
 pub mod postgres;
 pub mod receiver;
@@ -218,4 +219,35 @@ pub fn validate_counts(stdout: &str) -> Option<(usize, usize)> {
         let (errors, _) = rest.split_once(' ')?;
         Some((decls.parse().ok()?, errors.parse().ok()?))
     })
+}
+
+/// `tend provider check URL` (with `--token-file` holding `token`).
+pub fn provider_check(url: &str, token: Option<&str>) -> RunOutput {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["provider".to_string(), "check".into(), url.to_string()];
+    if let Some(token) = token {
+        let file = dir.path().join("token");
+        std::fs::write(&file, token).unwrap();
+        args.extend(["--token-file".into(), file.display().to_string()]);
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_tend"))
+        .args(&args)
+        .output()
+        .unwrap();
+    RunOutput {
+        command: "tend provider check".into(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        output,
+    }
+}
+
+/// The rules a `tend provider check` run printed with `verdict` (`PASS`,
+/// `FAIL`, `SKIP`).
+pub fn check_rules(run: &RunOutput, verdict: &str) -> Vec<String> {
+    run.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{verdict} ")))
+        .map(|l| l.split(':').next().unwrap_or(l).to_string())
+        .collect()
 }

@@ -45,6 +45,41 @@ fn config(dir: &std::path::Path, repo: &TestRepo, server: &ReferenceServer, path
         .to_string()
 }
 
+/// `runs` listings of every database at `base`, as any client makes one:
+/// page after page (the client's largest page size, the server's limit),
+/// each parsed; milliseconds each, in this process.
+fn in_process_listings(base: &str, runs: usize) -> Vec<f64> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = tend::provider::tls::http_client_for(base).build().unwrap();
+    runtime.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..runs {
+            let t = Instant::now();
+            let mut token: Option<String> = None;
+            let mut listed = 0;
+            loop {
+                let url = match &token {
+                    Some(t) => format!("{base}/v1/databases?pageSize=1000&pageToken={t}"),
+                    None => format!("{base}/v1/databases?pageSize=1000"),
+                };
+                let body = client.get(url).send().await.unwrap().bytes().await.unwrap();
+                let page: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                listed += page["items"].as_array().map_or(0, Vec::len);
+                match page["nextPageToken"].as_str() {
+                    Some(next) if !next.is_empty() => token = Some(next.to_string()),
+                    _ => break,
+                }
+            }
+            out.push(ms(t.elapsed()));
+            assert!(listed > 0);
+        }
+        out
+    })
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -155,6 +190,54 @@ fn plan_over_1000_databases_and_creating_200() {
             "{:.2}x",
             median(plans).as_secs_f64() / median(raw).as_secs_f64()
         ),
+        "medians",
+    );
+
+    // The target: the running agent's no-change cycle over the same
+    // databases against one in-process listing of the same pages (no
+    // process start on either side), side by side.
+    let port = support::git::free_port();
+    let agent_config = TendConfig::new(dir.path(), &repo.url())
+        .without_section("providers.sandbox")
+        .source("path", "\"fleet\"")
+        .source("interval", "\"1h\"")
+        .reconcile("resync", "\"1h\"")
+        .reconcile("max_concurrency", "8")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section(
+            "providers.dbaas",
+            "endpoint",
+            &format!("\"{}\"", server.url()),
+        )
+        .section("providers.dbaas", "max_concurrency", "8")
+        .section("providers.dbaas", "rate_limit", "10000")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .server("reconcile_min_interval", "\"0s\"")
+        .write();
+    let daemon = support::daemon::Daemon::start(&agent_config, port, &[]);
+    daemon.wait_ready();
+    daemon.run_cycles(runs);
+    let cycles: Vec<f64> = durations(&daemon.log(), "cycle done in ")
+        .into_iter()
+        .skip(1)
+        .collect();
+    drop(daemon);
+    let listings = in_process_listings(&server.url(), runs);
+    let (v, d) = spread(&cycles);
+    figure(
+        &format!("http: the running agent's no-change cycle over {managed} databases"),
+        v,
+        &format!("{d}; each asked for through POST /v1/reconcile"),
+    );
+    let (v, d) = spread(&listings);
+    figure(
+        &format!("http: one in-process listing of the {managed} (reqwest + serde_json)"),
+        v,
+        &format!("{d}; the same pages, one connection"),
+    );
+    figure(
+        "**http: agent cycle / in-process listing (target <= 1.5x)**",
+        format!("{:.2}x", median_of(&cycles) / median_of(&listings)),
         "medians",
     );
 

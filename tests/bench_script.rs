@@ -37,7 +37,8 @@ fn the_benchmark_script_prints_every_figure() {
         "run: signed webhook to cycle start",
         "source: unchanged poll / `git fetch`",
         "source: unchanged poll, verify on / off",
-        "**http: plan / raw page fetch (target <= 2x)**",
+        "http: plan / raw page fetch (information)",
+        "**http: agent cycle / in-process listing (target <= 1.5x)**",
         "**postgres: plan / psql (target <= 2x)**",
         "`tend validate` of 300 files",
     ] {

@@ -12,14 +12,24 @@ use super::git::free_port;
 
 /// The example's binary, built beside the tests (`cargo nextest run` and
 /// `cargo test` build examples; a run filtered to one `--test` does not,
-/// and then it is built here, once, with the tests' profile).
+/// and then it is built here, once, with the tests' profile). A binary
+/// older than the example's source or the wire types it shares with tend
+/// is built again: a stale server would test the old code.
 fn binary() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let path = profile_dir.join("examples").join("reference_provider");
     BUILT.call_once(|| {
-        if path.exists() {
+        let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let sources = [
+            "examples/reference_provider.rs",
+            "src/provider/http/wire.rs",
+        ]
+        .map(|s| modified(&super::repo_root().join(s)));
+        let fresh = modified(&path)
+            .is_some_and(|built| sources.iter().flatten().all(|source| *source <= built));
+        if fresh {
             return;
         }
         let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));

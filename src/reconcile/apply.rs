@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::cycle::{Observations, Planned, plan_cycle};
 use super::inputs::{Inputs, MemoryRead};
-use super::observe::ProviderView;
+use super::observe::{ListingAhead, ProviderView};
 use super::{Mode, Outcome, Plan, PlannedResource, ReconcileError, Scope};
 use crate::agent::Agent;
 use crate::executor::queue::execute;
@@ -28,6 +28,13 @@ pub(super) async fn apply_cycle<'s>(
 ) -> Result<Outcome<'s>, ReconcileError> {
     let ctx = agent.exec_context().ok_or(ReconcileError::ReadOnly)?;
     let mut preloaded = agent.take_preloaded();
+    // The providers that list everything are listed while the journal is
+    // replayed and the inputs read (a replay that writes makes the cycle
+    // observe again: see `ListingAhead`).
+    let ahead = match agent.take_listing_ahead() {
+        Some(ahead) => Some(ahead),
+        None => ListingAhead::start_for(agent.runtimes(), agent.store(), scope).await,
+    };
     let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot, scope).await?;
     if !replayed.is_empty() {
         // Replayed intents change what is remembered: read it again.
@@ -44,7 +51,7 @@ pub(super) async fn apply_cycle<'s>(
         scope,
         &replayed,
         preloaded,
-        Observations::Fresh,
+        Observations::Fresh(ahead),
     )
     .await
     .map_err(keep(&operations))?;
@@ -86,7 +93,7 @@ pub(super) async fn apply_cycle<'s>(
             Observations::Known(views_after(plan, confirmations))
         } else {
             drop(plan);
-            Observations::Fresh
+            Observations::Fresh(None)
         };
         plan_cycle(
             agent,

@@ -23,8 +23,10 @@ use crate::source::Snapshot;
 
 /// Where a planning pass gets what the providers show.
 pub(super) enum Observations {
-    /// Ask every provider.
-    Fresh,
+    /// Ask every provider, awaiting the listings already under way (see
+    /// [`observe::ListingAhead`]); without, the providers that list
+    /// everything are listed while the inputs are read.
+    Fresh(Option<observe::ListingAhead>),
     /// Known already: after operations that were each confirmed by an
     /// observation, the cycle's first observations with those in their
     /// place (see `apply::views_after`).
@@ -50,6 +52,15 @@ pub(super) async fn plan_cycle<'s>(
     crate::executor::hooks::pause_until_resumed(crate::executor::hooks::BEFORE_INPUTS);
     let now = agent.clock().now();
     let started = std::time::Instant::now();
+    // A provider whose observation is one listing whatever it is asked for
+    // is listed while the inputs are read (a one-shot command started it
+    // beside the source fetch already).
+    let observations = match observations {
+        Observations::Fresh(None) => Observations::Fresh(
+            observe::ListingAhead::start_for(agent.runtimes(), agent.store(), scope).await,
+        ),
+        other => other,
+    };
     let mut inputs = match agent.store() {
         Some(store) => {
             let snapshot = snapshot.clone();
@@ -71,9 +82,9 @@ pub(super) async fn plan_cycle<'s>(
     effects.extend(guard_effect);
 
     let views = match observations {
-        Observations::Fresh => {
+        Observations::Fresh(ahead) => {
             tracing::debug!("observing, {:?} into the cycle", started.elapsed());
-            let ahead = match agent.take_listing_ahead() {
+            let ahead = match ahead {
                 Some(ahead) => ahead.if_fresh(agent.store()).await,
                 None => HashMap::new(),
             };

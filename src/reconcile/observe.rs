@@ -53,11 +53,7 @@ impl ListingAhead {
         runtimes: &BTreeMap<String, Arc<ProviderRuntime>>,
         store: Option<&StateStore>,
     ) -> Option<ListingAhead> {
-        let listing: Vec<Arc<ProviderRuntime>> = runtimes
-            .values()
-            .filter(|r| r.provider.lists_everything())
-            .cloned()
-            .collect();
+        let listing = listing_everything(runtimes, |_| true);
         if listing.is_empty() {
             return None;
         }
@@ -65,6 +61,36 @@ impl ListingAhead {
             Some(store) => Some(store.freshness().ok()?),
             None => None,
         };
+        Some(Self::spawn(listing, freshness))
+    }
+
+    /// The same at the start of a cycle over `scope` (the running agent's:
+    /// the listing then runs while the cycle reads its inputs and routes),
+    /// for the providers the scope can reach; none for a cycle over some
+    /// names (which providers they are is known only once routed).
+    pub async fn start_for(
+        runtimes: &BTreeMap<String, Arc<ProviderRuntime>>,
+        store: Option<&Arc<StateStore>>,
+        scope: &super::Scope,
+    ) -> Option<ListingAhead> {
+        let listing = match scope {
+            super::Scope::All => listing_everything(runtimes, |_| true),
+            super::Scope::Provider { provider, .. } => {
+                listing_everything(runtimes, |name| name == provider)
+            }
+            super::Scope::Only(_) => return None,
+        };
+        if listing.is_empty() {
+            return None;
+        }
+        let freshness = match store {
+            Some(store) => Some(blocking(store, |s| s.freshness()).await.ok()?),
+            None => None,
+        };
+        Some(Self::spawn(listing, freshness))
+    }
+
+    fn spawn(listing: Vec<Arc<ProviderRuntime>>, freshness: Option<Freshness>) -> ListingAhead {
         let listings = listing
             .into_iter()
             .map(|runtime| {
@@ -91,30 +117,50 @@ impl ListingAhead {
                 (name, listing)
             })
             .collect();
-        Some(ListingAhead {
+        ListingAhead {
             listings,
             freshness,
-        })
+        }
     }
 
     /// The listings (finished or not), if nothing was written to the state
     /// since they started; else none (stopped: the cycle observes again).
     pub async fn if_fresh(
-        self,
+        mut self,
         store: Option<&Arc<StateStore>>,
     ) -> HashMap<String, tokio::task::JoinHandle<ProviderView>> {
         if let Some(store) = store {
             let now = blocking(store, |s| s.freshness()).await.ok();
             if now != self.freshness {
                 tracing::debug!("the state changed while listing ahead: observing again");
-                for listing in self.listings.values() {
-                    listing.abort();
-                }
+                // Dropped: stopped.
                 return HashMap::new();
             }
         }
-        self.listings
+        std::mem::take(&mut self.listings)
     }
+}
+
+/// Listings nobody awaits (the cycle ended early) are stopped.
+impl Drop for ListingAhead {
+    fn drop(&mut self) {
+        for listing in self.listings.values() {
+            listing.abort();
+        }
+    }
+}
+
+/// The runtimes of the providers `wanted` names whose observation is one
+/// listing whatever it is asked for.
+fn listing_everything(
+    runtimes: &BTreeMap<String, Arc<ProviderRuntime>>,
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<Arc<ProviderRuntime>> {
+    runtimes
+        .values()
+        .filter(|r| wanted(&r.name) && r.provider.lists_everything())
+        .cloned()
+        .collect()
 }
 
 async fn collect(

@@ -150,14 +150,28 @@ fn ownership(
 /// database's identity: neither is a field a server must list.
 fn not_managed(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> {
     let spec = decl.normalized_spec.as_object()?;
+    let sets_unmanaged = |f: &crate::model::FieldInfo| {
+        f.mutability != crate::model::Mutability::Behaviour
+            && !matches!(f.name, "provider" | "databaseName")
+            && spec.get(f.name).is_some_and(|v| !v.is_null())
+            && !input.capabilities.fields.contains_key(f.name)
+    };
+    // This runs for every resource in every cycle: the spec's few keys
+    // are checked first, the field table only when one is not managed.
+    let all_managed = spec.iter().all(|(key, value)| {
+        value.is_null()
+            || input.capabilities.fields.contains_key(key.as_str())
+            || crate::model::FIELDS
+                .iter()
+                .find(|f| f.name == key)
+                .is_none_or(|f| !sets_unmanaged(f))
+    });
+    if all_managed {
+        return None;
+    }
     let unmanaged: Vec<&str> = crate::model::FIELDS
         .iter()
-        .filter(|f| {
-            f.mutability != crate::model::Mutability::Behaviour
-                && !matches!(f.name, "provider" | "databaseName")
-                && spec.get(f.name).is_some_and(|v| !v.is_null())
-                && !input.capabilities.fields.contains_key(f.name)
-        })
+        .filter(|f| sets_unmanaged(f))
         .map(|f| f.name)
         .collect();
     if unmanaged.is_empty() {

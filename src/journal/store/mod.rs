@@ -124,6 +124,11 @@ pub struct StateStore {
     /// Set when a write was refused by the fence: this agent lost its
     /// lease and must stop acting.
     fenced: std::sync::atomic::AtomicBool,
+    /// The memories last read, with their freshness: a cycle that finds
+    /// the content unchanged (a no-change cycle writes nothing) gets a
+    /// copy instead of reading every resource's rows again. Holds one
+    /// copy of the memories (a few hundred bytes a resource).
+    memories: Mutex<Option<StoredMemories>>,
 }
 
 /// Identifies a moment of the database's content: this store's writes
@@ -159,6 +164,7 @@ impl StateStore {
             writes: std::sync::atomic::AtomicU64::new(0),
             fence: Mutex::new(None),
             fenced: std::sync::atomic::AtomicBool::new(false),
+            memories: Mutex::new(None),
         }
     }
 
@@ -216,7 +222,9 @@ impl StateStore {
     #[doc(hidden)]
     #[cfg(any(test, feature = "test-hooks"))]
     pub fn execute_unchecked(&self, sql: &str) -> Result<usize, StateError> {
-        self.conn().execute(sql, &[]).map_err(|e| self.err(e))
+        let changed = self.conn().execute(sql, &[]).map_err(|e| self.err(e));
+        self.wrote();
+        changed
     }
 
     /// Checks compatibility without writing a byte: `immutable=1` makes

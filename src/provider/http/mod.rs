@@ -25,6 +25,7 @@
 
 pub mod check;
 mod classify;
+mod listing;
 pub mod wire;
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,11 +37,10 @@ use serde_json::Value;
 
 use crate::model::Mutability;
 
-use super::{
-    Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError, ResourceStatus,
-};
+use super::{Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError};
 pub use classify::classify;
-use wire::{CreateDatabase, Database, DatabasePage, IDEMPOTENCY_KEY, Operation, UpdateDatabase};
+use listing::Listed;
+use wire::{CreateDatabase, Database, IDEMPOTENCY_KEY, Operation, UpdateDatabase};
 
 /// Fields the contract can carry: every provider field of both scopes. A
 /// server manages those its `GET /v1/capabilities` lists (read at the
@@ -76,14 +76,50 @@ pub struct HttpSettings {
 pub struct HttpProvider {
     settings: HttpSettings,
     client: reqwest::Client,
-    /// The ETag of each database as last seen (observation or answer).
-    etags: Mutex<HashMap<String, String>>,
-    /// An unparsable `observedAt` has been logged (once per provider).
-    warned_observed_at: std::sync::atomic::AtomicBool,
+    /// What the databases showed last (shared with the listing's page
+    /// readers).
+    seen: std::sync::Arc<Seen>,
     /// What the server manages (`GET /v1/capabilities`), once read;
     /// forgotten after a `422` (its cause may be a field it stopped
     /// managing) and read again at the next call.
     server_capabilities: Mutex<Option<Capabilities>>,
+}
+
+/// What the databases showed last: each one's ETag (observation or
+/// answer), for the next `PATCH` or `DELETE`, and whether an unreadable
+/// `observedAt` was told.
+#[derive(Default)]
+struct Seen {
+    etags: Mutex<HashMap<String, String>>,
+    warned_observed_at: std::sync::atomic::AtomicBool,
+}
+
+impl Seen {
+    /// `listed`'s observation, its ETag kept (an unchanged one is not
+    /// copied again) and an unreadable `observedAt` told once.
+    fn remember(&self, endpoint: &str, listed: Listed) -> Observation {
+        if let Some(time) = &listed.unreadable_time
+            && !self
+                .warned_observed_at
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "{endpoint}: database `{}` has observedAt {:?}, not an RFC 3339 time: its observations count as stale (told once)",
+                crate::escape::terminal(&listed.observation.database_name),
+                crate::escape::terminal(time)
+            );
+        }
+        let name = &listed.observation.database_name;
+        let mut etags = self.etags.lock().unwrap_or_else(|p| p.into_inner());
+        match etags.get_mut(name) {
+            Some(known) if *known == listed.etag => {}
+            Some(known) => *known = listed.etag,
+            None => {
+                etags.insert(name.clone(), listed.etag);
+            }
+        }
+        listed.observation
+    }
 }
 
 /// A response read whole.
@@ -113,8 +149,7 @@ impl HttpProvider {
         Ok(HttpProvider {
             settings,
             client,
-            etags: Mutex::new(HashMap::new()),
-            warned_observed_at: Default::default(),
+            seen: Default::default(),
             server_capabilities: Mutex::new(None),
         })
     }
@@ -301,61 +336,11 @@ impl HttpProvider {
         })
     }
 
-    /// A database as the contract describes it, as an observation. A
-    /// status the contract does not define is an error (not `ready`); an
-    /// `observedAt` that is not RFC 3339 makes the observation as old as
-    /// can be (stale: never used to decide a write after one of tend's),
-    /// never "now".
-    fn observation(&self, mut db: Database) -> Result<Observation, ProviderError> {
-        let status = match db.status.as_str() {
-            "provisioning" => ResourceStatus::Provisioning,
-            "ready" => ResourceStatus::Ready,
-            "deleting" => ResourceStatus::Deleting,
-            other => {
-                return Err(ProviderError::Permanent {
-                    resource: db.name.clone(),
-                    message: format!(
-                        "{}: database `{}` has status {:?}, which the contract does not define (provisioning, ready or deleting)",
-                        self.settings.endpoint,
-                        crate::escape::terminal(&db.name),
-                        crate::escape::terminal(other)
-                    ),
-                });
-            }
-        };
-        let observed_at = crate::time::parse_rfc3339(&db.observed_at).unwrap_or_else(|| {
-            if !self
-                .warned_observed_at
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                tracing::warn!(
-                    "{}: database `{}` has observedAt {:?}, not an RFC 3339 time: its observations count as stale (told once)",
-                    self.settings.endpoint,
-                    crate::escape::terminal(&db.name),
-                    crate::escape::terminal(&db.observed_at)
-                );
-            }
-            SystemTime::UNIX_EPOCH
-        });
-        // The name a database is listed under is its databaseName, whether
-        // or not the server echoes the field (one it did not create
-        // itself does not): adoption compares the declared name with it.
-        db.fields
-            .entry("databaseName".to_string())
-            .or_insert_with(|| Value::String(db.name.clone()));
-        self.etags
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(db.name.clone(), db.etag.clone());
-        Ok(Observation {
-            database_name: db.name,
-            external_id: db.id,
-            status,
-            fields: db.fields,
-            labels: db.labels,
-            observed_at,
-            unobserved: Vec::new(),
-        })
+    /// A database as the contract describes it, as an observation (see
+    /// [`Listed::of`]), its ETag remembered.
+    fn observation(&self, db: Database) -> Result<Observation, ProviderError> {
+        let endpoint = &self.settings.endpoint;
+        Listed::of(endpoint, db).map(|listed| self.seen.remember(endpoint, listed))
     }
 
     async fn get(&self, name: &str) -> Result<Option<Observation>, ProviderError> {
@@ -369,7 +354,8 @@ impl HttpProvider {
             )
             .await?;
         if answer.status == StatusCode::NOT_FOUND {
-            self.etags
+            self.seen
+                .etags
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(name);
@@ -382,6 +368,7 @@ impl HttpProvider {
     /// The ETag to send for `name`, observing it first when none is known.
     async fn etag(&self, name: &str) -> Result<String, ProviderError> {
         let known = self
+            .seen
             .etags
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -391,7 +378,8 @@ impl HttpProvider {
             return Ok(tag);
         }
         self.get(name).await?;
-        self.etags
+        self.seen
+            .etags
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
@@ -478,98 +466,6 @@ impl HttpProvider {
     }
 }
 
-impl HttpProvider {
-    /// Every database the token can see. Listing costs the same whatever
-    /// names a cycle wants (the contract has no filter by name), so a
-    /// one-shot command starts this before it has read the declarations
-    /// (see `reconcile::observe::ListingAhead`).
-    pub async fn observe_everything(&self) -> Result<Vec<Observation>, ProviderError> {
-        self.server_capabilities().await?;
-        self.list(|_| true).await
-    }
-
-    /// The databases `keep` keeps, page by page (one request per page),
-    /// within [`LISTING_TIMEOUTS`] × `timeout` as a whole.
-    async fn list(
-        &self,
-        keep: impl Fn(&Database) -> bool,
-    ) -> Result<Vec<Observation>, ProviderError> {
-        let limit = self.settings.timeout * LISTING_TIMEOUTS;
-        match tokio::time::timeout(limit, self.list_pages(keep)).await {
-            Ok(listed) => listed,
-            Err(_) => Err(ProviderError::Retryable {
-                resource: "*".into(),
-                message: format!(
-                    "{}: the listing did not end within {} ({LISTING_TIMEOUTS} × timeout)",
-                    self.settings.endpoint,
-                    crate::time::duration(limit)
-                ),
-            }),
-        }
-    }
-
-    async fn list_pages(
-        &self,
-        keep: impl Fn(&Database) -> bool,
-    ) -> Result<Vec<Observation>, ProviderError> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        let mut tokens_seen: std::collections::HashSet<String> = Default::default();
-        let mut names_seen: std::collections::HashSet<String> = Default::default();
-        let mut empty_pages = 0usize;
-        let broken = |why: String| ProviderError::Permanent {
-            resource: "*".into(),
-            message: format!(
-                "{} {why}: the listing would never end, or would list a database twice",
-                self.settings.endpoint
-            ),
-        };
-        loop {
-            // The contract's largest page: the server answers with its own
-            // limit if lower.
-            let path = match &token {
-                Some(t) => format!("/databases?pageSize=1000&pageToken={}", segment(t)),
-                None => "/databases?pageSize=1000".to_string(),
-            };
-            let answer = self.send(Method::GET, &path, "*", &[], None).await?;
-            let page: DatabasePage = self.parse("*", &answer)?;
-            empty_pages = if page.items.is_empty() {
-                empty_pages + 1
-            } else {
-                0
-            };
-            for db in page.items {
-                if !names_seen.insert(db.name.clone()) {
-                    return Err(broken(format!("listed `{}` twice", db.name)));
-                }
-                if keep(&db) {
-                    out.push(self.observation(db)?);
-                }
-            }
-            match page.next_page_token {
-                // `""` ends a listing as `null` does.
-                None => break,
-                Some(next) if next.is_empty() => break,
-                Some(next) => {
-                    if !tokens_seen.insert(next.clone()) {
-                        return Err(broken(format!(
-                            "returned page token {next:?} again (after {} pages)",
-                            tokens_seen.len()
-                        )));
-                    }
-                    if empty_pages >= MAX_EMPTY_PAGES {
-                        return Err(broken(format!(
-                            "returned {empty_pages} empty pages in a row, each with a next page token"
-                        )));
-                    }
-                    token = Some(next);
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
 /// A path segment, percent-encoded where the contract's names could need it.
 fn segment(text: &str) -> String {
     text.bytes()
@@ -622,8 +518,8 @@ impl Provider for HttpProvider {
     ) -> Result<Vec<Observation>, ProviderError> {
         self.server_capabilities().await?;
         let wanted: std::collections::HashSet<&String> = names.iter().collect();
-        self.list(|db| {
-            wanted.contains(&db.name) || db.labels.contains_key(super::OWNER_AGENT_LABEL)
+        self.list(|o| {
+            wanted.contains(&o.database_name) || o.labels.contains_key(super::OWNER_AGENT_LABEL)
         })
         .await
     }
@@ -704,7 +600,8 @@ impl Provider for HttpProvider {
             .await?;
         match answer.status {
             StatusCode::NO_CONTENT | StatusCode::OK => {
-                self.etags
+                self.seen
+                    .etags
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(database_name);

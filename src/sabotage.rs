@@ -29,6 +29,15 @@ pub enum Sabotage {
     FreshIdOnRetry,
     /// executor: a confirmed operation's intent is never marked done.
     IntentLeftPending,
+    /// decide: `driftPolicy: Report` is not honoured (out-of-band drift is
+    /// corrected after its grace like any other).
+    ReportPolicyIgnored,
+    /// routing and the guard: a tree that declares nothing removes every
+    /// declaration like any other commit.
+    EmptyTreeNotGuarded,
+    /// routing: a file that does not parse counts as its declarations
+    /// removed.
+    UnparsableFileTombstoned,
 }
 
 impl Sabotage {

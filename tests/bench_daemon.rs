@@ -50,18 +50,54 @@ fn hwm_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-/// Seconds-since-start stamps of `TEND_LOG=debug` lines starting with
-/// `message`, in order.
-fn marks(log: &str, message: &str) -> Vec<f64> {
-    log.lines()
-        .filter_map(|l| {
-            let (time, rest) = l
-                .trim_start()
-                .split_once("s DEBUG ")
-                .or_else(|| l.trim_start().split_once("s  INFO "))?;
-            rest.starts_with(message).then(|| time.parse().ok())?
-        })
-        .collect()
+/// One cycle of the running agent as its `TEND_LOG=debug` log tells it.
+struct Cycle {
+    whole_ms: f64,
+    /// Time between "observing" and "observed" within the cycle.
+    observe_ms: f64,
+    operations: usize,
+}
+
+/// Every cycle of `log`, in order: the marks between a "cycle starts" and
+/// its "cycle done in" belong to that cycle.
+fn cycles_of(log: &str) -> Vec<Cycle> {
+    let mut out = Vec::new();
+    let (mut observe_ms, mut observing) = (0.0, None);
+    for line in log.lines() {
+        let line = line.trim_start();
+        let Some((time, rest)) = line
+            .split_once("s DEBUG ")
+            .or_else(|| line.split_once("s  INFO "))
+        else {
+            continue;
+        };
+        let Ok(at) = time.parse::<f64>() else {
+            continue;
+        };
+        if rest.starts_with("cycle starts") {
+            (observe_ms, observing) = (0.0, None);
+        } else if rest.starts_with("observing") {
+            observing = Some(at);
+        } else if rest.starts_with("observed") {
+            if let Some(start) = observing.take() {
+                observe_ms += (at - start) * 1000.0;
+            }
+        } else if let Some(done) = rest.strip_prefix("cycle done in ") {
+            let whole = durations(&format!("cycle done in {done}"), "cycle done in ");
+            let operations = done
+                .split_once("operations=")
+                .and_then(|(_, n)| n.split_whitespace().next()?.parse().ok())
+                .unwrap_or(usize::MAX);
+            if let Some(whole_ms) = whole.first() {
+                out.push(Cycle {
+                    whole_ms: *whole_ms,
+                    observe_ms,
+                    operations,
+                });
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -113,20 +149,28 @@ fn daemon_over_10000_declarations() {
     daemon.run_cycles(more);
     let rss_1000 = rss_kib(pid);
     let log = daemon.log();
-    let cycles = durations(&log, "cycle done in ");
-    let observing = marks(&log, "observing");
-    let observed = marks(&log, "observed");
-    let cycle_ms: Vec<f64> = cycles.iter().skip(1).copied().collect();
-    let observe_ms: Vec<f64> = observing
+    // Each cycle with its own observation (a cold cycle that made
+    // operations observes twice: the counts of the marks differ from the
+    // cycles', so they are paired by cycle, never by index).
+    let all = cycles_of(&log);
+    assert!(
+        all.len() > first + more,
+        "one cycle per request after the cold one: {} cycles",
+        all.len()
+    );
+    let no_change = &all[all.len() - (first + more)..];
+    let busy: Vec<&Cycle> = no_change.iter().filter(|c| c.operations != 0).collect();
+    assert!(
+        busy.is_empty(),
+        "no-change cycles made operations: {} of {}",
+        busy.len(),
+        no_change.len()
+    );
+    let cycle_ms: Vec<f64> = no_change.iter().map(|c| c.whole_ms).collect();
+    let observe_ms: Vec<f64> = no_change.iter().map(|c| c.observe_ms).collect();
+    let own: Vec<f64> = no_change
         .iter()
-        .zip(&observed)
-        .skip(1)
-        .map(|(a, b)| (b - a) * 1000.0)
-        .collect();
-    let own: Vec<f64> = cycle_ms
-        .iter()
-        .zip(&observe_ms)
-        .map(|(c, o)| c - o)
+        .map(|c| c.whole_ms - c.observe_ms)
         .collect();
     for (key, samples) in [
         ("run: no-change cycle, whole", &cycle_ms),

@@ -172,10 +172,37 @@ fn no_change_cycle_at_10000_declarations_postgres_against_sqlite() {
                 .is_some_and(|r| r.status == 200 && r.body.starts_with("ready"))
         });
         daemon.run_cycles(cycles);
-        let samples: Vec<f64> = durations(&daemon.log(), "cycle done in ")
+        let log = daemon.log();
+        let samples: Vec<f64> = durations(&log, "cycle done in ")
             .into_iter()
             .skip(1)
             .collect();
+        // Both backends timed the same work: no-change cycles over the
+        // whole fleet in sync.
+        let done: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("cycle done in "))
+            .skip(1)
+            .collect();
+        assert!(done.len() >= cycles, "{backend}: {} cycles", done.len());
+        assert!(
+            done.iter().all(|l| l.contains("operations=0")),
+            "{backend}: a measured cycle made operations"
+        );
+        let status = daemon.status();
+        assert_eq!(
+            status["resources"].as_array().map(Vec::len),
+            Some(declarations),
+            "{backend}"
+        );
+        assert!(
+            status["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["state"] == "InSync"),
+            "{backend}: not every resource in sync"
+        );
         let (value, detail) = spread(&samples);
         figure(
             &format!("ha: no-change cycle, {backend} state"),

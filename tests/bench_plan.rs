@@ -12,8 +12,9 @@ use support::bench::{Scale, figure, spread};
 use support::config::TendConfig;
 use support::git::repo_with_declarations;
 
-/// Runs `args` with GNU time (peak RSS); wall milliseconds and KiB.
-fn run(args: &[&str], code: i32) -> (f64, u64) {
+/// Runs `args` with GNU time (peak RSS); wall milliseconds, KiB and
+/// stdout.
+fn run(args: &[&str], code: i32) -> (f64, u64, String) {
     let t = Instant::now();
     let out = Command::new("/usr/bin/time")
         .args(["-f", "rss-kib %M", env!("CARGO_BIN_EXE_tend")])
@@ -30,7 +31,7 @@ fn run(args: &[&str], code: i32) -> (f64, u64) {
         .find_map(|l| l.strip_prefix("rss-kib "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    (wall, rss)
+    (wall, rss, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[test]
@@ -50,10 +51,23 @@ fn validate_and_plan_over_10000_declarations() {
     let tree = repo.path().join("databases").display().to_string();
     let (mut validate, mut plan, mut rss_v, mut rss_p) = (Vec::new(), Vec::new(), 0, 0);
     for _ in 0..runs {
-        let (wall, rss) = run(&["validate", &tree], 0);
+        let (wall, rss, out) = run(&["validate", &tree], 0);
+        assert!(
+            out.contains(&format!("{declarations} declarations, 0 errors")),
+            "{out}"
+        );
         validate.push(wall);
         rss_v = rss_v.max(rss);
-        let (wall, rss) = run(&["--config", &config, "plan", "--format", "json"], 0);
+        let (wall, rss, out) = run(&["--config", &config, "plan", "--format", "json"], 0);
+        // What was timed is the plan asked for: every declaration, each
+        // a create into the empty sandbox.
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let resources = report["resources"].as_array().unwrap();
+        assert_eq!(resources.len(), declarations);
+        assert!(
+            resources.iter().all(|r| r["action"] == "Create"),
+            "every declaration planned as a create"
+        );
         plan.push(wall);
         rss_p = rss_p.max(rss);
     }

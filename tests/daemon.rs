@@ -412,6 +412,8 @@ fn a_held_correction_runs_when_drift_grace_ends_not_at_the_next_poll() {
     let env = Env::new(|c| c.reconcile("drift_grace", "\"3s\""));
     let daemon = env.start(&[]);
     env.edit_limit("orders", 55);
+    // The drift is first seen by the cycle this asks for, no earlier.
+    let asked = Instant::now();
     assert_eq!(
         daemon
             .request("POST", "/v1/reconcile", &[], b"")
@@ -423,6 +425,14 @@ fn a_held_correction_runs_when_drift_grace_ends_not_at_the_next_poll() {
         resource(&daemon.status(), "orders").is_some_and(|r| r["action"] == "Hold")
     });
     let held = Instant::now();
+    // The grace is honoured: the out-of-band value stands for most of it.
+    std::thread::sleep(Duration::from_millis(2500).saturating_sub(asked.elapsed()));
+    assert_eq!(
+        env.limit_at_provider("orders"),
+        json!(55),
+        "corrected {:?} after the drift was first seen, within drift_grace 3s",
+        asked.elapsed()
+    );
     daemon.wait_for(
         "the correction at the due time",
         Duration::from_secs(6),

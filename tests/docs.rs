@@ -1,7 +1,8 @@
 //! The documentation's commands, run: every ```console and ```sh block in
 //! README.md and docs/ runs against the real binary in a scratch copy of
 //! this repository's examples, and a console block's output must match
-//! what it shows. A block that cannot run here says so, with the reason,
+//! what it shows, its exit code too (0 unless the shown output ends with a
+//! line `[exit N]`). A block that cannot run here says so, with the reason,
 //! in an HTML comment just before it (`<!-- doctest: skip: … -->`); a
 //! block may carry hidden setup (`<!-- doctest: setup … -->`), or leave
 //! out one line that cannot run here, with the reason
@@ -22,10 +23,20 @@ use support::repo_root;
 
 /// A scratch copy of the repository's examples as a Git repository of its
 /// own (tend reads commits, never a working tree), with `tend` on `PATH`.
+///
+/// Its agent listens on a free port of its own, not the documented
+/// `127.0.0.1:9477` (which a developer's own agent, or a second checkout's
+/// tests, may hold): the port is written into the copied configuration
+/// and the blocks' commands, and the documented port put back into what
+/// they print before it is compared.
 struct Workspace {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    port: String,
 }
+
+/// The port the documents show.
+const DOCUMENTED_PORT: &str = "9477";
 
 impl Workspace {
     fn new() -> Self {
@@ -39,19 +50,36 @@ impl Workspace {
             .status()
             .unwrap();
         assert!(copy.success());
+        let port = support::git::free_port().to_string();
+        let config = dir.path().join("examples/tend.toml");
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        assert!(
+            !text.contains("[server]"),
+            "examples/tend.toml sets [server]: the doc tests add their own listen address"
+        );
+        text.push_str(&format!("\n[server]\nlisten = \"127.0.0.1:{port}\"\n"));
+        std::fs::write(&config, text).unwrap();
         git(dir.path(), &["init", "-q", "-b", "main"]);
         git(dir.path(), &["add", "."]);
         git(dir.path(), &["commit", "-q", "-m", "examples"]);
         let bin = dir.path().join(".bin");
         std::fs::create_dir(&bin).unwrap();
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tend"), bin.join("tend")).unwrap();
-        Workspace { dir, bin }
+        Workspace { dir, bin, port }
     }
 
     /// Runs `script` with bash; stdout and stderr interleaved as a
     /// terminal shows them.
     fn run(&self, script: &str) -> (bool, String) {
-        let script = script.replace("cargo run -- ", "tend ");
+        let (code, out) = self.run_with_code(script);
+        (code == Some(0), out)
+    }
+
+    /// [`Workspace::run`] with the exit code (`None`: killed by a signal).
+    fn run_with_code(&self, script: &str) -> (Option<i32>, String) {
+        let script = script
+            .replace("cargo run -- ", "tend ")
+            .replace(&format!(":{DOCUMENTED_PORT}"), &format!(":{}", self.port));
         let out = Command::new("bash")
             .arg("-c")
             .arg(format!("exec 2>&1\n{script}"))
@@ -76,8 +104,9 @@ impl Workspace {
             .output()
             .unwrap();
         (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout)
+                .replace(&format!(":{}", self.port), &format!(":{DOCUMENTED_PORT}")),
         )
     }
 }
@@ -115,7 +144,27 @@ fn output_matches(expected: &[String], actual: &[&str]) -> bool {
     }
 }
 
-/// Runs a console block: each `$ command` in turn, its output compared.
+/// The exit code a command's shown output states on its last line
+/// (`[exit N]`, taken off the output), else 0.
+fn shown_exit(expected: &mut Vec<String>) -> i32 {
+    let stated = expected.last().and_then(|l| {
+        l.trim()
+            .strip_prefix("[exit ")?
+            .strip_suffix(']')?
+            .parse::<i32>()
+            .ok()
+    });
+    match stated {
+        Some(code) => {
+            expected.pop();
+            code
+        }
+        None => 0,
+    }
+}
+
+/// Runs a console block: each `$ command` in turn, its output compared,
+/// and its exit code (0 unless the output shown ends with `[exit N]`).
 fn run_console(ws: &Workspace, block: &Block) -> Result<(), String> {
     let mut commands: Vec<(String, Vec<String>)> = Vec::new();
     for line in &block.body {
@@ -131,13 +180,19 @@ fn run_console(ws: &Workspace, block: &Block) -> Result<(), String> {
             }
         }
     }
-    for (cmd, expected) in commands {
-        let (_, actual) = ws.run(&cmd);
+    for (cmd, mut expected) in commands {
+        let code = shown_exit(&mut expected);
+        let (actual_code, actual) = ws.run_with_code(&cmd);
         let lines: Vec<&str> = actual.lines().collect();
         if !output_matches(&expected, &lines) {
             return Err(format!(
                 "$ {cmd}\n--- shown:\n{}\n--- actual:\n{actual}",
                 expected.join("\n")
+            ));
+        }
+        if actual_code != Some(code) {
+            return Err(format!(
+                "$ {cmd}\nexited {actual_code:?}, the document shows {code} (end the shown output with `[exit N]` when a command fails on purpose):\n{actual}"
             ));
         }
     }
@@ -200,6 +255,12 @@ fn the_matcher_accepts_ellipses_and_refuses_differences() {
         "x: …, expected one of `a`, …",
         "x: bad, expected one of `a`, `b`"
     ));
+    let mut failing = shown("error: …\n[exit 78]");
+    assert_eq!(shown_exit(&mut failing), 78);
+    assert_eq!(failing, shown("error: …"));
+    let mut passing = shown("ok\n…");
+    assert_eq!(shown_exit(&mut passing), 0);
+    assert_eq!(passing.len(), 2);
 }
 
 /// The rollback runbook's loop that moves the state database away, run
@@ -265,7 +326,7 @@ fn every_test_a_document_cites_exists() {
             cited += 1;
             let source =
                 std::fs::read_to_string(repo_root().join(format!("{file}.rs"))).unwrap_or_default();
-            if !source.contains(&format!("fn {name}()")) {
+            if !is_test(&source, name) {
                 missing.push(format!("{}: {file}.rs::{name}", path.display()));
             }
         }
@@ -279,6 +340,31 @@ fn every_test_a_document_cites_exists() {
         "cited tests that do not exist:\n{}",
         missing.join("\n")
     );
+}
+
+/// Whether `source` has a test `fn name()`: the function's own attributes
+/// (the lines above it, up to the previous item) include `#[test]`.
+fn is_test(source: &str, name: &str) -> bool {
+    let Some(at) = source.find(&format!("fn {name}()")) else {
+        return false;
+    };
+    let line_start = source[..at].rfind('\n').map_or(0, |i| i + 1);
+    source[..line_start]
+        .lines()
+        .rev()
+        .take_while(|l| {
+            let l = l.trim();
+            l.starts_with("#[") || l.starts_with("///") || l.starts_with("//")
+        })
+        .any(|l| l.trim() == "#[test]")
+}
+
+#[test]
+fn a_cited_name_must_be_a_test_not_a_helper() {
+    let source = "#[test]\n#[ignore = \"x\"]\nfn real() {}\n\n/// doc\nfn helper() {}\n";
+    assert!(is_test(source, "real"));
+    assert!(!is_test(source, "helper"));
+    assert!(!is_test(source, "absent"));
 }
 
 /// The ```toml blocks of `path`: (line, text), the fence's indentation

@@ -117,6 +117,26 @@ impl Group {
         ))
     }
 
+    /// The operation ids of `name`'s intents in the shared journal.
+    fn op_ids(&self, name: &str) -> Vec<String> {
+        self.pg
+            .psql(&format!(
+                "SELECT op_id FROM {SCHEMA}.intents WHERE name = '{name}' ORDER BY op_id"
+            ))
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// `name`'s applied fields in the shared state, as JSON.
+    fn applied(&self, name: &str) -> serde_json::Value {
+        let text = self.pg.psql(&format!(
+            "SELECT applied_fields FROM {SCHEMA}.resources WHERE name = '{name}'"
+        ));
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{name}'s applied fields {text:?}: {e}"))
+    }
+
     fn lease(&self) -> (String, i64) {
         let row = self.pg.psql(&format!(
             "SELECT holder || '|' || token FROM {SCHEMA}.leases"
@@ -244,6 +264,37 @@ fn one_of_two_agents_acts_and_the_standby_takes_over_a_killed_leader_without_a_d
         3,
         "one create per declaration: the replay of charlie used its journalled id"
     );
+    // The server keeps names unique, so the count alone cannot show a
+    // duplicate: charlie must have been made under the id the old leader
+    // journalled (whichever leader's request made it), and every key the
+    // server ever stored must be an id the journal holds (a retry under a
+    // fresh id would be a key no intent has).
+    let charlie_op = group.op_ids("charlie");
+    assert_eq!(
+        charlie_op.len(),
+        1,
+        "one intent for charlie: {charlie_op:?}"
+    );
+    let stats = group.server.stats();
+    let keys: Vec<String> = stats["keyUses"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert!(
+        keys.contains(&charlie_op[0]),
+        "charlie was made under its journalled id {}: {stats}",
+        charlie_op[0]
+    );
+    let journalled: Vec<String> = ["alpha", "bravo", "charlie"]
+        .iter()
+        .flat_map(|name| group.op_ids(name))
+        .collect();
+    assert!(
+        keys.iter().all(|k| journalled.contains(k)),
+        "a key no intent holds reached the server: {keys:?} against {journalled:?}"
+    );
     let (holder, token) = group.lease();
     assert_eq!(token, 2, "one takeover");
     assert!(holder.contains(&format!("/{}/", b.pid())), "{holder}");
@@ -288,6 +339,26 @@ fn a_paused_leader_is_fenced_after_the_standby_took_over_and_steps_down() {
     );
     assert_eq!(group.creates(), 2);
     group.server.faults(serde_json::json!({}));
+    // The new leader applies a change the old one never saw: a stale write
+    // of the old leader's, were it not fenced, would put back the values
+    // it decided from (storageGb 100), and they would differ.
+    group.repo.write(
+        "bravo.yaml",
+        &dbaas("bravo").replace("storageGb: 100", "storageGb: 200"),
+    );
+    group.repo.commit("bravo grows");
+    wait(
+        "the new leader to apply bravo's change",
+        Duration::from_secs(60),
+        &[&b],
+        || {
+            group
+                .server
+                .database("bravo")
+                .is_some_and(|d| d["fields"]["storageGb"] == 200)
+                && group.applied("bravo")["storageGb"] == 200
+        },
+    );
     // The old leader wakes up with its answer in hand and the lease gone.
     a.signal("CONT");
     wait(
@@ -302,6 +373,17 @@ fn a_paused_leader_is_fenced_after_the_standby_took_over_and_steps_down() {
         &[&a, &b],
         || stands_by(&a),
     );
+    // The state and the provider keep the new leader's values: the old
+    // leader's record of its create (storageGb 100) never landed.
+    assert_eq!(
+        group.applied("bravo")["storageGb"],
+        200,
+        "the new leader's applied values survive the old leader's wake-up"
+    );
+    assert_eq!(
+        group.server.database("bravo").unwrap()["fields"]["storageGb"],
+        200
+    );
     // Its operation in flight finished at the provider; recording that
     // was the old leader's next write, and the fence refused it.
     let log = a.log();
@@ -313,8 +395,15 @@ fn a_paused_leader_is_fenced_after_the_standby_took_over_and_steps_down() {
     assert_eq!(group.lease().1, 2);
     assert!(leads(&b) && !leads(&a));
     // Nothing the old leader did after the takeover reached the state: the
-    // journal holds one intent for bravo, finished by the new leader.
-    assert_eq!(group.intents("bravo"), "done");
+    // journal holds bravo's create and update, finished by the new leader.
+    assert_eq!(
+        group
+            .intents("bravo")
+            .split(',')
+            .filter(|s| *s != "done")
+            .count(),
+        0
+    );
 }
 
 #[test]

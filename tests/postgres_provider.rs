@@ -1325,3 +1325,93 @@ fn a_create_that_fails_halfway_is_remembered_as_tends_own_write() {
         "the same database, never made twice"
     );
 }
+
+/// Two attempts of one create at once (an earlier attempt's session still
+/// running `CREATE DATABASE` when the retry sends it again): the server
+/// answers the later one with a unique violation on `pg_database`
+/// (23505), which is the other attempt still at work, not a failure. Each
+/// race ends with one database, no attempt refused for good, and at
+/// least one race (they are real: both statements overlap for tens of
+/// milliseconds) answered with the retryable error.
+#[test]
+fn two_attempts_of_one_create_at_once_make_one_database_and_never_fail_for_good() {
+    use std::collections::BTreeMap;
+    use tend::provider::postgres::{PostgresProvider, PostgresSettings};
+    use tend::provider::{
+        ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, OperationId, Provider,
+        ProviderError,
+    };
+
+    let pg = Postgres::start();
+    let provider = std::sync::Arc::new(
+        PostgresProvider::new(PostgresSettings {
+            url: pg.url(),
+            password: None,
+            create_owner: false,
+            force_drop: false,
+            max_connections: 4,
+            tls_ca_file: None,
+        })
+        .unwrap(),
+    );
+    // Both attempts wait on the server at once on one thread.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut in_progress = 0;
+    let mut outcomes = Vec::new();
+    for round in 0..6 {
+        let name = format!("race_{round}");
+        let request = ChangeRequest {
+            database_name: name.clone(),
+            fields: BTreeMap::new(),
+            labels: BTreeMap::from([
+                (OWNER_AGENT_LABEL.to_string(), "test-agent".to_string()),
+                (OWNER_DECLARATION_LABEL.to_string(), name.clone()),
+            ]),
+        };
+        let op = OperationId(format!("{round:064x}"));
+        let results = runtime.block_on(async {
+            let attempt = || {
+                let (provider, op, request) = (provider.clone(), op.clone(), request.clone());
+                tokio::spawn(async move { provider.create(&op, &request).await })
+            };
+            let (a, b) = (attempt(), attempt());
+            [a.await.unwrap(), b.await.unwrap()]
+        });
+        for result in &results {
+            match result {
+                Ok(observed) => assert_eq!(observed.database_name, name),
+                Err(ProviderError::Retryable { message, .. })
+                    if message.contains("another CREATE DATABASE of this name is in progress") =>
+                {
+                    in_progress += 1
+                }
+                Err(e) => panic!("round {round}: an attempt of the create failed: {e:?}"),
+            }
+        }
+        outcomes.push(
+            results
+                .iter()
+                .map(|r| if r.is_ok() { "ok" } else { "retryable" })
+                .collect::<Vec<_>>()
+                .join("+"),
+        );
+        assert!(
+            results.iter().any(Result::is_ok),
+            "round {round}: {outcomes:?}"
+        );
+        assert_eq!(
+            pg.psql(&format!(
+                "SELECT count(*) FROM pg_database WHERE datname = '{name}'"
+            )),
+            "1"
+        );
+    }
+    println!("outcomes per race: {outcomes:?}");
+    assert!(
+        in_progress > 0,
+        "no race overlapped (every attempt found the other's database): the test proved nothing: {outcomes:?}"
+    );
+}

@@ -905,3 +905,76 @@ fn a_rename_whose_deletion_an_operator_approves_deletes_and_creates_the_new_one_
     let db = &env.sandbox().load().unwrap().databases["orders_db"];
     assert_ne!(db.id, id, "deleted, then created empty for ledger");
 }
+
+/// Nothing is deleted, and nothing is marked for deletion, when the tree
+/// declares nothing: neither when every file was removed nor when its
+/// only file no longer parses. With `deletion_delay` 0 and no guard
+/// limit, only that rule stands between such a commit and deleting every
+/// database.
+#[test]
+fn an_empty_or_unparsable_tree_deletes_nothing_and_leaves_no_tombstone() {
+    // (what, the only file left, apply's exit code: a file that does not
+    // parse is an error)
+    for (what, only_file, code) in [
+        ("an empty tree", None, 0),
+        (
+            "a tree whose only file does not parse",
+            Some((
+                "broken.yaml",
+                "apiVersion: tend.dev/v1alpha1\nkind: [unclosed\n",
+            )),
+            1,
+        ),
+    ] {
+        let files: Vec<(String, String)> = ["db1", "db2"].iter().map(|n| deletable(n)).collect();
+        let mut env = Env::new(&files);
+        env.configure(|c| {
+            c.reconcile("deletion_delay", "\"0s\"")
+                .reconcile("max_deletions", "100")
+                .reconcile("max_deletion_percent", "100")
+        });
+        env.apply(0);
+        assert_eq!(env.databases(), ["db1", "db2"]);
+        let before: Vec<Value> = ["db1", "db2"]
+            .iter()
+            .map(|n| {
+                env.sandbox().load().unwrap().databases[*n]
+                    .fields
+                    .clone()
+                    .into_iter()
+                    .collect()
+            })
+            .collect();
+        env.repo.remove("db1.yaml").remove("db2.yaml");
+        if let Some((file, text)) = only_file {
+            env.repo.write(file, text);
+        }
+        env.repo.commit(what);
+        // Twice: a second cycle must not act on what the first remembered.
+        for _ in 0..2 {
+            let run = env.tend(&["apply", "--format", "json"], code);
+            assert_eq!(
+                env.databases(),
+                ["db1", "db2"],
+                "{what}: a database was deleted\n{}",
+                run.stderr
+            );
+        }
+        let after: Vec<Value> = ["db1", "db2"]
+            .iter()
+            .map(|n| {
+                env.sandbox().load().unwrap().databases[*n]
+                    .fields
+                    .clone()
+                    .into_iter()
+                    .collect()
+            })
+            .collect();
+        assert_eq!(before, after, "{what}: a database was changed");
+        let tombstones: i64 = env
+            .state_db()
+            .query_row("SELECT count(*) FROM tombstones", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tombstones, 0, "{what}: removals were recorded");
+    }
+}

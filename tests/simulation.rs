@@ -174,8 +174,10 @@ enum Event {
         nth: u32,
     },
     RemoveAllButOne,
-    /// One cycle decides from a commit whose tree is empty.
-    EmptyTree,
+    /// The next `cycles` cycles decide from a commit whose tree is empty.
+    EmptyTree {
+        cycles: usize,
+    },
     /// One cycle decides from a commit in which this file does not parse.
     Unparsable {
         name: usize,
@@ -237,7 +239,11 @@ fn generate(seed: u64, steps: usize) -> Vec<Event> {
                     ][dice.below(5) as usize],
                 },
                 16 | 23 => Event::RemoveAllButOne,
-                17 => Event::EmptyTree,
+                // One to three cycles (from the name drawn already, so the
+                // rest of the schedule is what the seed always made).
+                17 => Event::EmptyTree {
+                    cycles: 1 + name % 3,
+                },
                 18 => Event::Unparsable { name },
                 19 => Event::SourceRefuses { on },
                 21 | 22 => Event::CrashAt {
@@ -291,6 +297,10 @@ struct World {
     refusing: bool,
     /// When each name last left the accepted commit, and what it declared.
     removed_at: BTreeMap<String, (SystemTime, Declared)>,
+    /// Names that left the accepted commit declaring `Retain`: tend
+    /// released their databases, and declaring one again is a name clash
+    /// (it is adopted only with `tend.dev/adopt`).
+    released: BTreeSet<String>,
     /// When each name's accepted declaration last changed.
     changed_at: BTreeMap<String, SystemTime>,
     out_of_band: BTreeMap<String, OutOfBand>,
@@ -300,6 +310,10 @@ struct World {
     report_only: bool,
     grace: Duration,
     fault: Fault,
+    /// Cycles still to decide from an empty tree.
+    empty_cycles: usize,
+    /// The configured `deletion_delay` (what the invariants hold tend to).
+    deletion_delay: Duration,
     /// A database someone else owns (no marker): must never change.
     foreign: (String, BTreeMap<String, Value>),
 }
@@ -326,7 +340,7 @@ impl World {
         let deletion_delay = if s.no_deletion_delay {
             0
         } else {
-            DELETION_DELAY.as_secs()
+            self.deletion_delay.as_secs()
         };
         let max_deletions = if s.no_guard { 100 } else { MAX_DELETIONS };
         std::fs::write(
@@ -392,6 +406,9 @@ impl World {
         for (name, d) in &self.accepted {
             if !self.git.contains_key(name) {
                 self.removed_at.insert(name.clone(), (now, d.clone()));
+                if !d.delete {
+                    self.released.insert(name.clone());
+                }
             }
         }
         for (name, d) in &self.git {
@@ -404,6 +421,12 @@ impl World {
             }
         }
         self.accepted = self.git.clone();
+    }
+
+    /// Whether a declaration of `name` clashes with a database it may not
+    /// take over: someone else's, or one tend released.
+    fn clashes(&self, name: &str) -> bool {
+        name == self.foreign.0 || self.released.contains(name)
     }
 
     fn store(&self) -> StateStore {
@@ -458,6 +481,7 @@ async fn run_schedule(
         accepted: BTreeMap::new(),
         refusing: false,
         removed_at: BTreeMap::new(),
+        released: BTreeSet::new(),
         changed_at: BTreeMap::new(),
         out_of_band: BTreeMap::new(),
         local_pauses: BTreeMap::new(),
@@ -465,6 +489,12 @@ async fn run_schedule(
         report_only: false,
         grace: Duration::from_secs(600),
         fault: Fault::None,
+        empty_cycles: 0,
+        deletion_delay: if setting.zero_delay {
+            Duration::ZERO
+        } else {
+            DELETION_DELAY
+        },
         foreign: ("zulu".into(), BTreeMap::new()),
     };
     let broken = |step: usize, invariant: &'static str, detail: String| Violation {
@@ -623,7 +653,7 @@ async fn run_schedule(
                 w.git.retain(|n, _| Some(n) == keep.as_ref());
             }
             Event::CrashAt { point, nth } => agent.crash_switch().arm(point, *nth),
-            Event::EmptyTree => tree = Tree::Empty,
+            Event::EmptyTree { cycles } => w.empty_cycles = *cycles,
             Event::Unparsable { name } => {
                 if w.accepted.contains_key(&name_of(name)) {
                     tree = Tree::Unparsable(name_of(name));
@@ -639,6 +669,10 @@ async fn run_schedule(
                 w.grace = Duration::from_secs(*grace_secs);
                 agent = open(&w)?;
             }
+        }
+        if w.empty_cycles > 0 {
+            w.empty_cycles -= 1;
+            tree = Tree::Empty;
         }
         let now = w.clock.now();
         w.accept(now);
@@ -719,7 +753,7 @@ async fn run_schedule(
                     let removed = w.removed_at.get(db);
                     let due = matches!(removed, Some((at, d))
                         if d.delete
-                            && now.duration_since(*at).unwrap_or_default() >= DELETION_DELAY);
+                            && now.duration_since(*at).unwrap_or_default() >= w.deletion_delay);
                     if !due || w.accepted.contains_key(db) {
                         return Err(broken(
                             step,
@@ -834,7 +868,7 @@ async fn run_schedule(
     w.fault = Fault::None;
     w.refusing = false;
     let agent = open(&w)?;
-    w.clock.advance(w.grace + DELETION_DELAY + PAUSE_FOR);
+    w.clock.advance(w.grace + w.deletion_delay + PAUSE_FOR);
     let now = w.clock.now();
     w.accept(now);
     let steps = events.len();
@@ -844,15 +878,52 @@ async fn run_schedule(
         let outcome = reconcile(&agent, &snap, Mode::Apply, &Scope::All)
             .await
             .map_err(|e| broken(steps, "convergence", e.to_string()))?;
+        // Nothing the sandbox does is unconvergeable, and the only block a
+        // schedule can make is a declaration naming someone else's
+        // database.
+        let pending = || -> BTreeSet<String> {
+            w.store()
+                .all_intents()
+                .unwrap()
+                .into_iter()
+                .filter(|i| i.state == IntentState::Pending)
+                .map(|i| format!("{} {} {}", i.kind, i.name, i.op_id))
+                .collect()
+        };
+        for r in &outcome.latest().resources {
+            if r.decision.state == State::Unconvergeable {
+                // An intent that never resolves is what makes a resource
+                // unconvergeable here: named as such.
+                let pending = pending();
+                if !pending.is_empty() {
+                    return Err(broken(
+                        steps,
+                        "every journalled intent is resolved",
+                        format!("{} unconvergeable behind {pending:?}", r.name),
+                    ));
+                }
+                return Err(broken(
+                    steps,
+                    "never Unconvergeable",
+                    format!("{}: {}", r.name, r.decision.reason),
+                ));
+            }
+            if r.decision.state == State::Blocked && !w.clashes(&r.name) {
+                return Err(broken(
+                    steps,
+                    "Blocked only on a name clash",
+                    format!("{}: {}", r.name, r.decision.reason),
+                ));
+            }
+        }
         // Converged, or held with a reason the report gives: an override,
-        // a block, an unconvergeable field, a deletion the guard or an
-        // override holds, drift the report policy only reports.
+        // the name clash, a deletion the guard or an override holds,
+        // drift the report policy only reports.
         let settled = outcome.latest().resources.iter().all(|r| {
-            matches!(
-                r.decision.state,
-                State::InSync | State::Overridden | State::Blocked | State::Unconvergeable
-            ) || (r.decision.state == State::Deleting
-                && matches!(r.decision.action, Action::Hold | Action::None))
+            matches!(r.decision.state, State::InSync | State::Overridden)
+                || r.decision.state == State::Blocked
+                || (r.decision.state == State::Deleting
+                    && matches!(r.decision.action, Action::Hold | Action::None))
                 || (matches!(r.decision.state, State::Drifted | State::Missing)
                     && w.report_only
                     && r.decision.reason.contains("driftPolicy Report"))
@@ -864,14 +935,7 @@ async fn run_schedule(
             .map(|r| format!("{} {:?}: {}", r.name, r.decision.state, r.decision.reason))
             .collect::<Vec<_>>();
         if settled {
-            let pending: BTreeSet<String> = w
-                .store()
-                .all_intents()
-                .unwrap()
-                .into_iter()
-                .filter(|i| i.state == IntentState::Pending)
-                .map(|i| format!("{} {} {}", i.kind, i.name, i.op_id))
-                .collect();
+            let pending = pending();
             if !pending.is_empty() {
                 return Err(broken(
                     steps,
@@ -879,17 +943,87 @@ async fn run_schedule(
                     format!("pending after convergence: {pending:?}"),
                 ));
             }
-            return Ok(());
+            return provider_holds_what_git_declares(&w, steps, &last);
         }
         // What the last cycle first saw (drift found only now, a pause
         // that ended) has its grace and delay to run.
-        w.clock.advance(w.grace + DELETION_DELAY);
+        w.clock.advance(w.grace + w.deletion_delay);
     }
     Err(broken(
         steps,
         "convergence",
         format!("did not converge after the faults stopped: {last:#?}"),
     ))
+}
+
+/// Once the faults stopped and tend settled, the provider itself (not
+/// tend's report of it) holds what Git declares: exactly one database
+/// marked as each accepted declaration's (none for the name someone else's
+/// database has; at most one for a name whose database tend released),
+/// with the declared `connectionLimit` unless the field is ignored or a
+/// pause holds it. Under `drift_policy = report` a dropped database is only
+/// reported and out-of-band values stay, so there at most one, any value.
+/// Grace has run out by then.
+fn provider_holds_what_git_declares(
+    w: &World,
+    step: usize,
+    report: &[String],
+) -> Result<(), Violation> {
+    let state = w.provider_state();
+    let broken = |detail: String| Violation {
+        invariant: "the provider holds what Git declares",
+        step,
+        detail,
+    };
+    for (name, d) in &w.accepted {
+        let marked: Vec<(&String, i64)> = state
+            .databases
+            .iter()
+            .filter(|(_, db)| {
+                db.labels
+                    .get("tend.dev/owner-declaration")
+                    .map(String::as_str)
+                    == Some(name)
+            })
+            .map(|(db_name, db)| {
+                let limit = db
+                    .fields
+                    .get("connectionLimit")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(-1);
+                (db_name, limit)
+            })
+            .collect();
+        if *name == w.foreign.0 {
+            if !marked.is_empty() {
+                return Err(broken(format!(
+                    "{name} names someone else's database, yet {marked:?} carry its marker"
+                )));
+            }
+            continue;
+        }
+        // A database tend released and Git declares again (Blocked until
+        // adopted), or one a pause holds (an expired pause still holds:
+        // `override-on-expiry: hold`, the default): at most the one
+        // database, whatever it holds.
+        let paused = w.local_pauses.contains_key(name) || w.label_pauses.contains_key(name);
+        if (w.released.contains(name) || paused) && marked.len() <= 1 {
+            continue;
+        }
+        match (&marked[..], w.report_only) {
+            ([], true) => {}
+            ([(_, limit)], _) if d.ignore || w.report_only || *limit == d.limit => {}
+            _ => {
+                return Err(broken(format!(
+                    "{name} declares connectionLimit {}{}, the provider has {marked:?}; tend reported {:?}",
+                    d.limit,
+                    if d.ignore { " (ignored)" } else { "" },
+                    report.iter().find(|l| l.starts_with(&format!("{name} ")))
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Settings that break a promise, for the refutation tests: tend runs
@@ -902,6 +1036,12 @@ struct Setting {
     no_deletion_delay: bool,
     /// A mass-deletion guard that allows everything.
     no_guard: bool,
+    /// Not a broken promise: the operator configures `deletion_delay` 0
+    /// (a deletion is due the cycle its declaration goes), and the
+    /// invariants expect it. Only the rules that hold a deletion for other
+    /// reasons (an empty tree, a file that does not parse, the guard)
+    /// then stand between a commit and a deletion.
+    zero_delay: bool,
 }
 
 impl Setting {
@@ -909,7 +1049,17 @@ impl Setting {
         no_grace: false,
         no_deletion_delay: false,
         no_guard: false,
+        zero_delay: false,
     };
+
+    /// The configuration a seed runs with: one seed in four with
+    /// `deletion_delay` 0.
+    fn for_seed(seed: u64) -> Setting {
+        Setting {
+            zero_delay: seed.is_multiple_of(4),
+            ..Setting::KEPT
+        }
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -1003,17 +1153,12 @@ fn seeded_schedules_keep_every_promise() {
     };
     for seed in &seeds {
         let events = generate(*seed, STEPS);
-        if let Err(v) = runtime.block_on(run_schedule(&events, Sabotage::None, Setting::KEPT)) {
+        let setting = Setting::for_seed(*seed);
+        if let Err(v) = runtime.block_on(run_schedule(&events, Sabotage::None, setting)) {
             let failing = &events[..=v.step.min(events.len() - 1)];
-            let short = shrink(
-                &runtime,
-                failing,
-                Sabotage::None,
-                Setting::KEPT,
-                v.invariant,
-            );
+            let short = shrink(&runtime, failing, Sabotage::None, setting, v.invariant);
             let again = runtime
-                .block_on(run_schedule(&short, Sabotage::None, Setting::KEPT))
+                .block_on(run_schedule(&short, Sabotage::None, setting))
                 .err();
             panic!(
                 "seed {seed}: {v}\nschedule:\n{}\nshrunk to {} events ({}):\n{}\nreplay: TEND_SIM_SEED={seed} cargo nextest run --test simulation seeded_schedules_keep_every_promise",
@@ -1037,7 +1182,11 @@ fn seeded_schedules_keep_every_promise() {
 fn the_simulation_refutes_a_tend_that_breaks_a_promise() {
     let runtime = runtime();
     let kept = Setting::KEPT;
-    let cases: [(&str, Sabotage, Setting, &str); 9] = [
+    let zero_delay = Setting {
+        zero_delay: true,
+        ..kept
+    };
+    let cases: [(&str, Sabotage, Setting, &str); 12] = [
         (
             "ownership not checked",
             Sabotage::OwnershipNotChecked,
@@ -1100,6 +1249,24 @@ fn the_simulation_refutes_a_tend_that_breaks_a_promise() {
             Sabotage::IntentLeftPending,
             kept,
             "every journalled intent is resolved",
+        ),
+        (
+            "the report policy ignored",
+            Sabotage::ReportPolicyIgnored,
+            kept,
+            "no out-of-band correction under drift_policy report",
+        ),
+        (
+            "an empty tree not guarded",
+            Sabotage::EmptyTreeNotGuarded,
+            zero_delay,
+            "no deletion from an empty tree",
+        ),
+        (
+            "a file that does not parse taken for a removal",
+            Sabotage::UnparsableFileTombstoned,
+            zero_delay,
+            "deletion only when removed with Delete, after deletion_delay",
         ),
     ];
     for (what, sabotage, setting, expected) in cases {

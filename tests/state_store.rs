@@ -30,77 +30,41 @@ impl Place {
     }
 }
 
-type Case = (&'static str, fn(&Place));
+/// Each case twice, one test per backend (so one failing case hides no
+/// other): `NAME::on_sqlite` and `NAME::on_postgres`, the latter with a
+/// cluster of its own.
+macro_rules! both_backends {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[test]
+            fn on_sqlite() {
+                super::$case(&super::Place::Sqlite(tempfile::tempdir().unwrap()));
+            }
 
-const CASES: &[Case] = &[
-    (
-        "superseded_pending_or_failed_creates_are_unconfirmed",
-        superseded_pending_or_failed_creates_are_unconfirmed,
-    ),
-    (
-        "generations_count_finished_operations",
-        generations_count_finished_operations,
-    ),
-    (
-        "applied_fields_are_read_by_name_and_corrupt_values_reported",
-        applied_fields_are_read_by_name_and_corrupt_values_reported,
-    ),
-    (
-        "unknown_intent_states_are_open_and_corrupt",
-        unknown_intent_states_are_open_and_corrupt,
-    ),
-    (
-        "pruning_keeps_pending_and_recent_intents",
-        pruning_keeps_pending_and_recent_intents,
-    ),
-    (
-        "freshness_moves_with_every_write",
-        freshness_moves_with_every_write,
-    ),
-    (
-        "the_agent_id_is_generated_once",
-        the_agent_id_is_generated_once,
-    ),
-    (
-        "tombstones_overrides_and_deletion_holds_round_trip",
-        tombstones_overrides_and_deletion_holds_round_trip,
-    ),
-    (
-        "drift_and_attempts_are_kept_per_field",
-        drift_and_attempts_are_kept_per_field,
-    ),
-    (
-        "notifications_queue_and_conditions",
-        notifications_queue_and_conditions,
-    ),
-    (
-        "a_failed_write_leaves_nothing",
-        a_failed_write_leaves_nothing,
-    ),
-    (
-        "a_reader_sees_no_state_before_a_writer",
-        a_reader_sees_no_state_before_a_writer,
-    ),
-];
-
-fn run_all(place: impl Fn(&str) -> Place) {
-    for (name, case) in CASES {
-        eprintln!("case {name}");
-        let place = place(name);
-        case(&place);
-    }
+            #[test]
+            fn on_postgres() {
+                let pg = super::support::postgres::Postgres::start();
+                let schema = format!("s_{}", &stringify!($case)[..stringify!($case).len().min(40)]);
+                super::$case(&super::Place::Postgres(super::settings(&pg, &schema)));
+            }
+        }
+    )*};
 }
 
-#[test]
-fn the_store_suite_passes_on_sqlite() {
-    run_all(|_| Place::Sqlite(tempfile::tempdir().unwrap()));
-}
-
-#[test]
-fn the_store_suite_passes_on_postgres() {
-    let pg = support::postgres::Postgres::start();
-    run_all(|name| Place::Postgres(settings(&pg, &format!("s_{}", &name[..name.len().min(40)]))));
-}
+both_backends!(
+    superseded_pending_or_failed_creates_are_unconfirmed,
+    generations_count_finished_operations,
+    applied_fields_are_read_by_name_and_corrupt_values_reported,
+    unknown_intent_states_are_open_and_corrupt,
+    pruning_keeps_pending_and_recent_intents,
+    freshness_moves_with_every_write,
+    the_agent_id_is_generated_once,
+    tombstones_overrides_and_deletion_holds_round_trip,
+    drift_and_attempts_are_kept_per_field,
+    notifications_queue_and_conditions,
+    a_failed_write_leaves_nothing,
+    a_reader_sees_no_state_before_a_writer,
+);
 
 fn settings(pg: &support::postgres::Postgres, schema: &str) -> PgStateSettings {
     PgStateSettings {
@@ -684,4 +648,80 @@ fn the_postgres_state_speaks_tls_verified_by_the_configured_ca() {
         )
         .unwrap();
     assert_eq!(store.all_intents().unwrap().len(), 1);
+}
+
+/// A leader deposed by a takeover writes nothing: its store's next write
+/// is refused (`Fenced`) and the rows read back as the new leader left
+/// them. Without the fence the stale write would replace the new leader's
+/// applied fields (the values differ on purpose).
+#[test]
+fn a_deposed_leaders_write_is_fenced_and_the_new_leaders_rows_stand() {
+    use tend::journal::StateError;
+    use tend::journal::{Fence, LeaseHolder};
+
+    let pg = support::postgres::Postgres::start();
+    let settings = settings(&pg, "s_fence");
+    let a = StateStore::open_postgres(&settings, true).unwrap().unwrap();
+    let b = StateStore::open_postgres(&settings, true).unwrap().unwrap();
+    let holder = |name: &str| LeaseHolder {
+        agent_id: "group".into(),
+        holder: name.into(),
+        host: "test".into(),
+        pid: 1,
+    };
+    let ttl = Duration::from_millis(300);
+    let hash = SpecHash("h".into());
+    let fields_of = |owner: &str| BTreeMap::from([("owner".to_string(), Value::from(owner))]);
+
+    let token_a = a.try_acquire_lease(&holder("a"), ttl).unwrap().unwrap();
+    a.set_fence(Some(Fence {
+        agent_id: "group".into(),
+        token: token_a,
+    }));
+    applied("orders", &hash, &fields_of("from-a"), &a);
+    assert!(
+        b.try_acquire_lease(&holder("b"), ttl).unwrap().is_none(),
+        "a live lease is not taken over"
+    );
+
+    std::thread::sleep(ttl + Duration::from_millis(200));
+    let token_b = b.try_acquire_lease(&holder("b"), ttl).unwrap().unwrap();
+    assert!(token_b > token_a, "a takeover raises the token");
+    b.set_fence(Some(Fence {
+        agent_id: "group".into(),
+        token: token_b,
+    }));
+    applied("orders", &hash, &fields_of("from-b"), &b);
+
+    // A, paused through the takeover, wakes and writes what it had decided.
+    let stale = Applied {
+        provider: "p",
+        database_name: "orders",
+        file: "f.yaml",
+        manifest: &Value::Null,
+        spec_hash: &hash,
+        fields: &fields_of("stale-from-a"),
+        commit: None,
+        external_id: "id",
+    };
+    let refused = a
+        .write(|tx| tx.record_applied("orders", &stale, SystemTime::now()))
+        .unwrap_err();
+    assert!(
+        matches!(&refused, StateError::Fenced { token, .. } if *token == token_a),
+        "{refused:?}"
+    );
+    assert!(a.was_fenced());
+    assert!(
+        !a.renew_lease(&holder("a"), token_a, ttl).unwrap(),
+        "the deposed leader cannot renew"
+    );
+    let read = b.applied_fields(&["orders".into()]).unwrap();
+    assert_eq!(
+        read[0].2.as_ref().unwrap(),
+        &fields_of("from-b"),
+        "the new leader's values stand"
+    );
+    let lease = b.lease("group").unwrap().unwrap();
+    assert_eq!((lease.holder.as_str(), lease.token), ("b", token_b));
 }

@@ -284,7 +284,11 @@ fn guard(
         &inputs.held_deletions,
         memories.values().filter(|m| m.existed).count(),
         agent.deletion_limits(),
-        snapshot.declarations.declarations.is_empty(),
+        snapshot.declarations.declarations.is_empty()
+            && !agent
+                .policy()
+                .sabotage
+                .is(crate::sabotage::Sabotage::EmptyTreeNotGuarded),
         agent.clock().now(),
     );
     let effect = match guard.trip {

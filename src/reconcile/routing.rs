@@ -208,7 +208,7 @@ impl<'s> Routing<'s> {
         now: SystemTime,
         declared_at: &HashMap<(&str, String), &str>,
     ) {
-        let tombstones = self.tombstones(snapshot, inputs, now);
+        let tombstones = self.tombstones(policy, snapshot, inputs, now);
         for tomb in tombstones {
             let name = tomb.last.metadata.name.clone();
             // Where tend manages it, else where the declaration said.
@@ -265,6 +265,7 @@ impl<'s> Routing<'s> {
     /// left Git.
     fn tombstones(
         &mut self,
+        policy: &Policy,
         snapshot: &Snapshot,
         inputs: &mut Inputs,
         now: SystemTime,
@@ -288,13 +289,16 @@ impl<'s> Routing<'s> {
         // mistake than the end of every database. A file that fails to
         // parse (or holds a duplicate) does not prove its declarations
         // were removed either.
-        let tree_empty = snapshot.declarations.declarations.is_empty();
+        use crate::sabotage::Sabotage;
+        let tree_empty = snapshot.declarations.declarations.is_empty()
+            && !policy.sabotage.is(Sabotage::EmptyTreeNotGuarded);
         for left in std::mem::take(&mut inputs.left_git) {
             let unreadable = snapshot
                 .declarations
                 .diagnostics
                 .iter()
-                .any(|d| d.file.to_string_lossy() == left.file);
+                .any(|d| d.file.to_string_lossy() == left.file)
+                && !policy.sabotage.is(Sabotage::UnparsableFileTombstoned);
             if tree_empty || unreadable {
                 continue;
             }

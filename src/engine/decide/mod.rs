@@ -659,7 +659,10 @@ fn provider_override(
 }
 
 fn report_only(policy: &Policy, decl: &ManagedDatabase) -> bool {
-    policy.drift_policy == DriftPolicy::Report || decl.spec.drift_policy == DriftPolicy::Report
+    (policy.drift_policy == DriftPolicy::Report || decl.spec.drift_policy == DriftPolicy::Report)
+        && !policy
+            .sabotage
+            .is(crate::sabotage::Sabotage::ReportPolicyIgnored)
 }
 
 /// Never act without evidence.

@@ -588,13 +588,18 @@ impl StateStore {
         kind: &str,
         spec_hash: &SpecHash,
     ) -> Result<u32, StateError> {
+        // A state older than format 3 (read by a reader, which never
+        // migrates) has pruned nothing yet.
+        let sql = if self.has_table("pruned_generations")? {
+            "SELECT (SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending')
+                  + coalesce((SELECT count FROM pruned_generations WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3), 0)"
+        } else {
+            "SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending'"
+        };
         Ok(self
-            .map_rows(
-                "SELECT (SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending')
-                      + coalesce((SELECT count FROM pruned_generations WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3), 0)",
-                args![name, kind, spec_hash.0.as_str()],
-                |r| r.get::<u32>(0),
-            )?
+            .map_rows(sql, args![name, kind, spec_hash.0.as_str()], |r| {
+                r.get::<u32>(0)
+            })?
             .first()
             .copied()
             .unwrap_or(0))

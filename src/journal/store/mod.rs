@@ -124,11 +124,6 @@ pub struct StateStore {
     /// Set when a write was refused by the fence: this agent lost its
     /// lease and must stop acting.
     fenced: std::sync::atomic::AtomicBool,
-    /// The memories last read, with their freshness: a cycle that finds
-    /// the content unchanged (a no-change cycle writes nothing) gets a
-    /// copy instead of reading every resource's rows again. Holds one
-    /// copy of the memories (a few hundred bytes a resource).
-    memories: Mutex<Option<StoredMemories>>,
 }
 
 /// Identifies a moment of the database's content: this store's writes
@@ -164,7 +159,6 @@ impl StateStore {
             writes: std::sync::atomic::AtomicU64::new(0),
             fence: Mutex::new(None),
             fenced: std::sync::atomic::AtomicBool::new(false),
-            memories: Mutex::new(None),
         }
     }
 

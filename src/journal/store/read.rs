@@ -128,7 +128,7 @@ pub struct OverrideSeen {
 /// field values: reading them all would cost more than the rest of the
 /// memory, and only a changed spec needs them (see
 /// [`StateStore::applied_fields`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct StoredMemories {
     pub memories: HashMap<String, Memory>,
     /// When they were read (`None`: unknown, never reused).
@@ -191,19 +191,6 @@ impl StateStore {
     /// for each.
     pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
         let freshness = self.freshness()?;
-        let mut cached = self.memories.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(stored) = cached.as_ref()
-            && stored.freshness == Some(freshness)
-        {
-            return Ok(stored.clone());
-        }
-        let stored = self.read_memories_at(freshness)?;
-        *cached = Some(stored.clone());
-        Ok(stored)
-    }
-
-    /// Every resource's memory from its rows, read at `freshness`.
-    fn read_memories_at(&self, freshness: super::Freshness) -> Result<StoredMemories, StateError> {
         let mut out: HashMap<String, Memory> = HashMap::new();
         for (name, memory) in self.map_rows(
             "SELECT name, applied_spec_hash, applied_commit, existed, last_write_ms, database_name, provider FROM resources",

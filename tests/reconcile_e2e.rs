@@ -935,16 +935,15 @@ fn an_empty_or_unparsable_tree_deletes_nothing_and_leaves_no_tombstone() {
         });
         env.apply(0);
         assert_eq!(env.databases(), ["db1", "db2"]);
-        let before: Vec<Value> = ["db1", "db2"]
-            .iter()
-            .map(|n| {
-                env.sandbox().load().unwrap().databases[*n]
-                    .fields
-                    .clone()
-                    .into_iter()
-                    .collect()
-            })
-            .collect();
+        // Both databases' fields as the sandbox stores them.
+        let fields = |env: &Env| -> Vec<Value> {
+            let stored = env.sandbox().load().unwrap();
+            ["db1", "db2"]
+                .iter()
+                .map(|n| stored.databases[*n].fields.clone().into_iter().collect())
+                .collect()
+        };
+        let before = fields(&env);
         env.repo.remove("db1.yaml").remove("db2.yaml");
         if let Some((file, text)) = only_file {
             env.repo.write(file, text);
@@ -960,17 +959,7 @@ fn an_empty_or_unparsable_tree_deletes_nothing_and_leaves_no_tombstone() {
                 run.stderr
             );
         }
-        let after: Vec<Value> = ["db1", "db2"]
-            .iter()
-            .map(|n| {
-                env.sandbox().load().unwrap().databases[*n]
-                    .fields
-                    .clone()
-                    .into_iter()
-                    .collect()
-            })
-            .collect();
-        assert_eq!(before, after, "{what}: a database was changed");
+        assert_eq!(before, fields(&env), "{what}: a database was changed");
         let tombstones: i64 = env
             .state_db()
             .query_row("SELECT count(*) FROM tombstones", [], |r| r.get(0))

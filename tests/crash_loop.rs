@@ -60,7 +60,7 @@ enum Process {
     /// `tend run` (polling every 200 ms) against PostgreSQL: always killed.
     Run,
     /// `tend apply` against a sandbox that does not keep names unique.
-    ApplyAtPausePoints,
+    ApplyOnSandbox,
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn the_running_agent_killed_at_random_moments_never_duplicates_loses_or_touches_
 
 #[test]
 fn apply_killed_mid_operation_against_a_provider_without_unique_names_never_duplicates() {
-    crash_loop(Process::ApplyAtPausePoints);
+    crash_loop(Process::ApplyOnSandbox);
 }
 
 /// Where the databases live, as the loop reads them: each database's
@@ -269,7 +269,7 @@ fn crash_loop(process: Process) {
 
     let fleet = match process {
         Process::Apply | Process::Run => Fleet::Postgres(Postgres::start()),
-        Process::ApplyAtPausePoints => Fleet::Sandbox,
+        Process::ApplyOnSandbox => Fleet::Sandbox,
     };
     let repo = TestRepo::new();
     let mut declared: BTreeMap<String, u32> = BTreeMap::new();
@@ -297,7 +297,7 @@ fn crash_loop(process: Process) {
     let start = |pause_at: Option<&str>| -> Child {
         let command = match process {
             Process::Run => "run",
-            Process::Apply | Process::ApplyAtPausePoints => "apply",
+            Process::Apply | Process::ApplyOnSandbox => "apply",
         };
         let _ = std::fs::remove_file(&marker);
         let mut tend = Command::new(env!("CARGO_BIN_EXE_tend"));
@@ -360,7 +360,7 @@ fn crash_loop(process: Process) {
             // fetch, observe), and is never done by itself.
             let reach = match process {
                 Process::Apply => 600,
-                Process::ApplyAtPausePoints => 300,
+                Process::ApplyOnSandbox => 300,
                 Process::Run => 1500,
             };
             let child = start(None);
@@ -371,7 +371,7 @@ fn crash_loop(process: Process) {
             let started = Instant::now();
             let limit = match process {
                 Process::Run => Duration::from_secs(3),
-                Process::Apply | Process::ApplyAtPausePoints => Duration::from_secs(60),
+                Process::Apply | Process::ApplyOnSandbox => Duration::from_secs(60),
             };
             while !marker.exists()
                 && child.try_wait().unwrap().is_none()

@@ -259,13 +259,7 @@ impl HttpProvider {
             message: format!("{}: {}", self.settings.endpoint, transport_message(&e)),
         })?;
         let status = response.status();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let header = |name: &str| header(&response, name);
         let retry_after =
             header("retry-after").and_then(|v| classify::retry_after(&v, SystemTime::now()));
         let too_large = || ProviderError::Retryable {
@@ -464,6 +458,15 @@ impl HttpProvider {
         let db: Database = self.parse(name, &answer)?;
         self.observation(db)
     }
+}
+
+/// A response header as text (`None`: absent, or not visible ASCII).
+fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// A path segment, percent-encoded where the contract's names could need it.

@@ -92,13 +92,7 @@ impl Checker {
             .await
             .map_err(|e| format!("{method} {path}: {e}"))?;
         let status = response.status();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let header = |name: &str| super::header(&response, name);
         let content_type = header("content-type").unwrap_or_default();
         let etag = header("etag");
         let bytes = response

@@ -317,6 +317,7 @@ impl Agent {
                 clock: self.clock.clone(),
                 draining: self.draining.clone(),
                 halted: Arc::default(),
+                keep_confirmations: false,
                 sabotage: self.policy.sabotage,
                 crash: self.crash.clone(),
             }),

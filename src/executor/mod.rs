@@ -44,6 +44,12 @@ pub struct ExecContext {
     /// operation journalled ahead and still waiting for a provider slot is
     /// not sent (each batch starts with its own, unset).
     pub halted: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether each operation's confirming observation is returned with
+    /// it ([`Executed::confirmed_by`]), for a cycle that decides again from
+    /// them instead of observing again. Off for a large batch: holding one
+    /// observation per operation costs memory in proportion to the batch,
+    /// where observing again costs a listing.
+    pub keep_confirmations: bool,
     /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
     pub sabotage: crate::sabotage::Sabotage,
     /// An in-process crash at a commit point (test builds only).

@@ -40,10 +40,6 @@ pub(super) async fn apply_cycle<'s>(
         // Replayed intents change what is remembered: read it again.
         preloaded = None;
     }
-    let keep = |operations: &[Executed]| {
-        let finished = operations.to_vec();
-        move |error| ReconcileError::State { error, finished }
-    };
     let Planned { plan, unobserved } = plan_cycle(
         agent,
         snapshot,
@@ -54,18 +50,25 @@ pub(super) async fn apply_cycle<'s>(
         Observations::Fresh(ahead),
     )
     .await
-    .map_err(keep(&operations))?;
-    let (ran, error) = execute_decisions(agent, &ctx, &plan).await;
+    .map_err(keep(&mut operations))?;
+    let (mut ran, error) = execute_decisions(agent, &ctx, &plan).await;
     // An operation never sent left its database as the cycle observed it.
     let all_confirmed = unobserved.is_empty()
         && ran
             .iter()
             .all(|e| e.confirmed_by.is_some() || matches!(e.outcome, OpOutcome::NotSent(_)));
-    let confirmations: Vec<(String, Confirmation)> = ran
-        .iter()
-        .filter_map(|e| Some((e.name.clone(), e.confirmed_by.clone()?)))
+    // Moved out, not copied: at a cold start every declaration's create has
+    // one, and a second copy of 10,000 observations beside the plan set the
+    // agent's peak resident memory (which it keeps: see `process::heap`).
+    let confirmations: HashMap<String, Box<Confirmation>> = ran
+        .iter_mut()
+        .filter_map(|e| Some((e.name.clone(), e.confirmed_by.take()?)))
         .collect();
-    operations.extend(ran);
+    if operations.is_empty() {
+        operations = ran;
+    } else {
+        operations.extend(ran);
+    }
     operations.sort_by(|a, b| a.name.cmp(&b.name));
     if let Some(error) = error {
         return Err(ReconcileError::State {
@@ -80,7 +83,7 @@ pub(super) async fn apply_cycle<'s>(
     failed.extend(refusals(&operations, &plan, now));
     blocking(&ctx.store, move |s| commit(s, &failed))
         .await
-        .map_err(keep(&operations))?;
+        .map_err(keep(&mut operations))?;
     let plan = if operations.is_empty() {
         plan
     } else {
@@ -92,7 +95,7 @@ pub(super) async fn apply_cycle<'s>(
         let observations = if all_confirmed {
             Observations::Known(views_after(plan, confirmations))
         } else {
-            drop(plan);
+            drop((plan, confirmations));
             Observations::Fresh(None)
         };
         plan_cycle(
@@ -105,10 +108,19 @@ pub(super) async fn apply_cycle<'s>(
             observations,
         )
         .await
-        .map_err(keep(&operations))?
+        .map_err(keep(&mut operations))?
         .plan
     };
     Ok(Outcome { plan, operations })
+}
+
+/// A state failure, with what already ran (moved, never copied ahead of a
+/// failure: at a cold start that is 10,000 operations).
+fn keep(operations: &mut Vec<Executed>) -> impl FnOnce(StateError) -> ReconcileError + '_ {
+    move |error| ReconcileError::State {
+        error,
+        finished: std::mem::take(operations),
+    }
 }
 
 /// What the providers show after a cycle's operations: the cycle's own
@@ -118,9 +130,8 @@ pub(super) async fn apply_cycle<'s>(
 /// Only for a plan whose every provider was observed.
 fn views_after(
     plan: Plan<'_>,
-    confirmations: Vec<(String, Confirmation)>,
+    confirmed: HashMap<String, Box<Confirmation>>,
 ) -> HashMap<String, ProviderView> {
-    let confirmed: HashMap<String, Confirmation> = confirmations.into_iter().collect();
     let mut views: HashMap<String, HashMap<String, Observation>> = HashMap::new();
     let mut provider_of = HashMap::new();
     for r in plan.resources {
@@ -229,6 +240,14 @@ async fn replay_pending(
 /// remembered on its tombstone first (for `Stalled`). Returns the
 /// outcomes, and the state-store failure that stopped new work, if one
 /// did.
+/// The largest batch of operations whose confirming observations a cycle
+/// keeps to decide again from (about a kilobyte each). A larger batch
+/// (a cold start creating a whole fleet) observes the providers again
+/// instead: one listing, where the observations would have been held
+/// through the batch and set the agent's peak memory, which a running
+/// agent keeps.
+const KEEP_CONFIRMATIONS_AT_MOST: usize = 1_000;
+
 async fn execute_decisions(
     agent: &Agent,
     ctx: &ExecContext,
@@ -256,6 +275,10 @@ async fn execute_decisions(
     if let Err(e) = blocking(&ctx.store, move |s| commit(s, &requested)).await {
         return (Vec::new(), Some(e));
     }
+    let ctx = &ExecContext {
+        keep_confirmations: work.len() <= KEEP_CONFIRMATIONS_AT_MOST,
+        ..ctx.clone()
+    };
     let run = execute(
         agent.runtimes(),
         ctx,

@@ -31,10 +31,7 @@ pub(super) async fn apply_cycle<'s>(
     // The providers that list everything are listed while the journal is
     // replayed and the inputs read (a replay that writes makes the cycle
     // observe again: see `ListingAhead`).
-    let ahead = match agent.take_listing_ahead() {
-        Some(ahead) => Some(ahead),
-        None => ListingAhead::start_for(agent.runtimes(), agent.store(), scope).await,
-    };
+    let ahead = ListingAhead::for_cycle(agent, scope).await;
     let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot, scope).await?;
     if !replayed.is_empty() {
         // Replayed intents change what is remembered: read it again.

@@ -24,8 +24,8 @@ use crate::source::Snapshot;
 /// Where a planning pass gets what the providers show.
 pub(super) enum Observations {
     /// Ask every provider, awaiting the listings already under way (see
-    /// [`observe::ListingAhead`]); without, the providers that list
-    /// everything are listed while the inputs are read.
+    /// [`observe::ListingAhead`]); without, those a one-shot command
+    /// started, or new ones while the inputs are read.
     Fresh(Option<observe::ListingAhead>),
     /// Known already: after operations that were each confirmed by an
     /// observation, the cycle's first observations with those in their
@@ -56,9 +56,9 @@ pub(super) async fn plan_cycle<'s>(
     // is listed while the inputs are read (a one-shot command started it
     // beside the source fetch already).
     let observations = match observations {
-        Observations::Fresh(None) => Observations::Fresh(
-            observe::ListingAhead::start_for(agent.runtimes(), agent.store(), scope).await,
-        ),
+        Observations::Fresh(None) => {
+            Observations::Fresh(observe::ListingAhead::for_cycle(agent, scope).await)
+        }
         other => other,
     };
     let mut inputs = match agent.store() {

@@ -269,7 +269,7 @@ pub async fn reconcile<'s>(
                 scope,
                 &HashSet::new(),
                 preloaded,
-                cycle::Observations::Fresh(agent.take_listing_ahead()),
+                cycle::Observations::Fresh(None),
             )
             .await?
             .plan;

@@ -64,6 +64,18 @@ impl ListingAhead {
         Some(Self::spawn(listing, freshness))
     }
 
+    /// The listings a one-shot command started ahead for this cycle, else
+    /// new ones for `scope` (see [`ListingAhead::start_for`]).
+    pub(super) async fn for_cycle(
+        agent: &crate::agent::Agent,
+        scope: &super::Scope,
+    ) -> Option<ListingAhead> {
+        match agent.take_listing_ahead() {
+            Some(ahead) => Some(ahead),
+            None => Self::start_for(agent.runtimes(), agent.store(), scope).await,
+        }
+    }
+
     /// The same at the start of a cycle over `scope` (the running agent's:
     /// the listing then runs while the cycle reads its inputs and routes),
     /// for the providers the scope can reach; none for a cycle over some

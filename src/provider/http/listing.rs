@@ -22,7 +22,7 @@ use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::wire::{Database, DatabasePage};
-use super::{HttpProvider, LISTING_TIMEOUTS, MAX_EMPTY_PAGES, Seen, classify, segment};
+use super::{HttpProvider, LISTING_TIMEOUTS, MAX_EMPTY_PAGES, Seen, segment};
 use crate::provider::{Observation, ProviderError, ResourceStatus};
 
 /// One database as listed: its observation, the ETag to remember, and the
@@ -122,16 +122,22 @@ fn read_page(
     body: &[u8],
 ) -> Result<Vec<Observation>, ProviderError> {
     let page: DatabasePage =
-        serde_json::from_slice(body).map_err(|e| broken_body(endpoint, status, &e))?;
+        serde_json::from_slice(body).map_err(|e| broken_body(endpoint, "*", status, &e))?;
     page.items
         .into_iter()
         .map(|db| Listed::of(endpoint, db).map(|listed| seen.remember(endpoint, listed)))
         .collect()
 }
 
-fn broken_body(endpoint: &str, status: StatusCode, e: &serde_json::Error) -> ProviderError {
+/// An answer whose body is not what the contract says it is.
+pub(super) fn broken_body(
+    endpoint: &str,
+    resource: &str,
+    status: StatusCode,
+    e: &serde_json::Error,
+) -> ProviderError {
     ProviderError::Permanent {
-        resource: "*".into(),
+        resource: resource.to_string(),
         message: format!("{endpoint} answered {status} with a body that breaks the contract: {e}"),
     }
 }
@@ -210,16 +216,7 @@ impl HttpProvider {
                 None => "/databases?pageSize=1000".to_string(),
             };
             let answer = self.send(Method::GET, &path, "*", &[], None).await?;
-            if !answer.status.is_success() {
-                return Err(classify(
-                    "*",
-                    answer.status,
-                    answer.retry_after,
-                    &answer.body,
-                ));
-            }
-            let outline: PageOutline = serde_json::from_slice(&answer.body)
-                .map_err(|e| broken_body(endpoint, answer.status, &e))?;
+            let outline: PageOutline = self.parse("*", &answer)?;
             let (status, body, at) = (answer.status, answer.body, endpoint.clone());
             let seen = self.seen.clone();
             let this = tokio::task::spawn_blocking(move || read_page(&at, &seen, status, &body));

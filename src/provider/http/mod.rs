@@ -110,7 +110,7 @@ impl Seen {
             );
         }
         let name = &listed.observation.database_name;
-        let mut etags = self.etags.lock().unwrap_or_else(|p| p.into_inner());
+        let mut etags = self.etags();
         match etags.get_mut(name) {
             Some(known) if *known == listed.etag => {}
             Some(known) => *known = listed.etag,
@@ -119,6 +119,11 @@ impl Seen {
             }
         }
         listed.observation
+    }
+
+    /// The ETags by database name.
+    fn etags(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.etags.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -321,13 +326,8 @@ impl HttpProvider {
                 &answer.body,
             ));
         }
-        serde_json::from_slice(&answer.body).map_err(|e| ProviderError::Permanent {
-            resource: resource.to_string(),
-            message: format!(
-                "{} answered {} with a body that breaks the contract: {e}",
-                self.settings.endpoint, answer.status
-            ),
-        })
+        serde_json::from_slice(&answer.body)
+            .map_err(|e| listing::broken_body(&self.settings.endpoint, resource, answer.status, &e))
     }
 
     /// A database as the contract describes it, as an observation (see
@@ -348,11 +348,7 @@ impl HttpProvider {
             )
             .await?;
         if answer.status == StatusCode::NOT_FOUND {
-            self.seen
-                .etags
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(name);
+            self.seen.etags().remove(name);
             return Ok(None);
         }
         let db: Database = self.parse(name, &answer)?;
@@ -361,21 +357,13 @@ impl HttpProvider {
 
     /// The ETag to send for `name`, observing it first when none is known.
     async fn etag(&self, name: &str) -> Result<String, ProviderError> {
-        let known = self
-            .seen
-            .etags
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned();
+        let known = self.seen.etags().get(name).cloned();
         if let Some(tag) = known {
             return Ok(tag);
         }
         self.get(name).await?;
         self.seen
-            .etags
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .etags()
             .get(name)
             .cloned()
             .ok_or_else(|| ProviderError::NotFound {
@@ -603,11 +591,7 @@ impl Provider for HttpProvider {
             .await?;
         match answer.status {
             StatusCode::NO_CONTENT | StatusCode::OK => {
-                self.seen
-                    .etags
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(database_name);
+                self.seen.etags().remove(database_name);
                 Ok(())
             }
             StatusCode::ACCEPTED => self.finish(database_name, &answer).await,

@@ -22,6 +22,7 @@ pub mod engine;
 pub mod escape;
 pub mod executor;
 pub mod files;
+pub mod import;
 pub mod journal;
 pub mod model;
 pub mod process;

@@ -10,6 +10,7 @@ mod apply;
 mod completions;
 mod config_check;
 mod deletions;
+mod import;
 mod logging;
 mod operator;
 mod overrides;
@@ -87,6 +88,10 @@ pub enum Command {
     /// Hand a change made at the provider back to Git: the declaration
     /// edit that declares what the provider shows (a patch, or a branch).
     Propose(propose::ProposeArgs),
+    /// Declarations for the databases a provider already has and no
+    /// declaration covers, adopting each with no field change (files, a
+    /// patch, or a branch).
+    Import(import::ImportArgs),
     /// The sandbox provider's dashboard: change external state as an operator would.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
@@ -182,6 +187,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Override(command) => overrides::run(&cli.config, &command),
         Command::Explain(args) => plan::run_explain(&cli.config, &args),
         Command::Propose(args) => propose::run(&cli.config, &args),
+        Command::Import(args) => import::run(&cli.config, &args),
         Command::Sandbox(command) => sandbox::run(&cli.config, &command),
         Command::Provider(command) => provider::run(&command),
         Command::Config(command) => config_check::run(&cli.config, &command),

@@ -28,7 +28,7 @@ use crate::source::transport::{self, PushOutcome};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProposalBranchError {
     #[error(
-        "{branch} has commits that are not tend's ({commits}): tend never overwrites them. Merge or close that pull request, or delete the branch, then propose again"
+        "{branch} has commits that are not tend's ({commits}): tend never overwrites them. Merge or close that pull request, or delete the branch, then run the command again"
     )]
     HumanCommits { branch: String, commits: String },
     #[error("{branch}: {source}")]
@@ -101,7 +101,25 @@ impl ProposalBranch {
         base: &str,
         message: &str,
     ) -> Result<BranchOutcome, ProposalBranchError> {
-        let branch = branch_name(&proposal.name);
+        self.push_files(
+            &branch_name(&proposal.name),
+            &[(proposal.file.clone(), proposal.after.clone())],
+            base,
+            message,
+        )
+    }
+
+    /// Commits `files` (repository paths and their text, on top of the
+    /// tracked commit `base`) with `message` on `branch` and pushes it,
+    /// under the guarantees above.
+    pub fn push_files(
+        &self,
+        branch: &str,
+        files: &[(String, String)],
+        base: &str,
+        message: &str,
+    ) -> Result<BranchOutcome, ProposalBranchError> {
+        let branch = branch.to_string();
         let git = |e: git2::Error| ProposalBranchError::Repository {
             branch: branch.clone(),
             message: e.message().to_string(),
@@ -110,7 +128,7 @@ impl ProposalBranch {
             branch: branch.clone(),
             source,
         };
-        let fetched = format!("refs/tend/propose/heads/{}", proposal.name);
+        let fetched = local_ref(&branch, "heads");
         let tip = transport::fetch_branch(
             &self.repo_dir,
             &self.url,
@@ -123,15 +141,13 @@ impl ProposalBranch {
         let repo = Repository::open_bare(&self.repo_dir).map_err(git)?;
         let base_id = Oid::from_str(base).map_err(git)?;
         let base_commit = repo.find_commit(base_id).map_err(git)?;
-        // The tree: the tracked commit's, with the one file changed.
-        let blob = repo.blob(proposal.after.as_bytes()).map_err(git)?;
-        let tree = replace_file(
-            &repo,
-            &base_commit.tree().map_err(git)?,
-            &proposal.file,
-            blob,
-        )
-        .map_err(git)?;
+        // The tree: the tracked commit's, with the files written.
+        let mut tree = base_commit.tree().map_err(git)?.id();
+        for (path, text) in files {
+            let blob = repo.blob(text.as_bytes()).map_err(git)?;
+            let current = repo.find_tree(tree).map_err(git)?;
+            tree = replace_file(&repo, &current, path, blob).map_err(git)?;
+        }
         let (parents, outcome): (Vec<git2::Commit<'_>>, fn(String) -> BranchOutcome) = match tip {
             None => (vec![base_commit], BranchOutcome::Created),
             Some(tip) => {
@@ -159,7 +175,7 @@ impl ProposalBranch {
         let commit = repo
             .commit(None, &signature, &signature, message, &tree, &parents)
             .map_err(git)?;
-        let outgoing = format!("refs/tend/propose/outgoing/{}", proposal.name);
+        let outgoing = local_ref(&branch, "outgoing");
         repo.reference(&outgoing, commit, true, "tend propose")
             .map_err(git)?;
         match transport::push(
@@ -246,6 +262,16 @@ impl ProposalBranch {
             },
         )?;
         Ok(true)
+    }
+}
+
+/// The local ref that holds `branch` (`tend/propose/orders`) as
+/// fetched (`heads`) or as about to be pushed (`outgoing`):
+/// `refs/tend/propose/heads/orders`.
+fn local_ref(branch: &str, role: &str) -> String {
+    match branch.rsplit_once('/') {
+        Some((kind, rest)) => format!("refs/{kind}/{role}/{rest}"),
+        None => format!("refs/tend/{role}/{branch}"),
     }
 }
 

@@ -42,6 +42,18 @@ pub fn scalar(value: &Value, style: ScalarStyle) -> String {
     }
 }
 
+/// The string `s` as a YAML scalar: plain where it reads back as the same
+/// string, double-quoted otherwise (`"16"`, `"true"`, `"Café Orders"`
+/// stays plain, `"a: b"` does not).
+pub fn string_scalar(s: &str) -> String {
+    let value = Value::String(s.to_string());
+    if reads_back_as(s, &value) {
+        s.to_string()
+    } else {
+        double_quoted(s)
+    }
+}
+
 fn single_quoted(s: &str) -> String {
     if s.contains('\n') {
         return double_quoted(s);

@@ -449,6 +449,19 @@ impl AnyProvider {
         }
     }
 
+    /// Every database the provider shows, each observed in full (`tend
+    /// import`), except the per-database fields (extensions) of `shallow`.
+    pub async fn observe_every_database(
+        &self,
+        shallow: &[String],
+    ) -> Result<Vec<Observation>, ProviderError> {
+        match self {
+            AnyProvider::Sandbox(p) => p.observe_every_database(),
+            AnyProvider::Postgres(p) => p.observe_every_database(shallow).await,
+            AnyProvider::Http(p) => p.observe_everything().await,
+        }
+    }
+
     /// Whether [`AnyProvider::observe_everything`] has anything to do.
     pub fn lists_everything(&self) -> bool {
         matches!(self, AnyProvider::Http(_))

@@ -387,6 +387,35 @@ impl PostgresProvider {
         self.connect(&config, database).await
     }
 
+    /// Every database of the server (`tend import`), with the extensions
+    /// of all but `shallow` (system databases: a connection to
+    /// `template1` would make a concurrent `CREATE DATABASE` fail).
+    pub async fn observe_every_database(
+        &self,
+        shallow: &[String],
+    ) -> Result<Vec<Observation>, ProviderError> {
+        self.observe_where(observe::Listed::Everything, observe::Deep::AllBut(shallow))
+            .await
+    }
+
+    /// The database of the maintenance connection (tend's catalog lives
+    /// there), as the URL names it (libpq's default: the user's name).
+    pub fn maintenance_database(&self) -> Option<String> {
+        self.config
+            .get_dbname()
+            .or_else(|| self.config.get_user())
+            .map(str::to_string)
+    }
+
+    /// Whether `url` (a libpq-style URL) reaches the same server as this
+    /// provider's (same hosts and ports as written).
+    pub fn same_server(&self, url: &str) -> bool {
+        let Ok(other) = url.parse::<tokio_postgres::Config>() else {
+            return false;
+        };
+        other.get_hosts() == self.config.get_hosts() && other.get_ports() == self.config.get_ports()
+    }
+
     fn capabilities_static() -> Capabilities {
         Capabilities {
             list_settings: POSTGRES_LIST_SETTINGS,
@@ -406,12 +435,25 @@ impl Provider for PostgresProvider {
         names: &[String],
         deep: &[String],
     ) -> Result<Vec<Observation>, ProviderError> {
-        self.observe_where(names, true, Some(deep)).await
+        self.observe_where(
+            observe::Listed::Named {
+                names,
+                marked: true,
+            },
+            observe::Deep::Of(deep),
+        )
+        .await
     }
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
         Ok(self
-            .observe_where(&[database_name.to_string()], false, None)
+            .observe_where(
+                observe::Listed::Named {
+                    names: &[database_name.to_string()],
+                    marked: false,
+                },
+                observe::Deep::Named,
+            )
             .await?
             .into_iter()
             .next())

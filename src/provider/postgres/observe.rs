@@ -38,15 +38,38 @@ async fn extensions_in(
     ))
 }
 
+/// Which observed databases' extensions are read (a connection each).
+#[derive(Clone, Copy)]
+pub(super) enum Deep<'a> {
+    /// These.
+    Of(&'a [String]),
+    /// Every database asked for by name.
+    Named,
+    /// Every database but these (a listing of the whole server).
+    AllBut(&'a [String]),
+}
+
+/// Which databases an observation lists.
+#[derive(Clone, Copy)]
+pub(super) enum Listed<'a> {
+    /// The named ones, and with `marked` every one with tend's marker.
+    Named { names: &'a [String], marked: bool },
+    /// Every database of the server.
+    Everything,
+}
+
 impl PostgresProvider {
-    /// `deep`: databases whose extensions are observed (`None`: every named
-    /// one). Extension queries run concurrently, bounded by the pool size.
+    /// The databases `listed` names, their extensions as `deep` says.
+    /// Extension queries run concurrently, bounded by the pool size.
     pub(super) async fn observe_where(
         &self,
-        names: &[String],
-        all_marked: bool,
-        deep: Option<&[String]>,
+        listed: Listed<'_>,
+        deep: Deep<'_>,
     ) -> Result<Vec<Observation>, ProviderError> {
+        let (names, all_marked, everything) = match listed {
+            Listed::Named { names, marked } => (names, marked, false),
+            Listed::Everything => (&[][..], false, true),
+        };
         let client = self.client("*").await?;
         // Before the first write there is no catalog (plan never makes
         // it): no database carries a marker yet, which is what an empty
@@ -70,9 +93,9 @@ impl PostgresProvider {
                  LEFT JOIN pg_shdescription sd ON sd.objoid = d.oid AND sd.classoid = 'pg_database'::regclass \
                  LEFT JOIN pg_db_role_setting s ON s.setdatabase = d.oid AND s.setrole = 0 \
                  LEFT JOIN {markers} t ON t.database_name = d.datname \
-                 WHERE d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)"
+                 WHERE $3 OR d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)"
                 ),
-                &[&names, &all_marked],
+                &[&names, &all_marked, &everything],
             )
             .await
             .map_err(|e| classify("*", e))?;
@@ -85,8 +108,9 @@ impl PostgresProvider {
             // databases that accept connections and whose extensions are
             // wanted; otherwise they are unknown, not absent.
             let wanted = match deep {
-                Some(deep) => deep.contains(&name),
-                None => names.contains(&name),
+                Deep::Of(deep) => deep.contains(&name),
+                Deep::Named => names.contains(&name),
+                Deep::AllBut(shallow) => !shallow.contains(&name),
             };
             let unobserved = if allow && wanted {
                 extension_queries.push(name.clone());

@@ -276,6 +276,21 @@ impl SandboxProvider {
     }
 }
 
+impl SandboxProvider {
+    /// Every database in the sandbox (`tend import`).
+    pub fn observe_every_database(&self) -> Result<Vec<Observation>, ProviderError> {
+        self.fail_before("observe_all", "*")?;
+        let databases = self
+            .databases()
+            .map_err(|e| self.to_provider_error("*", e))?;
+        let lag = self.stale_lag();
+        Ok(databases
+            .into_iter()
+            .filter_map(|(name, db)| self.read(name, db, lag))
+            .collect())
+    }
+}
+
 impl Provider for SandboxProvider {
     fn capabilities(&self) -> Capabilities {
         Capabilities {

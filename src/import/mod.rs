@@ -1,0 +1,315 @@
+//! `tend import`: declarations for the databases a provider already has
+//! and no declaration covers, ready to review and merge.
+//!
+//! # Guarantees
+//! * Pure: the caller lists the provider and reads the declarations; this
+//!   decides what is written, from those alone. Same inputs, byte-identical
+//!   files (nothing in a file depends on the time or the order of a
+//!   listing).
+//! * A database is imported only when nothing claims it: no declaration
+//!   names it on this provider, no agent's marker is on it, it is not a
+//!   system database and the filters keep it. Every database the provider
+//!   shows is either imported or listed with the reason it is not (those
+//!   already declared and those the filters drop are counted).
+//! * Every file is parsed and validated as `tend validate` would, and its
+//!   spec compared with the observation as a plan would, before it is
+//!   offered: an imported declaration adopts its database with no field
+//!   change. A database whose file would not is listed, never written.
+//! * Never a file that exists, never a `metadata.name` another
+//!   declaration has.
+
+pub mod name;
+pub mod render;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::engine::values_match;
+use crate::model::{Declaration, parse_file};
+use crate::provider::{Capabilities, Observation, OwnershipMarker};
+pub use render::{Defaults, Heading, LeftOut};
+
+/// A declaration that exists (in the tracked branch or the target
+/// directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    pub name: String,
+    /// Where it is written (repository-relative, or as found on disk).
+    pub file: String,
+    /// `spec.provider`; `None`: the only configured provider.
+    pub provider: Option<String>,
+    pub database_name: String,
+}
+
+impl Known {
+    pub fn of(decl: &Declaration, file: String) -> Self {
+        Known {
+            name: decl.name().to_string(),
+            file,
+            provider: decl.manifest.spec.provider.clone(),
+            database_name: decl.manifest.database_name(),
+        }
+    }
+}
+
+/// Which databases an import considers.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only database names this matches.
+    pub only: Option<Regex>,
+    /// None that any of these matches.
+    pub except: Vec<Regex>,
+}
+
+impl Filter {
+    fn keeps(&self, database: &str) -> bool {
+        self.only.as_ref().is_none_or(|r| r.is_match(database))
+            && !self.except.iter().any(|r| r.is_match(database))
+    }
+}
+
+/// Everything an import decides from.
+pub struct ImportInput<'a> {
+    pub heading: Heading<'a>,
+    /// This agent's id (a database with its marker is not imported: it is
+    /// tend's already).
+    pub agent_id: &'a str,
+    pub capabilities: &'a Capabilities,
+    pub defaults: &'a Defaults,
+    pub all_fields: bool,
+    /// Declarations that exist.
+    pub known: &'a [Known],
+    /// Databases that are not a tenant's, with why (`postgres`, tend's
+    /// own catalog or state).
+    pub system: &'a BTreeMap<String, String>,
+    pub filter: &'a Filter,
+    /// The directory new files go to (`/`-separated, `""`: the top).
+    pub dir: &'a str,
+    /// Files that exist (same form as the new files' paths).
+    pub existing_files: &'a BTreeSet<String>,
+}
+
+/// One database imported: its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Imported {
+    pub database: String,
+    pub name: String,
+    /// `dir/name.yaml`.
+    pub file: String,
+    pub text: String,
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A database not imported, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotImported {
+    pub database: String,
+    pub why: String,
+}
+
+/// What an import writes and what it does not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportPlan {
+    /// Sorted by file.
+    pub imported: Vec<Imported>,
+    /// Sorted by database name: system databases, other agents',
+    /// clashes, names no declaration can carry.
+    pub not_imported: Vec<NotImported>,
+    /// Databases a declaration already covers.
+    pub declared: usize,
+    /// Databases `--match`/`--exclude` left aside.
+    pub filtered: usize,
+}
+
+/// Decides the import of `observations` (everything the provider shows).
+pub fn plan_import(input: &ImportInput<'_>, mut observations: Vec<Observation>) -> ImportPlan {
+    observations.sort_by(|a, b| a.database_name.cmp(&b.database_name));
+    let provider = input.heading.provider;
+    let covered: BTreeSet<&str> = input
+        .known
+        .iter()
+        .filter(|k| k.provider.as_deref().is_none_or(|p| p == provider))
+        .map(|k| k.database_name.as_str())
+        .collect();
+    let mut plan = ImportPlan::default();
+    let mut candidates = Vec::new();
+    for obs in observations {
+        let database = obs.database_name.clone();
+        let refuse = |why: String| NotImported {
+            database: database.clone(),
+            why,
+        };
+        if covered.contains(database.as_str()) {
+            plan.declared += 1;
+        } else if let Some(why) = input.system.get(&database) {
+            plan.not_imported.push(refuse(why.clone()));
+        } else if !input.filter.keeps(&database) {
+            plan.filtered += 1;
+        } else if let Some(marker) = obs.marker() {
+            plan.not_imported
+                .push(refuse(owned(&marker, input.agent_id)));
+        } else if let Some(why) = uncarriable(&database) {
+            plan.not_imported.push(refuse(why));
+        } else {
+            candidates.push(obs);
+        }
+    }
+    // Rule 4 of the name: two of this import with one name are told apart.
+    let mut uses: BTreeMap<String, usize> = BTreeMap::new();
+    for obs in &candidates {
+        *uses.entry(name::derived(&obs.database_name)).or_default() += 1;
+    }
+    let taken: BTreeMap<&str, &Known> = input.known.iter().map(|k| (k.name.as_str(), k)).collect();
+    for obs in candidates {
+        let database = obs.database_name.clone();
+        let base = name::derived(&database);
+        let name = if uses[&base] > 1 {
+            name::disambiguated(&base, &database)
+        } else {
+            base
+        };
+        let file = if input.dir.is_empty() {
+            format!("{name}.yaml")
+        } else {
+            format!("{}/{name}.yaml", input.dir)
+        };
+        if let Some(other) = taken.get(name.as_str()) {
+            plan.not_imported.push(NotImported {
+                database,
+                why: format!(
+                    "its name would be `{name}`, which the declaration in {} already has (for database {:?}); declare this one by hand under another name",
+                    other.file, other.database_name
+                ),
+            });
+            continue;
+        }
+        if input.existing_files.contains(&file) {
+            plan.not_imported.push(NotImported {
+                database,
+                why: format!("{file} exists, and tend import never overwrites a file"),
+            });
+            continue;
+        }
+        match imported(input, &obs, name, file) {
+            Ok(one) => plan.imported.push(one),
+            Err(why) => plan.not_imported.push(NotImported { database, why }),
+        }
+    }
+    plan.imported.sort_by(|a, b| a.file.cmp(&b.file));
+    plan.not_imported
+        .sort_by(|a, b| a.database.cmp(&b.database));
+    plan
+}
+
+/// Why a database with `marker` is not imported.
+fn owned(marker: &OwnershipMarker, agent_id: &str) -> String {
+    if marker.agent_id == agent_id {
+        format!(
+            "it carries this agent's marker for declaration `{}`, which the tracked branch no longer has (tend releases or deletes it by its deletion policy); `tend explain {}` says which",
+            marker.declaration, marker.declaration
+        )
+    } else {
+        format!(
+            "agent `{}` owns it (declaration `{}`): import it from that agent's repository, or release it there first",
+            marker.agent_id, marker.declaration
+        )
+    }
+}
+
+/// Why no declaration can name `database`, if none can.
+fn uncarriable(database: &str) -> Option<String> {
+    if database.len() > 63 {
+        Some(format!(
+            "its name is {} bytes long, and a declaration's databaseName holds at most 63 (PostgreSQL's limit); rename it at the provider, or manage it outside tend",
+            database.len()
+        ))
+    } else if database.is_empty() || database.contains('\0') {
+        Some("its name is empty or holds a NUL character, which no declaration can name".into())
+    } else {
+        None
+    }
+}
+
+/// The file of one database, checked.
+fn imported(
+    input: &ImportInput<'_>,
+    obs: &Observation,
+    name: String,
+    file: String,
+) -> Result<Imported, String> {
+    let (fields, left_out) =
+        render::spec_fields(obs, input.capabilities, input.defaults, input.all_fields);
+    let database_name =
+        name::needs_database_name(&name, &obs.database_name).then_some(obs.database_name.as_str());
+    let text = render::document(&input.heading, &name, database_name, &fields);
+    check(&text, &file, &name, obs, input.capabilities)?;
+    Ok(Imported {
+        database: obs.database_name.clone(),
+        name,
+        file,
+        text,
+        left_out,
+    })
+}
+
+/// The file parses and validates as one declaration named `name`, for
+/// `obs`'s database, to be adopted, and every field it declares matches
+/// the observation as a plan compares them.
+fn check(
+    text: &str,
+    file: &str,
+    name: &str,
+    obs: &Observation,
+    capabilities: &Capabilities,
+) -> Result<(), String> {
+    let bug = |what: String| {
+        Err(format!(
+            "tend import made a file it would not offer ({what}); nothing is written for it. This is a bug in tend: please report it with the database's settings"
+        ))
+    };
+    let parsed = parse_file(Path::new(file), text.as_bytes());
+    if let Some(d) = parsed.diagnostics.first() {
+        return bug(format!("{}:{}: {}", d.line, d.column, d.message));
+    }
+    let [decl] = parsed.declarations.as_slice() else {
+        return bug(format!("{} documents", parsed.declarations.len()));
+    };
+    if decl.name() != name || !decl.manifest.is_database_name(&obs.database_name) {
+        return bug(format!(
+            "it names {} / {}",
+            decl.name(),
+            decl.manifest.database_name()
+        ));
+    }
+    if !decl.annotations.adopt {
+        return bug("it does not adopt".into());
+    }
+    let Some(spec) = decl.normalized_spec.as_object() else {
+        return bug("no spec".into());
+    };
+    for (field, want) in spec {
+        if !capabilities.fields.contains_key(field.as_str()) || field == "databaseName" {
+            continue;
+        }
+        let mut pairs: Vec<(String, &Value)> = Vec::new();
+        match (field.as_str(), want) {
+            ("parameters", Value::Object(map)) => {
+                for (k, v) in map {
+                    pairs.push((format!("parameters.{k}"), v));
+                }
+            }
+            _ => pairs.push((field.clone(), want)),
+        }
+        for (path, want) in pairs {
+            let want = &capabilities.comparable(&path, want.clone());
+            let have = obs.fields.get(&path).unwrap_or(&Value::Null);
+            if !values_match(&path, want, have) {
+                return bug(format!("{path} declares {want}, the provider shows {have}"));
+            }
+        }
+    }
+    Ok(())
+}

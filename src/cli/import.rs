@@ -15,7 +15,6 @@ use crate::escape::terminal as esc;
 use crate::import::{Defaults, Filter, Heading, ImportInput, ImportPlan, Known, plan_import};
 use crate::journal::Access;
 use crate::model::load_paths;
-use crate::propose::branch::{ProposalBranch, pull_request_url};
 use crate::provider::{AnyProvider, Observation};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -166,12 +165,13 @@ pub fn run(config_path: &Path, args: &ImportArgs) -> io::Result<u8> {
                 target.disk.display()
             )?;
         }
-        known.extend(
-            local
-                .declarations
-                .iter()
-                .map(|d| Known::of(d, d.file.display().to_string())),
-        );
+        known.extend(local.declarations.iter().map(|d| {
+            let file = match d.file.strip_prefix(&target.disk) {
+                Ok(inside) => join(&target.label, &inside.to_string_lossy()),
+                Err(_) => d.file.display().to_string(),
+            };
+            Known::of(d, file)
+        }));
         existing_files.extend(
             files_in(&target.disk)
                 .into_iter()
@@ -534,33 +534,13 @@ fn push_branch(
     message: &str,
     err: &mut impl Write,
 ) -> io::Result<u8> {
-    let source = agent.source_settings();
-    let target = ProposalBranch {
-        repo_dir: agent.source_repo_dir(),
-        url: source.url.clone(),
-        credentials: source.credentials.clone(),
-        agent_id: agent.agent_id().to_string(),
-        base_branch: source.branch.clone(),
-    };
-    let branch = format!("tend/import/{provider}");
     let files: Vec<(String, String)> = plan
         .imported
         .iter()
         .map(|one| (one.file.clone(), one.text.clone()))
         .collect();
-    let outcome = match target.push_files(&branch, &files, base, message) {
-        Ok(o) => o,
-        Err(e) => {
-            writeln!(err, "tend: {}", esc(&e.to_string()))?;
-            return Ok(exit::ERROR);
-        }
-    };
-    let mut out = io::stdout().lock();
-    writeln!(out, "{branch}: {outcome}")?;
-    if let Some(pr) = pull_request_url(&source.url, &source.branch, &branch) {
-        writeln!(out, "open a pull request: {pr}")?;
-    }
-    Ok(exit::OK)
+    let branch = format!("tend/import/{provider}");
+    super::propose::push_to_branch(agent, &branch, &files, base, message, err)
 }
 
 #[cfg(test)]

@@ -145,6 +145,27 @@ fn push_branch(
     base: &str,
     err: &mut impl Write,
 ) -> io::Result<u8> {
+    push_to_branch(
+        agent,
+        &branch_name(&proposal.name),
+        &[(proposal.file.clone(), proposal.after.clone())],
+        base,
+        &crate::propose::commit_message(proposal, agent.agent_id(), base),
+        err,
+    )
+}
+
+/// Commits `files` on `branch` of the source remote (on top of the
+/// tracked commit `base`) and says where, with the pull-request page
+/// when the host has one: `tend propose` and `tend import`.
+pub(super) fn push_to_branch(
+    agent: &crate::agent::Agent,
+    branch: &str,
+    files: &[(String, String)],
+    base: &str,
+    message: &str,
+    err: &mut impl Write,
+) -> io::Result<u8> {
     let source = agent.source_settings();
     let target = ProposalBranch {
         repo_dir: agent.source_repo_dir(),
@@ -153,12 +174,7 @@ fn push_branch(
         agent_id: agent.agent_id().to_string(),
         base_branch: source.branch.clone(),
     };
-    let branch = branch_name(&proposal.name);
-    let outcome = match target.push(
-        proposal,
-        base,
-        &crate::propose::commit_message(proposal, agent.agent_id(), base),
-    ) {
+    let outcome = match target.push_files(branch, files, base, message) {
         Ok(o) => o,
         Err(e) => {
             writeln!(err, "tend: {}", esc(&e.to_string()))?;
@@ -167,7 +183,7 @@ fn push_branch(
     };
     let mut out = io::stdout().lock();
     writeln!(out, "{branch}: {outcome}")?;
-    if let Some(pr) = pull_request_url(&source.url, &source.branch, &branch) {
+    if let Some(pr) = pull_request_url(&source.url, &source.branch, branch) {
         writeln!(out, "open a pull request: {pr}")?;
     }
     Ok(exit::OK)

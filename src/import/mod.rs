@@ -162,7 +162,12 @@ pub fn plan_import(input: &ImportInput<'_>, mut observations: Vec<Observation>) 
     for obs in &candidates {
         *uses.entry(name::derived(&obs.database_name)).or_default() += 1;
     }
-    let taken: BTreeMap<&str, &Known> = input.known.iter().map(|k| (k.name.as_str(), k)).collect();
+    // The first place a name is declared (the tracked branch's, then the
+    // directory's).
+    let mut taken: BTreeMap<&str, &Known> = BTreeMap::new();
+    for k in input.known {
+        taken.entry(k.name.as_str()).or_insert(k);
+    }
     for obs in candidates {
         let database = obs.database_name.clone();
         let base = name::derived(&database);
@@ -300,6 +305,14 @@ fn check(
                 for (k, v) in map {
                     pairs.push((format!("parameters.{k}"), v));
                 }
+                // A declaration that lists settings resets the others.
+                let unlisted = obs.fields.keys().find(|path| {
+                    path.strip_prefix("parameters.")
+                        .is_some_and(|k| !map.contains_key(k))
+                });
+                if let Some(path) = unlisted {
+                    return bug(format!("{path} is set at the provider and not declared"));
+                }
             }
             _ => pairs.push((field.clone(), want)),
         }
@@ -312,4 +325,107 @@ fn check(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ResourceStatus;
+    use crate::provider::sandbox::SANDBOX_FIELDS;
+    use serde_json::json;
+
+    fn observation(name: &str, fields: Value) -> Observation {
+        Observation {
+            database_name: name.into(),
+            external_id: name.into(),
+            status: ResourceStatus::Ready,
+            fields: serde_json::from_value(fields).unwrap(),
+            labels: BTreeMap::new(),
+            observed_at: std::time::SystemTime::UNIX_EPOCH,
+            unobserved: Vec::new(),
+        }
+    }
+
+    fn import(observations: Vec<Observation>) -> ImportPlan {
+        let capabilities = Capabilities::for_fields(SANDBOX_FIELDS, true);
+        let input = ImportInput {
+            heading: Heading {
+                schema_ref: "s.json",
+                provider: "p",
+                provider_kind: "sandbox",
+                spell_provider: true,
+            },
+            agent_id: "me",
+            capabilities: &capabilities,
+            defaults: &Defaults::new(),
+            all_fields: false,
+            known: &[],
+            system: &BTreeMap::new(),
+            filter: &Filter::default(),
+            dir: "dbs",
+            existing_files: &BTreeSet::new(),
+        };
+        plan_import(&input, observations)
+    }
+
+    #[test]
+    fn values_a_declaration_cannot_hold_are_left_out_and_said() {
+        let plan = import(vec![observation(
+            "odd",
+            json!({
+                "engine": "oracle",
+                "storageGb": 0,
+                "size": "db-small",
+                "extensions": [{"name": "PG_Trgm"}, {"name": "citext", "version": "1.6", "schema": "public"}],
+                "parameters.bad-key": "1",
+                "parameters.work_mem": "4MB",
+            }),
+        )]);
+        let [one] = plan.imported.as_slice() else {
+            panic!("{plan:#?}")
+        };
+        assert_eq!(
+            one.text,
+            "# yaml-language-server: $schema=s.json\n# Imported by `tend import` from provider \"p\" (sandbox).\napiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: odd\n  annotations:\n    tend.dev/adopt: \"true\"\nspec:\n  provider: p\n  extensions:\n    - citext\n  size: db-small\n"
+        );
+        let left: Vec<&str> = one.left_out.iter().map(|l| l.field.as_str()).collect();
+        assert_eq!(
+            left,
+            ["extensions.PG_Trgm", "parameters", "engine", "storageGb"],
+            "{:#?}",
+            one.left_out
+        );
+        assert!(
+            one.left_out[1]
+                .why
+                .contains("`bad-key` is not a valid parameter name")
+                && one.left_out[1].why.contains("so none is written"),
+            "{:#?}",
+            one.left_out
+        );
+    }
+
+    #[test]
+    fn every_database_is_imported_or_said_why_not() {
+        let mut marked = observation("theirs", json!({}));
+        marked.labels = BTreeMap::from([
+            (crate::provider::OWNER_AGENT_LABEL.into(), "other".into()),
+            (crate::provider::OWNER_DECLARATION_LABEL.into(), "t".into()),
+        ]);
+        let plan = import(vec![
+            observation("b", json!({})),
+            marked,
+            observation(&"x".repeat(64), json!({})),
+            observation("a", json!({"comment": "c"})),
+        ]);
+        let files: Vec<&str> = plan.imported.iter().map(|i| i.file.as_str()).collect();
+        assert_eq!(files, ["dbs/a.yaml", "dbs/b.yaml"]);
+        assert!(plan.imported[1].text.ends_with("spec:\n  provider: p\n"));
+        let why: Vec<&str> = plan
+            .not_imported
+            .iter()
+            .map(|n| n.database.as_str())
+            .collect();
+        assert_eq!(why, ["theirs", &"x".repeat(64)]);
+    }
 }

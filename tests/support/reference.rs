@@ -169,9 +169,10 @@ impl ReferenceServer {
         self.stats()["counts"][what].as_u64().unwrap_or(0)
     }
 
-    /// `GET /v1/databases/NAME`.
+    /// `GET /v1/databases/NAME` (spaces percent-encoded).
     pub fn database(&self, name: &str) -> Option<serde_json::Value> {
-        match self.request("GET", &format!("/v1/databases/{name}"), "") {
+        let path = format!("/v1/databases/{}", name.replace(' ', "%20"));
+        match self.request("GET", &path, "") {
             (200, body) => Some(body),
             (404, _) => None,
             (status, body) => panic!("GET {name}: {status} {body}"),

@@ -130,6 +130,7 @@ fn a_hand_made_postgres_server_is_imported_and_adopted_with_no_change() {
         "ALTER DATABASE tenant_03 SET search_path = '\"$user\", public, app'",
         "CREATE DATABASE tenant_04 OWNER app_b",
         "CREATE DATABASE tenant_05",
+        "CREATE DATABASE tenant_06 OWNER app_a ENCODING 'UTF8' TEMPLATE template0",
         "COMMENT ON DATABASE tenant_05 IS 'it''s tenant #5: \"quoted\"'",
     ] {
         pg.psql(sql);
@@ -139,6 +140,42 @@ fn a_hand_made_postgres_server_is_imported_and_adopted_with_no_change() {
     pg.psql_in("search", "CREATE EXTENSION citext SCHEMA ext");
     let before = catalog(&pg);
     let search_extensions = extensions(&pg, "search");
+
+    // --all-fields writes the server's defaults and the extensions'
+    // versions too (a patch: nothing on disk).
+    let run = tend(
+        &config,
+        repo.path(),
+        &[
+            "import",
+            "--provider",
+            "main",
+            "--match",
+            "^(analytics|search)$",
+            "--all-fields",
+            "--output",
+            "patch",
+        ],
+        0,
+    );
+    let encoding = pg
+        .psql("SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = 'template1'");
+    let trgm = pg.psql_in(
+        "search",
+        "SELECT extversion FROM pg_extension WHERE extname = 'pg_trgm'",
+    );
+    assert!(
+        run.stdout.contains(&format!("+  encoding: {encoding}\n"))
+            && run
+                .stdout
+                .contains("+  connectionLimit: -1\n+  allowConnections: true\n")
+            && run.stdout.contains(&format!(
+                "+    - name: pg_trgm\n+      version: \"{trgm}\"\n+      schema: public\n"
+            )),
+        "{}",
+        run.stdout
+    );
+    assert!(!repo.path().join("databases/analytics.yaml").exists());
 
     let run = tend(&config, repo.path(), &["import", "--provider", "main"], 0);
     let files = written(&run.stdout);
@@ -156,7 +193,8 @@ fn a_hand_made_postgres_server_is_imported_and_adopted_with_no_change() {
             "tenant_02",
             "tenant_03",
             "tenant_04",
-            "tenant_05"
+            "tenant_05",
+            "tenant_06"
         ],
         "sorted by file; orders is declared, the system databases are not tenants'\n{}",
         run.stderr
@@ -231,8 +269,8 @@ spec:
     plan_adopts_then_apply_settles(&config, repo.path(), &names);
     assert_eq!(
         pg.psql("SELECT count(*) FROM tend.databases WHERE agent_id = 'pg-agent'"),
-        "12",
-        "orders and the eleven adopted carry tend's marker"
+        "13",
+        "orders and the twelve adopted carry tend's marker"
     );
     assert_eq!(
         pg.psql("SELECT declaration FROM tend.databases WHERE database_name = 'Café Orders'"),
@@ -273,15 +311,7 @@ fn a_dbaas_is_imported_with_the_fields_its_capabilities_list() {
     repo.write("README.md", "declarations\n");
     repo.commit("empty");
     let dir = tempfile::tempdir().unwrap();
-    let config = TendConfig::new(dir.path(), &repo.url())
-        .without_section("providers.sandbox")
-        .section("providers.dbaas", "kind", "\"http\"")
-        .section(
-            "providers.dbaas",
-            "endpoint",
-            &format!("\"{}\"", server.url()),
-        )
-        .write();
+    let config = dbaas_config(dir.path(), &repo, &server.url(), "5s");
     let run = tend(
         &config,
         repo.path(),
@@ -323,6 +353,17 @@ fn a_dbaas_is_imported_with_the_fields_its_capabilities_list() {
         assert_eq!(db["labels"]["tend.dev/owner-declaration"], declaration);
         assert_eq!(db["fields"], fields_before[name], "nothing else changed");
     }
+}
+
+/// A configuration whose one provider, `dbaas`, is the http server at
+/// `endpoint`.
+fn dbaas_config(dir: &Path, repo: &TestRepo, endpoint: &str, timeout: &str) -> std::path::PathBuf {
+    TendConfig::new(dir, &repo.url())
+        .without_section("providers.sandbox")
+        .section("providers.dbaas", "kind", "\"http\"")
+        .section("providers.dbaas", "endpoint", &format!("\"{endpoint}\""))
+        .section("providers.dbaas", "timeout", &format!("\"{timeout}\""))
+        .write()
 }
 
 /// A sandbox fleet, its repository and configuration.
@@ -568,6 +609,17 @@ fn field_lines(list: &str) -> String {
         .join("\n")
 }
 
+/// Two databases of the fleet, as a commit on the import branch.
+const BRANCH_IMPORT: &[&str] = &[
+    "import",
+    "--provider",
+    "sandbox",
+    "--match",
+    "^(legacy_app|tenant_02)$",
+    "--output",
+    "branch",
+];
+
 #[test]
 fn the_branch_output_commits_on_an_import_branch_of_a_real_remote() {
     let served = tempfile::tempdir().unwrap();
@@ -583,20 +635,7 @@ fn the_branch_output_commits_on_an_import_branch_of_a_real_remote() {
     git(work.path(), &["clone", "-q", &url, "checkout"]);
     let checkout = work.path().join("checkout");
     let main = git(&checkout, &["rev-parse", "origin/main"]);
-    let run = tend(
-        &fleet.config,
-        &checkout,
-        &[
-            "import",
-            "--provider",
-            "sandbox",
-            "--match",
-            "^(legacy_app|tenant_02)$",
-            "--output",
-            "branch",
-        ],
-        0,
-    );
+    let run = tend(&fleet.config, &checkout, BRANCH_IMPORT, 0);
     assert!(
         run.stdout.starts_with("tend/import/sandbox: created at "),
         "{}\n{}",
@@ -647,20 +686,7 @@ fn the_branch_output_commits_on_an_import_branch_of_a_real_remote() {
         "{shown}"
     );
     // Again: the branch already holds exactly this.
-    let run = tend(
-        &fleet.config,
-        &checkout,
-        &[
-            "import",
-            "--provider",
-            "sandbox",
-            "--match",
-            "^(legacy_app|tenant_02)$",
-            "--output",
-            "branch",
-        ],
-        0,
-    );
+    let run = tend(&fleet.config, &checkout, BRANCH_IMPORT, 0);
     assert!(run.stdout.contains(": unchanged at "), "{}", run.stdout);
 
     // A --dir outside any working tree cannot say where the files go.
@@ -695,16 +721,12 @@ fn a_provider_that_cannot_be_read_writes_nothing() {
     repo.commit("empty");
     let dir = tempfile::tempdir().unwrap();
     let closed = support::git::free_port();
-    let config = TendConfig::new(dir.path(), &repo.url())
-        .without_section("providers.sandbox")
-        .section("providers.dbaas", "kind", "\"http\"")
-        .section(
-            "providers.dbaas",
-            "endpoint",
-            &format!("\"http://127.0.0.1:{closed}\""),
-        )
-        .section("providers.dbaas", "timeout", "\"2s\"")
-        .write();
+    let config = dbaas_config(
+        dir.path(),
+        &repo,
+        &format!("http://127.0.0.1:{closed}"),
+        "2s",
+    );
     let run = tend(
         &config,
         repo.path(),

@@ -261,10 +261,11 @@ fn write_field(out: &mut String, key: &str, value: &Value) {
                         let _ = writeln!(out, "    - {}", scalar(&o["name"]));
                     }
                     Some(o) => {
-                        let mut first = true;
-                        for (k, v) in o {
-                            let lead = if first { "    - " } else { "      " };
-                            first = false;
+                        // An extension's keys in the declaration's order.
+                        let keys = ["name", "version", "schema"];
+                        let present = keys.iter().filter_map(|k| Some((*k, o.get(*k)?)));
+                        for (i, (k, v)) in present.enumerate() {
+                            let lead = if i == 0 { "    - " } else { "      " };
                             let _ = writeln!(out, "{lead}{k}: {}", scalar(v));
                         }
                     }

@@ -129,6 +129,9 @@ fn a_hand_made_postgres_server_is_imported_and_adopted_with_no_change() {
         "CREATE DATABASE tenant_03",
         "ALTER DATABASE tenant_03 SET search_path = '\"$user\", public, app'",
         "CREATE DATABASE tenant_04 OWNER app_b",
+        "ALTER DATABASE tenant_04 SET TimeZone = 'UTC'",
+        "ALTER DATABASE tenant_04 SET DateStyle = 'ISO, DMY'",
+        "CREATE DATABASE golden_image IS_TEMPLATE true",
         "CREATE DATABASE tenant_05",
         "CREATE DATABASE tenant_06 OWNER app_a ENCODING 'UTF8' TEMPLATE template0",
         "COMMENT ON DATABASE tenant_05 IS 'it''s tenant #5: \"quoted\"'",
@@ -196,7 +199,7 @@ fn a_hand_made_postgres_server_is_imported_and_adopted_with_no_change() {
             "tenant_05",
             "tenant_06"
         ],
-        "sorted by file; orders is declared, the system databases are not tenants'\n{}",
+        "sorted by file; orders is declared, the system and template databases are not tenants'\n{}",
         run.stderr
     );
     assert!(
@@ -204,9 +207,8 @@ fn a_hand_made_postgres_server_is_imported_and_adopted_with_no_change() {
             && run
                 .stderr
                 .contains("not imported: postgres: the maintenance database")
-            && run
-                .stderr
-                .contains("not imported: template1: a template database"),
+            && !run.stderr.contains("template1")
+            && !run.stderr.contains("golden_image"),
         "{}",
         run.stderr
     );
@@ -251,6 +253,12 @@ spec:
         "not the server's default: written"
     );
     assert!(text("databases/tenant-02.yaml").contains("  connectionLimit: 5\n"));
+    assert!(
+        text("databases/tenant-04.yaml")
+            .ends_with("  parameters:\n    DateStyle: iso, dmy\n    TimeZone: UTC\n"),
+        "settings under the server's spelling: {}",
+        text("databases/tenant-04.yaml")
+    );
     assert!(
         text("databases/tenant-05.yaml")
             .contains("  comment: \"it's tenant #5: \\\"quoted\\\"\"\n")
@@ -498,10 +506,10 @@ fn imports_are_deterministic_filtered_and_never_overwrite_or_take_a_name() {
     assert_eq!(
         written(&run.stdout),
         [(
-            "databases/tenant-01.yaml".to_string(),
+            "databases/tenant-01-58d5636b.yaml".to_string(),
             "tenant_01".to_string()
         )],
-        "{}",
+        "a name does not depend on the filters: Tenant-01 still shares it\n{}",
         run.stderr
     );
     assert!(
@@ -564,7 +572,7 @@ fn the_patch_applies_and_the_result_adopts_with_no_change() {
     let added = fleet.repo.git(&["diff", "--cached", "--name-only"]);
     assert_eq!(
         added,
-        "databases/legacy-app.yaml\ndatabases/tenant-01.yaml\ndatabases/tenant-02.yaml\ndatabases/tenant-03.yaml"
+        "databases/legacy-app.yaml\ndatabases/tenant-01-58d5636b.yaml\ndatabases/tenant-02.yaml\ndatabases/tenant-03.yaml"
     );
     let legacy =
         std::fs::read_to_string(fleet.repo.path().join("databases/legacy-app.yaml")).unwrap();
@@ -581,7 +589,7 @@ fn the_patch_applies_and_the_result_adopts_with_no_change() {
         fleet.repo.path(),
         &[
             "legacy-app".into(),
-            "tenant-01".into(),
+            "tenant-01-58d5636b".into(),
             "tenant-02".into(),
             "tenant-03".into(),
         ],
@@ -688,6 +696,28 @@ fn the_branch_output_commits_on_an_import_branch_of_a_real_remote() {
     // Again: the branch already holds exactly this.
     let run = tend(&fleet.config, &checkout, BRANCH_IMPORT, 0);
     assert!(run.stdout.contains(": unchanged at "), "{}", run.stdout);
+
+    // Files pushed outside the source's path would never be read.
+    let run = tend(
+        &fleet.config,
+        &checkout,
+        &[
+            "import",
+            "--provider",
+            "sandbox",
+            "--dir",
+            "elsewhere",
+            "--output",
+            "branch",
+        ],
+        1,
+    );
+    assert!(
+        run.stderr
+            .contains("--output branch: elsewhere is outside the source's path (databases)"),
+        "{}",
+        run.stderr
+    );
 
     // A --dir outside any working tree cannot say where the files go.
     let outside = tempfile::tempdir().unwrap();

@@ -15,7 +15,7 @@ use crate::escape::terminal as esc;
 use crate::import::{Defaults, Filter, Heading, ImportInput, ImportPlan, Known, plan_import};
 use crate::journal::Access;
 use crate::model::load_paths;
-use crate::provider::{AnyProvider, Observation};
+use crate::provider::AnyProvider;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ImportOutput {
@@ -69,115 +69,97 @@ struct Target {
 }
 
 pub fn run(config_path: &Path, args: &ImportArgs) -> io::Result<u8> {
-    let filter = match filter(args) {
-        Ok(f) => f,
-        Err(message) => {
+    match import(config_path, args) {
+        Ok(code) => Ok(code),
+        Err(Refused(message)) => {
             session::fail(message);
-            return Ok(exit::ERROR);
+            Ok(exit::ERROR)
         }
-    };
+    }
+}
+
+/// Why nothing is imported (said as `tend: …`, exit 1).
+struct Refused(String);
+
+impl From<io::Error> for Refused {
+    fn from(e: io::Error) -> Self {
+        Refused(format!("cannot write the output: {e}"))
+    }
+}
+
+fn import(config_path: &Path, args: &ImportArgs) -> Result<u8, Refused> {
+    let filter = filter(args).map_err(Refused)?;
     let agent = match session::open_agent(config_path, Access::ReadOnly) {
         Ok(agent) => agent,
         Err(code) => return Ok(code),
     };
     let Some(runtime) = agent.runtimes().get(&args.provider).cloned() else {
         let known: Vec<&str> = agent.runtimes().keys().map(String::as_str).collect();
-        session::fail(format!(
+        return Err(Refused(format!(
             "no provider named `{}` is configured (configured: {})",
             esc(&args.provider),
             known.join(", ")
-        ));
-        return Ok(exit::ERROR);
+        )));
     };
+    let source_path = agent.source_settings().path.clone();
     let target = locate(
         args.dir
             .clone()
-            .unwrap_or_else(|| PathBuf::from(&agent.source_settings().path)),
-    );
-    if args.output == ImportOutput::Branch && target.in_repo.is_none() {
-        session::fail(format!(
-            "--output branch needs --dir inside a Git working tree (where the files go in the repository comes from it): {} is not in one",
-            target.disk.display()
-        ));
-        return Ok(exit::ERROR);
-    }
-    let tokio = match session::runtime() {
-        Ok(r) => r,
-        Err(code) => return Ok(code),
-    };
-    let (read, listed) = tokio.block_on(async {
-        let read = session::snapshot(&agent).await;
-        if read.failure.is_some() || read.snapshot.is_none() {
-            return (read, None);
+            .unwrap_or_else(|| PathBuf::from(&source_path)),
+    )?;
+    if args.output == ImportOutput::Branch {
+        let branch = branch_name(&args.provider)?;
+        let Some(in_repo) = &target.in_repo else {
+            return Err(Refused(format!(
+                "--output branch needs --dir inside a Git working tree (where the files go in the repository comes from it): {} is not in one",
+                target.disk.display()
+            )));
+        };
+        if !inside(in_repo, &source_path) {
+            return Err(Refused(format!(
+                "--output branch: {in_repo} is outside the source's path ({source_path}), so tend would never read the files pushed to {branch}; give a --dir under it"
+            )));
         }
-        let shallow: Vec<String> = system_databases(&agent, &args.provider, &runtime.provider)
-            .into_keys()
-            .collect();
-        let listed = runtime.provider.observe_every_database(&shallow).await;
-        (read, Some(listed))
-    });
+    }
+    let tokio = session::runtime().map_err(|_| Refused("cannot start the async runtime".into()))?;
+    let read = tokio.block_on(session::snapshot(&agent));
     if let Some(failure) = &read.failure {
-        session::fail(format!(
+        return Err(Refused(format!(
             "source: {}; the tracked branch says which databases are declared already, so nothing is imported",
             failure.error
+        )));
+    }
+    let Some(snapshot) = read.snapshot else {
+        return Err(Refused(
+            "the tracked branch has no commit tend accepted: nothing is imported".into(),
         ));
-        return Ok(exit::ERROR);
-    }
-    let (Some(snapshot), Some(listed)) = (read.snapshot, listed) else {
-        session::fail("the tracked branch has no commit tend accepted: nothing is imported");
-        return Ok(exit::ERROR);
     };
-    let observations = match listed {
-        Ok(list) => list,
-        Err(e) => {
-            session::fail(format!(
-                "provider {}: {}; nothing is written",
-                esc(&args.provider),
-                esc(&e.to_string())
-            ));
-            return Ok(exit::ERROR);
-        }
-    };
-    let system = system_databases(&agent, &args.provider, &runtime.provider);
-    let defaults = server_defaults(&runtime.provider, &observations);
-    let capabilities = runtime.capabilities();
-
-    let mut known: Vec<Known> = snapshot
-        .declarations
-        .declarations
-        .iter()
-        .map(|d| Known::of(d, d.file.display().to_string()))
-        .collect();
-    let mut existing_files: BTreeSet<String> = snapshot
-        .files
-        .iter()
-        .map(|(path, _)| path.clone())
-        .collect();
     let mut err = io::stderr().lock();
-    if target.disk.is_dir() {
-        let local = load_paths(std::slice::from_ref(&target.disk));
-        if !local.diagnostics.is_empty() {
-            writeln!(
-                err,
-                "tend: warning: {} problem(s) in the files of {} (`tend validate {}` lists them): what those files declare is not known to this import",
-                local.diagnostics.len(),
-                target.disk.display(),
-                target.disk.display()
-            )?;
-        }
-        known.extend(local.declarations.iter().map(|d| {
-            let file = match d.file.strip_prefix(&target.disk) {
-                Ok(inside) => join(&target.label, &inside.to_string_lossy()),
-                Err(_) => d.file.display().to_string(),
-            };
-            Known::of(d, file)
-        }));
-        existing_files.extend(
-            files_in(&target.disk)
-                .into_iter()
-                .map(|f| join(&target.label, &f)),
-        );
-    }
+    let (known, existing_files) = declared(&snapshot, &target, &mut err)?;
+    let system = system_databases(&agent, &args.provider, &runtime.provider);
+    let covered = crate::import::covered(&known, &args.provider);
+    // Only a database the import may write is worth a connection (the
+    // PostgreSQL provider reads extensions in the database itself).
+    let worth_reading =
+        |db: &str| !system.contains_key(db) && !covered.contains(db) && filter.keeps(db);
+    let provider_failed = |e: crate::provider::ProviderError| {
+        Refused(format!(
+            "provider {}: {}; nothing is written",
+            esc(&args.provider),
+            esc(&e.to_string())
+        ))
+    };
+    let (observations, defaults) = tokio
+        .block_on(async {
+            let listed = runtime
+                .provider
+                .observe_every_database(&worth_reading)
+                .await?;
+            let defaults = server_defaults(&runtime.provider).await?;
+            Ok((listed, defaults))
+        })
+        .map_err(provider_failed)?;
+    let capabilities = runtime.capabilities();
     let provider_kind = agent
         .config()
         .providers
@@ -207,15 +189,14 @@ pub fn run(config_path: &Path, args: &ImportArgs) -> io::Result<u8> {
     let listed = observations.len();
     let plan = plan_import(&input, observations);
     summarize(&mut err, &args.provider, provider_kind, listed, &plan)?;
-    if let Some(in_repo) = &target.in_repo {
-        let path = &agent.source_settings().path;
-        let inside = path == "." || in_repo == path || in_repo.starts_with(&format!("{path}/"));
-        if !inside && !plan.imported.is_empty() {
-            writeln!(
-                err,
-                "tend: warning: {in_repo} is outside the source's path ({path}): tend does not read files there"
-            )?;
-        }
+    if let Some(in_repo) = &target.in_repo
+        && !inside(in_repo, &source_path)
+        && !plan.imported.is_empty()
+    {
+        writeln!(
+            err,
+            "tend: warning: {in_repo} is outside the source's path ({source_path}): tend does not read files there"
+        )?;
     }
     if plan.imported.is_empty() {
         writeln!(err, "nothing to import")?;
@@ -223,7 +204,7 @@ pub fn run(config_path: &Path, args: &ImportArgs) -> io::Result<u8> {
     }
     let when = crate::time::rfc3339(agent.clock().now());
     match args.output {
-        ImportOutput::Files => write_files(&target, &plan, &mut err),
+        ImportOutput::Files => Ok(write_files(&target, &plan, &mut err)?),
         ImportOutput::Patch => {
             let mut out = io::stdout().lock();
             write!(
@@ -246,16 +227,96 @@ pub fn run(config_path: &Path, args: &ImportArgs) -> io::Result<u8> {
                 &snapshot.commit,
                 &plan,
             );
-            push_branch(
+            let files: Vec<(String, String)> = plan
+                .imported
+                .iter()
+                .map(|one| (one.file.clone(), one.text.clone()))
+                .collect();
+            let branch = branch_name(&args.provider)?;
+            Ok(super::propose::push_to_branch(
                 &agent,
-                &args.provider,
-                &plan,
+                &branch,
+                &files,
+                true,
                 &snapshot.commit,
                 &message,
                 &mut err,
-            )
+            )?)
         }
     }
+}
+
+/// `tend/import/PROVIDER`, when that is a valid branch name.
+fn branch_name(provider: &str) -> Result<String, Refused> {
+    let branch = format!("tend/import/{provider}");
+    if git2::Reference::is_valid_name(&format!("refs/heads/{branch}")) {
+        Ok(branch)
+    } else {
+        Err(Refused(format!(
+            "--output branch: `{}` is not a valid Git branch name (from the provider's name): use --output files or patch",
+            esc(&branch)
+        )))
+    }
+}
+
+/// Whether the repository path `dir` is the source's `path` or under it.
+fn inside(dir: &str, path: &str) -> bool {
+    path == "." || dir == path || dir.starts_with(&format!("{path}/"))
+}
+
+/// What is declared already (the tracked branch's declarations, then
+/// those of the files in the target directory, committed or not) and the
+/// files that exist (in the same form as the new files' paths).
+fn declared(
+    snapshot: &crate::source::Snapshot,
+    target: &Target,
+    err: &mut impl Write,
+) -> Result<(Vec<Known>, BTreeSet<String>), Refused> {
+    let mut known: Vec<Known> = snapshot
+        .declarations
+        .declarations
+        .iter()
+        .map(|d| Known::of(d, d.file.display().to_string()))
+        .collect();
+    let mut existing: BTreeSet<String> = snapshot
+        .files
+        .iter()
+        .map(|(path, _)| path.clone())
+        .collect();
+    if !target.disk.exists() {
+        return Ok((known, existing));
+    }
+    let local = load_paths(std::slice::from_ref(&target.disk));
+    if !local.diagnostics.is_empty() {
+        writeln!(
+            err,
+            "tend: warning: {} problem(s) in the files of {} (`tend validate {}` lists them): what those files declare is not known to this import",
+            local.diagnostics.len(),
+            target.disk.display(),
+            target.disk.display()
+        )?;
+    }
+    known.extend(local.declarations.iter().map(|d| {
+        let file = match d.file.strip_prefix(&target.disk) {
+            Ok(inside) => join(&target.label, &inside.to_string_lossy()),
+            Err(_) => d.file.display().to_string(),
+        };
+        Known::of(d, file)
+    }));
+    let names = std::fs::read_dir(&target.disk)
+        .and_then(|entries| {
+            entries
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<io::Result<Vec<String>>>()
+        })
+        .map_err(|e| {
+            Refused(format!(
+                "cannot list {}: {e}; without it tend cannot tell which files exist",
+                target.disk.display()
+            ))
+        })?;
+    existing.extend(names.iter().map(|f| join(&target.label, f)));
+    Ok((known, existing))
 }
 
 /// `--match` and `--exclude` compiled, or what is wrong with one.
@@ -278,22 +339,49 @@ fn filter(args: &ImportArgs) -> Result<Filter, String> {
 }
 
 /// `dir` on disk and in the Git working tree around it.
-fn locate(dir: PathBuf) -> Target {
+fn locate(dir: PathBuf) -> Result<Target, Refused> {
+    let dir = lexical(&dir);
     let given = dir.display().to_string();
-    let given = given.trim_start_matches("./").trim_end_matches('/');
-    let given = if given == "." { "" } else { given }.to_string();
+    let given = if given == "." { String::new() } else { given };
     let disk = if dir.is_absolute() {
         dir
     } else {
-        std::env::current_dir().map(|c| c.join(&dir)).unwrap_or(dir)
+        let cwd = std::env::current_dir()
+            .map_err(|e| Refused(format!("cannot tell the current directory: {e}")))?;
+        lexical(&cwd.join(&dir))
     };
     let in_repo = repository_path(&disk);
     let label = in_repo.clone().unwrap_or(given);
-    Target {
+    Ok(Target {
         disk,
         in_repo,
         label,
+    })
+}
+
+/// `path` with `.` dropped and `..` taken back lexically (`./a/../b/` is
+/// `b`), without asking the file system.
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                // `/..` is `/`.
+                Some(Component::RootDir) => {}
+                _ => out.push(".."),
+            },
+            other => out.push(other.as_os_str()),
+        }
     }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
 }
 
 /// The path of `dir` (which need not exist yet) in the Git working tree
@@ -318,18 +406,6 @@ fn repository_path(dir: &Path) -> Option<String> {
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
     Some(parts.join("/"))
-}
-
-/// The file names directly in `dir`.
-fn files_in(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn join(dir: &str, file: &str) -> String {
@@ -366,10 +442,17 @@ fn system_databases(
         "postgres".to_string(),
         "the maintenance database every PostgreSQL server has".to_string(),
     );
-    for template in ["template0", "template1"] {
+    // Templates (`datistemplate`) are never listed; these are the
+    // administration databases of the managed services.
+    for (database, service) in [
+        ("rdsadmin", "Amazon RDS"),
+        ("cloudsqladmin", "Cloud SQL"),
+        ("azure_maintenance", "Azure Database for PostgreSQL"),
+        ("azure_sys", "Azure Database for PostgreSQL"),
+    ] {
         out.insert(
-            template.to_string(),
-            "a template database of the server".to_string(),
+            database.to_string(),
+            format!("{service} keeps it for its own administration"),
         );
     }
     if let Some(maintenance) = pg.maintenance_database() {
@@ -380,11 +463,7 @@ fn system_databases(
     let state = &agent.config().state;
     if state.backend == crate::config::StateBackend::Postgres
         && let Some(url) = &state.url
-        && pg.same_server(url)
-        && let Some(database) = url
-            .parse::<tokio_postgres::Config>()
-            .ok()
-            .and_then(|c| c.get_dbname().map(str::to_string))
+        && let Some(database) = pg.database_on_this_server(url)
     {
         out.entry(database)
             .or_insert_with(|| "tend's state ([state] url) lives there".to_string());
@@ -395,21 +474,23 @@ fn system_databases(
 /// Field values a database has when nobody set them: PostgreSQL's no
 /// connection limit, connections allowed, and the encoding and locale of
 /// `template1` (what `CREATE DATABASE` copies).
-fn server_defaults(provider: &AnyProvider, observations: &[Observation]) -> Defaults {
+async fn server_defaults(
+    provider: &AnyProvider,
+) -> Result<Defaults, crate::provider::ProviderError> {
     let mut defaults = Defaults::new();
-    if !matches!(provider, AnyProvider::Postgres(_)) {
-        return defaults;
-    }
+    let AnyProvider::Postgres(pg) = provider else {
+        return Ok(defaults);
+    };
     defaults.insert("connectionLimit".into(), json!(-1));
     defaults.insert("allowConnections".into(), json!(true));
-    if let Some(template) = observations.iter().find(|o| o.database_name == "template1") {
+    if let Some(template) = pg.template().await? {
         for field in ["encoding", "locale"] {
             if let Some(value) = template.fields.get(field) {
                 defaults.insert(field.into(), value.clone());
             }
         }
     }
-    defaults
+    Ok(defaults)
 }
 
 /// What was found and decided, on stderr.
@@ -526,23 +607,6 @@ fn commit_message(provider: &str, kind: &str, when: &str, base: &str, plan: &Imp
     out
 }
 
-fn push_branch(
-    agent: &Agent,
-    provider: &str,
-    plan: &ImportPlan,
-    base: &str,
-    message: &str,
-    err: &mut impl Write,
-) -> io::Result<u8> {
-    let files: Vec<(String, String)> = plan
-        .imported
-        .iter()
-        .map(|one| (one.file.clone(), one.text.clone()))
-        .collect();
-    let branch = format!("tend/import/{provider}");
-    super::propose::push_to_branch(agent, &branch, &files, base, message, err)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,6 +625,22 @@ mod tests {
             default_schema_ref(""),
             "docs/schema/managed-database.schema.json"
         );
+    }
+
+    #[test]
+    fn directories_are_normalised_without_the_file_system() {
+        for (given, normal) in [
+            ("./a/../b/", "b"),
+            ("databases/", "databases"),
+            ("../x", "../x"),
+            ("a/../../x", "../x"),
+            ("/a/..", "/"),
+            ("/..", "/"),
+            (".", "."),
+            ("a/..", "."),
+        ] {
+            assert_eq!(lexical(Path::new(given)), Path::new(normal), "{given}");
+        }
     }
 
     #[test]

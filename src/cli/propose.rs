@@ -149,6 +149,7 @@ fn push_branch(
         agent,
         &branch_name(&proposal.name),
         &[(proposal.file.clone(), proposal.after.clone())],
+        false,
         base,
         &crate::propose::commit_message(proposal, agent.agent_id(), base),
         err,
@@ -157,11 +158,13 @@ fn push_branch(
 
 /// Commits `files` on `branch` of the source remote (on top of the
 /// tracked commit `base`) and says where, with the pull-request page
-/// when the host has one: `tend propose` and `tend import`.
+/// when the host has one: `tend propose` and `tend import`. `new_files`:
+/// refuse a path the tracked commit has (import never overwrites).
 pub(super) fn push_to_branch(
     agent: &crate::agent::Agent,
     branch: &str,
     files: &[(String, String)],
+    new_files: bool,
     base: &str,
     message: &str,
     err: &mut impl Write,
@@ -174,7 +177,7 @@ pub(super) fn push_to_branch(
         agent_id: agent.agent_id().to_string(),
         base_branch: source.branch.clone(),
     };
-    let outcome = match target.push_files(branch, files, base, message) {
+    let outcome = match target.push_files(branch, files, new_files, base, message) {
         Ok(o) => o,
         Err(e) => {
             writeln!(err, "tend: {}", esc(&e.to_string()))?;

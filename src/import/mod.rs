@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use crate::engine::values_match;
 use crate::model::{Declaration, parse_file};
-use crate::provider::{Capabilities, Observation, OwnershipMarker};
+use crate::provider::{Capabilities, Observation, OwnershipMarker, ResourceStatus};
 pub use render::{Defaults, Heading, LeftOut};
 
 /// A declaration that exists (in the tracked branch or the target
@@ -45,6 +45,7 @@ pub struct Known {
 }
 
 impl Known {
+    /// `decl`, written in `file`.
     pub fn of(decl: &Declaration, file: String) -> Self {
         Known {
             name: decl.name().to_string(),
@@ -53,6 +54,16 @@ impl Known {
             database_name: decl.manifest.database_name(),
         }
     }
+}
+
+/// The database names `known` declares on `provider` (a declaration
+/// without `spec.provider` counts for every provider: it is the only one).
+pub fn covered<'a>(known: &'a [Known], provider: &str) -> BTreeSet<&'a str> {
+    known
+        .iter()
+        .filter(|k| k.provider.as_deref().is_none_or(|p| p == provider))
+        .map(|k| k.database_name.as_str())
+        .collect()
 }
 
 /// Which databases an import considers.
@@ -65,7 +76,8 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn keeps(&self, database: &str) -> bool {
+    /// Whether the filters keep `database`.
+    pub fn keeps(&self, database: &str) -> bool {
         self.only.as_ref().is_none_or(|r| r.is_match(database))
             && !self.except.iter().any(|r| r.is_match(database))
     }
@@ -128,12 +140,17 @@ pub struct ImportPlan {
 pub fn plan_import(input: &ImportInput<'_>, mut observations: Vec<Observation>) -> ImportPlan {
     observations.sort_by(|a, b| a.database_name.cmp(&b.database_name));
     let provider = input.heading.provider;
-    let covered: BTreeSet<&str> = input
-        .known
+    let covered = covered(input.known, provider);
+    // Rule 4 of the name: databases with one derived name are told apart.
+    // Counted over every database but the system ones, so a name does not
+    // depend on the filters or on what is declared already.
+    let mut uses: BTreeMap<String, usize> = BTreeMap::new();
+    for obs in observations
         .iter()
-        .filter(|k| k.provider.as_deref().is_none_or(|p| p == provider))
-        .map(|k| k.database_name.as_str())
-        .collect();
+        .filter(|o| !input.system.contains_key(&o.database_name))
+    {
+        *uses.entry(name::derived(&obs.database_name)).or_default() += 1;
+    }
     let mut plan = ImportPlan::default();
     let mut candidates = Vec::new();
     for obs in observations {
@@ -151,16 +168,16 @@ pub fn plan_import(input: &ImportInput<'_>, mut observations: Vec<Observation>) 
         } else if let Some(marker) = obs.marker() {
             plan.not_imported
                 .push(refuse(owned(&marker, input.agent_id)));
+        } else if obs.status != ResourceStatus::Ready {
+            plan.not_imported.push(refuse(format!(
+                "it is {} at the provider: import it once it is ready",
+                obs.status.as_str()
+            )));
         } else if let Some(why) = uncarriable(&database) {
             plan.not_imported.push(refuse(why));
         } else {
             candidates.push(obs);
         }
-    }
-    // Rule 4 of the name: two of this import with one name are told apart.
-    let mut uses: BTreeMap<String, usize> = BTreeMap::new();
-    for obs in &candidates {
-        *uses.entry(name::derived(&obs.database_name)).or_default() += 1;
     }
     // The first place a name is declared (the tracked branch's, then the
     // directory's).
@@ -171,7 +188,7 @@ pub fn plan_import(input: &ImportInput<'_>, mut observations: Vec<Observation>) 
     for obs in candidates {
         let database = obs.database_name.clone();
         let base = name::derived(&database);
-        let name = if uses[&base] > 1 {
+        let name = if uses.get(&base).is_some_and(|n| *n > 1) {
             name::disambiguated(&base, &database)
         } else {
             base
@@ -238,26 +255,55 @@ fn uncarriable(database: &str) -> Option<String> {
     }
 }
 
-/// The file of one database, checked.
+/// The file of one database, checked: a field whose declared value the
+/// plan would not find equal to the provider's is left out (and said),
+/// and the file made again without it.
 fn imported(
     input: &ImportInput<'_>,
     obs: &Observation,
     name: String,
     file: String,
 ) -> Result<Imported, String> {
-    let (fields, left_out) =
+    let (mut fields, mut left_out) =
         render::spec_fields(obs, input.capabilities, input.defaults, input.all_fields);
     let database_name =
         name::needs_database_name(&name, &obs.database_name).then_some(obs.database_name.as_str());
-    let text = render::document(&input.heading, &name, database_name, &fields);
-    check(&text, &file, &name, obs, input.capabilities)?;
-    Ok(Imported {
-        database: obs.database_name.clone(),
-        name,
-        file,
-        text,
-        left_out,
-    })
+    loop {
+        let text = render::document(&input.heading, &name, database_name, &fields);
+        match check(&text, &file, &name, obs, input.capabilities) {
+            Ok(()) => {
+                return Ok(Imported {
+                    database: obs.database_name.clone(),
+                    name,
+                    file,
+                    text,
+                    left_out,
+                });
+            }
+            Err(Unfit::Differs { field, why }) if fields.iter().any(|(f, _)| *f == field) => {
+                fields.retain(|(f, _)| *f != field);
+                left_out.push(LeftOut {
+                    field,
+                    why: format!(
+                        "{why}: declared as the provider shows it, a plan would still see a difference"
+                    ),
+                });
+            }
+            Err(Unfit::Differs { why, .. }) | Err(Unfit::Broken(why)) => {
+                return Err(format!(
+                    "tend import made a file it would not offer ({why}); nothing is written for it. This is a bug in tend: please report it with the database's settings"
+                ));
+            }
+        }
+    }
+}
+
+/// Why a file is not offered.
+enum Unfit {
+    /// The top-level `field` would differ from the observation.
+    Differs { field: String, why: String },
+    /// The file is not one adopting declaration of the database.
+    Broken(String),
 }
 
 /// The file parses and validates as one declaration named `name`, for
@@ -269,36 +315,41 @@ fn check(
     name: &str,
     obs: &Observation,
     capabilities: &Capabilities,
-) -> Result<(), String> {
-    let bug = |what: String| {
-        Err(format!(
-            "tend import made a file it would not offer ({what}); nothing is written for it. This is a bug in tend: please report it with the database's settings"
-        ))
-    };
+) -> Result<(), Unfit> {
     let parsed = parse_file(Path::new(file), text.as_bytes());
     if let Some(d) = parsed.diagnostics.first() {
-        return bug(format!("{}:{}: {}", d.line, d.column, d.message));
+        return Err(Unfit::Broken(format!(
+            "{}:{}: {}",
+            d.line, d.column, d.message
+        )));
     }
     let [decl] = parsed.declarations.as_slice() else {
-        return bug(format!("{} documents", parsed.declarations.len()));
+        return Err(Unfit::Broken(format!(
+            "{} documents",
+            parsed.declarations.len()
+        )));
     };
     if decl.name() != name || !decl.manifest.is_database_name(&obs.database_name) {
-        return bug(format!(
+        return Err(Unfit::Broken(format!(
             "it names {} / {}",
             decl.name(),
             decl.manifest.database_name()
-        ));
+        )));
     }
     if !decl.annotations.adopt {
-        return bug("it does not adopt".into());
+        return Err(Unfit::Broken("it does not adopt".into()));
     }
     let Some(spec) = decl.normalized_spec.as_object() else {
-        return bug("no spec".into());
+        return Err(Unfit::Broken("no spec".into()));
     };
     for (field, want) in spec {
         if !capabilities.fields.contains_key(field.as_str()) || field == "databaseName" {
             continue;
         }
+        let differs = |why: String| Unfit::Differs {
+            field: field.clone(),
+            why,
+        };
         let mut pairs: Vec<(String, &Value)> = Vec::new();
         match (field.as_str(), want) {
             ("parameters", Value::Object(map)) => {
@@ -311,7 +362,9 @@ fn check(
                         .is_some_and(|k| !map.contains_key(k))
                 });
                 if let Some(path) = unlisted {
-                    return bug(format!("{path} is set at the provider and not declared"));
+                    return Err(differs(format!(
+                        "{path} is set at the provider and not declared"
+                    )));
                 }
             }
             _ => pairs.push((field.clone(), want)),
@@ -320,7 +373,9 @@ fn check(
             let want = &capabilities.comparable(&path, want.clone());
             let have = obs.fields.get(&path).unwrap_or(&Value::Null);
             if !values_match(&path, want, have) {
-                return bug(format!("{path} declares {want}, the provider shows {have}"));
+                return Err(differs(format!(
+                    "{path} declares {want}, the provider shows {have}"
+                )));
             }
         }
     }
@@ -347,7 +402,10 @@ mod tests {
     }
 
     fn import(observations: Vec<Observation>) -> ImportPlan {
-        let capabilities = Capabilities::for_fields(SANDBOX_FIELDS, true);
+        import_with(Capabilities::for_fields(SANDBOX_FIELDS, true), observations)
+    }
+
+    fn import_with(capabilities: Capabilities, observations: Vec<Observation>) -> ImportPlan {
         let input = ImportInput {
             heading: Heading {
                 schema_ref: "s.json",
@@ -400,6 +458,41 @@ mod tests {
                 .why
                 .contains("`bad-key` is not a valid parameter name")
                 && one.left_out[1].why.contains("so none is written"),
+            "{:#?}",
+            one.left_out
+        );
+    }
+
+    #[test]
+    fn a_field_the_plan_would_still_find_different_is_left_out_not_the_database() {
+        // A provider that shows a list setting in another form than the
+        // one it compares (a bug of that provider, or a version of it):
+        // declared as shown, the plan would still see a difference.
+        let capabilities = Capabilities {
+            list_settings: crate::provider::setting_list::POSTGRES_LIST_SETTINGS,
+            ..Capabilities::for_fields(SANDBOX_FIELDS, true)
+        };
+        let plan = import_with(
+            capabilities,
+            vec![observation(
+                "lists",
+                json!({"owner": "o", "parameters.search_path": "a,b"}),
+            )],
+        );
+        let [one] = plan.imported.as_slice() else {
+            panic!("{plan:#?}")
+        };
+        assert!(
+            one.text.ends_with("spec:\n  provider: p\n  owner: o\n"),
+            "{}",
+            one.text
+        );
+        assert_eq!(one.left_out.len(), 1, "{:#?}", one.left_out);
+        assert_eq!(one.left_out[0].field, "parameters");
+        assert!(
+            one.left_out[0]
+                .why
+                .contains("a plan would still see a difference"),
             "{:#?}",
             one.left_out
         );

@@ -39,6 +39,14 @@ pub enum ProposalBranchError {
     },
     #[error("{branch}: the push was refused ({message})")]
     Refused { branch: String, message: String },
+    #[error(
+        "{branch} is the tracked branch: tend writes proposals and imports only on a branch of their own"
+    )]
+    TrackedBranch { branch: String },
+    #[error(
+        "{branch}: {file} exists on the tracked branch, and tend never overwrites a file with a new one; nothing is pushed"
+    )]
+    Exists { branch: String, file: String },
     #[error("{branch}: local Git data: {message}")]
     Repository { branch: String, message: String },
 }
@@ -104,6 +112,7 @@ impl ProposalBranch {
         self.push_files(
             &branch_name(&proposal.name),
             &[(proposal.file.clone(), proposal.after.clone())],
+            false,
             base,
             message,
         )
@@ -111,15 +120,20 @@ impl ProposalBranch {
 
     /// Commits `files` (repository paths and their text, on top of the
     /// tracked commit `base`) with `message` on `branch` and pushes it,
-    /// under the guarantees above.
+    /// under the guarantees above. `new_files`: a path the tracked commit
+    /// has is refused, never replaced (`tend import`).
     pub fn push_files(
         &self,
         branch: &str,
         files: &[(String, String)],
+        new_files: bool,
         base: &str,
         message: &str,
     ) -> Result<BranchOutcome, ProposalBranchError> {
         let branch = branch.to_string();
+        if branch == self.base_branch {
+            return Err(ProposalBranchError::TrackedBranch { branch });
+        }
         let git = |e: git2::Error| ProposalBranchError::Repository {
             branch: branch.clone(),
             message: e.message().to_string(),
@@ -144,6 +158,18 @@ impl ProposalBranch {
         // The tree: the tracked commit's, with the files written.
         let mut tree = base_commit.tree().map_err(git)?.id();
         for (path, text) in files {
+            if new_files
+                && base_commit
+                    .tree()
+                    .map_err(git)?
+                    .get_path(std::path::Path::new(path))
+                    .is_ok()
+            {
+                return Err(ProposalBranchError::Exists {
+                    branch,
+                    file: path.clone(),
+                });
+            }
             let blob = repo.blob(text.as_bytes()).map_err(git)?;
             let current = repo.find_tree(tree).map_err(git)?;
             tree = replace_file(&repo, &current, path, blob).map_err(git)?;

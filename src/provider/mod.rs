@@ -449,15 +449,16 @@ impl AnyProvider {
         }
     }
 
-    /// Every database the provider shows, each observed in full (`tend
-    /// import`), except the per-database fields (extensions) of `shallow`.
+    /// Every database the provider shows (`tend import`; a PostgreSQL
+    /// server's templates aside), each observed in full but for the
+    /// per-database fields (extensions) of those `deep` does not name.
     pub async fn observe_every_database(
         &self,
-        shallow: &[String],
+        deep: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Vec<Observation>, ProviderError> {
         match self {
             AnyProvider::Sandbox(p) => p.observe_every_database(),
-            AnyProvider::Postgres(p) => p.observe_every_database(shallow).await,
+            AnyProvider::Postgres(p) => p.observe_every_database(deep).await,
             AnyProvider::Http(p) => p.observe_everything().await,
         }
     }

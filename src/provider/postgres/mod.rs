@@ -38,6 +38,15 @@ pub const POSTGRES_FIELDS: &[&str] = &[
     "comment",
 ];
 
+/// The database `config` connects to: its dbname, else (libpq's default)
+/// its user's name.
+fn database_of(config: &tokio_postgres::Config) -> Option<String> {
+    config
+        .get_dbname()
+        .or_else(|| config.get_user())
+        .map(str::to_string)
+}
+
 /// `"name"` with embedded quotes doubled: safe for any identifier.
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -387,33 +396,51 @@ impl PostgresProvider {
         self.connect(&config, database).await
     }
 
-    /// Every database of the server (`tend import`), with the extensions
-    /// of all but `shallow` (system databases: a connection to
-    /// `template1` would make a concurrent `CREATE DATABASE` fail).
+    /// Every database of the server but its templates (`tend import`),
+    /// with the extensions of those `deep` names (a connection each: only
+    /// the databases worth importing).
     pub async fn observe_every_database(
         &self,
-        shallow: &[String],
+        deep: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Vec<Observation>, ProviderError> {
-        self.observe_where(observe::Listed::Everything, observe::Deep::AllBut(shallow))
+        self.observe_where(observe::Listed::Everything, observe::Deep::Where(deep))
             .await
+    }
+
+    /// `template1`, without connecting to it: what `CREATE DATABASE`
+    /// copies (its encoding and locale are the server's defaults).
+    pub async fn template(&self) -> Result<Option<Observation>, ProviderError> {
+        Ok(self
+            .observe_where(
+                observe::Listed::Named {
+                    names: &["template1".to_string()],
+                    marked: false,
+                },
+                observe::Deep::Of(&[]),
+            )
+            .await?
+            .into_iter()
+            .next())
     }
 
     /// The database of the maintenance connection (tend's catalog lives
     /// there), as the URL names it (libpq's default: the user's name).
     pub fn maintenance_database(&self) -> Option<String> {
-        self.config
-            .get_dbname()
-            .or_else(|| self.config.get_user())
-            .map(str::to_string)
+        database_of(&self.config)
     }
 
-    /// Whether `url` (a libpq-style URL) reaches the same server as this
-    /// provider's (same hosts and ports as written).
-    pub fn same_server(&self, url: &str) -> bool {
-        let Ok(other) = url.parse::<tokio_postgres::Config>() else {
-            return false;
+    /// The database a libpq-style `url` connects to, when it reaches the
+    /// same server as this provider's (the same hosts, and ports with
+    /// 5432 for none).
+    pub fn database_on_this_server(&self, url: &str) -> Option<String> {
+        let other = url.parse::<tokio_postgres::Config>().ok()?;
+        let ports = |c: &tokio_postgres::Config| match c.get_ports() {
+            [] => vec![5432],
+            ports => ports.to_vec(),
         };
-        other.get_hosts() == self.config.get_hosts() && other.get_ports() == self.config.get_ports()
+        (other.get_hosts() == self.config.get_hosts() && ports(&other) == ports(&self.config))
+            .then(|| database_of(&other))
+            .flatten()
     }
 
     fn capabilities_static() -> Capabilities {

@@ -45,8 +45,9 @@ pub(super) enum Deep<'a> {
     Of(&'a [String]),
     /// Every database asked for by name.
     Named,
-    /// Every database but these (a listing of the whole server).
-    AllBut(&'a [String]),
+    /// Those this says (a listing of the whole server: only the ones
+    /// worth a connection).
+    Where(&'a (dyn Fn(&str) -> bool + Sync)),
 }
 
 /// Which databases an observation lists.
@@ -54,7 +55,9 @@ pub(super) enum Deep<'a> {
 pub(super) enum Listed<'a> {
     /// The named ones, and with `marked` every one with tend's marker.
     Named { names: &'a [String], marked: bool },
-    /// Every database of the server.
+    /// Every database of the server but its templates (`datistemplate`:
+    /// a connection to one makes a concurrent `CREATE DATABASE` from it
+    /// fail, and no tenant's data lives there).
     Everything,
 }
 
@@ -93,7 +96,7 @@ impl PostgresProvider {
                  LEFT JOIN pg_shdescription sd ON sd.objoid = d.oid AND sd.classoid = 'pg_database'::regclass \
                  LEFT JOIN pg_db_role_setting s ON s.setdatabase = d.oid AND s.setrole = 0 \
                  LEFT JOIN {markers} t ON t.database_name = d.datname \
-                 WHERE $3 OR d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)"
+                 WHERE ($3 AND NOT d.datistemplate) OR d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)"
                 ),
                 &[&names, &all_marked, &everything],
             )
@@ -110,7 +113,7 @@ impl PostgresProvider {
             let wanted = match deep {
                 Deep::Of(deep) => deep.contains(&name),
                 Deep::Named => names.contains(&name),
-                Deep::AllBut(shallow) => !shallow.contains(&name),
+                Deep::Where(wanted) => wanted(&name),
             };
             let unobserved = if allow && wanted {
                 extension_queries.push(name.clone());

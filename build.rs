@@ -43,7 +43,7 @@ fn main() {
     let mut features: Vec<String> = std::env::vars()
         .filter_map(|(k, _)| k.strip_prefix("CARGO_FEATURE_").map(str::to_string))
         .map(|f| f.to_ascii_lowercase().replace('_', "-"))
-        .filter(|f| f != "test-hooks" || hooks)
+        .filter(|f| f != "default" && (f != "test-hooks" || hooks))
         .collect();
     features.sort();
     let features = if features.is_empty() {

@@ -1,5 +1,15 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    ExitCode::from(tend::cli::main(std::env::args_os()))
+    // SAFETY: the first thing the process does: no other thread exists.
+    unsafe { tend::process::heap::tune() };
+    let cli = match tend::cli::parse(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(code) => return ExitCode::from(code),
+    };
+    if cli.runs_the_agent() {
+        // SAFETY: still before any other thread (parsing starts none).
+        unsafe { tend::process::heap::one_arena() };
+    }
+    ExitCode::from(tend::cli::run_parsed(cli))
 }

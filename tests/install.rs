@@ -29,8 +29,9 @@ fn the_version_names_the_commit_and_the_features() {
     );
     // The binary is rebuilt for each commit (build.rs watches HEAD).
     assert!(line.contains(head.trim()), "{line} (HEAD {head})");
-    // The test build turns test-hooks on; a release build says "none".
-    assert!(line.ends_with(", features: test-hooks)"), "{line}");
+    // The test build turns test-hooks on besides the default gpg; a
+    // release build says "gpg".
+    assert!(line.ends_with(", features: gpg, test-hooks)"), "{line}");
 }
 
 /// Completions for bash, zsh and fish know every command.

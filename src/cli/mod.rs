@@ -154,26 +154,44 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    heap::tune();
-    match Cli::try_parse_from(args) {
-        Ok(cli) => {
-            logging::init(matches!(cli.command, Command::Run));
-            let code = run(cli);
-            tracing::debug!("done");
-            code
-        }
-        Err(e) => {
-            let _ = e.print();
-            if e.use_stderr() {
-                exit::ERROR
-            } else {
-                exit::OK
-            }
-        }
+    match parse(args) {
+        Ok(cli) => run_parsed(cli),
+        Err(code) => code,
     }
 }
 
-/// Runs a parsed command line and returns the process exit code.
+/// The parsed command line, or the exit code after clap printed why not
+/// (usage errors exit `1`, `--help` and `--version` `0`).
+pub fn parse<I, T>(args: I) -> Result<Cli, u8>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args).map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            exit::ERROR
+        } else {
+            exit::OK
+        }
+    })
+}
+
+impl Cli {
+    /// Whether this command line runs the long-lived agent (`tend run`).
+    pub fn runs_the_agent(&self) -> bool {
+        matches!(self.command, Command::Run)
+    }
+}
+
+/// Sets up logging and runs a parsed command line.
+pub fn run_parsed(cli: Cli) -> u8 {
+    logging::init(cli.runs_the_agent());
+    let code = run(cli);
+    tracing::debug!("done");
+    code
+}
+
 pub fn run(cli: Cli) -> u8 {
     let result = match cli.command {
         Command::Run => Ok(crate::daemon::run(&cli.config)),

@@ -8,7 +8,9 @@ use serde::Deserialize;
 
 use super::values;
 use crate::source::auth::TokenScheme;
-use crate::source::trust::{AllowedSigners, Keyring, Trust, TrustError, TrustPolicy};
+#[cfg(feature = "gpg")]
+use crate::source::trust::Keyring;
+use crate::source::trust::{AllowedSigners, Trust, TrustError, TrustPolicy};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,6 +71,17 @@ impl SourceConfig {
     /// A `verify` without its keys, or keys without `verify` (an operator
     /// who set the file believes commits are checked).
     pub(super) fn trust_problem(&self) -> Option<String> {
+        self.trust_problem_in(cfg!(feature = "gpg"))
+    }
+
+    /// [`Self::trust_problem`] for a build with (`gpg_built`) or without
+    /// OpenPGP verification.
+    fn trust_problem_in(&self, gpg_built: bool) -> Option<String> {
+        if self.verify == VerifyMode::Gpg && !gpg_built {
+            return Some(
+                "[source] verify = \"gpg\": this tend was built without OpenPGP verification (the cargo feature `gpg`, on by default and in the Debian package); use verify = \"ssh\", or a build with the feature".into(),
+            );
+        }
         match (
             self.verify,
             &self.allowed_signers_file,
@@ -106,9 +119,13 @@ impl SourceConfig {
             (VerifyMode::Ssh, Some(file), _) => {
                 TrustPolicy::Ssh(std::sync::Arc::new(AllowedSigners::load(file)?))
             }
+            #[cfg(feature = "gpg")]
             (VerifyMode::Gpg, _, Some(file)) => {
                 TrustPolicy::Gpg(std::sync::Arc::new(Keyring::load(file)?))
             }
+            // Never "accept everything" for a verify this build cannot do.
+            #[cfg(not(feature = "gpg"))]
+            (VerifyMode::Gpg, _, _) => return Err(TrustError::NotBuilt { verify: "gpg" }),
             _ => TrustPolicy::None,
         };
         Ok(Trust {
@@ -199,6 +216,27 @@ pub fn redacted_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_without_openpgp_refuses_verify_gpg_as_a_configuration_problem() {
+        let source: SourceConfig = toml::from_str(
+            "url = \"/srv/r.git\"\nverify = \"gpg\"\ngpg_keyring_file = \"/etc/tend/keys.asc\"\n",
+        )
+        .unwrap();
+        assert_eq!(source.trust_problem_in(true), None);
+        let problem = source.trust_problem_in(false).unwrap();
+        assert!(
+            problem.contains("built without OpenPGP verification (the cargo feature `gpg`")
+                && problem.contains("use verify = \"ssh\""),
+            "{problem}"
+        );
+        // SSH verification does not need the feature.
+        let ssh: SourceConfig = toml::from_str(
+            "url = \"/srv/r.git\"\nverify = \"ssh\"\nallowed_signers_file = \"/etc/tend/signers\"\n",
+        )
+        .unwrap();
+        assert_eq!(ssh.trust_problem_in(false), None);
+    }
 
     #[test]
     fn credentials_are_refused_whatever_the_scheme_case_and_wherever_they_sit() {

@@ -108,7 +108,6 @@ pub fn run(config_path: &Path) -> u8 {
     if let Some(warning) = access.open_reports_warning(config.server.listen) {
         tracing::warn!("{warning}");
     }
-    crate::process::heap::one_arena();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(4)
         .enable_all()

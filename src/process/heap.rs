@@ -10,28 +10,24 @@
 /// Keeps freed memory in the process (no trimming, no per-allocation
 /// `mmap` for large blocks, the heap grown in large steps). A long-running
 /// agent settles at its peak, which the memory targets bound anyway.
-pub fn tune() {
+///
+/// # Safety
+/// Call it before the process starts any other thread (the binary's
+/// `main` does, first): glibc reads these tunables without a lock.
+pub unsafe fn tune() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        // glibc's `mallopt` parameters (malloc.h); the `libc` crate would
-        // add a dependency for these three numbers.
-        const M_TRIM_THRESHOLD: i32 = -1;
-        const M_TOP_PAD: i32 = -2;
-        const M_MMAP_THRESHOLD: i32 = -3;
-        unsafe extern "C" {
-            fn mallopt(param: i32, value: i32) -> i32;
-        }
         // 32 MiB is the largest mmap threshold glibc accepts on 64-bit.
         for (param, bytes) in [
-            (M_TRIM_THRESHOLD, 256 << 20),
-            (M_TOP_PAD, 64 << 20),
-            (M_MMAP_THRESHOLD, 32 << 20),
+            (libc::M_TRIM_THRESHOLD, 256 << 20),
+            (libc::M_TOP_PAD, 64 << 20),
+            (libc::M_MMAP_THRESHOLD, 32 << 20),
         ] {
-            // SAFETY: `mallopt` only sets allocator tunables; it is called
-            // before any other thread exists. A refusal (return 0) leaves
-            // the defaults, which are correct, only slower.
+            // SAFETY: an allocator tunable, set before any other thread
+            // exists (this function's contract). A refusal (return 0)
+            // leaves the defaults, which are correct, only slower.
             unsafe {
-                mallopt(param, bytes);
+                libc::mallopt(param, bytes);
             }
         }
     }
@@ -42,17 +38,15 @@ pub fn tune() {
 /// long-running agent never gave back (at 10,000 resources, about 45 MB of
 /// the daemon's resident memory). The agent's threads rarely allocate at
 /// the same moment, so sharing one costs nothing measurable.
-pub fn one_arena() {
+///
+/// # Safety
+/// As [`tune`]: before the process starts any other thread.
+pub unsafe fn one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        const M_ARENA_MAX: i32 = -8;
-        unsafe extern "C" {
-            fn mallopt(param: i32, value: i32) -> i32;
-        }
-        // SAFETY: as in `tune`: an allocator tunable, set before the
-        // runtime starts its threads.
+        // SAFETY: as in `tune`.
         unsafe {
-            mallopt(M_ARENA_MAX, 1);
+            libc::mallopt(libc::M_ARENA_MAX, 1);
         }
     }
 }

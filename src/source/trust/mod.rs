@@ -19,6 +19,7 @@
 //! in a new head by backdating it.
 
 pub mod allowed_signers;
+#[cfg(feature = "gpg")]
 pub mod keyring;
 
 use std::collections::HashMap;
@@ -32,6 +33,7 @@ use std::time::SystemTime;
 use git2::{Oid, Repository};
 
 pub use allowed_signers::AllowedSigners;
+#[cfg(feature = "gpg")]
 pub use keyring::Keyring;
 
 use super::SourceError;
@@ -49,6 +51,11 @@ pub enum TrustError {
     },
     #[error("{} holds no {what}: tend would refuse every commit", file.display())]
     Empty { file: PathBuf, what: &'static str },
+    /// A `verify` mode this build leaves out (a cargo feature).
+    #[error(
+        "verify = \"{verify}\" is not in this build (cargo feature `{verify}`): use a build with it"
+    )]
+    NotBuilt { verify: &'static str },
 }
 
 /// The text of a signers file or keyring.
@@ -99,6 +106,7 @@ pub enum TrustPolicy {
     #[default]
     None,
     Ssh(Arc<AllowedSigners>),
+    #[cfg(feature = "gpg")]
     Gpg(Arc<Keyring>),
 }
 
@@ -212,6 +220,7 @@ impl Verifier {
         match &self.trust.policy {
             TrustPolicy::None => Ok("nobody (verify = \"none\")".into()),
             TrustPolicy::Ssh(signers) => signers.verify(armored, &data, now),
+            #[cfg(feature = "gpg")]
             TrustPolicy::Gpg(keyring) => keyring.verify(armored, &data, now),
         }
     }

@@ -84,8 +84,6 @@ pub struct Agent {
     listing_ahead: Mutex<Option<ListingAhead>>,
     /// Set by [`Agent::drain`]: no new operation starts.
     draining: Arc<std::sync::atomic::AtomicBool>,
-    /// An in-process crash at a commit point (test builds only).
-    crash: crate::executor::hooks::CrashSwitch,
     /// The group's lease, held by a one-shot writer on a shared state.
     held_lease: Option<crate::journal::HeldLease>,
     /// A reader's own repository, which its source fetches into (made at
@@ -200,7 +198,6 @@ impl Agent {
             preloaded: Mutex::new(None),
             listing_ahead: Mutex::new(None),
             draining: Arc::default(),
-            crash: Default::default(),
             held_lease: None,
             reader_repo: Arc::default(),
         })
@@ -273,10 +270,10 @@ impl Agent {
     }
 
     /// The switch that crashes an operation at a commit point
-    /// (`executor::hooks::CrashSwitch`).
+    /// (`process::failpoint::CrashSwitch`: the process's failpoints).
     #[cfg(feature = "test-hooks")]
-    pub fn crash_switch(&self) -> &crate::executor::hooks::CrashSwitch {
-        &self.crash
+    pub fn crash_switch(&self) -> crate::process::failpoint::CrashSwitch {
+        crate::process::failpoint::CrashSwitch
     }
 
     pub fn policy(&self) -> &Policy {
@@ -319,7 +316,6 @@ impl Agent {
                 halted: Arc::default(),
                 keep_confirmations: false,
                 sabotage: self.policy.sabotage,
-                crash: self.crash.clone(),
             }),
             _ => None,
         }

@@ -3,6 +3,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // SAFETY: the first thing the process does: no other thread exists.
     unsafe { tend::process::heap::tune() };
+    // Test builds: the failpoints FAILPOINTS names (nothing otherwise).
+    let _failpoints = tend::process::failpoint::setup();
     let cli = match tend::cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(code) => return ExitCode::from(code),

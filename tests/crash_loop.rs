@@ -16,7 +16,7 @@
 //!   followed by a look at the journal, and a floor of kills must have
 //!   left an intent pending. Half the kills come where an operation
 //!   stands still at one of its commit points (after the intent, after
-//!   the call, after the confirmation: `TEND_TEST_PAUSE_AT`), the others
+//!   the call, after the confirmation: the failpoints), the others
 //!   at a random moment.
 //!
 //! `TEND_CRASH_ITERATIONS=N` runs more iterations (default and CI: 50 of
@@ -308,7 +308,7 @@ fn crash_loop(process: Process) {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(point) = pause_at {
-            tend.env("TEND_TEST_PAUSE_AT", point)
+            tend.env("FAILPOINTS", format!("{point}=return(pause)"))
                 .env("TEND_TEST_PAUSE_FILE", &marker);
         }
         tend.spawn().unwrap()

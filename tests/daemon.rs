@@ -197,7 +197,7 @@ fn the_agents_text_log_carries_the_wall_clock_time() {
 #[test]
 fn a_wedged_loop_stops_the_watchdog_though_http_still_answers() {
     let env = Env::new(|c| c);
-    let daemon = env.start(&[("WATCHDOG_USEC", "1000000"), ("TEND_TEST_WEDGE", "1")]);
+    let daemon = env.start(&[("WATCHDOG_USEC", "1000000"), ("FAILPOINTS", "wedge=return")]);
     daemon.wait_for("a first WATCHDOG=1", Duration::from_secs(5), || {
         daemon
             .notifications()

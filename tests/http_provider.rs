@@ -182,7 +182,7 @@ fn a_listing_older_than_a_state_write_is_made_again() {
         .env_remove("TEND_CONFIG")
         .env_remove("CREDENTIALS_DIRECTORY")
         .env("TEND_LOG", "tend=debug")
-        .env("TEND_TEST_PAUSE_AT", "before-inputs")
+        .env("FAILPOINTS", "before-inputs=return(until-resumed)")
         .env("TEND_TEST_PAUSE_FILE", &marker)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -672,7 +672,11 @@ fn a_panicking_status_writer_is_started_again() {
         .source("interval", "\"1s\"")
         .status("branch", "\"\"")
         .write();
-    let daemon = Daemon::start(&config, env.port, &[("TEND_TEST_PANIC_STATUS_WRITER", "1")]);
+    let daemon = Daemon::start(
+        &config,
+        env.port,
+        &[("FAILPOINTS", "status-writer-panic=return")],
+    );
     daemon.wait_for("the restart", Duration::from_secs(20), || {
         daemon
             .log()
@@ -725,7 +729,7 @@ fn an_operation_hung_past_its_deadline_stops_the_watchdog() {
         port,
         &[
             ("WATCHDOG_USEC", "1000000"),
-            ("TEND_TEST_HANG_OPERATIONS", "1"),
+            ("FAILPOINTS", "hang-operations=return"),
         ],
     );
     daemon.wait_for("the hung operation named", Duration::from_secs(30), || {
@@ -754,7 +758,7 @@ fn a_client_trickling_its_headers_is_cut_off() {
     let daemon = Daemon::start(
         &config,
         env.port,
-        &[("TEND_TEST_REQUEST_TIMEOUT_MS", "1000")],
+        &[("FAILPOINTS", "request-timeout=return(1000)")],
     );
     daemon.wait_ready();
     let mut slow = std::net::TcpStream::connect(("127.0.0.1", env.port)).unwrap();
@@ -807,7 +811,7 @@ fn a_fetch_stuck_past_its_deadline_is_said() {
         &config,
         env.port,
         &[
-            ("TEND_TEST_PAUSE_AT", "before-fetch"),
+            ("FAILPOINTS", "before-fetch=return(pause)"),
             ("TEND_TEST_PAUSE_FILE", pause.to_str().unwrap()),
         ],
     );

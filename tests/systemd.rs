@@ -444,7 +444,7 @@ fn a_wedged_loop_is_killed_by_the_watchdog_and_restarted() {
     let host = Host::new();
     // The test hook wedges every provider worker before its second cycle;
     // `observe` brings that cycle within a second.
-    host.drop_in("[Service]\nEnvironment=TEND_TEST_WEDGE=1\nWatchdogSec=3s\nRestartSec=1s\n");
+    host.drop_in("[Service]\nEnvironment=FAILPOINTS=wedge=return\nWatchdogSec=3s\nRestartSec=1s\n");
     host.configure(&host.config().reconcile("observe", "\"1s\""));
     host.start();
     let first = host.main_pid();

@@ -11,7 +11,6 @@
 //! [`operation`]: one operation's commit points · [`queue`]: running many,
 //! bounded per provider · [`replay`]: pending intents after a crash.
 
-pub mod hooks;
 pub mod operation;
 pub mod queue;
 pub mod replay;
@@ -52,6 +51,4 @@ pub struct ExecContext {
     pub keep_confirmations: bool,
     /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
     pub sabotage: crate::sabotage::Sabotage,
-    /// An in-process crash at a commit point (test builds only).
-    pub crash: hooks::CrashSwitch,
 }

@@ -21,11 +21,11 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::hooks::{AFTER_CALL, AFTER_CONFIRM, AFTER_INTENT, pause_point};
 use super::{ExecContext, ProviderRuntime};
 use crate::journal::effects::{AppliedRecord, Effect, commit};
 use crate::journal::{IntentState, StateError, blocking};
 use crate::model::SpecHash;
+use crate::process::failpoint::{self, AFTER_CALL, AFTER_CONFIRM, AFTER_INTENT, commit_point};
 use crate::provider::{
     ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, OperationId,
     OperationKind, Provider, ProviderError,
@@ -201,9 +201,10 @@ async fn journalled<P: Provider>(
         })
         .await?;
     }
-    pause_point(AFTER_INTENT);
-    ctx.crash.reached(AFTER_INTENT, &ctx.draining);
-    super::hooks::hang_point().await;
+    commit_point(AFTER_INTENT, &ctx.draining);
+    if failpoint::fired(failpoint::HANG_OPERATIONS).is_some() {
+        std::future::pending::<()>().await;
+    }
 
     // A provider slot covers each call to it (the call here, each
     // confirming observation in `confirm`), not tend's journal writes:
@@ -243,8 +244,7 @@ async fn journalled<P: Provider>(
         drop(slot);
         None
     };
-    pause_point(AFTER_CALL);
-    ctx.crash.reached(AFTER_CALL, &ctx.draining);
+    commit_point(AFTER_CALL, &ctx.draining);
     let wrote = Effect::Wrote {
         name: op.name.clone(),
         at: sent_at,
@@ -276,8 +276,7 @@ async fn journalled<P: Provider>(
     let (effects, outcome, seen) =
         confirm(&runtime, &ctx, &op, sent_at, answer, wrote, slot).await?;
     if matches!(outcome, OpOutcome::Done | OpOutcome::DoneWithDifferences(_)) {
-        pause_point(AFTER_CONFIRM);
-        ctx.crash.reached(AFTER_CONFIRM, &ctx.draining);
+        commit_point(AFTER_CONFIRM, &ctx.draining);
     }
     commit_blocking(&ctx, effects).await?;
     Ok((outcome, seen))

@@ -267,7 +267,6 @@ mod tests {
                 halted: Arc::default(),
                 keep_confirmations: false,
                 sabotage: Default::default(),
-                crash: Default::default(),
             };
             let runtime = Arc::new(ProviderRuntime::new(
                 "fake",

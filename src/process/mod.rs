@@ -2,6 +2,7 @@
 //! codes scripts and systemd read, how the heap is tuned, and acting as
 //! the state dir's owner when run as root.
 
+pub mod failpoint;
 pub mod heap;
 pub mod owner;
 pub mod sqlite;

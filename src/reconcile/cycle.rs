@@ -49,7 +49,7 @@ pub(super) async fn plan_cycle<'s>(
     preloaded: Option<StoredMemories>,
     observations: Observations,
 ) -> Result<Planned<'s>, StateError> {
-    crate::executor::hooks::pause_until_resumed(crate::executor::hooks::BEFORE_INPUTS);
+    crate::process::failpoint::stop_point(crate::process::failpoint::BEFORE_INPUTS);
     let now = agent.clock().now();
     let started = std::time::Instant::now();
     // A provider whose observation is one listing whatever it is asked for

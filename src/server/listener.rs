@@ -35,16 +35,13 @@ pub const IDLE: Duration = Duration::from_secs(75);
 /// byte (the header-read timeout, and the handler's).
 pub const REQUEST: Duration = Duration::from_secs(30);
 
-/// [`REQUEST`], or (test builds) `TEND_TEST_REQUEST_TIMEOUT_MS`.
+/// [`REQUEST`], or (test builds) the failpoint `request-timeout`'s
+/// milliseconds.
 fn request_timeout() -> Duration {
-    #[cfg(test_hooks)]
-    if let Some(ms) = std::env::var("TEND_TEST_REQUEST_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return Duration::from_millis(ms);
-    }
-    REQUEST
+    use crate::process::failpoint::{REQUEST_TIMEOUT, fired};
+    fired(REQUEST_TIMEOUT)
+        .and_then(|ms| ms.parse().ok())
+        .map_or(REQUEST, Duration::from_millis)
 }
 /// The most connections at once, whatever the file limit.
 const MAX_CONNECTIONS: usize = 4096;

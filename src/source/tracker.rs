@@ -195,7 +195,7 @@ impl Source {
     /// Fetches and, when the head moved, builds a new snapshot. Never
     /// replaces the last good snapshot with a failure.
     pub fn poll(&mut self, now: SystemTime) -> PollOutcome {
-        crate::executor::hooks::pause_point(crate::executor::hooks::BEFORE_FETCH);
+        crate::process::failpoint::stop_point(crate::process::failpoint::BEFORE_FETCH);
         let changed = match self.try_poll(now) {
             Ok(changed) => {
                 self.failure = None;

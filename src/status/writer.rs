@@ -108,20 +108,14 @@ pub async fn run(
     }
 }
 
-/// Test-only (the `test-hooks` feature): `TEND_TEST_PANIC_STATUS_WRITER=1`
-/// makes the first status writer of the process panic before its first
-/// publication, so a test can see it started again.
-#[cfg(test_hooks)]
+/// Test-only (the failpoint `status-writer-panic`): the first status
+/// writer of the process panics before its first publication, so a test
+/// can see it started again.
 fn panic_point() {
+    use crate::process::failpoint::{STATUS_WRITER_PANIC, fired};
     use std::sync::atomic::{AtomicBool, Ordering};
     static DONE: AtomicBool = AtomicBool::new(false);
-    if std::env::var("TEND_TEST_PANIC_STATUS_WRITER").as_deref() == Ok("1")
-        && !DONE.swap(true, Ordering::SeqCst)
-    {
-        panic!("injected status writer panic (TEND_TEST_PANIC_STATUS_WRITER)");
+    if fired(STATUS_WRITER_PANIC).is_some() && !DONE.swap(true, Ordering::SeqCst) {
+        panic!("injected status writer panic (failpoint {STATUS_WRITER_PANIC})");
     }
 }
-
-#[cfg(not(test_hooks))]
-#[inline(always)]
-fn panic_point() {}

@@ -154,7 +154,8 @@ impl TendCommand {
 }
 
 /// Spawns `tend --config CONFIG apply` that pauses at a test pause point
-/// (`TEND_TEST_PAUSE_AT`), and returns it once it has reached it.
+/// (the failpoint `POINT=return(pause)`), and returns it once it has
+/// reached it.
 pub fn paused_apply(config: &Path, point: &str, marker: &Path) -> std::process::Child {
     use std::process::Stdio;
     use std::time::{Duration, Instant};
@@ -163,7 +164,7 @@ pub fn paused_apply(config: &Path, point: &str, marker: &Path) -> std::process::
         .current_dir(config.parent().unwrap())
         .env_remove("TEND_CONFIG")
         .env("TEND_LOG", "warn")
-        .env("TEND_TEST_PAUSE_AT", point)
+        .env("FAILPOINTS", format!("{point}=return(pause)"))
         .env("TEND_TEST_PAUSE_FILE", marker)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

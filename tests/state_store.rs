@@ -725,3 +725,56 @@ fn a_deposed_leaders_write_is_fenced_and_the_new_leaders_rows_stand() {
     let lease = b.lease("group").unwrap().unwrap();
     assert_eq!((lease.holder.as_str(), lease.token), ("b", token_b));
 }
+
+/// The PostgreSQL session's guarantee: a transaction never spans two
+/// connections. The connection is cut between two statements of one
+/// write: the statements after the cut fail (never run on a new
+/// connection in autocommit), nothing of the write is committed, and the
+/// next write reconnects.
+#[test]
+fn a_connection_lost_inside_a_postgres_transaction_commits_nothing_of_it() {
+    let pg = support::postgres::Postgres::start();
+    let proxy = support::pgproxy::PgProxy::start(pg.port);
+    let settings = PgStateSettings {
+        url: format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            proxy.port
+        ),
+        ..settings(&pg, "cut")
+    };
+    let store = StateStore::open_postgres(&settings, true).unwrap().unwrap();
+    let manifest = serde_json::json!({});
+    let written: Result<(), _> = store.write(|tx| {
+        tx.add_tombstone("first", &manifest, SystemTime::now(), "c1")?;
+        proxy.sever();
+        proxy.heal();
+        // Long enough for the session to see the connection closed: the
+        // next statement would find a fresh connection, and must not
+        // take it.
+        std::thread::sleep(Duration::from_millis(300));
+        tx.add_tombstone("second", &manifest, SystemTime::now(), "c1")?;
+        Ok(())
+    });
+    assert!(written.is_err(), "the write after the cut must fail");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM cut.tombstones"),
+        "0",
+        "half a transaction is never committed"
+    );
+    store
+        .begin_intent(
+            "op",
+            "a",
+            "create",
+            &SpecHash("h".into()),
+            0,
+            &Value::Null,
+            SystemTime::now(),
+        )
+        .unwrap();
+    assert_eq!(
+        store.all_intents().unwrap().len(),
+        1,
+        "the next write reconnects"
+    );
+}

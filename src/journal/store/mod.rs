@@ -86,6 +86,17 @@ impl Backend {
         }
     }
 
+    /// Begins (SQLite: `BEGIN IMMEDIATE`, the write lock at once),
+    /// commits or rolls back a transaction.
+    fn transaction(&self, control: sql::TxControl) -> Result<(), SqlError> {
+        match self {
+            Backend::Sqlite(c) => c
+                .execute_batch(control.sqlite_sql())
+                .map_err(SqlError::from),
+            Backend::Postgres(s) => s.transaction(control),
+        }
+    }
+
     /// Calls `f` with each row (SQLite: one at a time, never the whole
     /// result in memory).
     fn each(

@@ -22,7 +22,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::sql::{Row, SqlError, SqlValue};
+use super::sql::{Row, SqlError, SqlValue, TxControl};
 
 /// How long one statement may take before the connection is given up.
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -85,6 +85,9 @@ enum Kind {
     Execute,
     Query,
     Batch,
+    /// Transaction control, typed so the session knows when one is open
+    /// (never by comparing SQL text).
+    Tx(TxControl),
 }
 
 enum Reply {
@@ -172,6 +175,12 @@ impl PgSession {
     pub fn batch(&self, sql: &str) -> Result<(), SqlError> {
         self.call(Kind::Batch, sql, &[]).map(|_| ())
     }
+
+    /// Begins, commits or rolls back the session's transaction.
+    pub fn transaction(&self, control: TxControl) -> Result<(), SqlError> {
+        self.call(Kind::Tx(control), control.postgres_sql(), &[])
+            .map(|_| ())
+    }
 }
 
 struct Live {
@@ -188,9 +197,8 @@ async fn serve(
     let mut live: Option<Live> = None;
     let mut in_tx = false;
     while let Some(job) = jobs.recv().await {
-        let ends =
-            matches!(job.kind, Kind::Batch) && (job.sql == "COMMIT" || job.sql == "ROLLBACK");
-        let begins = matches!(job.kind, Kind::Batch) && job.sql.starts_with("BEGIN");
+        let begins = matches!(job.kind, Kind::Tx(TxControl::Begin));
+        let ends = matches!(job.kind, Kind::Tx(TxControl::Commit | TxControl::Rollback));
         if live.as_ref().is_some_and(|l| l.client.is_closed()) {
             live = None;
         }
@@ -348,7 +356,7 @@ fn column(row: &tokio_postgres::Row, i: usize) -> Result<SqlValue, SqlError> {
 impl Live {
     async fn run(&mut self, job: &Job) -> Result<Reply, SqlError> {
         let pg = |e: tokio_postgres::Error| SqlError::Postgres(error_text(&e));
-        if let Kind::Batch = job.kind {
+        if let Kind::Batch | Kind::Tx(_) = job.kind {
             self.client.batch_execute(&job.sql).await.map_err(pg)?;
             return Ok(Reply::Done);
         }

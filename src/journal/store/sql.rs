@@ -10,6 +10,35 @@
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 
+/// A transaction's start or end, typed so a session knows when one is
+/// open without reading SQL text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxControl {
+    Begin,
+    Commit,
+    Rollback,
+}
+
+impl TxControl {
+    /// The statement on PostgreSQL.
+    pub fn postgres_sql(self) -> &'static str {
+        match self {
+            TxControl::Begin => "BEGIN",
+            TxControl::Commit => "COMMIT",
+            TxControl::Rollback => "ROLLBACK",
+        }
+    }
+
+    /// The statement on SQLite: a writer takes the write lock at `BEGIN`
+    /// (`IMMEDIATE`), so a busy database is found before any work.
+    pub fn sqlite_sql(self) -> &'static str {
+        match self {
+            TxControl::Begin => "BEGIN IMMEDIATE",
+            other => other.postgres_sql(),
+        }
+    }
+}
+
 /// A parameter or column value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SqlValue {

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use super::sql::{Row, SqlError, SqlValue, args};
+use super::sql::{Row, SqlError, SqlValue, TxControl, args};
 use super::{Backend, BackendKind, StateStore, ms};
 use crate::engine::HeldDeletion;
 use crate::journal::{IntentState, StateError};
@@ -39,7 +39,7 @@ struct Open<'c> {
 impl Drop for Open<'_> {
     fn drop(&mut self) {
         if !self.finished {
-            let _ = self.conn.batch("ROLLBACK");
+            let _ = self.conn.transaction(TxControl::Rollback);
         }
     }
 }
@@ -83,11 +83,8 @@ impl StateStore {
     ) -> Result<T, StateError> {
         let guard = self.conn();
         let conn: &Backend = &guard;
-        let begin = match self.kind {
-            BackendKind::Sqlite => "BEGIN IMMEDIATE",
-            BackendKind::Postgres => "BEGIN",
-        };
-        conn.batch(begin).map_err(|e| self.err(e))?;
+        conn.transaction(TxControl::Begin)
+            .map_err(|e| self.err(e))?;
         let mut open = Open {
             conn,
             finished: false,
@@ -103,8 +100,8 @@ impl StateStore {
         }
         let value = f(&tx)?;
         open.finished = true;
-        if let Err(e) = conn.batch("COMMIT") {
-            let _ = conn.batch("ROLLBACK");
+        if let Err(e) = conn.transaction(TxControl::Commit) {
+            let _ = conn.transaction(TxControl::Rollback);
             return Err(self.err(e));
         }
         self.wrote();

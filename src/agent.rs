@@ -77,11 +77,6 @@ pub struct Agent {
     source_settings: SourceSettings,
     clock: Arc<dyn Clock>,
     progress: Arc<dyn Progress>,
-    /// Memories read ahead (beside the fetch) for the next reconcile.
-    preloaded: Mutex<Option<StoredMemories>>,
-    /// Providers' listings started beside the fetch, for the next
-    /// reconcile.
-    listing_ahead: Mutex<Option<ListingAhead>>,
     /// Set by [`Agent::drain`]: no new operation starts.
     draining: Arc<std::sync::atomic::AtomicBool>,
     /// The group's lease, held by a one-shot writer on a shared state.
@@ -195,8 +190,6 @@ impl Agent {
             source_settings,
             clock,
             progress: Arc::new(Silent),
-            preloaded: Mutex::new(None),
-            listing_ahead: Mutex::new(None),
             draining: Arc::default(),
             held_lease: None,
             reader_repo: Arc::default(),
@@ -395,43 +388,22 @@ impl Agent {
         }))
     }
 
-    /// Keeps what [`Agent::start_preload`] read for the next reconcile. A
-    /// failed read is not an error here: the reconcile reads again and
-    /// reports it.
-    pub async fn finish_preload(&self, handle: Option<Preload>) {
-        if let Some(handle) = handle
-            && let Ok(Ok(memories)) = handle.await
-        {
-            *self.lock_preloaded() = Some(memories);
+    /// What [`Agent::start_preload`] read, for the next reconcile (passed
+    /// to it in its [`crate::reconcile::CycleInputs`]). A failed read is
+    /// not an error here: the reconcile reads again and reports it.
+    pub async fn finish_preload(&self, handle: Option<Preload>) -> Option<StoredMemories> {
+        match handle?.await {
+            Ok(Ok(memories)) => Some(memories),
+            _ => None,
         }
-    }
-
-    /// The memories read ahead, if any (taken: they are valid once).
-    pub(crate) fn take_preloaded(&self) -> Option<StoredMemories> {
-        self.lock_preloaded().take()
-    }
-
-    fn lock_preloaded(&self) -> std::sync::MutexGuard<'_, Option<StoredMemories>> {
-        self.preloaded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts listing every provider whose observation is one listing
     /// whatever it is asked for (see [`ListingAhead`]), for the next
-    /// reconcile; whether there was any to start (then the caller has
-    /// the async runtime free meanwhile).
-    pub fn start_listing_ahead(&self) -> bool {
-        let ahead = ListingAhead::start(&self.runtimes, self.store.as_deref());
-        let started = ahead.is_some();
-        *self.lock_listing_ahead() = ahead;
-        started
-    }
-
-    /// The listings started ahead, if any (taken: they serve one cycle).
-    pub(crate) fn take_listing_ahead(&self) -> Option<ListingAhead> {
-        self.lock_listing_ahead().take()
-    }
-
-    fn lock_listing_ahead(&self) -> std::sync::MutexGuard<'_, Option<ListingAhead>> {
-        self.listing_ahead.lock().unwrap_or_else(|p| p.into_inner())
+    /// reconcile (passed to it in its [`crate::reconcile::CycleInputs`]);
+    /// `None` when there is none to start (then the caller has nothing to
+    /// run beside its fetch).
+    pub fn start_listing_ahead(&self) -> Option<ListingAhead> {
+        ListingAhead::start(&self.runtimes, self.store.as_deref())
     }
 }

@@ -122,7 +122,7 @@ fn import(config_path: &Path, args: &ImportArgs) -> Result<u8, Refused> {
         }
     }
     let tokio = session::runtime().map_err(|_| Refused("cannot start the async runtime".into()))?;
-    let read = tokio.block_on(session::snapshot(&agent));
+    let read = tokio.block_on(session::snapshot(&agent, false));
     if let Some(failure) = &read.failure {
         return Err(Refused(format!(
             "source: {}; the tracked branch says which databases are declared already, so nothing is imported",

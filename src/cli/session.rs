@@ -12,7 +12,7 @@ use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::executor::Executed;
 use crate::journal::Access;
-use crate::reconcile::{Mode, Outcome, ReconcileError, Scope, reconcile};
+use crate::reconcile::{CycleInputs, Mode, Outcome, ReconcileError, Scope, reconcile_with};
 use crate::source::{Snapshot, SourceFailure};
 use crate::status::report::empty_report;
 use crate::status::{Report, build_report};
@@ -124,6 +124,8 @@ const BLOCKING_THREADS: usize = 2;
 pub struct SourceRead {
     pub snapshot: Option<Arc<Snapshot>>,
     pub failure: Option<SourceFailure>,
+    /// What was read and started beside the fetch, for the cycle.
+    pub ahead: CycleInputs,
 }
 
 /// Fetches the snapshot once, reading the state's memories beside the
@@ -137,10 +139,22 @@ pub struct SourceRead {
 /// thread's arena beside the cycle's: a cold apply of 10,000 declarations
 /// peaked 25 MB higher. With one (an http provider), the listing runs on
 /// this thread and the fetch on the pool, and that is the price.
-pub async fn snapshot(agent: &Agent) -> SourceRead {
+///
+/// `for_a_cycle`: read the memories and start the listings beside the
+/// fetch (a command that runs no cycle, `tend import`, does neither).
+pub async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
     let now = agent.clock().now();
-    let preload = agent.start_preload();
-    let polled = if agent.start_listing_ahead() {
+    let preload = if for_a_cycle {
+        agent.start_preload()
+    } else {
+        None
+    };
+    let listing = if for_a_cycle {
+        agent.start_listing_ahead()
+    } else {
+        None
+    };
+    let polled = if listing.is_some() {
         // A provider is being listed on this thread's runtime meanwhile:
         // opening the source (which waits for libgit2's initialisation)
         // and the fetch go to a blocking thread instead; their allocations
@@ -168,13 +182,15 @@ pub async fn snapshot(agent: &Agent) -> SourceRead {
                     since: now,
                     failures: 1,
                 }),
+                ahead: CycleInputs::default(),
             };
         }
     };
-    agent.finish_preload(preload).await;
+    let memories = agent.finish_preload(preload).await;
     SourceRead {
         snapshot: outcome.snapshot,
         failure: outcome.failure,
+        ahead: CycleInputs { memories, listing },
     }
 }
 
@@ -223,7 +239,7 @@ pub fn one_cycle(
         Err(code) => return Ok(code),
     };
     runtime.block_on(async {
-        let read = snapshot(agent).await;
+        let read = snapshot(agent, true).await;
         if let Some(failure) = &read.failure {
             let fallback = match &read.snapshot {
                 Some(s) => format!("; deciding from the last accepted commit {}", s.commit),
@@ -237,7 +253,7 @@ pub fn one_cycle(
                 source_failure: read.failure.as_ref(),
             });
         };
-        let outcome = match reconcile(agent, &snapshot, mode, &Scope::All).await {
+        let outcome = match reconcile_with(agent, &snapshot, mode, &Scope::All, read.ahead).await {
             Ok(o) => o,
             Err(ReconcileError::State {
                 error,

@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use super::health::Heartbeats;
 use super::queue::DueQueue;
 use crate::agent::Agent;
-use crate::reconcile::{Mode, ReconcileError, Scope, reconcile};
+use crate::journal::StoredMemories;
+use crate::reconcile::{CycleInputs, Mode, ReconcileError, Scope, reconcile_with};
 use crate::source::Snapshot;
 use crate::status::board::StatusBoard;
 use crate::status::build_report;
@@ -90,7 +91,7 @@ pub async fn run(
         };
         super::hooks::wedge_point().await;
         inputs.heartbeats.beat(&provider, true);
-        agent.finish_preload(preload.take()).await;
+        let memories = agent.finish_preload(preload.take()).await;
         let retry = cycle(
             &provider,
             &agent,
@@ -98,6 +99,7 @@ pub async fn run(
             &metrics,
             &snapshot,
             &scope,
+            memories,
             &mut queue,
             &mut failing,
         )
@@ -157,7 +159,8 @@ fn observe_backoff(failing: u32) -> Duration {
     Duration::from_secs(1u64 << failing.saturating_sub(1).min(9)).min(Duration::from_secs(300))
 }
 
-/// One reconcile, its report and its metrics. Returns how soon to try
+/// One reconcile (with the memories read while the worker waited), its
+/// report and its metrics. Returns how soon to try
 /// again when the provider could not be observed (`failing` counts such
 /// cycles in a row).
 #[allow(clippy::too_many_arguments)]
@@ -168,6 +171,7 @@ async fn cycle(
     metrics: &Metrics,
     snapshot: &Arc<Snapshot>,
     scope: &Scope,
+    memories: Option<StoredMemories>,
     queue: &mut DueQueue,
     failing: &mut u32,
 ) -> Option<Duration> {
@@ -175,7 +179,11 @@ async fn cycle(
     let full = matches!(scope, Scope::Provider { names: None, .. });
     let kind = if full { "full" } else { "due" };
     tracing::debug!(provider, scope = kind, "cycle starts");
-    match reconcile(agent, snapshot, Mode::Apply, scope).await {
+    let ahead = CycleInputs {
+        memories,
+        listing: None,
+    };
+    match reconcile_with(agent, snapshot, Mode::Apply, scope, ahead).await {
         Ok(outcome) => {
             let plan = outcome.latest();
             if full {

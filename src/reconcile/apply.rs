@@ -25,13 +25,14 @@ pub(super) async fn apply_cycle<'s>(
     agent: &Agent,
     snapshot: &'s Arc<Snapshot>,
     scope: &Scope,
+    given: super::CycleInputs,
 ) -> Result<Outcome<'s>, ReconcileError> {
     let ctx = agent.exec_context().ok_or(ReconcileError::ReadOnly)?;
-    let mut preloaded = agent.take_preloaded();
+    let mut preloaded = given.memories;
     // The providers that list everything are listed while the journal is
     // replayed and the inputs read (a replay that writes makes the cycle
     // observe again: see `ListingAhead`).
-    let ahead = ListingAhead::for_cycle(agent, scope).await;
+    let ahead = ListingAhead::for_cycle(given.listing, agent, scope).await;
     let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot, scope).await?;
     if !replayed.is_empty() {
         // Replayed intents change what is remembered: read it again.

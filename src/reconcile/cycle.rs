@@ -57,7 +57,7 @@ pub(super) async fn plan_cycle<'s>(
     // beside the source fetch already).
     let observations = match observations {
         Observations::Fresh(None) => {
-            Observations::Fresh(observe::ListingAhead::for_cycle(agent, scope).await)
+            Observations::Fresh(observe::ListingAhead::for_cycle(None, agent, scope).await)
         }
         other => other,
     };

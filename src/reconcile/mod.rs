@@ -31,9 +31,11 @@ use crate::agent::Agent;
 use crate::engine::{Decision, DeletionGuard, Memory, Rule, Tombstone};
 use crate::executor::Executed;
 use crate::journal::StateError;
+use crate::journal::store::StoredMemories;
 use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 use crate::provider::{Observed, OperationId, OperationKind};
 use crate::source::Snapshot;
+use observe::ListingAhead;
 
 /// What a reconcile may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,24 +254,49 @@ impl<'s> Outcome<'s> {
     }
 }
 
-/// Reconciles `snapshot` in `mode` over `scope`.
+/// What a cycle is given that was read or started before it: a one-shot
+/// command reads the state's memories beside its source fetch and starts
+/// the providers' listings meanwhile; the running agent's worker reads the
+/// memories while it waits. Passed to [`reconcile_with`], never left in
+/// the agent for a later cycle to find.
+#[derive(Default)]
+pub struct CycleInputs {
+    /// The memories read ahead (used only if the state did not change
+    /// since: the read carries its freshness).
+    pub memories: Option<StoredMemories>,
+    /// The listings under way (see [`observe::ListingAhead`]).
+    pub listing: Option<ListingAhead>,
+}
+
+/// Reconciles `snapshot` in `mode` over `scope`, reading everything in
+/// the cycle.
 pub async fn reconcile<'s>(
     agent: &Agent,
     snapshot: &'s Arc<Snapshot>,
     mode: Mode,
     scope: &Scope,
 ) -> Result<Outcome<'s>, ReconcileError> {
+    reconcile_with(agent, snapshot, mode, scope, CycleInputs::default()).await
+}
+
+/// [`reconcile`] with what was read or started ahead of it.
+pub async fn reconcile_with<'s>(
+    agent: &Agent,
+    snapshot: &'s Arc<Snapshot>,
+    mode: Mode,
+    scope: &Scope,
+    ahead: CycleInputs,
+) -> Result<Outcome<'s>, ReconcileError> {
     match mode {
         Mode::Plan => {
-            let preloaded = agent.take_preloaded();
             let plan = cycle::plan_cycle(
                 agent,
                 snapshot,
                 Mode::Plan,
                 scope,
                 &HashSet::new(),
-                preloaded,
-                cycle::Observations::Fresh(None),
+                ahead.memories,
+                cycle::Observations::Fresh(ahead.listing),
             )
             .await?
             .plan;
@@ -278,6 +305,6 @@ pub async fn reconcile<'s>(
                 operations: Vec::new(),
             })
         }
-        Mode::Apply => apply::apply_cycle(agent, snapshot, scope).await,
+        Mode::Apply => apply::apply_cycle(agent, snapshot, scope, ahead).await,
     }
 }

@@ -64,13 +64,14 @@ impl ListingAhead {
         Some(Self::spawn(listing, freshness))
     }
 
-    /// The listings a one-shot command started ahead for this cycle, else
-    /// new ones for `scope` (see [`ListingAhead::start_for`]).
+    /// `given` (the listings a one-shot command started ahead for this
+    /// cycle), else new ones for `scope` (see [`ListingAhead::start_for`]).
     pub(super) async fn for_cycle(
+        given: Option<ListingAhead>,
         agent: &crate::agent::Agent,
         scope: &super::Scope,
     ) -> Option<ListingAhead> {
-        match agent.take_listing_ahead() {
+        match given {
             Some(ahead) => Some(ahead),
             None => Self::start_for(agent.runtimes(), agent.store(), scope).await,
         }

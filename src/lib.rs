@@ -1,8 +1,9 @@
 //! tend: a GitOps pull agent for `ManagedDatabase` declarations.
 //!
-//! [`model`] (declarations) · [`config`] · [`source`] (the Git branch) ·
+//! [`model`] (declarations, and the observations and calls the engine
+//! and the providers share) · [`config`] · [`source`] (the Git branch) ·
 //! [`provider`] (where databases live) · [`engine`] (the pure decision
-//! core) · [`reconcile`] (the one reconcile path: inputs, routing,
+//! core: it depends on `model`, `time` and `sabotage` only) · [`reconcile`] (the one reconcile path: inputs, routing,
 //! observation, planning, effects) · [`executor`] (operations, journalled)
 //! · [`journal`] (the state store) · [`propose`] (handing a change made
 //! at the provider back to Git) · [`agent`] (the long-lived agent the

@@ -16,7 +16,6 @@ const KNOWN: &[&[&str]] = &[&[
     "agent",
     "config",
     "control",
-    "engine",
     "executor",
     "journal",
     "propose",

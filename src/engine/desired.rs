@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::model::ManagedDatabase;
-use crate::provider::Capabilities;
+use crate::model::observation::Capabilities;
 
 /// The declared value of every field the provider observes and the
 /// declaration sets. Absent fields are not managed and are not listed.

@@ -14,8 +14,8 @@
 use std::time::{Duration, SystemTime};
 
 use super::decide::{Action, Decision, Rule};
+use crate::model::operation::{OperationId, OperationKind};
 use crate::model::{Declaration, SpecHash};
-use crate::provider::{OperationId, OperationKind};
 
 /// What happens to a pending intent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

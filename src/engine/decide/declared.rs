@@ -11,7 +11,7 @@ use super::{
 use crate::engine::desired::desired_fields_of;
 use crate::engine::overrides::EffectiveOverride;
 use crate::model::Declaration;
-use crate::provider::{Observed, ResourceStatus};
+use crate::model::observation::{Observed, ResourceStatus};
 
 /// Where a managed database lives is its identity: a new name or provider
 /// would be a second database, never a move.
@@ -62,7 +62,7 @@ fn moved(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> {
 fn ownership(
     input: &DecideInput<'_>,
     decl: &Declaration,
-    obs: &crate::provider::Observation,
+    obs: &crate::model::observation::Observation,
 ) -> Option<Decision> {
     let name = decl.name();
     match obs.marker_labels() {

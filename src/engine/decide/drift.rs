@@ -12,8 +12,8 @@ use super::{
 };
 use crate::engine::desired::manages_parameters;
 use crate::engine::overrides::EffectiveOverride;
+use crate::model::observation::{Observation, Observed};
 use crate::model::{Declaration, Mutability};
-use crate::provider::{Observation, Observed};
 
 pub(super) fn compute_drift(
     input: &DecideInput<'_>,

@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use super::deletion::DeletionGate;
 use super::overrides::{EffectiveOverride, OverrideInput, effective};
+use crate::model::observation::{Capabilities, Observation, Observed};
 use crate::model::{Declaration, DriftPolicy, ManagedDatabase, SpecHash};
-use crate::provider::{Capabilities, Observation, Observed};
 use crate::sabotage::Sabotage;
 
 /// What tend reports about a resource (docs/reports.md).

@@ -8,7 +8,7 @@ use super::{
 use crate::engine::deletion::DeletionGate;
 use crate::engine::overrides::EffectiveOverride;
 use crate::model::DeletionPolicy;
-use crate::provider::Observed;
+use crate::model::observation::Observed;
 
 pub(super) fn decide_removed(
     input: &DecideInput<'_>,

@@ -308,6 +308,7 @@ impl Agent {
                 draining: self.draining.clone(),
                 halted: Arc::default(),
                 keep_confirmations: false,
+                #[cfg(feature = "test-hooks")]
                 sabotage: self.policy.sabotage,
             }),
             _ => None,

@@ -3,8 +3,9 @@
 //! [`model`] (declarations, and the observations and calls the engine
 //! and the providers share) · [`config`] · [`source`] (the Git branch) ·
 //! [`provider`] (where databases live) · [`engine`] (the pure decision
-//! core: it depends on `model`, `time` and `sabotage` only) · [`reconcile`] (the one reconcile path: inputs, routing,
-//! observation, planning, effects) · [`executor`] (operations, journalled)
+//! core: it depends on `model`, `time` and `sabotage` only) ·
+//! [`reconcile`] (the one reconcile path: inputs, routing, observation,
+//! planning, effects) · [`executor`] (operations, journalled)
 //! · [`journal`] (the state store) · [`propose`] (handing a change made
 //! at the provider back to Git) · [`agent`] (the long-lived agent the
 //! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]

@@ -6,9 +6,10 @@
 //! promise, so a newcomer sees what each invariant guards against.
 //!
 //! Only a build with the `test-hooks` feature (the test build) can turn
-//! one on: without it [`Sabotage::is`] is the constant `false`, every
+//! one on: without it neither `Policy` nor the executor's context has a
+//! field to hold one, their `sabotaged` is the constant `false`, every
 //! sabotaged branch is dead code, and nothing (no configuration key, no
-//! environment variable) sets the value.
+//! environment variable) sets a value.
 
 /// One deliberate bug, or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,12 +39,4 @@ pub enum Sabotage {
     /// routing: a file that does not parse counts as its declarations
     /// removed.
     UnparsableFileTombstoned,
-}
-
-impl Sabotage {
-    /// Whether this is `which` (always false without `test-hooks`).
-    #[inline(always)]
-    pub fn is(self, which: Sabotage) -> bool {
-        cfg!(feature = "test-hooks") && self == which
-    }
 }

@@ -688,6 +688,7 @@ impl Config {
             deletion_delay: self.reconcile.deletion_delay,
             deletion_stall: self.reconcile.deletion_stall,
             max_update_attempts: 3,
+            #[cfg(feature = "test-hooks")]
             sabotage: crate::sabotage::Sabotage::None,
         }
     }

@@ -49,6 +49,23 @@ pub struct ExecContext {
     /// observation per operation costs memory in proportion to the batch,
     /// where observing again costs a listing.
     pub keep_confirmations: bool,
-    /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
+    /// A deliberate bug: a field of test builds only (the `test-hooks`
+    /// feature).
+    #[cfg(feature = "test-hooks")]
     pub sabotage: crate::sabotage::Sabotage,
+}
+
+impl ExecContext {
+    /// Whether the deliberate bug `which` is on (never without
+    /// `test-hooks`).
+    #[inline(always)]
+    pub fn sabotaged(&self, which: crate::sabotage::Sabotage) -> bool {
+        #[cfg(feature = "test-hooks")]
+        return self.sabotage == which;
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            let _ = which;
+            false
+        }
+    }
 }

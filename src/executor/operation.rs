@@ -300,7 +300,7 @@ async fn call<P: Provider>(
         .retry
         .run(&runtime.limiter, || async {
             let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let sent_id = if ctx.sabotage.is(Sabotage::FreshIdOnRetry) && attempt > 0 {
+            let sent_id = if ctx.sabotaged(Sabotage::FreshIdOnRetry) && attempt > 0 {
                 OperationId(format!("{}-retry-{attempt}", op.id.0))
             } else {
                 op.id.clone()
@@ -529,7 +529,7 @@ async fn confirm<P: Provider>(
         match judge(&observed, op, &ctx.agent_id, sent_at) {
             Verdict::Confirmed(effect) => {
                 let (mut effects, outcome) = confirmed(op, effect, now, sent_at);
-                if !ctx.sabotage.is(Sabotage::IntentLeftPending) {
+                if !ctx.sabotaged(Sabotage::IntentLeftPending) {
                     effects.push(intent(IntentState::Done, None));
                 }
                 let seen = observed.ok().map(|observation| Confirmation {

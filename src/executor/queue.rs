@@ -266,6 +266,7 @@ mod tests {
                 draining: Arc::default(),
                 halted: Arc::default(),
                 keep_confirmations: false,
+                #[cfg(feature = "test-hooks")]
                 sabotage: Default::default(),
             };
             let runtime = Arc::new(ProviderRuntime::new(

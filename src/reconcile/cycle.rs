@@ -287,8 +287,7 @@ fn guard(
         snapshot.declarations.declarations.is_empty()
             && !agent
                 .policy()
-                .sabotage
-                .is(crate::sabotage::Sabotage::EmptyTreeNotGuarded),
+                .sabotaged(crate::sabotage::Sabotage::EmptyTreeNotGuarded),
         agent.clock().now(),
     );
     let effect = match guard.trip {

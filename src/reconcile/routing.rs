@@ -291,14 +291,14 @@ impl<'s> Routing<'s> {
         // were removed either.
         use crate::sabotage::Sabotage;
         let tree_empty = snapshot.declarations.declarations.is_empty()
-            && !policy.sabotage.is(Sabotage::EmptyTreeNotGuarded);
+            && !policy.sabotaged(Sabotage::EmptyTreeNotGuarded);
         for left in std::mem::take(&mut inputs.left_git) {
             let unreadable = snapshot
                 .declarations
                 .diagnostics
                 .iter()
                 .any(|d| d.file.to_string_lossy() == left.file)
-                && !policy.sabotage.is(Sabotage::UnparsableFileTombstoned);
+                && !policy.sabotaged(Sabotage::UnparsableFileTombstoned);
             if tree_empty || unreadable {
                 continue;
             }

@@ -214,8 +214,7 @@ pub(super) fn decide_declared(
     if let Some(blocked) = ownership(input, decl, obs)
         && !input
             .policy
-            .sabotage
-            .is(crate::sabotage::Sabotage::OwnershipNotChecked)
+            .sabotaged(crate::sabotage::Sabotage::OwnershipNotChecked)
     {
         return blocked;
     }

@@ -367,8 +367,25 @@ pub struct Policy {
     pub deletion_stall: Duration,
     /// Confirmed attempts before a field is `Unconvergeable`.
     pub max_update_attempts: u32,
-    /// A deliberate bug (test builds only; `Sabotage::None` otherwise).
+    /// A deliberate bug: a field of test builds only (the `test-hooks`
+    /// feature), so no other build holds one to turn on.
+    #[cfg(feature = "test-hooks")]
     pub sabotage: crate::sabotage::Sabotage,
+}
+
+impl Policy {
+    /// Whether the deliberate bug `which` is on (never without
+    /// `test-hooks`).
+    #[inline(always)]
+    pub fn sabotaged(&self, which: Sabotage) -> bool {
+        #[cfg(feature = "test-hooks")]
+        return self.sabotage == which;
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            let _ = which;
+            false
+        }
+    }
 }
 
 impl Default for Policy {
@@ -380,6 +397,7 @@ impl Default for Policy {
             deletion_delay: Duration::from_secs(3600),
             deletion_stall: Duration::from_secs(3600),
             max_update_attempts: 3,
+            #[cfg(feature = "test-hooks")]
             sabotage: crate::sabotage::Sabotage::None,
         }
     }
@@ -500,18 +518,18 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         }
     }
     let mut overrides = effective(&override_inputs, input.now);
-    let sabotage = input.policy.sabotage;
-    if sabotage.is(Sabotage::IgnoreFieldsNotHonoured) {
+    if input.policy.sabotaged(Sabotage::IgnoreFieldsNotHonoured) {
         overrides.ignore_fields.clear();
     }
-    if sabotage.is(Sabotage::PauseNotHonoured) {
+    if input.policy.sabotaged(Sabotage::PauseNotHonoured) {
         overrides.paused = false;
     }
     let mut decision = match input.subject {
         Subject::Declared(decl) => declared::decide_declared(input, decl, &overrides),
         Subject::Removed(tomb) => removed::decide_removed(input, tomb, &overrides),
     };
-    if sabotage.is(Sabotage::HeldDriftReportedInSync) && decision.state == State::Drifted {
+    if input.policy.sabotaged(Sabotage::HeldDriftReportedInSync) && decision.state == State::Drifted
+    {
         decision.state = State::InSync;
     }
     // An override that has yet to expire changes the decision when it
@@ -660,9 +678,7 @@ fn provider_override(
 
 fn report_only(policy: &Policy, decl: &ManagedDatabase) -> bool {
     (policy.drift_policy == DriftPolicy::Report || decl.spec.drift_policy == DriftPolicy::Report)
-        && !policy
-            .sabotage
-            .is(crate::sabotage::Sabotage::ReportPolicyIgnored)
+        && !policy.sabotaged(Sabotage::ReportPolicyIgnored)
 }
 
 /// Never act without evidence.

@@ -23,7 +23,6 @@ const KNOWN: &[&[&str]] = &[&[
     "reconcile",
     "source",
     "status",
-    "telemetry",
 ]];
 
 /// Edges between top-level modules, each with one place that makes it.

@@ -200,7 +200,7 @@ async fn cycle(
                     .into_iter()
                     .map(|(name, at)| (name, at.max(soonest))),
             );
-            metrics.operations(&outcome.operations);
+            metrics.operations(outcome.operations.iter().map(|op| op.metric_labels()));
             // A call the provider failed (left pending, refused, failed)
             // is a provider error as much as an observation that failed.
             for _ in outcome.operations.iter().filter(|op| {
@@ -278,7 +278,7 @@ async fn cycle(
             }
             board.publish(provider, report, !full);
             if let Some(report) = board.latest() {
-                metrics.fleet(&report);
+                metrics.fleet(&report.fleet());
             }
             metrics.cycle(provider, kind, observed, started.elapsed().as_secs_f64());
             if observed {
@@ -298,7 +298,7 @@ async fn cycle(
         }
         Err(e) => {
             if let ReconcileError::State { finished, .. } = &e {
-                metrics.operations(finished);
+                metrics.operations(finished.iter().map(|op| op.metric_labels()));
             }
             metrics.cycle(provider, kind, false, started.elapsed().as_secs_f64());
             *failing += 1;

@@ -90,6 +90,16 @@ pub enum OpOutcome {
 }
 
 impl OpOutcome {
+    /// The `result` label of `tend_operations_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            OpOutcome::Done => "done",
+            OpOutcome::DoneWithDifferences(_) => "done-with-differences",
+            OpOutcome::Pending(_) | OpOutcome::NotSent(_) => "pending",
+            OpOutcome::Failed(_) | OpOutcome::Refused(_) => "failed",
+        }
+    }
+
     /// A short phrase for logs and the terminal (`done`, `pending: …`).
     pub fn describe(&self) -> String {
         match self {

@@ -42,6 +42,13 @@ pub struct Executed {
     pub confirmed_by: Option<Box<Confirmation>>,
 }
 
+impl Executed {
+    /// Its `kind` and `result` labels in `tend_operations_total`.
+    pub fn metric_labels(&self) -> (&'static str, &'static str) {
+        (self.kind.as_str(), self.outcome.metric_label())
+    }
+}
+
 /// What running a batch of operations did.
 #[derive(Debug, Default)]
 pub struct Execution {

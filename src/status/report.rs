@@ -294,6 +294,67 @@ impl Report {
     pub fn has_errors(&self) -> bool {
         self.summary.errors > 0 || self.source.error.is_some()
     }
+
+    /// The fleet gauges of `/metrics`, counted from this report (so
+    /// `/metrics` and `/v1/status` count the same resources).
+    pub fn fleet(&self) -> crate::telemetry::Fleet {
+        const STATES: [State; 11] = [
+            State::InSync,
+            State::Drifted,
+            State::Missing,
+            State::Overridden,
+            State::Blocked,
+            State::Unconvergeable,
+            State::Deleting,
+            State::Stalled,
+            State::Released,
+            State::Error,
+            State::Failed,
+        ];
+        let states = STATES
+            .iter()
+            .map(|state| {
+                let count = self.resources.iter().filter(|r| r.state == *state).count();
+                (state.as_str(), count)
+            })
+            .collect();
+        let drifted_fields = ["declared", "out-of-band"]
+            .into_iter()
+            .map(|origin| {
+                let count = self
+                    .resources
+                    .iter()
+                    .flat_map(|r| &r.drift)
+                    .filter(|d| super::render::origin(d.origin) == origin)
+                    .count();
+                (origin, count)
+            })
+            .collect();
+        let overrides = || self.resources.iter().filter_map(|r| r.override_.as_ref());
+        let override_expiries = self
+            .resources
+            .iter()
+            .filter_map(|r| {
+                let o = r.override_.as_ref().filter(|o| !o.expired)?;
+                let at = humantime::parse_rfc3339(o.expires.as_deref()?).ok()?;
+                let secs = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+                Some((r.name.clone(), i64::try_from(secs).unwrap_or(i64::MAX)))
+            })
+            .collect();
+        crate::telemetry::Fleet {
+            states,
+            drifted_fields,
+            overrides_active: overrides().filter(|o| !o.expired).count(),
+            overrides_expired: overrides().filter(|o| o.expired).count(),
+            override_expiries,
+            pending_deletions: self
+                .resources
+                .iter()
+                .filter(|r| matches!(r.state, State::Deleting | State::Stalled))
+                .count(),
+            suspended: self.suspended.as_ref().is_some_and(|s| s.in_force),
+        }
+    }
 }
 
 impl Summary {

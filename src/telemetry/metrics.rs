@@ -15,9 +15,22 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::engine::State;
-use crate::executor::{Executed, OpOutcome};
-use crate::status::Report;
+/// The fleet gauges' values, counted from the merged report by the
+/// status layer (metrics read no report: they sit below it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fleet {
+    /// Resources per state name, every state listed (0 included).
+    pub states: Vec<(&'static str, usize)>,
+    /// Drifted fields per origin (`declared`, `out-of-band`).
+    pub drifted_fields: Vec<(&'static str, usize)>,
+    pub overrides_active: usize,
+    pub overrides_expired: usize,
+    /// Each active override with an expiry: resource, Unix seconds.
+    pub override_expiries: Vec<(String, i64)>,
+    /// Deleting or Stalled.
+    pub pending_deletions: usize,
+    pub suspended: bool,
+}
 
 /// Labels: a list of (name, value) pairs.
 type Labels = Vec<(&'static str, String)>;
@@ -231,17 +244,12 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// The operations a cycle ran.
-    pub fn operations(&self, operations: &[Executed]) {
-        for op in operations {
-            let result = match &op.outcome {
-                OpOutcome::Done => "done",
-                OpOutcome::DoneWithDifferences(_) => "done-with-differences",
-                OpOutcome::Pending(_) | OpOutcome::NotSent(_) => "pending",
-                OpOutcome::Failed(_) | OpOutcome::Refused(_) => "failed",
-            };
+    /// The operations a cycle ran, as (kind, result) labels
+    /// (`executor::Executed::metric_labels`).
+    pub fn operations<'a>(&self, operations: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        for (kind, result) in operations {
             self.operations
-                .get_or_create(&labels(&[("kind", op.kind.as_str()), ("result", result)]))
+                .get_or_create(&labels(&[("kind", kind), ("result", result)]))
                 .inc();
         }
     }
@@ -318,45 +326,23 @@ impl Metrics {
         self.source_commit_age.set(age_seconds);
     }
 
-    /// Sets the fleet gauges from the merged report.
-    pub fn fleet(&self, report: &Report) {
-        const STATES: [State; 11] = [
-            State::InSync,
-            State::Drifted,
-            State::Missing,
-            State::Overridden,
-            State::Blocked,
-            State::Unconvergeable,
-            State::Deleting,
-            State::Stalled,
-            State::Released,
-            State::Error,
-            State::Failed,
-        ];
-        for state in STATES {
-            let count = report.resources.iter().filter(|r| r.state == state).count();
+    /// Sets the fleet gauges (from the merged report: see
+    /// `status::Report::fleet`).
+    pub fn fleet(&self, fleet: &Fleet) {
+        for (state, count) in &fleet.states {
             self.resources
-                .get_or_create(&labels(&[("state", state.as_str())]))
-                .set(count as i64);
+                .get_or_create(&labels(&[("state", state)]))
+                .set(*count as i64);
         }
-        for origin in ["declared", "out-of-band"] {
-            let count = report
-                .resources
-                .iter()
-                .flat_map(|r| &r.drift)
-                .filter(|d| crate::status::render::origin(d.origin) == origin)
-                .count();
+        for (origin, count) in &fleet.drifted_fields {
             self.drifted_fields
                 .get_or_create(&labels(&[("origin", origin)]))
-                .set(count as i64);
+                .set(*count as i64);
         }
-        for (status, expired) in [("active", false), ("expired", true)] {
-            let count = report
-                .resources
-                .iter()
-                .filter_map(|r| r.override_.as_ref())
-                .filter(|o| o.expired == expired)
-                .count();
+        for (status, count) in [
+            ("active", fleet.overrides_active),
+            ("expired", fleet.overrides_expired),
+        ] {
             self.overrides
                 .get_or_create(&labels(&[("status", status)]))
                 .set(count as i64);
@@ -364,26 +350,12 @@ impl Metrics {
         // Replaced whole: an override that went (or expired) leaves no
         // series behind.
         self.override_expiry.clear();
-        for r in &report.resources {
-            let Some(o) = &r.override_ else { continue };
-            let expires = o
-                .expires
-                .as_deref()
-                .and_then(|t| humantime::parse_rfc3339(t).ok())
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-            if let (Some(at), false) = (expires, o.expired) {
-                self.override_expiry
-                    .get_or_create(&labels(&[("resource", &r.name)]))
-                    .set(at.as_secs() as i64);
-            }
+        for (resource, at) in &fleet.override_expiries {
+            self.override_expiry
+                .get_or_create(&labels(&[("resource", resource)]))
+                .set(*at);
         }
-        let deleting = report
-            .resources
-            .iter()
-            .filter(|r| matches!(r.state, State::Deleting | State::Stalled))
-            .count();
-        self.pending_deletions.set(deleting as i64);
-        let suspended = report.suspended.as_ref().is_some_and(|s| s.in_force);
-        self.suspended.set(i64::from(suspended));
+        self.pending_deletions.set(fleet.pending_deletions as i64);
+        self.suspended.set(i64::from(fleet.suspended));
     }
 }

@@ -5,4 +5,4 @@
 
 pub mod metrics;
 
-pub use metrics::Metrics;
+pub use metrics::{Fleet, Metrics};

@@ -636,17 +636,7 @@ fn the_postgres_state_speaks_tls_verified_by_the_configured_ca() {
     let store = StateStore::open_postgres(&with("require", true), true)
         .unwrap()
         .unwrap();
-    store
-        .begin_intent(
-            "op",
-            "a",
-            "create",
-            &SpecHash("h".into()),
-            0,
-            &Value::Null,
-            SystemTime::now(),
-        )
-        .unwrap();
+    journal_one_intent(&store);
     assert_eq!(store.all_intents().unwrap().len(), 1);
 }
 
@@ -761,6 +751,16 @@ fn a_connection_lost_inside_a_postgres_transaction_commits_nothing_of_it() {
         "0",
         "half a transaction is never committed"
     );
+    journal_one_intent(&store);
+    assert_eq!(
+        store.all_intents().unwrap().len(),
+        1,
+        "the next write reconnects"
+    );
+}
+
+/// Journals one intent (the store takes writes).
+fn journal_one_intent(store: &StateStore) {
     store
         .begin_intent(
             "op",
@@ -772,9 +772,4 @@ fn a_connection_lost_inside_a_postgres_transaction_commits_nothing_of_it() {
             SystemTime::now(),
         )
         .unwrap();
-    assert_eq!(
-        store.all_intents().unwrap().len(),
-        1,
-        "the next write reconnects"
-    );
 }

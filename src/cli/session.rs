@@ -144,15 +144,10 @@ pub struct SourceRead {
 /// fetch (a command that runs no cycle, `tend import`, does neither).
 pub async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
     let now = agent.clock().now();
-    let preload = if for_a_cycle {
-        agent.start_preload()
+    let (preload, listing) = if for_a_cycle {
+        (agent.start_preload(), agent.start_listing_ahead())
     } else {
-        None
-    };
-    let listing = if for_a_cycle {
-        agent.start_listing_ahead()
-    } else {
-        None
+        (None, None)
     };
     let polled = if listing.is_some() {
         // A provider is being listed on this thread's runtime meanwhile:

@@ -15,8 +15,8 @@ pub mod suspension;
 
 pub use decide::{
     Action, DecideInput, Decision, Drift, DriftOrigin, FailedAttempts, Memory, OperationFailure,
-    Policy, Released, Renamed, Rule, State, Subject, Tombstone, decide, observed_fingerprint,
-    values_match,
+    Policy, Released, Renamed, Rule, State, Subject, Tombstone, decide, each_difference,
+    observed_fingerprint, values_match,
 };
 pub use deletion::{DeletionGate, DeletionGuard, DeletionLimits, HeldDeletion};
 pub use overrides::{EffectiveOverride, OverrideInput, OverrideSource};

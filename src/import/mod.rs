@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use regex::Regex;
-use serde_json::Value;
 
-use crate::engine::values_match;
+use crate::engine::desired::manages_parameters;
+use crate::engine::each_difference;
 use crate::model::{Declaration, parse_file};
 use crate::provider::{Capabilities, Observation, OwnershipMarker, ResourceStatus};
 pub use render::{Defaults, Heading, LeftOut};
@@ -342,42 +342,28 @@ fn check(
     let Some(spec) = decl.normalized_spec.as_object() else {
         return Err(Unfit::Broken("no spec".into()));
     };
-    for (field, want) in spec {
-        if !capabilities.fields.contains_key(field.as_str()) || field == "databaseName" {
-            continue;
-        }
-        let differs = |why: String| Unfit::Differs {
-            field: field.clone(),
-            why,
-        };
-        let mut pairs: Vec<(String, &Value)> = Vec::new();
-        match (field.as_str(), want) {
-            ("parameters", Value::Object(map)) => {
-                for (k, v) in map {
-                    pairs.push((format!("parameters.{k}"), v));
-                }
-                // A declaration that lists settings resets the others.
-                let unlisted = obs.fields.keys().find(|path| {
-                    path.strip_prefix("parameters.")
-                        .is_some_and(|k| !map.contains_key(k))
-                });
-                if let Some(path) = unlisted {
-                    return Err(differs(format!(
-                        "{path} is set at the provider and not declared"
-                    )));
-                }
+    // As a plan compares them (the database name is the file's identity,
+    // checked above).
+    let mut first = None;
+    each_difference(
+        spec,
+        obs,
+        capabilities,
+        manages_parameters(&decl.manifest, capabilities),
+        |path, want, have| {
+            if first.is_none() && path != "databaseName" {
+                let why = if want.is_null() {
+                    format!("{path} is set at the provider and not declared")
+                } else {
+                    format!("{path} declares {want}, the provider shows {have}")
+                };
+                let field = path.split('.').next().unwrap_or(path).to_string();
+                first = Some(Unfit::Differs { field, why });
             }
-            _ => pairs.push((field.clone(), want)),
-        }
-        for (path, want) in pairs {
-            let want = &capabilities.comparable(&path, want.clone());
-            let have = obs.fields.get(&path).unwrap_or(&Value::Null);
-            if !values_match(&path, want, have) {
-                return Err(differs(format!(
-                    "{path} declares {want}, the provider shows {have}"
-                )));
-            }
-        }
+        },
+    );
+    if let Some(unfit) = first {
+        return Err(unfit);
     }
     Ok(())
 }
@@ -387,7 +373,7 @@ mod tests {
     use super::*;
     use crate::provider::ResourceStatus;
     use crate::provider::sandbox::SANDBOX_FIELDS;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn observation(name: &str, fields: Value) -> Observation {
         Observation {

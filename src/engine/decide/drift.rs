@@ -21,16 +21,10 @@ pub(super) fn compute_drift(
     obs: &Observation,
     ov: &EffectiveOverride,
 ) -> Vec<Drift> {
-    // Walks the normalised spec in place (no per-decision copy of the
-    // desired values): this runs for every resource in every cycle.
     let empty = serde_json::Map::new();
     let spec = decl.normalized_spec.as_object().unwrap_or(&empty);
-    let declared_parameters = spec.get("parameters").and_then(Value::as_object);
     let mut drift = Vec::new();
-    let mut push = |field: &str, want: &Value, have: &Value| {
-        if values_match(field, want, have) || obs.unobserved.iter().any(|u| u == field) {
-            return;
-        }
+    let push = |field: &str, want: &Value, have: &Value| {
         // The spec unchanged since the last apply: nothing is a declared change
         // (and the applied field values need not even be loaded).
         let unchanged = input.memory.applied_spec_hash.as_ref() == Some(&decl.spec_hash);
@@ -56,9 +50,40 @@ pub(super) fn compute_drift(
             ignored: ov.ignores(field),
         });
     };
+    each_difference(
+        spec,
+        obs,
+        input.capabilities,
+        manages_parameters(&decl.manifest, input.capabilities),
+        push,
+    );
+    drift
+}
+
+/// Calls `differs(field, declared, observed)` for every field of the
+/// normalised `spec` the provider observes (`capabilities`) whose
+/// observed value does not satisfy the declared one ([`values_match`]):
+/// each setting on its own (`parameters.work_mem`, a list setting in the
+/// provider's canonical form), and, when the declaration manages
+/// `parameters`, each setting the provider has that the spec does not
+/// declare (declared as null). A field the provider could not observe is
+/// never a difference. Walks the spec in place: it runs for every
+/// resource in every cycle.
+pub fn each_difference(
+    spec: &serde_json::Map<String, Value>,
+    obs: &Observation,
+    capabilities: &crate::model::observation::Capabilities,
+    manages_parameters: bool,
+    mut differs: impl FnMut(&str, &Value, &Value),
+) {
+    let mut check = |field: &str, want: &Value, have: &Value| {
+        if !values_match(field, want, have) && !obs.unobserved.iter().any(|u| u == field) {
+            differs(field, want, have);
+        }
+    };
     let mut key = String::new();
     for (name, want) in spec {
-        if !input.capabilities.fields.contains_key(name.as_str()) {
+        if !capabilities.fields.contains_key(name.as_str()) {
             continue;
         }
         match (name.as_str(), want) {
@@ -69,15 +94,16 @@ pub(super) fn compute_drift(
                     key.push_str(setting);
                     // A list setting as the provider stores it (None for
                     // the rest: no copy).
-                    let canonical = input.capabilities.canonical_setting(setting, want);
+                    let canonical = capabilities.canonical_setting(setting, want);
                     let want = canonical.as_ref().unwrap_or(want);
-                    push(&key, want, obs.fields.get(&key).unwrap_or(&Value::Null));
+                    check(&key, want, obs.fields.get(&key).unwrap_or(&Value::Null));
                 }
             }
-            _ => push(name, want, obs.fields.get(name).unwrap_or(&Value::Null)),
+            _ => check(name, want, obs.fields.get(name).unwrap_or(&Value::Null)),
         }
     }
-    if manages_parameters(&decl.manifest, input.capabilities) {
+    if manages_parameters {
+        let declared = spec.get("parameters").and_then(Value::as_object);
         for (field, have) in obs.fields.range::<str, _>((
             std::ops::Bound::Included("parameters."),
             std::ops::Bound::Unbounded,
@@ -85,12 +111,11 @@ pub(super) fn compute_drift(
             let Some(setting) = field.strip_prefix("parameters.") else {
                 break;
             };
-            if !declared_parameters.is_some_and(|p| p.contains_key(setting)) {
-                push(field, &Value::Null, have);
+            if !declared.is_some_and(|p| p.contains_key(setting)) {
+                check(field, &Value::Null, have);
             }
         }
     }
-    drift
 }
 
 /// Whether an observed value satisfies a declared one. Extensions match by

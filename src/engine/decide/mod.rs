@@ -12,7 +12,7 @@ mod declared;
 mod drift;
 mod removed;
 
-pub use drift::values_match;
+pub use drift::{each_difference, values_match};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

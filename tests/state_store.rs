@@ -592,8 +592,9 @@ fn a_failed_write_leaves_nothing(place: &Place) {
     let failed: Result<(), _> = store.write(|tx| {
         tx.finish_intent("none", IntentState::Done, None, SystemTime::now())?;
         tx.record_write("x", SystemTime::now())?;
-        Err(tend::journal::StateError::Worker {
-            message: "injected".into(),
+        Err(tend::journal::StateError::Refused {
+            path: "test".into(),
+            problem: "injected".into(),
         })
     });
     assert!(failed.is_err());

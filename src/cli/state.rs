@@ -179,9 +179,9 @@ fn migrate(
             return Ok(None);
         };
         let target_store = StateStore::open_postgres(target, true)?.ok_or_else(|| {
-            crate::journal::StateError::Io {
+            crate::journal::StateError::Refused {
                 path: target.location(),
-                message: "the schema could not be created".into(),
+                problem: "the schema could not be created".into(),
             }
         })?;
         source

@@ -158,9 +158,9 @@ impl StateConfig {
         let url = self.url.clone().unwrap_or_default();
         let password = match &self.password_file {
             Some(file) => Some(secret::read("[state] password_file", file).map_err(|e| {
-                crate::journal::StateError::Io {
+                crate::journal::StateError::Refused {
                     path: file.display().to_string(),
-                    message: e.to_string(),
+                    problem: e.to_string(),
                 }
             })?),
             None => None,

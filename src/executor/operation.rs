@@ -192,9 +192,10 @@ async fn journalled<P: Provider>(
     ctx: ExecContext,
     op: PlannedOperation,
 ) -> Result<(OpOutcome, Option<Confirmation>), StateError> {
-    let request_json = serde_json::to_value(&op.request).map_err(|e| StateError::Io {
+    let request_json = serde_json::to_value(&op.request).map_err(|source| StateError::Encode {
         path: ctx.store.location().to_string(),
-        message: format!("cannot encode the request of {}: {e}", op.id),
+        what: format!("the request of {}", op.id),
+        source,
     })?;
     {
         let (id, name, kind, hash, generation, now) = (

@@ -21,9 +21,9 @@ pub struct StateLock {
 impl StateLock {
     /// Takes the lock or refuses at once, naming the holder's pid.
     pub fn acquire(state_dir: &Path) -> Result<Self, StateError> {
-        let io = |e: std::io::Error| StateError::Io {
+        let io = |source: std::io::Error| StateError::Io {
             path: state_dir.display().to_string(),
-            message: e.to_string(),
+            source,
         };
         super::state_dir::prepare_for_writing(state_dir)?;
         let path = state_dir.join("lock");
@@ -37,19 +37,21 @@ impl StateLock {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
-            .map_err(|e| StateError::Io {
-                path: path.display().to_string(),
-                message: if e.raw_os_error() == Some(libc::ELOOP) {
-                    "is a symbolic link; tend never follows one here. Remove it and start again"
-                        .into()
+            .map_err(|e| {
+                let path = path.display().to_string();
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    StateError::Refused {
+                        path,
+                        problem: "is a symbolic link; tend never follows one here. Remove it and start again".into(),
+                    }
                 } else {
-                    e.to_string()
-                },
+                    StateError::Io { path, source: e }
+                }
             })?;
         if !file.metadata().map_err(io)?.is_file() {
-            return Err(StateError::Io {
+            return Err(StateError::Refused {
                 path: path.display().to_string(),
-                message: "is not a regular file; remove it and start again".into(),
+                problem: "is not a regular file; remove it and start again".into(),
             });
         }
         // A command that only looks at who holds the lock ([`holder`])
@@ -124,7 +126,7 @@ pub fn holder(state_dir: &Path) -> Result<Holder, StateError> {
         Err(e) => {
             return Err(StateError::Io {
                 path: path.display().to_string(),
-                message: e.to_string(),
+                source: e,
             });
         }
     };
@@ -142,7 +144,7 @@ pub fn holder(state_dir: &Path) -> Result<Holder, StateError> {
         }
         Err(TryLockError::Error(e)) => Err(StateError::Io {
             path: path.display().to_string(),
-            message: e.to_string(),
+            source: e,
         }),
     }
 }

@@ -55,9 +55,7 @@ where
     let store = store.clone();
     tokio::task::spawn_blocking(move || f(&store))
         .await
-        .map_err(|e| StateError::Worker {
-            message: e.to_string(),
-        })?
+        .map_err(|source| StateError::Worker { source })?
 }
 
 /// A state-dir problem.
@@ -90,10 +88,50 @@ pub enum StateError {
         problem: String,
         fix: String,
     },
-    #[error("state database {path}: {message}")]
-    Sqlite { path: String, message: String },
-    #[error("state dir {path}: {message}")]
-    Io { path: String, message: String },
+    /// A statement failed (SQLite, or the PostgreSQL server or connection).
+    #[error("state database {path}: {source}")]
+    Database {
+        path: String,
+        #[source]
+        source: store::sql::SqlError,
+    },
+    /// The backend cannot do what was asked (a lease on SQLite).
+    #[error("state database {path}: {problem}")]
+    Unsupported { path: String, problem: &'static str },
+    /// A file or directory of the state could not be read or written.
+    #[error("state dir {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The same, while doing what `doing` says.
+    #[error("state dir {path}: {doing}: {source}")]
+    IoWhile {
+        path: String,
+        doing: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A backup's target could not be created.
+    #[error("state dir {path}: cannot create it ({source}); name a file that does not exist")]
+    BackupTarget {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A value could not be encoded for the state.
+    #[error("state dir {path}: cannot encode {what}: {source}")]
+    Encode {
+        path: String,
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// What tend found and refuses (a link, a file that is not one, a
+    /// target that is not empty): no underlying error.
+    #[error("state dir {path}: {problem}")]
+    Refused { path: String, problem: String },
     /// A write of a leader that lost its lease: refused, nothing written.
     #[error(
         "state {location}: this agent no longer holds the leader lease of agent group {agent_id} (it wrote under token {token}; the lease is now {now}): nothing was written, and this agent steps down. See docs/runbooks/leader-lease.md"
@@ -111,8 +149,19 @@ pub enum StateError {
     LeaseHeld { agent_id: String, leader: String },
     /// The thread running a state-store call stopped (a bug): what it was
     /// writing is not known to have happened.
-    #[error("a state-store call stopped before it finished: {message}")]
-    Worker { message: String },
+    #[error("a state-store call stopped before it finished: {source}")]
+    Worker {
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The thread that renews a held lease could not be started.
+    #[error(
+        "a state-store call stopped before it finished: cannot start the lease renewal thread: {source}"
+    )]
+    LeaseThread {
+        #[source]
+        source: std::io::Error,
+    },
     /// The configuration names another agent id than the one the state
     /// holds: every resource tend manages carries the state's id in its
     /// ownership marker, so the other id would find them all owned by

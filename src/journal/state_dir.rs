@@ -16,14 +16,14 @@ use super::StateError;
 pub fn exists(dir: &Path) -> Result<bool, StateError> {
     match fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(true),
-        Ok(_) => Err(StateError::Io {
+        Ok(_) => Err(StateError::Refused {
             path: dir.display().to_string(),
-            message: "is not a directory; state_dir must name a directory (or a path that does not exist yet)".into(),
+            problem: "is not a directory; state_dir must name a directory (or a path that does not exist yet)".into(),
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(StateError::Io {
             path: dir.display().to_string(),
-            message: e.to_string(),
+            source: e,
         }),
     }
 }
@@ -36,9 +36,10 @@ pub fn prepare_for_writing(dir: &Path) -> Result<(), StateError> {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| StateError::Io {
+            .map_err(|source| StateError::IoWhile {
                 path: dir.display().to_string(),
-                message: format!("cannot create the state dir: {e}"),
+                doing: "cannot create the state dir",
+                source,
             })?;
     }
     check_trusted(dir)
@@ -52,9 +53,9 @@ pub fn prepare_for_writing(dir: &Path) -> Result<(), StateError> {
 /// have made them); `dir` itself may be one (systemd's `/var/lib/NAME` of
 /// a `DynamicUser=` unit is).
 pub fn check_trusted(dir: &Path) -> Result<(), StateError> {
-    let meta = fs::metadata(dir).map_err(|e| StateError::Io {
+    let meta = fs::metadata(dir).map_err(|source| StateError::Io {
         path: dir.display().to_string(),
-        message: e.to_string(),
+        source,
     })?;
     // SAFETY: geteuid and getegid have no preconditions and cannot fail.
     let (me, my_group) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -67,9 +68,9 @@ pub fn check_trusted(dir: &Path) -> Result<(), StateError> {
                 fix,
             });
         }
-        let entries = fs::read_dir(&dir).map_err(|e| StateError::Io {
+        let entries = fs::read_dir(&dir).map_err(|source| StateError::Io {
             path: dir.display().to_string(),
-            message: e.to_string(),
+            source,
         })?;
         for entry in entries.flatten() {
             if let Ok(meta) = fs::symlink_metadata(entry.path())

@@ -15,26 +15,22 @@ impl StateStore {
     /// copy, also beside the running agent), then checks the copy. An
     /// existing `target` is refused, never overwritten.
     pub fn backup_to(&self, target: &Path) -> Result<(), StateError> {
-        let io = |message: String| StateError::Io {
-            path: target.display().to_string(),
-            message,
-        };
         let guard = self.conn();
         let Backend::Sqlite(source) = &*guard else {
-            return Err(io(
-                "the state is in PostgreSQL: back it up with pg_dump (docs/operations.md, \"Backups\")"
+            return Err(StateError::Refused {
+                path: target.display().to_string(),
+                problem: "the state is in PostgreSQL: back it up with pg_dump (docs/operations.md, \"Backups\")"
                     .into(),
-            ));
+            });
         };
         // `create_new`: an existing file (a symlink included) is refused.
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(target)
-            .map_err(|e| {
-                io(format!(
-                    "cannot create it ({e}); name a file that does not exist"
-                ))
+            .map_err(|source| StateError::BackupTarget {
+                path: target.display().to_string(),
+                source,
             })?;
         let mut copy = Connection::open(target).map_err(|e| sql_err(target, e))?;
         {
@@ -48,15 +44,19 @@ impl StateStore {
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .map_err(|e| sql_err(target, e))?;
         if check != "ok" {
-            return Err(io(format!(
-                "the copy fails SQLite's integrity check: {check}"
-            )));
+            return Err(StateError::Refused {
+                path: target.display().to_string(),
+                problem: format!("the copy fails SQLite's integrity check: {check}"),
+            });
         }
         copy.pragma_update(None, "journal_mode", "DELETE")
             .map_err(|e| sql_err(target, e))?;
         drop(copy);
         std::fs::File::open(target)
             .and_then(|f| f.sync_all())
-            .map_err(|e| io(e.to_string()))
+            .map_err(|source| StateError::Io {
+                path: target.display().to_string(),
+                source,
+            })
     }
 }

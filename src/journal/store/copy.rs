@@ -54,9 +54,9 @@ impl StateStore {
     /// hold no state yet; the rows copied, by table.
     pub fn copy_into(&self, target: &StateStore) -> Result<Vec<(&'static str, usize)>, StateError> {
         if self.kind != BackendKind::Sqlite || target.kind != BackendKind::Postgres {
-            return Err(StateError::Io {
+            return Err(StateError::Refused {
                 path: target.location.clone(),
-                message: "a state is copied from a SQLite state dir into a PostgreSQL schema"
+                problem: "a state is copied from a SQLite state dir into a PostgreSQL schema"
                     .into(),
             });
         }
@@ -71,9 +71,9 @@ impl StateStore {
             occupied.push(format!("agent_id {id}"));
         }
         if !occupied.is_empty() {
-            return Err(StateError::Io {
+            return Err(StateError::Refused {
                 path: target.location.clone(),
-                message: format!(
+                problem: format!(
                     "holds a state already ({}): tend copies only into an empty schema, never over a state. Choose another schema, or drop this one if it is certainly unused",
                     occupied.join(", ")
                 ),

@@ -96,9 +96,9 @@ impl StateStore {
     fn require_postgres(&self) -> Result<(), StateError> {
         match self.kind {
             BackendKind::Postgres => Ok(()),
-            BackendKind::Sqlite => Err(StateError::Sqlite {
+            BackendKind::Sqlite => Err(StateError::Unsupported {
                 path: self.location.clone(),
-                message: "a leader lease needs the postgres state backend ([state] backend = \"postgres\")".into(),
+                problem: "a leader lease needs the postgres state backend ([state] backend = \"postgres\")",
             }),
         }
     }
@@ -301,9 +301,7 @@ impl HeldLease {
                         }
                     }
                 })
-                .map_err(|e| StateError::Worker {
-                    message: format!("cannot start the lease renewal thread: {e}"),
-                })?
+                .map_err(|source| StateError::LeaseThread { source })?
         };
         Ok(HeldLease {
             store,

@@ -201,9 +201,9 @@ impl StateStore {
     fn err(&self, e: SqlError) -> StateError {
         match e {
             SqlError::Sqlite(e) => sql_err(Path::new(&self.location), e),
-            other => StateError::Sqlite {
+            other => StateError::Database {
                 path: self.location.clone(),
-                message: other.to_string(),
+                source: other,
             },
         }
     }
@@ -312,7 +312,7 @@ impl StateStore {
             Err(e) => {
                 return Err(StateError::Io {
                     path: path.display().to_string(),
-                    message: e.to_string(),
+                    source: e,
                 });
             }
         }
@@ -363,9 +363,9 @@ impl StateStore {
         writer: bool,
     ) -> Result<Option<Self>, StateError> {
         let location = settings.location();
-        let session = PgSession::start(settings).map_err(|message| StateError::Sqlite {
+        let session = PgSession::start(settings).map_err(|message| StateError::Database {
             path: location.clone(),
-            message,
+            source: SqlError::Postgres(message),
         })?;
         let store = Self::wrap(Backend::Postgres(session), location);
         let has_meta = store.postgres_has_meta(&settings.schema)?;
@@ -394,9 +394,9 @@ impl StateStore {
     /// another writer (an `override set` beside a first `apply`) got there
     /// first.
     fn create(state_dir: &Path, path: &Path) -> Result<(), StateError> {
-        let io = |p: &Path, e: std::io::Error| StateError::Io {
+        let io = |p: &Path, source: std::io::Error| StateError::Io {
             path: p.display().to_string(),
-            message: e.to_string(),
+            source,
         };
         let fresh = state_dir.join(format!("state.db.new-{}", std::process::id()));
         let _ = std::fs::remove_file(&fresh);
@@ -573,9 +573,9 @@ impl StateStore {
     /// while `tend run` or `tend apply` holds it). Creates the state if none.
     pub fn open_for_overrides(state_dir: &Path) -> Result<Self, StateError> {
         // (`override list` reads through `open(_, false)`.)
-        Self::open(state_dir, true)?.ok_or_else(|| StateError::Io {
+        Self::open(state_dir, true)?.ok_or_else(|| StateError::Refused {
             path: state_dir.display().to_string(),
-            message: "the state database could not be created".into(),
+            problem: "the state database could not be created".into(),
         })
     }
 
@@ -583,9 +583,9 @@ impl StateStore {
     pub fn open_configured_for_overrides(
         config: &crate::config::Config,
     ) -> Result<Self, StateError> {
-        Self::open_configured(config, true)?.ok_or_else(|| StateError::Io {
+        Self::open_configured(config, true)?.ok_or_else(|| StateError::Refused {
             path: config.state_dir.display().to_string(),
-            message: "the state database could not be created".into(),
+            problem: "the state database could not be created".into(),
         })
     }
 }
@@ -636,9 +636,9 @@ fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
             problem: format!("is damaged: {e} (truncated or overwritten)"),
         };
     }
-    StateError::Sqlite {
+    StateError::Database {
         path: path.display().to_string(),
-        message: e.to_string(),
+        source: SqlError::Sqlite(e),
     }
 }
 

@@ -108,28 +108,16 @@ impl rusqlite::ToSql for SqlValue {
 }
 
 /// A failed statement, before the store names where.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SqlError {
-    Sqlite(rusqlite::Error),
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL: the server's message and SQLSTATE, or the connection's.
+    #[error("{0}")]
     Postgres(String),
     /// A column did not hold the type the query reads.
+    #[error("{0}")]
     Type(String),
-}
-
-impl std::fmt::Display for SqlError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SqlError::Sqlite(e) => write!(f, "{e}"),
-            SqlError::Postgres(m) | SqlError::Type(m) => f.write_str(m),
-        }
-    }
-}
-
-impl From<rusqlite::Error> for SqlError {
-    fn from(e: rusqlite::Error) -> Self {
-        SqlError::Sqlite(e)
-    }
 }
 
 /// One result row.

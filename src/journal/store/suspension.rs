@@ -56,9 +56,10 @@ impl StateStore {
             },
             by: suspension.by.clone(),
         };
-        let text = serde_json::to_string(&stored).map_err(|e| StateError::Io {
+        let text = serde_json::to_string(&stored).map_err(|source| StateError::Encode {
             path: self.location.clone(),
-            message: format!("cannot encode the suspension: {e}"),
+            what: "the suspension".into(),
+            source,
         })?;
         self.set_meta(KEY, &text)
     }

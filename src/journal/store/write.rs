@@ -213,9 +213,10 @@ impl StateStore {
         annotations: &BTreeMap<String, String>,
         now: SystemTime,
     ) -> Result<(), StateError> {
-        let text = serde_json::to_string(annotations).map_err(|e| StateError::Io {
+        let text = serde_json::to_string(annotations).map_err(|source| StateError::Encode {
             path: self.location.clone(),
-            message: format!("cannot encode the override: {e}"),
+            what: "the override".into(),
+            source,
         })?;
         self.write(|tx| {
             tx.exec(
@@ -346,9 +347,10 @@ impl Tx<'_> {
         a: &Applied<'_>,
         now: SystemTime,
     ) -> Result<(), StateError> {
-        let fields = serde_json::to_string(a.fields).map_err(|e| StateError::Io {
+        let fields = serde_json::to_string(a.fields).map_err(|source| StateError::Encode {
             path: self.store.location.clone(),
-            message: format!("cannot encode the applied fields of {name}: {e}"),
+            what: format!("the applied fields of {name}"),
+            source,
         })?;
         self.exec(
             "INSERT INTO resources (name, provider, database_name, file, applied_spec_hash, applied_fields, applied_commit, external_id, existed, manifest, updated_ms)

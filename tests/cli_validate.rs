@@ -189,6 +189,7 @@ fn an_independent_schema_validator_flags_every_bad_case_draft07_can_express() {
     let only_tend: std::collections::BTreeMap<&str, &str> = [
         ("alias-bomb", "not YAML an editor's schema check gets to see: the expansion is refused before any schema applies"),
         ("duplicate-key", "a key twice in one mapping: YAML parsers refuse it or keep one value silently, and no schema sees the other"),
+        ("duplicate-annotation", "the same: a map's key twice (the second pause value would silently win)"),
         ("syntax-error", "not YAML"),
         ("tab-indentation", "not YAML"),
         ("duplicate-names", "two documents naming one resource: a schema checks one document at a time"),

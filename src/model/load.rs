@@ -11,7 +11,10 @@ use super::declaration::ManagedDatabase;
 use super::hash::SpecHash;
 use super::overrides::TendAnnotations;
 use super::validate::{Problem, check_type, validate};
-use super::yaml::{Document, GUARD_MESSAGES, Shape, guarded_shape, locate, split_documents};
+use super::yaml::{
+    Document, GUARD_MESSAGES, MAX_FLOW_OPENERS, Shape, guarded_shape, locate, split_documents,
+    too_many_flow_openers,
+};
 
 /// Files larger than this are refused unread.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
@@ -190,6 +193,22 @@ fn parse_document(document: Document<'_>) -> DocumentOutcome {
         }
     };
 
+    if let Some(at) = too_many_flow_openers(text) {
+        let before = &text[..at];
+        let line = 1 + before.matches('\n').count();
+        let column = 1 + before
+            .rsplit_once('\n')
+            .map_or(before, |(_, last)| last)
+            .chars()
+            .count();
+        return DocumentOutcome::Problems(vec![(
+            line + offset,
+            column,
+            format!(
+                "the document has more than {MAX_FLOW_OPENERS} `[` and `{{`: tend does not parse it (nesting that deep takes the YAML parser minutes, and a declaration never needs it); flatten the document"
+            ),
+        )]);
+    }
     let shape = match guarded_shape(text) {
         Ok(shape) => shape,
         Err(e) => {

@@ -363,9 +363,9 @@ impl StateStore {
         writer: bool,
     ) -> Result<Option<Self>, StateError> {
         let location = settings.location();
-        let session = PgSession::start(settings).map_err(|message| StateError::Database {
+        let session = PgSession::start(settings).map_err(|source| StateError::Database {
             path: location.clone(),
-            source: SqlError::Postgres(message),
+            source,
         })?;
         let store = Self::wrap(Backend::Postgres(session), location);
         let has_meta = store.postgres_has_meta(&settings.schema)?;

@@ -117,11 +117,8 @@ impl std::fmt::Debug for PgSession {
 impl PgSession {
     /// Starts the session thread. It connects at the first statement (and
     /// again after a lost connection).
-    pub fn start(settings: &PgStateSettings) -> Result<Self, String> {
-        let mut config: tokio_postgres::Config = settings
-            .url
-            .parse()
-            .map_err(|e| format!("invalid [state] url: {e}"))?;
+    pub fn start(settings: &PgStateSettings) -> Result<Self, SqlError> {
+        let mut config: tokio_postgres::Config = settings.url.parse().map_err(SqlError::Url)?;
         if let Some(password) = &settings.password {
             config.password(password.as_bytes());
         }
@@ -130,17 +127,24 @@ impl PgSession {
             .connect_timeout(Duration::from_secs(10))
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10));
-        let tls = crate::provider::tls::connector(settings.tls_ca_file.as_deref())?;
+        let tls = crate::provider::tls::connector(settings.tls_ca_file.as_deref())
+            .map_err(SqlError::Tls)?;
         let schema = settings.schema.clone();
         let (jobs, rx) = tokio::sync::mpsc::unbounded_channel();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start the state session's runtime: {e}"))?;
+            .map_err(|source| SqlError::Start {
+                what: "runtime",
+                source,
+            })?;
         std::thread::Builder::new()
             .name("tend-state-pg".into())
             .spawn(move || runtime.block_on(serve(config, tls, schema, rx)))
-            .map_err(|e| format!("cannot start the state session's thread: {e}"))?;
+            .map_err(|source| SqlError::Start {
+                what: "thread",
+                source,
+            })?;
         Ok(PgSession { jobs })
     }
 
@@ -249,7 +253,7 @@ async fn connect(
     let (client, connection) = config
         .connect(tls.clone())
         .await
-        .map_err(|e| SqlError::Postgres(format!("cannot connect: {}", error_text(&e))))?;
+        .map_err(SqlError::Connect)?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -259,7 +263,7 @@ async fn connect(
             quote_ident(schema)
         ))
         .await
-        .map_err(|e| SqlError::Postgres(error_text(&e)))?;
+        .map_err(SqlError::Server)?;
     Ok(Live {
         client,
         statements: HashMap::new(),
@@ -325,7 +329,7 @@ fn param(value: &SqlValue, ty: &Type) -> Result<Param, SqlError> {
 
 fn column(row: &tokio_postgres::Row, i: usize) -> Result<SqlValue, SqlError> {
     let ty = row.columns()[i].type_().clone();
-    let err = |e: tokio_postgres::Error| SqlError::Type(format!("column {i}: {e}"));
+    let err = |source: tokio_postgres::Error| SqlError::Column { index: i, source };
     let int = |v: Option<i64>| v.map_or(SqlValue::Null, SqlValue::Int);
     Ok(match ty {
         Type::INT8 => int(row.try_get::<_, Option<i64>>(i).map_err(err)?),
@@ -355,7 +359,7 @@ fn column(row: &tokio_postgres::Row, i: usize) -> Result<SqlValue, SqlError> {
 
 impl Live {
     async fn run(&mut self, job: &Job) -> Result<Reply, SqlError> {
-        let pg = |e: tokio_postgres::Error| SqlError::Postgres(error_text(&e));
+        let pg = SqlError::Server;
         if let Kind::Batch | Kind::Tx(_) = job.kind {
             self.client.batch_execute(&job.sql).await.map_err(pg)?;
             return Ok(Reply::Done);

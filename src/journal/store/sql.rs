@@ -112,12 +112,40 @@ impl rusqlite::ToSql for SqlValue {
 pub enum SqlError {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
-    /// PostgreSQL: the server's message and SQLSTATE, or the connection's.
+    /// PostgreSQL refused a statement (its message and SQLSTATE), or the
+    /// connection failed under it.
+    #[error("{}", super::postgres::error_text(.0))]
+    Server(#[source] tokio_postgres::Error),
+    /// The session could not connect to the PostgreSQL state.
+    #[error("cannot connect: {}", super::postgres::error_text(.0))]
+    Connect(#[source] tokio_postgres::Error),
+    /// What the PostgreSQL session found itself: a transaction lost with
+    /// its connection, a server that did not answer, a stopped session.
     #[error("{0}")]
     Postgres(String),
+    /// The `[state] url` does not parse.
+    #[error("invalid [state] url: {0}")]
+    Url(#[source] tokio_postgres::Error),
+    /// The `[state] tls_ca_file` cannot be used.
+    #[error("{0}")]
+    Tls(String),
+    /// The PostgreSQL session's runtime or thread could not be started.
+    #[error("cannot start the state session's {what}: {source}")]
+    Start {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     /// A column did not hold the type the query reads.
     #[error("{0}")]
     Type(String),
+    /// A column could not be read as the type the query reads.
+    #[error("column {index}: {source}")]
+    Column {
+        index: usize,
+        #[source]
+        source: tokio_postgres::Error,
+    },
 }
 
 /// One result row.

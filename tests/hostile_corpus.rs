@@ -154,7 +154,11 @@ fn replay(script_path: &Path) {
         for run in &stage.runs {
             let mut args = vec!["--config", config.as_str()];
             args.extend(run.args.iter().map(String::as_str));
-            let out = TendCommand::new(&args).expect_code(run.code);
+            // Hostile input must be refused, not parsed for minutes: a
+            // command that hangs fails the test.
+            let out = TendCommand::new(&args)
+                .within(std::time::Duration::from_secs(60))
+                .expect_code(run.code);
             std::fs::write(&last_out, &out.stdout).unwrap();
             let all = format!("{}{}", out.stdout, out.stderr);
             let what = format!("{name}: tend {}", run.args.join(" "));

@@ -75,6 +75,8 @@ pub struct TendCommand {
     command: Command,
     display: String,
     _cwd: Option<tempfile::TempDir>,
+    /// How long it may run before it is killed and the test fails.
+    limit: Option<std::time::Duration>,
 }
 
 impl TendCommand {
@@ -92,6 +94,57 @@ impl TendCommand {
             command,
             display: format!("tend {}", args.join(" ")),
             _cwd: Some(cwd),
+            limit: None,
+        }
+    }
+
+    /// Kills it and fails the test if it runs longer than `limit` (a
+    /// command that hangs on hostile input must fail, not stall the run).
+    pub fn within(mut self, limit: std::time::Duration) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    fn output(&mut self) -> std::process::Output {
+        let Some(limit) = self.limit else {
+            return self
+                .command
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.display));
+        };
+        use std::io::Read;
+        use std::process::Stdio;
+        let mut child = self
+            .command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.display));
+        let drain = |mut pipe: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = pipe.read_to_end(&mut bytes);
+                bytes
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().unwrap()));
+        let stderr = drain(Box::new(child.stderr.take().unwrap()));
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`{}` did not finish within {limit:?}: killed", self.display);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        std::process::Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
         }
     }
 
@@ -117,10 +170,7 @@ impl TendCommand {
     /// needed to reproduce it.
     /// Runs it, whatever it exits with.
     pub fn run(mut self) -> RunOutput {
-        let output = self
-            .command
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.display));
+        let output = self.output();
         RunOutput {
             command: self.display.clone(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -130,10 +180,7 @@ impl TendCommand {
     }
 
     pub fn expect_code(mut self, code: i32) -> RunOutput {
-        let output = self
-            .command
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.display));
+        let output = self.output();
         let run = RunOutput {
             command: self.display.clone(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

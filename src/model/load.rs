@@ -94,12 +94,8 @@ pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text,
         Err(e) => {
-            let valid = &bytes[..e.valid_up_to()];
-            let line = 1 + valid.iter().filter(|b| **b == b'\n').count();
-            let line_start = valid.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-            let column = 1 + String::from_utf8_lossy(&valid[line_start..])
-                .chars()
-                .count();
+            let (line, column) =
+                position_after(&String::from_utf8_lossy(&bytes[..e.valid_up_to()]));
             out.diagnostics.push(diagnostic(
                 line,
                 column,
@@ -143,6 +139,13 @@ pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
         ));
     }
     out
+}
+
+/// The 1-based line and column (in characters) of what follows `before`.
+fn position_after(before: &str) -> (usize, usize) {
+    let line = 1 + before.matches('\n').count();
+    let last_line = before.rsplit_once('\n').map_or(before, |(_, last)| last);
+    (line, 1 + last_line.chars().count())
 }
 
 enum DocumentOutcome {
@@ -194,13 +197,7 @@ fn parse_document(document: Document<'_>) -> DocumentOutcome {
     };
 
     if let Some(at) = too_many_flow_openers(text) {
-        let before = &text[..at];
-        let line = 1 + before.matches('\n').count();
-        let column = 1 + before
-            .rsplit_once('\n')
-            .map_or(before, |(_, last)| last)
-            .chars()
-            .count();
+        let (line, column) = position_after(&text[..at]);
         return DocumentOutcome::Problems(vec![(
             line + offset,
             column,

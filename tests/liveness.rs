@@ -151,14 +151,30 @@ mod listing {
         Reply::Json(format!(r#"{{"items":[{}]{next}}}"#, items.join(",")))
     }
 
-    /// `tend plan` against `server`; its output and how long it took.
+    /// `tend plan` of `orders` against `server`; its output and how long
+    /// it took.
     fn plan(server: &HostileHttp, code: i32) -> (support::RunOutput, Duration) {
+        plan_with(server, &["orders"], 0, code)
+    }
+
+    /// `tend plan` of a declaration for each of `names` against `server`,
+    /// with `retries` retries of a failed listing.
+    fn plan_with(
+        server: &HostileHttp,
+        names: &[&str],
+        retries: usize,
+        code: i32,
+    ) -> (support::RunOutput, Duration) {
         let repo = TestRepo::new();
-        repo.write(
-            "orders.yaml",
-            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\nspec:\n  size: small\n",
-        );
-        repo.commit("orders");
+        for name in names {
+            repo.write(
+                &format!("{name}.yaml"),
+                &format!(
+                    "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  size: small\n"
+                ),
+            );
+        }
+        repo.commit("declarations");
         let dir = tempfile::tempdir().unwrap();
         let config = TendConfig::new(dir.path(), &repo.url())
             .without_section("providers.sandbox")
@@ -169,7 +185,7 @@ mod listing {
                 &format!("\"{}\"", server.url()),
             )
             .section("providers.dbaas", "timeout", "\"5s\"")
-            .reconcile("max_retries", "0")
+            .reconcile("max_retries", &retries.to_string())
             .write();
         let started = Instant::now();
         let run = TendCommand::new(&["--config", &config.display().to_string(), "plan"])
@@ -190,6 +206,59 @@ mod listing {
         );
         assert!(server.requests() <= 3, "{} requests", server.requests());
         assert!(took < Duration::from_secs(30), "{took:?}");
+    }
+
+    /// A listing that fails after its first page was read: nothing is
+    /// decided from that page, and a declaration no page has listed yet is
+    /// not taken for missing. Both resources are unobserved, neither is
+    /// created nor called taken.
+    #[test]
+    fn a_listing_that_fails_midway_decides_nothing_from_its_first_page() {
+        let server = HostileHttp::start(|path, _| {
+            if path.contains("pageToken=") {
+                Reply::Json("{\"items\": 7}".to_string())
+            } else {
+                page(&["orders"], Some("p2"))
+            }
+        });
+        let (run, _) = plan_with(&server, &["billing", "orders"], 0, 1);
+        assert!(run.stdout.contains("breaks the contract"), "{}", run.stdout);
+        for line in run
+            .stdout
+            .lines()
+            .filter(|l| l.contains("billing") || l.contains("orders"))
+        {
+            assert!(
+                !line.contains("create") && !line.contains("name taken"),
+                "decided from a failed listing: {line}\n{}",
+                run.stdout
+            );
+        }
+        assert!(!run.stdout.contains("name taken"), "{}", run.stdout);
+        assert!(!run.stdout.contains("would create"), "{}", run.stdout);
+    }
+
+    /// A listing retried after its second page failed: what the first
+    /// attempt's first page showed (`orders`) is void; the second attempt
+    /// lists nothing, so `orders` is to be created, as a listing that
+    /// never failed would have it.
+    #[test]
+    fn a_retried_listing_decides_from_its_last_attempt_only() {
+        let server = HostileHttp::start(|path, n| match n {
+            0 => page(&["orders"], Some("p2")),
+            1 => Reply::Status(503),
+            _ if path.contains("pageToken=") => page(&[], None),
+            _ => page(&[], Some("q2")),
+        });
+        let (run, _) = plan_with(&server, &["orders"], 1, 0);
+        assert!(server.requests() >= 4, "{} requests", server.requests());
+        assert!(!run.stdout.contains("name taken"), "{}", run.stdout);
+        let orders = run
+            .stdout
+            .lines()
+            .find(|l| l.contains("orders"))
+            .unwrap_or_else(|| panic!("no line for orders:\n{}", run.stdout));
+        assert!(orders.contains("create"), "{}", run.stdout);
     }
 
     /// Tokens alternating A, B, A: the token seen before ends it.

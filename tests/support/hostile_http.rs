@@ -1,5 +1,6 @@
 //! A hostile HTTP server on loopback: answers each request as a test's
-//! function says — a JSON body, or a chunked body that never ends —
+//! function says — a JSON body, an error status, or a chunked body that
+//! never ends —
 //! and counts the requests.
 
 use std::io::{BufRead, BufReader, Write};
@@ -15,6 +16,8 @@ const CAPABILITIES: &str = r#"{"version": "v1", "engines": ["postgres", "mysql"]
 /// How to answer one request.
 pub enum Reply {
     Json(String),
+    /// This status with an `application/problem+json` body saying so.
+    Status(u16),
     /// `Transfer-Encoding: chunked`, chunk after chunk until the client
     /// goes away.
     Endless,
@@ -67,6 +70,20 @@ impl HostileHttp {
                             Reply::Json(body) => {
                                 let head = format!(
                                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                                    body.len()
+                                );
+                                if writer.write_all(head.as_bytes()).is_err()
+                                    || writer.write_all(body.as_bytes()).is_err()
+                                {
+                                    return;
+                                }
+                            }
+                            Reply::Status(code) => {
+                                let body = format!(
+                                    r#"{{"type":"about:blank","title":"status {code}","status":{code},"detail":"answered {code} on purpose"}}"#
+                                );
+                                let head = format!(
+                                    "HTTP/1.1 {code} Status {code}\r\nContent-Type: application/problem+json\r\nContent-Length: {}\r\n\r\n",
                                     body.len()
                                 );
                                 if writer.write_all(head.as_bytes()).is_err()

@@ -79,6 +79,23 @@ impl Remote {
         self.git(&["show", &format!("tend-status:{path}")])
     }
 
+    /// A work-tree clone of the status branch, as someone editing it by
+    /// hand would have.
+    fn clone_status(&self, name: &str) -> PathBuf {
+        git(
+            self.served.path(),
+            &[
+                "clone",
+                "-q",
+                "-b",
+                "tend-status",
+                &self.bare.display().to_string(),
+                name,
+            ],
+        );
+        self.served.path().join(name)
+    }
+
     fn status_commits(&self) -> usize {
         self.git(&["rev-list", "--count", "tend-status"])
             .parse()
@@ -89,6 +106,15 @@ impl Remote {
         let path = self.dir.path().join("state/reports/latest.json");
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
     }
+}
+
+/// Where a resource's file is on the branch, by the documented rule:
+/// `status/HH/NAME.yaml`, `HH` the first two hexadecimal digits of the
+/// SHA-256 of the name.
+fn status_file(name: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    format!("status/{:02x}/{name}.yaml", digest[0])
 }
 
 fn apply(config: &str, code: i32) -> support::RunOutput {
@@ -108,10 +134,12 @@ fn check_first_commit(remote: &Remote, agent: &str) {
         [
             "SUMMARY.md",
             "agent.yaml",
-            "status/billing.yaml",
-            "status/orders.yaml"
+            &status_file("billing"),
+            &status_file("orders")
         ]
     );
+    // The rule, spelled out once: `printf %s orders | sha256sum` starts 1c.
+    assert_eq!(status_file("orders"), "status/1c/orders.yaml");
     let author = remote.git(&["log", "-1", "--format=%an|%cn|%s", "tend-status"]);
     assert!(
         author.starts_with(&format!(
@@ -123,11 +151,11 @@ fn check_first_commit(remote: &Remote, agent: &str) {
     assert!(author.contains(": 2 resources, 2 in sync,"), "{author}");
     let agent_file: serde_json::Value = serde_norway::from_str(&remote.show("agent.yaml")).unwrap();
     assert_eq!(agent_file["agentId"], agent);
-    assert_eq!(agent_file["statusFormat"], 1);
+    assert_eq!(agent_file["statusFormat"], 2);
     assert_eq!(agent_file["tendVersion"], env!("CARGO_PKG_VERSION"));
 
     let orders: serde_json::Value =
-        serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+        serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
     assert_eq!(orders["state"], "InSync");
     assert_eq!(orders["decidedFrom"], main.as_str());
     // In sync: every declared field observed as declared.
@@ -139,7 +167,7 @@ fn check_first_commit(remote: &Remote, agent: &str) {
         Some(64)
     );
     let billing: serde_json::Value =
-        serde_norway::from_str(&remote.show("status/billing.yaml")).unwrap();
+        serde_norway::from_str(&remote.show(&status_file("billing"))).unwrap();
     assert_eq!(billing["override"]["reason"], "INC-4821: invoice run");
     assert_eq!(billing["override"]["expires"], "2099-01-01T00:00:00Z");
     let summary = remote.show("SUMMARY.md");
@@ -190,7 +218,7 @@ fn the_status_branch_over_git_daemon_and_smart_http() {
         let changed = remote.git(&["diff", "--name-only", "tend-status~1", "tend-status"]);
         assert_eq!(
             changed.lines().collect::<Vec<_>>(),
-            ["SUMMARY.md", "status/orders.yaml"],
+            ["SUMMARY.md", status_file("orders").as_str()],
             "{transport}"
         );
         assert!(
@@ -200,9 +228,9 @@ fn the_status_branch_over_git_daemon_and_smart_http() {
             "{transport}"
         );
         let billing: serde_json::Value =
-            serde_norway::from_str(&remote.show("status/billing.yaml")).unwrap();
+            serde_norway::from_str(&remote.show(&status_file("billing"))).unwrap();
         assert_eq!(billing["decidedFrom"], main_before.as_str(), "{transport}");
-        let orders = remote.show("status/orders.yaml");
+        let orders = remote.show(&status_file("orders"));
         assert!(
             orders.contains(&format!("decidedFrom: \"{}\"", remote.repo.head())),
             "{orders}"
@@ -221,7 +249,7 @@ fn the_status_branch_over_git_daemon_and_smart_http() {
         .expect_code(0);
         apply(&config, 2);
         let orders: serde_json::Value =
-            serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+            serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
         assert_eq!(orders["state"], "Drifted", "{transport}");
         assert_eq!(orders["observed"]["connectionLimit"], 99);
         assert_eq!(orders["drift"][0]["desired"], 20);
@@ -319,7 +347,7 @@ exit 0
     );
     assert_eq!(remote.show("NOTES.md").trim(), "a note by a human");
     let orders: serde_json::Value =
-        serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+        serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
     assert_eq!(orders["decidedFrom"], remote.repo.head().as_str());
     assert!(remote.latest().get("statusBranch").is_none());
 }
@@ -364,21 +392,10 @@ fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
     );
 
     // A newer status format: not written either.
-    let newer = remote.served.path().join("newer");
-    git(
-        remote.served.path(),
-        &[
-            "clone",
-            "-q",
-            "-b",
-            "tend-status",
-            &remote.bare.display().to_string(),
-            "newer",
-        ],
-    );
+    let newer = remote.clone_status("newer");
     std::fs::write(
         newer.join("agent.yaml"),
-        "agentId: first-agent\ntendVersion: 9.0.0\nstatusFormat: 2\n",
+        "agentId: first-agent\ntendVersion: 9.0.0\nstatusFormat: 3\n",
     )
     .unwrap();
     git(&newer, &["commit", "-q", "-am", "a newer tend"]);
@@ -387,11 +404,149 @@ fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
     let run = apply(&remote.other_agent_config(&url, "first-agent"), 0);
     assert!(
         run.stderr
-            .contains("status format 2, newer than this tend's 1"),
+            .contains("status format 3, newer than this tend's 2"),
         "{}",
         run.stderr
     );
     assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+}
+
+/// A branch written in the first format (every resource's file directly
+/// in `status/`) is rewritten to the sharded one by the next commit: the
+/// flat files go, each resource's file is in its shard, `agent.yaml`
+/// says format 2, and a file tend does not own is kept.
+#[test]
+fn a_branch_of_the_first_format_is_rewritten_sharded() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "old-agent");
+    apply(&config, 0);
+    let old = remote.clone_status("old");
+    git(&old, &["rm", "-q", "-r", "status"]);
+    for name in ["billing", "orders"] {
+        let text = remote.show(&status_file(name));
+        std::fs::create_dir_all(old.join("status")).unwrap();
+        std::fs::write(old.join(format!("status/{name}.yaml")), text).unwrap();
+    }
+    std::fs::write(
+        old.join("agent.yaml"),
+        "agentId: old-agent\ntendVersion: 0.2.0\nstatusFormat: 1\n",
+    )
+    .unwrap();
+    std::fs::write(old.join("README.md"), "kept\n").unwrap();
+    git(&old, &["add", "-A"]);
+    git(&old, &["commit", "-q", "-m", "the first format"]);
+    git(&old, &["push", "-q", "origin", "tend-status"]);
+    // Something to commit: orders changes.
+    remote.repo.write("orders.yaml", &manifest("orders", 30));
+    remote.repo.commit("orders: 30");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    apply(&config, 0);
+    let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
+    assert_eq!(
+        files.lines().collect::<Vec<_>>(),
+        [
+            "README.md",
+            "SUMMARY.md",
+            "agent.yaml",
+            &status_file("billing"),
+            &status_file("orders")
+        ]
+    );
+    let agent_file: serde_json::Value = serde_norway::from_str(&remote.show("agent.yaml")).unwrap();
+    assert_eq!(agent_file["statusFormat"], 2);
+    // `git log --follow` finds the file's history across the move.
+    let history = remote.git(&[
+        "log",
+        "--follow",
+        "--format=%s",
+        "tend-status",
+        "--",
+        &status_file("billing"),
+    ]);
+    assert!(history.lines().count() >= 2, "{history}");
+}
+
+/// At a thousand resources, a status commit that changes one resource
+/// writes that resource's file, `SUMMARY.md`, and three trees: its shard
+/// (a few entries), `status/` (one entry per shard, at most 256) and the
+/// root; no tree the commit writes names the fleet. And `SUMMARY.md`
+/// stays a page: the resource needing attention first, the in-sync ones
+/// past 200 counted, not listed.
+#[test]
+fn a_one_resource_change_rewrites_a_bounded_set_of_trees() {
+    let remote = Remote::new();
+    for i in 0..1000 {
+        let name = format!("db-{i:04}");
+        remote
+            .repo
+            .write(&format!("fleet/{name}.yaml"), &manifest(&name, 10));
+    }
+    remote.repo.commit("a thousand");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    let url = format!("file://{}", remote.bare.display());
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"fleet-agent\""))
+        .status("branch", "\"tend-status\"")
+        .sandbox("rate_limit", "10000")
+        .sandbox("max_concurrency", "64")
+        .write()
+        .display()
+        .to_string();
+    apply(&config, 0);
+    let before = remote.git(&["rev-parse", "tend-status"]);
+    // One resource changes (and drifts: it needs attention).
+    TendCommand::new(&[
+        "--config",
+        &config,
+        "sandbox",
+        "edit",
+        "db_0500",
+        "--set",
+        "connectionLimit=99",
+    ])
+    .expect_code(0);
+    apply(&config, 2);
+    assert_eq!(
+        remote.git(&["rev-list", "--count", &format!("{before}..tend-status")]),
+        "1"
+    );
+    let trees = |commit: &str| -> std::collections::HashSet<String> {
+        remote
+            .git(&["ls-tree", "-r", "-t", commit])
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("tree"))
+            .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+            .chain([remote.git(&["rev-parse", &format!("{commit}^{{tree}}")])])
+            .collect()
+    };
+    let old = trees(&before);
+    let new: Vec<String> = trees("tend-status").difference(&old).cloned().collect();
+    assert_eq!(new.len(), 3, "new trees: {new:?}");
+    for tree in &new {
+        let entries = remote.git(&["ls-tree", tree]).lines().count();
+        assert!(entries <= 256, "a tree of {entries} entries was written");
+    }
+    let changed = remote.git(&["diff", "--name-only", &before, "tend-status"]);
+    assert_eq!(
+        changed.lines().collect::<Vec<_>>(),
+        ["SUMMARY.md", status_file("db-0500").as_str()]
+    );
+    let summary = remote.show("SUMMARY.md");
+    let rows: Vec<&str> = summary.lines().filter(|l| l.starts_with("| [`")).collect();
+    assert_eq!(rows.len(), 200, "{summary}");
+    assert!(
+        rows[0].contains("db-0500") && rows[0].contains("Drifted"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("802 more resources are not listed here (802 of them in sync or released"),
+        "{summary}"
+    );
 }
 
 #[test]
@@ -552,7 +707,7 @@ fn a_release_is_shown_once_and_a_restored_declaration_is_offered_adoption() {
     assert!(reason.contains("database `orders` stays"), "{reason}");
     assert!(reason.contains("released at 20"), "{reason}");
     let on_branch: serde_json::Value =
-        serde_norway::from_str(&remote.show("status/orders.yaml")).unwrap();
+        serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
     assert_eq!(on_branch["state"], "Released", "{on_branch:#}");
     assert!(
         remote.show("SUMMARY.md").contains("orders"),
@@ -579,7 +734,7 @@ fn a_release_is_shown_once_and_a_restored_declaration_is_offered_adoption() {
         "{report:#}"
     );
     let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
-    assert!(!files.contains("status/orders.yaml"), "{files}");
+    assert!(!files.contains("orders.yaml"), "{files}");
     let history = remote.dir.path().join("state/reports/history");
     let kept = std::fs::read_dir(&history)
         .unwrap()

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use backon::BackoffBuilder;
-use git2::{Oid, Repository, Signature, TreeBuilder};
+use git2::{Oid, Repository, Signature};
 
 use super::branch_files::{AgentFile, STATUS_FORMAT};
 use crate::source::SourceError;
@@ -269,6 +269,12 @@ impl StatusBranch {
     }
 
     /// The tip's tree with tend's files replaced by `files`.
+    ///
+    /// Built from the tip's own trees: a file whose bytes hash to the blob
+    /// already there is left as it is (nothing written), and a shard of
+    /// `status/` whose files are all unchanged keeps its tree; so a change
+    /// of one resource writes one blob, its shard's tree, `status/` (one
+    /// entry per shard) and the root.
     fn build_tree(
         &self,
         repo: &Repository,
@@ -289,51 +295,41 @@ impl StatusBranch {
                 }
             }
         }
-        // The tip's own status tree is the starting point: a file whose
-        // bytes hash to the blob already there is left as it is (nothing
-        // written), so a change of one resource writes one blob.
+        let mut shards: BTreeMap<&str, BTreeMap<&str, &[u8]>> = BTreeMap::new();
+        for (path, bytes) in files {
+            match path.strip_prefix("status/").and_then(|p| p.split_once('/')) {
+                Some((shard, name)) => {
+                    shards.entry(shard).or_default().insert(name, bytes);
+                }
+                None => {
+                    let name = Path::new(path)
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or(path);
+                    let old = base.as_ref().and_then(|b| b.get_name(name));
+                    let id = self.blob(repo, old.as_ref(), bytes)?;
+                    root.insert(name, id, 0o100644).map_err(|e| self.git(e))?;
+                }
+            }
+        }
+        // A shard no resource is in any more goes, and so does a flat
+        // `status/` of the first format (its files are not shards).
         let old_status = base
             .as_ref()
             .and_then(|b| b.get_name("status"))
             .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
             .and_then(|e| repo.find_tree(e.id()).ok());
-        let mut status = repo
-            .treebuilder(old_status.as_ref())
-            .map_err(|e| self.git(e))?;
-        let wanted: std::collections::HashSet<&str> = files
-            .keys()
-            .filter_map(|p| p.strip_prefix("status/"))
-            .collect();
-        if let Some(old) = &old_status {
-            for entry in old.iter() {
-                let name = entry.name().unwrap_or_default().to_string();
-                if !wanted.contains(name.as_str()) {
-                    status.remove(&name).map_err(|e| self.git(e))?;
-                }
-            }
-        }
-        for (path, bytes) in files {
-            let (builder, name): (&mut TreeBuilder<'_>, &str) = match path.strip_prefix("status/") {
-                Some(name) => (&mut status, name),
-                None => (
-                    &mut root,
-                    Path::new(path)
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .unwrap_or(path),
-                ),
-            };
-            let id = Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
-            let present = builder
-                .get(name)
-                .map_err(|e| self.git(e))?
-                .is_some_and(|e| e.id() == id);
-            if !present {
-                let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
-                builder
-                    .insert(name, blob, 0o100644)
-                    .map_err(|e| self.git(e))?;
-            }
+        let mut status = repo.treebuilder(None).map_err(|e| self.git(e))?;
+        for (shard, wanted) in &shards {
+            let old = old_status
+                .as_ref()
+                .and_then(|s| s.get_name(shard))
+                .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
+                .and_then(|e| repo.find_tree(e.id()).ok());
+            let id = self.shard_tree(repo, old.as_ref(), wanted)?;
+            status
+                .insert(shard, id, 0o040000)
+                .map_err(|e| self.git(e))?;
         }
         if !status.is_empty() {
             let id = status.write().map_err(|e| self.git(e))?;
@@ -341,6 +337,69 @@ impl StatusBranch {
                 .map_err(|e| self.git(e))?;
         }
         root.write().map_err(|e| self.git(e))
+    }
+
+    /// One shard of `status/` holding exactly `wanted`: `old` itself when
+    /// it holds the same files, else `old` with what changed.
+    fn shard_tree(
+        &self,
+        repo: &Repository,
+        old: Option<&git2::Tree<'_>>,
+        wanted: &BTreeMap<&str, &[u8]>,
+    ) -> Result<Oid, StatusBranchError> {
+        let ids = wanted
+            .iter()
+            .map(|(name, bytes)| {
+                Oid::hash_object(git2::ObjectType::Blob, bytes)
+                    .map(|id| (*name, id))
+                    .map_err(|e| self.git(e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(old) = old
+            && old.len() == ids.len()
+            && ids
+                .iter()
+                .all(|(name, id)| old.get_name(name).is_some_and(|e| e.id() == *id))
+        {
+            return Ok(old.id());
+        }
+        let mut builder = repo.treebuilder(old).map_err(|e| self.git(e))?;
+        if let Some(old) = old {
+            for entry in old.iter() {
+                let name = entry.name().unwrap_or_default().to_string();
+                if !wanted.contains_key(name.as_str()) {
+                    builder.remove(&name).map_err(|e| self.git(e))?;
+                }
+            }
+        }
+        for ((name, id), bytes) in ids.iter().zip(wanted.values()) {
+            let present = builder
+                .get(name)
+                .map_err(|e| self.git(e))?
+                .is_some_and(|e| e.id() == *id);
+            if !present {
+                let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
+                builder
+                    .insert(name, blob, 0o100644)
+                    .map_err(|e| self.git(e))?;
+            }
+        }
+        builder.write().map_err(|e| self.git(e))
+    }
+
+    /// The blob of `bytes`: `old`'s when it is already that (nothing
+    /// written).
+    fn blob(
+        &self,
+        repo: &Repository,
+        old: Option<&git2::TreeEntry<'_>>,
+        bytes: &[u8],
+    ) -> Result<Oid, StatusBranchError> {
+        let id = Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
+        if old.is_some_and(|e| e.id() == id) {
+            return Ok(id);
+        }
+        repo.blob(bytes).map_err(|e| self.git(e))
     }
 }
 

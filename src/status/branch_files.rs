@@ -1,4 +1,4 @@
-//! What the status branch holds: `status/<name>.yaml` per resource,
+//! What the status branch holds: `status/HH/<name>.yaml` per resource,
 //! `SUMMARY.md` for a reviewer in the Git web UI, and `agent.yaml`.
 //!
 //! # Guarantees
@@ -25,8 +25,10 @@ use crate::engine::State;
 use crate::journal::{DecidedFrom, LastOperation};
 
 /// The version of the status branch's layout `agent.yaml` names. A tend
-/// that finds a higher one does not write the branch.
-pub const STATUS_FORMAT: u32 = 1;
+/// that finds a higher one does not write the branch. 2: the resources'
+/// files are sharded (`status/HH/NAME.yaml`, see [`file_name`]); 1 had
+/// them all in `status/` (rewritten to 2 by the next commit).
+pub const STATUS_FORMAT: u32 = 2;
 
 /// `agent.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -37,7 +39,7 @@ pub struct AgentFile {
     pub status_format: u32,
 }
 
-/// `status/<name>.yaml`.
+/// `status/HH/<name>.yaml`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ResourceFile<'a> {
@@ -76,10 +78,18 @@ struct OperationFile<'a> {
     finished_at: String,
 }
 
-/// A resource name as a file name: names are DNS labels, but a name read
-/// back from a damaged state could be anything, and must not leave
-/// `status/`.
-fn file_name(name: &str) -> String {
+/// A resource's file on the branch: `status/HH/NAME.yaml`, where `HH` is
+/// the first two hexadecimal digits of the SHA-256 of the name (`printf
+/// %s NAME | sha256sum | cut -c1-2`).
+///
+/// Sharded so that a commit's cost follows what changed, not the fleet: a
+/// one-resource change rewrites its file, its shard's tree (1/256th of the
+/// fleet) and the two trees above, where one flat directory would rewrite
+/// a tree object naming every resource (5 MB at 100,000). The name is
+/// escaped: names are DNS labels, but a name read back from a damaged
+/// state could be anything, and must not leave `status/`.
+pub fn file_name(name: &str) -> String {
+    let shard = &crate::model::hash::sha256_hex(name.as_bytes())[..SHARD_DIGITS];
     let safe: String = name
         .chars()
         .map(|c| {
@@ -90,8 +100,11 @@ fn file_name(name: &str) -> String {
             }
         })
         .collect();
-    format!("status/{safe}.yaml")
+    format!("status/{shard}/{safe}.yaml")
 }
+
+/// Hexadecimal digits of a shard's name: 256 shards.
+const SHARD_DIGITS: usize = 2;
 
 const HEADER: &str =
     "# Written by tend from what it observed; do not edit (the next change replaces it).\n";
@@ -184,7 +197,8 @@ fn md_code(s: &str) -> String {
 }
 
 /// `SUMMARY.md`: counts, the resources (blocked and stalled first), the
-/// active overrides with reason and expiry.
+/// active overrides with reason and expiry; each list at most
+/// [`SUMMARY_ROWS`] long.
 fn summary(report: &Report) -> String {
     use std::fmt::Write;
     let s = &report.summary;
@@ -221,7 +235,7 @@ fn summary(report: &Report) -> String {
     ordered.sort_by_key(|r| (urgency(r.state), r.name.as_str()));
     let _ = writeln!(out, "| resource | state | action | reason |");
     let _ = writeln!(out, "| --- | --- | --- | --- |");
-    for r in &ordered {
+    for r in ordered.iter().take(SUMMARY_ROWS) {
         let _ = writeln!(
             out,
             "| [`{}`]({}) | {} | {} | {} |",
@@ -232,6 +246,14 @@ fn summary(report: &Report) -> String {
             md(&r.reason)
         );
     }
+    if let Some(rest) = ordered.get(SUMMARY_ROWS..).filter(|r| !r.is_empty()) {
+        let quiet = rest.iter().filter(|r| urgency(r.state) == 3).count();
+        let _ = writeln!(
+            out,
+            "\n{} more resources are not listed here ({quiet} of them in sync or released; the most urgent come first above). Each one's file is `status/HH/NAME.yaml`, `HH` the first two hexadecimal digits of the SHA-256 of `NAME`.",
+            rest.len()
+        );
+    }
     let overrides: Vec<(&ResourceReport, &OverrideReport)> = ordered
         .iter()
         .filter_map(|r| r.override_.as_deref().map(|o| (*r, o)))
@@ -240,7 +262,8 @@ fn summary(report: &Report) -> String {
         let _ = writeln!(out, "\n## Active overrides\n");
         let _ = writeln!(out, "| resource | kind | source | reason | expires |");
         let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
-        for (r, o) in overrides {
+        let more = overrides.len().saturating_sub(SUMMARY_ROWS);
+        for (r, o) in overrides.into_iter().take(SUMMARY_ROWS) {
             let expires = match (&o.expires, o.expired) {
                 (Some(t), true) => format!("**expired** {t}"),
                 (Some(t), false) => t.clone(),
@@ -260,11 +283,13 @@ fn summary(report: &Report) -> String {
                 md(&o.reason)
             );
         }
+        more_not_listed(&mut out, more, "active overrides");
     }
     let kept: Vec<&&ResourceReport> = ordered.iter().filter(|r| r.propose.is_some()).collect();
     if !kept.is_empty() {
         let _ = writeln!(out, "\n## Changes made at the provider, to keep in Git\n");
-        for r in kept {
+        let more = kept.len().saturating_sub(SUMMARY_ROWS);
+        for r in kept.into_iter().take(SUMMARY_ROWS) {
             let _ = writeln!(
                 out,
                 "- `{}`: to keep this change, run `{}`",
@@ -272,10 +297,11 @@ fn summary(report: &Report) -> String {
                 md_code(r.propose.as_deref().unwrap_or_default())
             );
         }
+        more_not_listed(&mut out, more, "changes to keep");
     }
     if !report.errors.is_empty() {
         let _ = writeln!(out, "\n## Declaration errors\n");
-        for e in &report.errors {
+        for e in report.errors.iter().take(SUMMARY_ROWS) {
             let _ = writeln!(
                 out,
                 "- `{}:{}:{}`: {}",
@@ -285,8 +311,26 @@ fn summary(report: &Report) -> String {
                 md(&e.message)
             );
         }
+        more_not_listed(
+            &mut out,
+            report.errors.len().saturating_sub(SUMMARY_ROWS),
+            "declaration errors (`tend validate` lists them all)",
+        );
     }
     out
+}
+
+/// The most rows one list of `SUMMARY.md` shows, the most urgent first: a
+/// page a reviewer reads in the Git web UI at any fleet size (each
+/// resource's own file says the rest).
+const SUMMARY_ROWS: usize = 200;
+
+/// The line that ends a list cut at [`SUMMARY_ROWS`].
+fn more_not_listed(out: &mut String, more: usize, what: &str) {
+    use std::fmt::Write;
+    if more > 0 {
+        let _ = writeln!(out, "\n{more} more {what} are not listed here.");
+    }
 }
 
 #[cfg(test)]
@@ -295,7 +339,8 @@ mod tests {
 
     #[test]
     fn a_name_never_leaves_the_status_directory() {
-        assert_eq!(file_name("orders"), "status/orders.yaml");
-        assert_eq!(file_name("../x"), "status/%2E%2E%2Fx.yaml");
+        // `printf %s orders | sha256sum`: 1c168a…; `../x`: d6b96a…
+        assert_eq!(file_name("orders"), "status/1c/orders.yaml");
+        assert_eq!(file_name("../x"), "status/d6/%2E%2E%2Fx.yaml");
     }
 }

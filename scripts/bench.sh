@@ -34,7 +34,8 @@ trap 'rm -f "$log"' EXIT
 if ! cargo nextest run "${profile[@]}" --run-ignored only --no-capture \
     --test-threads 1 \
     --test bench_plan --test bench_source --test bench_apply \
-    --test bench_daemon --test bench_postgres --test bench_http --test bench_ha >"$log" 2>&1; then
+    --test bench_daemon --test bench_postgres --test bench_http --test bench_ha \
+    --test bench_scale >"$log" 2>&1; then
   cat "$log" >&2
   echo "scripts/bench.sh: a benchmark failed (output above)" >&2
   exit 1

@@ -41,6 +41,8 @@ fn the_benchmark_script_prints_every_figure() {
         "**http: agent cycle / in-process listing (target <= 1.5x)**",
         "**postgres: plan / psql (target <= 2x)**",
         "`tend validate` of 300 files",
+        "**scale: no-change cycle of all 10 providers, wall (target <= 400 ms)**",
+        "**scale: `tend run` peak resident memory (target <= 400 MB)**",
     ] {
         assert!(
             rows.iter().any(|r| r.starts_with(&format!("| {needed}"))),

@@ -164,14 +164,14 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
 fn text_report_snapshot() {
     let set = examples();
     let report = build_report(&config(), &fixed_plan(&set));
-    insta::assert_snapshot!(render::text(&report, false));
+    insta::assert_snapshot!(render::text(&report, false, false));
 }
 
 #[test]
 fn markdown_report_snapshot() {
     let set = examples();
     let report = build_report(&config(), &fixed_plan(&set));
-    insta::assert_snapshot!(render::markdown(&report, "tend plan"));
+    insta::assert_snapshot!(render::markdown(&report, "tend plan", false));
 }
 
 #[test]

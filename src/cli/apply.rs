@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::plan::ReportFormat;
+use super::plan::ReportArgs;
 use super::progress::TerminalProgress;
 use super::{exit, session};
 use crate::executor::{Executed, OpOutcome};
@@ -21,8 +21,8 @@ use crate::status::publish::StatusPublisher;
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     /// How to print the report of the state after the cycle.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: ReportFormat,
+    #[command(flatten)]
+    pub output: ReportArgs,
 }
 
 /// One line per operation that did not simply finish; whether any failed.
@@ -90,7 +90,7 @@ pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
         if let Some(failure) = &published.branch_report {
             report.status_branch = Some(failure.clone());
         }
-        let code = print_report_and_code(args.format, &report, failed);
+        let code = print_report_and_code(&args.output, &report, failed);
         tracing::debug!("report printed");
         super::heap::release_at_exit(report);
         code
@@ -119,8 +119,8 @@ fn deliver(
 /// What heads the reports `tend apply` writes.
 const TITLE: &str = "tend apply";
 
-fn print_report_and_code(format: ReportFormat, report: &Report, failed: bool) -> io::Result<u8> {
-    super::plan::print_report(format, report, TITLE)?;
+fn print_report_and_code(output: &ReportArgs, report: &Report, failed: bool) -> io::Result<u8> {
+    super::plan::print_report(output, report, TITLE)?;
     Ok(if failed || report.has_errors() {
         exit::ERROR
     } else if report.has_pending() {

@@ -23,10 +23,24 @@ pub enum ReportFormat {
     Markdown,
 }
 
+/// How a command prints its report.
 #[derive(Debug, Args)]
-pub struct PlanArgs {
+pub struct ReportArgs {
+    /// How to print the report.
     #[arg(long, value_enum, default_value = "text")]
     pub format: ReportFormat,
+    /// List every resource in the text and Markdown output. Without it, a
+    /// report of more than 1,000 resources counts those in sync with
+    /// nothing more to say instead of listing them (JSON always lists
+    /// every one).
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub output: ReportArgs,
     /// Exit 2 when changes or drift are pending (0 in sync, 1 error).
     #[arg(long)]
     pub detailed_exitcode: bool,
@@ -46,20 +60,20 @@ pub struct ExplainArgs {
 /// Prints a report on stdout; colour only on a terminal without `NO_COLOR`.
 /// `title` heads the Markdown (`tend plan`).
 pub fn print_report(
-    format: ReportFormat,
+    output: &ReportArgs,
     report: &crate::status::Report,
     title: &str,
 ) -> io::Result<()> {
     let mut out = io::stdout().lock();
-    match format {
+    match output.format {
         ReportFormat::Json => {
             serde_json::to_writer_pretty(&mut out, report)?;
             writeln!(out)
         }
-        ReportFormat::Markdown => write!(out, "{}", render::markdown(report, title)),
+        ReportFormat::Markdown => write!(out, "{}", render::markdown(report, title, output.all)),
         ReportFormat::Text => {
             let colour = io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            write!(out, "{}", render::text(report, colour))
+            write!(out, "{}", render::text(report, colour, output.all))
         }
     }
 }
@@ -100,7 +114,7 @@ pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8
         } else {
             "tend plan".to_string()
         };
-        print_report(args.format, &report, &title)?;
+        print_report(&args.output, &report, &title)?;
         let code = if report.has_errors() {
             exit::ERROR
         } else if args.detailed_exitcode && report.has_pending() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::plan::{ReportFormat, print_report};
+use super::plan::{ReportArgs, ReportFormat, print_report};
 use super::{exit, session};
 use crate::status::Report;
 
@@ -16,8 +16,8 @@ use crate::status::Report;
 pub struct StatusArgs {
     /// One resource (its metadata.name); every resource when absent.
     pub name: Option<String>,
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: ReportFormat,
+    #[command(flatten)]
+    pub output: ReportArgs,
 }
 
 /// Where the report came from, for the first line.
@@ -188,14 +188,14 @@ fn show(args: &StatusArgs, mut report: Report, origin: Origin) -> io::Result<u8>
         }
         report.summary = crate::status::report::Summary::of(&report.resources, report.errors.len());
     }
-    if args.format == ReportFormat::Text {
+    if args.output.format == ReportFormat::Text {
         let from = match &origin {
             Origin::Agent(url) => format!("the running agent ({url})"),
             Origin::File(file, note) => format!("{} ({note})", file.display()),
         };
         writeln!(io::stdout(), "from {from}")?;
     }
-    print_report(args.format, &report, "tend status")?;
+    print_report(&args.output, &report, "tend status")?;
     Ok(if report.has_errors() {
         exit::ERROR
     } else {

@@ -180,7 +180,7 @@ impl ReportFiles {
                     error: None,
                 };
                 if markdown {
-                    render::markdown_into(&mut out, report, title);
+                    render::markdown_into(&mut out, report, title, false);
                 } else {
                     html::page_into(&mut out, report, title);
                 }

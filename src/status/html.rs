@@ -321,7 +321,7 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     }
 
     let _ = out.write_str("<h2>All resources</h2>\n");
-    let mut ordered: Vec<&ResourceReport> = report.resources.iter().collect();
+    let (mut ordered, quiet) = report.listed(false);
     ordered.sort_by_key(|r| !needs_attention(r));
     let rows = ordered.iter().map(|r| {
         let unobserved = if r.unobserved.is_empty() {
@@ -353,6 +353,18 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         &["name", "state", "action", "reason", "observed"],
         rows,
     );
+    if quiet > 0 {
+        // Named, folded: a person can still find one (the browser's find
+        // opens a folded section), at a few bytes a resource.
+        let _ = write!(
+            out,
+            "<details id=\"in-sync\"><summary>{quiet} more in sync, with nothing more to say</summary><p class=\"names\">"
+        );
+        for r in report.resources.iter().filter(|r| r.is_quiet()) {
+            let _ = write!(out, "{} ", h(&r.name));
+        }
+        let _ = out.write_str("</p></details>\n");
+    }
 
     if !report.errors.is_empty() {
         let _ = out.write_str("<h2>Declaration errors</h2>\n");

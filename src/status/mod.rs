@@ -13,3 +13,6 @@ pub mod report;
 pub mod writer;
 
 pub use report::{Report, build_report};
+
+#[cfg(test)]
+mod scale_tests;

@@ -366,16 +366,18 @@ fn unobserved_line(r: &ResourceReport) -> Option<String> {
     })
 }
 
-/// An aligned table; colour only when `colour` (a TTY without `NO_COLOR`).
-pub fn text(report: &Report, colour: bool) -> String {
+/// An aligned table; colour only when `colour` (a TTY without `NO_COLOR`);
+/// `all`: list the quiet resources of a large report too (see
+/// [`Report::lists_quiet`]).
+pub fn text(report: &Report, colour: bool, all: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "source: {}", source_line(report));
     for (_, line) in banners(report) {
         let _ = writeln!(out, "{line}");
     }
     let folded = folded(report);
-    let name_w = report
-        .resources
+    let (listed, quiet) = report.listed(all);
+    let name_w = listed
         .iter()
         .map(|r| esc(&r.name).chars().count())
         .max()
@@ -388,11 +390,7 @@ pub fn text(report: &Report, colour: bool) -> String {
         "{:name_w$}  {:state_w$}  {:action_w$}  REASON",
         "NAME", "STATE", "ACTION"
     );
-    for r in report
-        .resources
-        .iter()
-        .filter(|r| !folded.contains(r.name.as_str()))
-    {
+    for r in listed.iter().filter(|r| !folded.contains(r.name.as_str())) {
         let padded = format!("{:state_w$}", r.state.as_str());
         let shown = if colour {
             format!("{}{padded}\x1b[0m", state_colour(r.state))
@@ -427,6 +425,12 @@ pub fn text(report: &Report, colour: bool) -> String {
         {
             let _ = writeln!(out, "{indent}{line}");
         }
+    }
+    if quiet > 0 {
+        let _ = writeln!(
+            out,
+            "… and {quiet} more in sync, not listed (`--all` lists every resource)"
+        );
     }
     for e in &report.errors {
         let _ = writeln!(
@@ -469,14 +473,15 @@ fn md_code(s: &str) -> String {
 
 /// Markdown for a pull-request comment or a file; `title` names what made
 /// the report (`tend plan`, `tend apply`, `tend run`).
-pub fn markdown(report: &Report, title: &str) -> String {
+pub fn markdown(report: &Report, title: &str, all: bool) -> String {
     let mut out = String::new();
-    markdown_into(&mut out, report, title);
+    markdown_into(&mut out, report, title, all);
     out
 }
 
-/// [`markdown`] written to `out`.
-pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
+/// [`markdown`] written to `out`; `all`: list the quiet resources of a
+/// large report too (see [`Report::lists_quiet`]).
+pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: bool) {
     let _ = writeln!(out, "### {title}\n");
     let _ = writeln!(
         out,
@@ -493,13 +498,10 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
         let _ = writeln!(out, "> **{}**\n", md_escape(&line));
     }
     let folded = folded(report);
+    let (listed, quiet) = report.listed(all);
     let _ = writeln!(out, "| name | state | action | reason |");
     let _ = writeln!(out, "| --- | --- | --- | --- |");
-    for r in report
-        .resources
-        .iter()
-        .filter(|r| !folded.contains(r.name.as_str()))
-    {
+    for r in listed.iter().filter(|r| !folded.contains(r.name.as_str())) {
         let _ = writeln!(
             out,
             "| `{}` | {} | {} | {} |",
@@ -507,6 +509,12 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str) {
             r.state.as_str(),
             r.action.as_str(),
             md_escape(&r.reason)
+        );
+    }
+    if quiet > 0 {
+        let _ = writeln!(
+            out,
+            "\n{quiet} more in sync are not listed (`latest.json` lists every resource)."
         );
     }
     let drifted: Vec<&ResourceReport> = report

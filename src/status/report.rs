@@ -507,7 +507,46 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
     }
 }
 
+/// The most resources a rendering (text, Markdown, HTML) lists one by one
+/// whatever their state: above it, the quiet ones (see
+/// [`ResourceReport::is_quiet`]) are counted, not listed, so that what
+/// needs attention is what a person reads (`--all` lists them; the JSON
+/// always holds every one).
+pub const LISTED_IN_FULL: usize = 1_000;
+
+impl Report {
+    /// Whether renderings list the quiet resources: a report of at most
+    /// [`LISTED_IN_FULL`] resources, or `all` asked for.
+    pub fn lists_quiet(&self, all: bool) -> bool {
+        all || self.resources.len() <= LISTED_IN_FULL
+    }
+
+    /// The resources a rendering lists (see [`Report::lists_quiet`]), and
+    /// how many quiet ones it leaves out.
+    pub fn listed(&self, all: bool) -> (Vec<&ResourceReport>, usize) {
+        if self.lists_quiet(all) {
+            return (self.resources.iter().collect(), 0);
+        }
+        let listed: Vec<&ResourceReport> =
+            self.resources.iter().filter(|r| !r.is_quiet()).collect();
+        let left_out = self.resources.len() - listed.len();
+        (listed, left_out)
+    }
+}
+
 impl ResourceReport {
+    /// In sync with nothing more to say: no action, no drift, no
+    /// override, nothing unobserved, nothing due, nothing to keep.
+    pub fn is_quiet(&self) -> bool {
+        self.state == State::InSync
+            && self.action == Action::None
+            && self.drift.is_empty()
+            && self.override_.is_none()
+            && self.unobserved.is_empty()
+            && self.acts_at.is_none()
+            && self.propose.is_none()
+    }
+
     /// Whether this is a release shown once after it happened (not a
     /// release still to be made).
     pub fn is_shown_release(&self) -> bool {

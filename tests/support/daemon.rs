@@ -133,6 +133,24 @@ impl Daemon {
         }
     }
 
+    /// A push announced through `POST /hooks/git`, signed with `secret`
+    /// (answered 202); when it was sent.
+    pub fn signed_webhook(&self, secret: &str) -> std::time::Instant {
+        let body = b"{}";
+        let signature = tend::server::webhook::sign(secret.as_bytes(), body);
+        let sent = std::time::Instant::now();
+        let r = self
+            .request(
+                "POST",
+                "/hooks/git",
+                &[("X-Gitea-Signature", &signature)],
+                body,
+            )
+            .unwrap();
+        assert_eq!(r.status, 202, "{}", r.body);
+        sent
+    }
+
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&self) {
         self.wait_for("/readyz", Duration::from_secs(30), || {

@@ -25,7 +25,7 @@ use crate::config::{Config, ConfigError};
 use crate::engine::{DeletionLimits, Policy};
 use crate::executor::queue::{Progress, Silent};
 use crate::executor::{ExecContext, ExecLimits, ProviderRuntime};
-use crate::journal::{Access, StateError, StateLock, StateStore, StoredMemories};
+use crate::journal::{Access, StateError, StateLock, StateStore};
 use crate::reconcile::observe::ListingAhead;
 use crate::source::reader_repo::ReaderRepo;
 use crate::source::tracker::SourceSettings;
@@ -56,7 +56,7 @@ impl AgentError {
 }
 
 /// Memories being read ahead ([`Agent::start_preload`]).
-pub type Preload = tokio::task::JoinHandle<Result<StoredMemories, StateError>>;
+pub type Preload = tokio::task::JoinHandle<Result<(), StateError>>;
 
 /// The agent id a reader reports before any writer generated one (no
 /// resource can carry it yet, so no decision depends on it).
@@ -85,6 +85,8 @@ pub struct Agent {
     /// its first fetch, on the fetch's thread; kept for the agent's life:
     /// `tend propose` reads the fetched objects after the fetch).
     reader_repo: Arc<Mutex<Option<Arc<ReaderRepo>>>>,
+    /// The last read of the memories, reused while nothing is written.
+    memories: Arc<crate::reconcile::inputs::MemoryCache>,
 }
 
 impl Agent {
@@ -193,6 +195,7 @@ impl Agent {
             draining: Arc::default(),
             held_lease: None,
             reader_repo: Arc::default(),
+            memories: Arc::default(),
         })
     }
 
@@ -376,26 +379,31 @@ impl Agent {
         }
     }
 
-    /// Starts reading every resource's memory on a blocking thread, so the
-    /// next reconcile does not wait for it: started before the fetch, it
-    /// costs nothing. The rate limiters' clock calibrates itself on first
-    /// use (a busy loop of a few milliseconds): done there too. Hand the
-    /// handle to [`Agent::finish_preload`].
+    /// The memories every cycle reads through.
+    pub fn memories(&self) -> Arc<crate::reconcile::inputs::MemoryCache> {
+        self.memories.clone()
+    }
+
+    /// Starts bringing the memories up to date on a blocking thread, so
+    /// the next reconcile does not wait for the read: started before a
+    /// fetch, or while a worker waits, it costs nothing. The rate
+    /// limiters' clock calibrates itself on first use (a busy loop of a
+    /// few milliseconds): done there too. Hand the handle to
+    /// [`Agent::finish_preload`].
     pub fn start_preload(&self) -> Option<Preload> {
         let store = self.store.clone()?;
+        let cache = self.memories.clone();
         Some(tokio::task::spawn_blocking(move || {
             let _ = governor::clock::DefaultClock::default();
-            store.read_memories()
+            cache.current(&store).map(|_| ())
         }))
     }
 
-    /// What [`Agent::start_preload`] read, for the next reconcile (passed
-    /// to it in its [`crate::reconcile::CycleInputs`]). A failed read is
-    /// not an error here: the reconcile reads again and reports it.
-    pub async fn finish_preload(&self, handle: Option<Preload>) -> Option<StoredMemories> {
-        match handle?.await {
-            Ok(Ok(memories)) => Some(memories),
-            _ => None,
+    /// Waits for [`Agent::start_preload`]. A failed read is not an error
+    /// here: the reconcile reads again and reports it.
+    pub async fn finish_preload(&self, handle: Option<Preload>) {
+        if let Some(handle) = handle {
+            let _ = handle.await;
         }
     }
 

@@ -2,7 +2,8 @@
 //! sandbox providers (prints figures; asserts what its runs did).
 //! Run: `TEND_BENCH=full cargo nextest run --release --run-ignored only --test bench_scale --no-capture`
 //! (`scripts/bench.sh full` runs it with the others; `TEND_BENCH_REQUESTS=N`
-//! makes N no-change requests instead of 1,000). Figures go to
+//! makes N no-change requests instead of 1,000; `TEND_BENCH_DECLARATIONS=N`
+//! another fleet size, for profiling). Figures go to
 //! docs/performance.md.
 
 mod support;
@@ -53,7 +54,11 @@ fn cycles_done(log: &str) -> (usize, usize) {
 #[ignore = "benchmark: run explicitly, see docs/performance.md"]
 fn one_agent_over_100000_declarations_on_10_providers() {
     let scale = Scale::from_env();
-    let n = scale.n(100_000, 2_000);
+    // `TEND_BENCH_DECLARATIONS`: another fleet size (for profiling).
+    let n = std::env::var("TEND_BENCH_DECLARATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(scale.n(100_000, 2_000));
     // `TEND_BENCH_REQUESTS`: fewer no-change requests than the target's
     // 1,000 (each is a cycle of every provider), for a shorter run.
     let more = std::env::var("TEND_BENCH_REQUESTS")

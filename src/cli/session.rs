@@ -181,11 +181,11 @@ pub async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
             };
         }
     };
-    let memories = agent.finish_preload(preload).await;
+    agent.finish_preload(preload).await;
     SourceRead {
         snapshot: outcome.snapshot,
         failure: outcome.failure,
-        ahead: CycleInputs { memories, listing },
+        ahead: CycleInputs { listing },
     }
 }
 

@@ -431,6 +431,12 @@ async fn coordinate(
 ) -> Result<Stopped, u8> {
     tokio::pin!(lost);
     let mut changes = shared.board.subscribe();
+    // The status line is written at most every `STATUS_LINE_EVERY` (it
+    // merges the providers' reports); a change meanwhile is written when
+    // that time comes. Readiness is never delayed.
+    let start = tokio::time::Instant::now();
+    let mut line_written = start.checked_sub(STATUS_LINE_EVERY).unwrap_or(start);
+    let mut line_pending = false;
     let watchdog = systemd::watchdog_interval();
     let mut prune_tick =
         tokio::time::interval_at(tokio::time::Instant::now() + PRUNE_FIRST, PRUNE_EVERY);
@@ -495,15 +501,34 @@ async fn coordinate(
                 if changed.is_err() {
                     return Ok(Stopped::Shutdown(running));
                 }
+                let now = tokio::time::Instant::now();
+                if becomes_ready(&running, shared, ready) || now >= line_written + STATUS_LINE_EVERY {
+                    on_status_change(&running, shared, ready);
+                    line_written = now;
+                    line_pending = false;
+                } else {
+                    line_pending = true;
+                }
+            }
+            _ = tokio::time::sleep_until(line_written + STATUS_LINE_EVERY), if line_pending => {
                 on_status_change(&running, shared, ready);
+                line_written = tokio::time::Instant::now();
+                line_pending = false;
             }
         }
     }
 }
 
+/// How often at most systemd's status line is written.
+const STATUS_LINE_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether the agent is not ready yet and every provider has reported.
+fn becomes_ready(running: &Running, shared: &Shared, ready: &watch::Sender<bool>) -> bool {
+    !*ready.borrow() && shared.board.reported() >= running.agent.runtimes().len()
+}
+
 fn on_status_change(running: &Running, shared: &Shared, ready: &watch::Sender<bool>) {
-    let providers = running.agent.runtimes().len();
-    let now_ready = !*ready.borrow() && shared.board.reported() >= providers;
+    let now_ready = becomes_ready(running, shared, ready);
     let source = shared.board.source();
     let commit = source
         .commit

@@ -13,7 +13,6 @@ use tokio::sync::watch;
 use super::health::Heartbeats;
 use super::queue::DueQueue;
 use crate::agent::Agent;
-use crate::journal::StoredMemories;
 use crate::reconcile::{CycleInputs, Mode, ReconcileError, Scope, reconcile_with};
 use crate::source::Snapshot;
 use crate::status::board::StatusBoard;
@@ -62,10 +61,8 @@ pub async fn run(
     let reconcile = &agent.config().reconcile;
     let every = reconcile.observe.min(reconcile.resync);
     let mut queue = DueQueue::default();
-    let mut next_full = Instant::now();
-    // Memories read while the worker waits, for its next cycle (used only
-    // if nothing was written in between).
     let mut preload: Option<crate::agent::Preload> = None;
+    let mut next_full = Instant::now();
     // Cycles in a row that could not observe the provider: the next one
     // comes after a backoff (seconds at first), not at the next `observe`.
     let mut failing = 0u32;
@@ -91,7 +88,8 @@ pub async fn run(
         };
         super::hooks::wedge_point().await;
         inputs.heartbeats.beat(&provider, true);
-        let memories = agent.finish_preload(preload.take()).await;
+        // Read ahead (and shared with the other workers): usually ready.
+        agent.finish_preload(preload.take()).await;
         let retry = cycle(
             &provider,
             &agent,
@@ -99,7 +97,6 @@ pub async fn run(
             &metrics,
             &snapshot,
             &scope,
-            memories,
             &mut queue,
             &mut failing,
         )
@@ -107,6 +104,8 @@ pub async fn run(
         if let Some(retry) = retry {
             next_full = next_full.min(Instant::now() + retry);
         }
+        // What this cycle wrote is read again while the worker waits
+        // (once, whichever worker asks first).
         preload = agent.start_preload();
         inputs.heartbeats.beat(&provider, false);
         metrics.queue_depth(&provider, queue.len());
@@ -171,7 +170,6 @@ async fn cycle(
     metrics: &Metrics,
     snapshot: &Arc<Snapshot>,
     scope: &Scope,
-    memories: Option<StoredMemories>,
     queue: &mut DueQueue,
     failing: &mut u32,
 ) -> Option<Duration> {
@@ -179,10 +177,7 @@ async fn cycle(
     let full = matches!(scope, Scope::Provider { names: None, .. });
     let kind = if full { "full" } else { "due" };
     tracing::debug!(provider, scope = kind, "cycle starts");
-    let ahead = CycleInputs {
-        memories,
-        listing: None,
-    };
+    let ahead = CycleInputs { listing: None };
     match reconcile_with(agent, snapshot, Mode::Apply, scope, ahead).await {
         Ok(outcome) => {
             let plan = outcome.latest();
@@ -277,9 +272,6 @@ async fn cycle(
                 );
             }
             board.publish(provider, report, !full);
-            if let Some(report) = board.latest() {
-                metrics.fleet(&report.fleet());
-            }
             metrics.cycle(provider, kind, observed, started.elapsed().as_secs_f64());
             if observed {
                 let now = SystemTime::now()

@@ -28,23 +28,17 @@ pub(super) async fn apply_cycle<'s>(
     given: super::CycleInputs,
 ) -> Result<Outcome<'s>, ReconcileError> {
     let ctx = agent.exec_context().ok_or(ReconcileError::ReadOnly)?;
-    let mut preloaded = given.memories;
     // The providers that list everything are listed while the journal is
     // replayed and the inputs read (a replay that writes makes the cycle
     // observe again: see `ListingAhead`).
     let ahead = ListingAhead::for_cycle(given.listing, agent, scope).await;
     let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot, scope).await?;
-    if !replayed.is_empty() {
-        // Replayed intents change what is remembered: read it again.
-        preloaded = None;
-    }
     let Planned { plan, unobserved } = plan_cycle(
         agent,
         snapshot,
         Mode::Apply,
         scope,
         &replayed,
-        preloaded,
         Observations::Fresh(ahead),
     )
     .await
@@ -102,7 +96,6 @@ pub(super) async fn apply_cycle<'s>(
             Mode::Plan,
             scope,
             &HashSet::new(),
-            None,
             observations,
         )
         .await

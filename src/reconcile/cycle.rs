@@ -6,17 +6,17 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::inputs::{Inputs, MemoryRead, declared};
+use super::inputs::{Inputs, Memories, MemoryRead, declared};
 use super::observe::{self, ProviderView};
 use super::plan::{self, PlanContext};
 use super::routing::{Routed, Routing};
 use super::{IntentReport, Mode, OrphanedOverride, Plan, PlannedResource, Scope};
 use crate::agent::Agent;
+use crate::engine::DeletionGuard;
 use crate::engine::deletion::DueDeletion;
 use crate::engine::intents::{IntentVerdict, PendingWork, verdict};
-use crate::engine::{DeletionGuard, Memory};
 use crate::journal::effects::{Effect, commit};
-use crate::journal::{StateError, StateStore, StoredMemories, blocking};
+use crate::journal::{StateError, StateStore, blocking};
 use crate::model::SpecHash;
 use crate::provider::{OperationId, OperationKind};
 use crate::source::Snapshot;
@@ -46,7 +46,6 @@ pub(super) async fn plan_cycle<'s>(
     mode: Mode,
     scope: &Scope,
     just_replayed: &HashSet<String>,
-    preloaded: Option<StoredMemories>,
     observations: Observations,
 ) -> Result<Planned<'s>, StateError> {
     crate::process::failpoint::stop_point(crate::process::failpoint::BEFORE_INPUTS);
@@ -64,8 +63,9 @@ pub(super) async fn plan_cycle<'s>(
     let mut inputs = match agent.store() {
         Some(store) => {
             let snapshot = snapshot.clone();
+            let cache = agent.memories();
             blocking(store, move |s| {
-                Inputs::load(s, &snapshot, MemoryRead::Fresh(preloaded))
+                Inputs::load(s, &snapshot, MemoryRead::Fresh(cache))
             })
             .await?
         }
@@ -181,7 +181,7 @@ fn orphaned_overrides(snapshot: &Snapshot, inputs: &Inputs) -> Vec<OrphanedOverr
         .values()
         .filter(|o| {
             declared(snapshot, &o.name).is_none()
-                && !inputs.memories.contains_key(&o.name)
+                && !inputs.memories.contains(&o.name)
                 && !inputs.tombstones.iter().any(|t| t.name == o.name)
         })
         .map(|o| OrphanedOverride {
@@ -257,7 +257,7 @@ fn guard(
     snapshot: &Snapshot,
     routing: &Routing<'_>,
     inputs: &mut Inputs,
-    memories: &HashMap<String, Memory>,
+    memories: &Memories,
 ) -> (DeletionGuard, Option<Effect>) {
     let had_holds = !inputs.held_deletions.is_empty();
     // A restored declaration's hold goes with its tombstone (an effect of
@@ -282,7 +282,7 @@ fn guard(
     let guard = DeletionGuard::evaluate(
         &due,
         &inputs.held_deletions,
-        memories.values().filter(|m| m.existed).count(),
+        memories.existed(),
         agent.deletion_limits(),
         snapshot.declarations.declarations.is_empty()
             && !agent
@@ -313,7 +313,7 @@ fn decide_all<'s>(
     ctx: &PlanContext<'_>,
     by_provider: BTreeMap<String, Vec<Routed<'s>>>,
     mut views: HashMap<String, ProviderView>,
-    memories: &mut HashMap<String, Memory>,
+    memories: &mut Memories,
     effects: &mut Vec<Effect>,
 ) -> Vec<PlannedResource<'s>> {
     let mut resources = Vec::with_capacity(by_provider.values().map(Vec::len).sum());
@@ -325,7 +325,7 @@ fn decide_all<'s>(
         let capabilities = runtime.capabilities();
         for (routed, observed) in subjects.into_iter().zip(observed) {
             let name = routed.subject.name();
-            let mut memory = memories.remove(name).unwrap_or_default();
+            let mut memory = memories.take(name);
             memory.released = ctx
                 .inputs
                 .releases

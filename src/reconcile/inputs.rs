@@ -11,7 +11,10 @@
 //!   kept in [`Inputs::corrupt`] under its resource, and that resource is
 //!   reported `Error` and left alone: no action without evidence.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+
+use serde_json::Value;
 
 use crate::engine::{HeldDeletion, Memory};
 use crate::executor::PlannedOperation;
@@ -19,7 +22,7 @@ use crate::journal::{
     Approval, CorruptRow, LocalOverride, OverrideSeen, StateError, StateStore, StoredMemories,
     TombstoneRow,
 };
-use crate::model::{Declaration, ManagedDatabase};
+use crate::model::{Declaration, ManagedDatabase, SpecHash};
 use crate::source::Snapshot;
 
 /// A managed resource no longer declared and without a tombstone yet.
@@ -31,12 +34,194 @@ pub struct LeftGit {
     pub file: String,
 }
 
+/// Every resource's memory as one read of the state found it, shared by
+/// the cycles that run while nothing is written: the running agent's
+/// provider workers each decide their own part of the fleet from the same
+/// read, so the fleet's memories are held (and read) once, not once per
+/// provider. What a cycle derives from them over the whole fleet (the
+/// resources that left Git, the specs changed since their last apply) is
+/// derived once per snapshot.
+///
+/// Never changed once made: a cycle that writes makes the next one read
+/// again (the read carries its freshness).
+#[derive(Debug, Default)]
+pub struct SharedMemories {
+    stored: StoredMemories,
+    /// How many resources tend saw exist (the deletion guard's base).
+    existed: usize,
+    /// What was derived over the fleet, and the snapshot it was derived
+    /// from (a weak reference keeps the snapshot's address from being
+    /// reused by another while it is held, so the comparison is exact).
+    derived: Mutex<Option<(Weak<Snapshot>, Arc<Derived>)>>,
+}
+
+/// Fleet-wide facts of a snapshot and the memories.
+#[derive(Debug, Default)]
+struct Derived {
+    /// Seen to exist and not declared (sorted): they left Git, or were
+    /// tombstoned already.
+    undeclared: Vec<String>,
+    /// Applied, and the spec changed since (or no longer declared): their
+    /// applied field values are read.
+    changed: Vec<String>,
+}
+
+impl SharedMemories {
+    pub fn new(stored: StoredMemories) -> SharedMemories {
+        let existed = stored.memories.values().filter(|m| m.existed).count();
+        SharedMemories {
+            stored,
+            existed,
+            derived: Mutex::default(),
+        }
+    }
+
+    /// When they were read (`None`: never reused).
+    pub fn freshness(&self) -> Option<crate::journal::store::Freshness> {
+        self.stored.freshness
+    }
+
+    /// How many resources they hold.
+    pub fn len(&self) -> usize {
+        self.stored.memories.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stored.memories.is_empty()
+    }
+
+    /// The fleet-wide facts over `snapshot`, derived at the first cycle
+    /// over it and kept for the others.
+    fn derived(&self, snapshot: &Arc<Snapshot>) -> Arc<Derived> {
+        let mut slot = self.derived.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((of, derived)) = slot.as_ref()
+            && std::ptr::eq(of.as_ptr(), Arc::as_ptr(snapshot))
+        {
+            return derived.clone();
+        }
+        if self.stored.memories.is_empty() {
+            return Arc::default();
+        }
+        // One index of the declarations by name: a lookup per memory in
+        // the sorted list touches a dozen declarations scattered in
+        // memory, and at 10,000 resources those cache misses cost
+        // milliseconds.
+        let declared: HashMap<&str, &SpecHash> = snapshot
+            .declarations
+            .declarations
+            .iter()
+            .map(|d| (d.name(), &d.spec_hash))
+            .collect();
+        let mut derived = Derived::default();
+        for (name, memory) in &self.stored.memories {
+            let spec = declared.get(name.as_str()).copied();
+            if memory.existed && spec.is_none() {
+                derived.undeclared.push(name.clone());
+            }
+            if memory.applied_spec_hash.is_some() && spec != memory.applied_spec_hash.as_ref() {
+                derived.changed.push(name.clone());
+            }
+        }
+        derived.undeclared.sort_unstable();
+        derived.changed.sort_unstable();
+        let derived = Arc::new(derived);
+        *slot = Some((Arc::downgrade(snapshot), derived.clone()));
+        derived
+    }
+}
+
+/// Applied field values read for a changed spec: the hash they were
+/// applied under, and the values.
+type Applied = (Option<SpecHash>, BTreeMap<String, Value>);
+
+/// The memories a cycle decides from: the shared read, with the applied
+/// field values read for this cycle over it. Each subject takes its own.
+#[derive(Debug, Default)]
+pub struct Memories {
+    shared: Arc<SharedMemories>,
+    applied: HashMap<String, Applied>,
+}
+
+impl Memories {
+    /// Memories of a test, as if read.
+    #[cfg(test)]
+    pub fn of(memories: HashMap<String, Memory>) -> Memories {
+        Memories {
+            shared: Arc::new(SharedMemories::new(StoredMemories {
+                memories,
+                freshness: None,
+            })),
+            applied: HashMap::new(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Memory> {
+        self.shared.stored.memories.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.shared.stored.memories.contains_key(name)
+    }
+
+    /// How many resources tend saw exist, fleet-wide.
+    pub fn existed(&self) -> usize {
+        self.shared.existed
+    }
+
+    /// `name`'s memory for its decision (empty on first sight), copied
+    /// out of the shared read.
+    pub fn take(&mut self, name: &str) -> Memory {
+        let mut memory = self
+            .shared
+            .stored
+            .memories
+            .get(name)
+            .cloned()
+            .unwrap_or_default();
+        if let Some((hash, fields)) = self.applied.remove(name) {
+            memory.applied_spec_hash = hash;
+            memory.applied_fields = fields;
+        }
+        memory
+    }
+}
+
+/// The last read of every resource's memory, reused by every cycle while
+/// nothing is written: the running agent's provider workers decide from
+/// one read, and hold one copy, whatever the number of providers.
+#[derive(Debug, Default)]
+pub struct MemoryCache {
+    /// Locked across a read: a cycle that asks meanwhile waits for it
+    /// rather than reading the same rows a second time.
+    last: Mutex<Option<Arc<SharedMemories>>>,
+}
+
+impl MemoryCache {
+    /// The memories as the state holds them now: the last read if nothing
+    /// was written since, else a new one. Blocks (call it on a blocking
+    /// thread).
+    pub fn current(&self, store: &StateStore) -> Result<Arc<SharedMemories>, StateError> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let now = store.freshness()?;
+        if let Some(read) = last.as_ref()
+            && read.freshness() == Some(now)
+        {
+            return Ok(read.clone());
+        }
+        // Let go before reading: the old read is freed by the last cycle
+        // that holds it, not kept beside the new one.
+        *last = None;
+        let read = Arc::new(SharedMemories::new(store.read_memories()?));
+        *last = Some(read.clone());
+        Ok(read)
+    }
+}
+
 /// How a load gets the memories.
 #[derive(Debug)]
 pub enum MemoryRead {
-    /// Current memories: these, read ahead, if nothing was written since
-    /// they were read; else read now.
-    Fresh(Option<StoredMemories>),
+    /// Current memories, through the agent's cache.
+    Fresh(Arc<MemoryCache>),
     /// None (the journal and the overrides are all that is needed).
     Skip,
 }
@@ -55,7 +240,7 @@ pub struct PendingIntent {
 /// Everything a cycle reads from the state.
 #[derive(Debug, Default)]
 pub struct Inputs {
-    pub memories: HashMap<String, Memory>,
+    pub memories: Memories,
     pub tombstones: Vec<TombstoneRow>,
     pub left_git: Vec<LeftGit>,
     pub local_overrides: HashMap<String, LocalOverride>,
@@ -95,7 +280,7 @@ impl Inputs {
     /// them (replaying the journal needs none).
     pub fn load(
         store: &StateStore,
-        snapshot: &Snapshot,
+        snapshot: &Arc<Snapshot>,
         memories: MemoryRead,
     ) -> Result<Inputs, StateError> {
         let mut inputs = Inputs {
@@ -103,28 +288,17 @@ impl Inputs {
             releases: store.releases()?,
             ..Inputs::default()
         };
-        let stored = match memories {
-            MemoryRead::Skip => StoredMemories::default(),
-            MemoryRead::Fresh(preloaded) => {
-                let current = store.freshness()?;
-                match preloaded {
-                    Some(stored) if stored.freshness == Some(current) => stored,
-                    _ => store.read_memories()?,
-                }
-            }
+        let shared = match memories {
+            MemoryRead::Skip => Arc::new(SharedMemories::default()),
+            MemoryRead::Fresh(cache) => cache.current(store)?,
         };
-        inputs.memories = stored.memories;
-        // One index of the declarations by name: a lookup per memory in the
-        // sorted list touches a dozen declarations scattered in memory,
-        // and at 10,000 resources those cache misses cost milliseconds.
-        let declared: HashMap<&str, &Declaration> = snapshot
-            .declarations
-            .declarations
-            .iter()
-            .map(|d| (d.name(), d))
-            .collect();
-        inputs.read_applied_fields(store, &declared)?;
-        let tombstoned: std::collections::HashSet<String> = store
+        let derived = shared.derived(snapshot);
+        inputs.memories = Memories {
+            shared,
+            applied: HashMap::new(),
+        };
+        inputs.read_applied_fields(store, &derived.changed)?;
+        let tombstoned: HashSet<String> = store
             .tombstones()?
             .into_iter()
             .map(|row| match row {
@@ -140,20 +314,19 @@ impl Inputs {
                 }
             })
             .collect();
-        // Managed and no longer declared: found from the memory already
-        // loaded, so only those few rows are read again.
-        let mut left: Vec<String> = inputs
-            .memories
+        // Managed and no longer declared: found from the memories already
+        // read, so only those few rows are read again.
+        for name in derived
+            .undeclared
             .iter()
-            .filter(|(name, m)| {
-                m.existed && !tombstoned.contains(*name) && !declared.contains_key(name.as_str())
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        left.sort_unstable();
-        for name in left {
-            match store.manifest_and_file(&name)? {
-                Some(Ok((last, file))) => inputs.left_git.push(LeftGit { name, last, file }),
+            .filter(|n| !tombstoned.contains(*n))
+        {
+            match store.manifest_and_file(name)? {
+                Some(Ok((last, file))) => inputs.left_git.push(LeftGit {
+                    name: name.clone(),
+                    last,
+                    file,
+                }),
                 Some(Err(corrupt)) => inputs.corrupt_row(corrupt),
                 None => {}
             }
@@ -199,27 +372,16 @@ impl Inputs {
     fn read_applied_fields(
         &mut self,
         store: &StateStore,
-        declared: &HashMap<&str, &Declaration>,
+        changed: &[String],
     ) -> Result<(), StateError> {
-        let changed: Vec<String> = self
-            .memories
-            .iter()
-            .filter(|(name, memory)| {
-                memory.applied_spec_hash.is_some()
-                    && declared.get(name.as_str()).map(|d| &d.spec_hash)
-                        != memory.applied_spec_hash.as_ref()
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
         if changed.is_empty() {
             return Ok(());
         }
-        for (name, hash, fields) in store.applied_fields(&changed)? {
+        for (name, hash, fields) in store.applied_fields(changed)? {
             match fields {
                 Ok(fields) => {
-                    if let Some(memory) = self.memories.get_mut(&name) {
-                        memory.applied_spec_hash = hash;
-                        memory.applied_fields = fields;
+                    if self.memories.contains(&name) {
+                        self.memories.applied.insert(name, (hash, fields));
                     }
                 }
                 Err(corrupt) => self.corrupt_row(corrupt),

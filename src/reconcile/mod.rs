@@ -31,7 +31,6 @@ use crate::agent::Agent;
 use crate::engine::{Decision, DeletionGuard, Memory, Rule, Tombstone};
 use crate::executor::Executed;
 use crate::journal::StateError;
-use crate::journal::store::StoredMemories;
 use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 use crate::provider::{Observed, OperationId, OperationKind};
 use crate::source::Snapshot;
@@ -254,16 +253,13 @@ impl<'s> Outcome<'s> {
     }
 }
 
-/// What a cycle is given that was read or started before it: a one-shot
-/// command reads the state's memories beside its source fetch and starts
-/// the providers' listings meanwhile; the running agent's worker reads the
-/// memories while it waits. Passed to [`reconcile_with`], never left in
-/// the agent for a later cycle to find.
+/// What a cycle is given that was started before it: a one-shot command
+/// starts the providers' listings beside its source fetch. Passed to
+/// [`reconcile_with`], never left in the agent for a later cycle to find.
+/// (The memories read ahead are in the agent's [`inputs::MemoryCache`],
+/// which every cycle reads through.)
 #[derive(Default)]
 pub struct CycleInputs {
-    /// The memories read ahead (used only if the state did not change
-    /// since: the read carries its freshness).
-    pub memories: Option<StoredMemories>,
     /// The listings under way (see [`observe::ListingAhead`]).
     pub listing: Option<ListingAhead>,
 }
@@ -295,7 +291,6 @@ pub async fn reconcile_with<'s>(
                 Mode::Plan,
                 scope,
                 &HashSet::new(),
-                ahead.memories,
                 cycle::Observations::Fresh(ahead.listing),
             )
             .await?

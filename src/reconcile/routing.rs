@@ -18,7 +18,7 @@ use crate::config::{Config, ProviderKind};
 use crate::engine::deletion::is_due;
 use crate::engine::{Action, Decision, Memory, Policy, Rule, State, Tombstone};
 use crate::journal::effects::Effect;
-use crate::model::{Diagnostic, ManagedDatabase, SpecHash};
+use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 use crate::provider::Observed;
 use crate::source::Snapshot;
 
@@ -156,8 +156,18 @@ impl<'s> Routing<'s> {
         now: SystemTime,
     ) -> Self {
         let mut routing = Routing::default();
+        // A provider worker's cycle passes over the declarations of every
+        // other provider by comparing one string: over 10 providers, each
+        // cycle would otherwise resolve the whole fleet's providers (their
+        // own cycles report a declaration's problems).
+        let elsewhere = |decl: &Declaration| match (scope, &decl.manifest.spec.provider) {
+            (Scope::Provider { provider, .. }, Some(named)) => {
+                named != provider && config.providers.contains_key(named)
+            }
+            _ => false,
+        };
         for decl in &snapshot.declarations.declarations {
-            if !scope.contains(decl.name()) {
+            if !scope.contains(decl.name()) || elsewhere(decl) {
                 continue;
             }
             match provider_of(config, &decl.manifest) {

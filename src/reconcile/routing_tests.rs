@@ -145,6 +145,7 @@ fn a_tombstone_is_routed_where_tend_manages_it_or_reported() {
         config("[providers.one]\nkind = \"sandbox\"\n[providers.two]\nkind = \"sandbox\"\n");
     let snapshot = snapshot(&[("a.yaml", manifest("a", "  provider: one\n"))]);
     let mut inputs = Inputs::default();
+    let mut memories = HashMap::new();
     for (name, provider) in [("kept", "two"), ("orphan", "three")] {
         inputs.tombstones.push(TombstoneRow {
             name: name.into(),
@@ -154,8 +155,8 @@ fn a_tombstone_is_routed_where_tend_manages_it_or_reported() {
             delete_requested_at: None,
             last_error: None,
         });
-        inputs.memories.insert(
-            name.into(),
+        memories.insert(
+            name.to_string(),
             Memory {
                 existed: true,
                 provider: Some(provider.into()),
@@ -163,6 +164,7 @@ fn a_tombstone_is_routed_where_tend_manages_it_or_reported() {
             },
         );
     }
+    inputs.memories = crate::reconcile::inputs::Memories::of(memories);
     let routing = Routing::route(
         &config,
         &Policy::default(),

@@ -213,6 +213,11 @@ async fn metrics(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> R
     if let Err(r) = state.access().check_read(&headers) {
         return refused(r);
     }
+    // The fleet's gauges are counted from the merged report when scraped,
+    // not at every worker's report.
+    if let Some(report) = state.board.latest() {
+        state.metrics.fleet(&report.fleet());
+    }
     (
         StatusCode::OK,
         [(

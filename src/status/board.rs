@@ -25,6 +25,10 @@ struct Inner {
     /// Each provider worker's report. With one provider the merged report
     /// is the same `Arc`: a fleet's report is held once, not twice.
     parts: BTreeMap<String, Arc<Report>>,
+    /// Merged when first asked for after a change, not at every worker's
+    /// report: over many providers, each worker's cycle would otherwise
+    /// copy the whole fleet's report once more (at 100,000 resources on
+    /// 10 providers, ten copies of 100,000 entries for one request).
     merged: Option<Arc<Report>>,
     source: SourceStatus,
     /// Why the status branch cannot be written (the status writer says).
@@ -123,12 +127,6 @@ impl StatusBoard {
             _ => Arc::new(report),
         };
         inner.parts.insert(provider.to_string(), part);
-        let merged = match inner.parts.len() {
-            1 => inner.parts.values().next().cloned(),
-            _ => Report::merge(inner.parts.values().map(Arc::as_ref)).map(Arc::new),
-        };
-        inner.merged =
-            merged.map(|r| with_status_branch(with_source(r, &inner.source), &inner.status_branch));
         drop(inner);
         self.changes.send_modify(|n| *n += 1);
     }
@@ -136,12 +134,29 @@ impl StatusBoard {
     /// Forgets every worker's report (after a reload the providers may be
     /// others); the merged report stays until a new one is published.
     pub fn reset_parts(&self) {
-        self.lock().parts.clear();
+        let mut inner = self.lock();
+        Self::merge(&mut inner);
+        inner.parts.clear();
     }
 
     /// The merged report, once any worker reported.
     pub fn latest(&self) -> Option<Arc<Report>> {
-        self.lock().merged.clone()
+        let mut inner = self.lock();
+        Self::merge(&mut inner);
+        inner.merged.clone()
+    }
+
+    /// Merges the parts if a part changed since the last merge.
+    fn merge(inner: &mut Inner) {
+        if inner.merged.is_some() || inner.parts.is_empty() {
+            return;
+        }
+        let merged = match inner.parts.len() {
+            1 => inner.parts.values().next().cloned(),
+            _ => Report::merge(inner.parts.values().map(Arc::as_ref)).map(Arc::new),
+        };
+        inner.merged =
+            merged.map(|r| with_status_branch(with_source(r, &inner.source), &inner.status_branch));
     }
 
     /// How many providers have reported since the last reset.

@@ -395,7 +395,7 @@ impl Agent {
         let cache = self.memories.clone();
         Some(tokio::task::spawn_blocking(move || {
             let _ = governor::clock::DefaultClock::default();
-            cache.current(&store).map(|_| ())
+            cache.read_ahead(&store)
         }))
     }
 

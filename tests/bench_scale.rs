@@ -3,7 +3,8 @@
 //! Run: `TEND_BENCH=full cargo nextest run --release --run-ignored only --test bench_scale --no-capture`
 //! (`scripts/bench.sh full` runs it with the others; `TEND_BENCH_REQUESTS=N`
 //! makes N no-change requests instead of 1,000; `TEND_BENCH_DECLARATIONS=N`
-//! another fleet size, for profiling). Figures go to
+//! another fleet size, for profiling; `TEND_BENCH_LOG=FILE` keeps the
+//! agent's log). Figures go to
 //! docs/performance.md.
 
 mod support;
@@ -221,6 +222,10 @@ fn one_agent_over_100000_declarations_on_10_providers() {
         format!("{:.2} MB", html.body.len() as f64 / 1e6),
         "GET /",
     );
+    // `TEND_BENCH_LOG=FILE`: the agent's log (debug), for a breakdown.
+    if let Ok(path) = std::env::var("TEND_BENCH_LOG") {
+        std::fs::write(path, daemon.log()).unwrap();
+    }
     drop(daemon);
 
     // `tend plan`, whole process, once the agent stopped.

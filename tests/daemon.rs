@@ -996,3 +996,76 @@ fn a_cycle_that_observes_nothing_is_not_a_successful_cycle() {
         "{text}"
     );
 }
+
+/// Each provider's worker decides its own part of the fleet, but the
+/// mass-deletion guard counts the whole fleet: removals spread over two
+/// providers, each provider's share below the limit and the whole above
+/// it, are all held at both.
+#[test]
+fn the_mass_deletion_guard_counts_the_removals_at_every_provider_together() {
+    let env = Env::new(|c| {
+        c.section("providers.other", "kind", "\"sandbox\"")
+            .reconcile("deletion_delay", "\"0s\"")
+            .reconcile("max_deletion_percent", "30")
+    });
+    let deletable = |name: &str, provider: &str| {
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  provider: {provider}\n  connectionLimit: 5\n  deletionPolicy: Delete\n"
+        )
+    };
+    env.repo.remove("orders.yaml");
+    for i in 0..5 {
+        env.repo.write(
+            &format!("a{i}.yaml"),
+            &deletable(&format!("a{i}"), "sandbox"),
+        );
+        env.repo
+            .write(&format!("b{i}.yaml"), &deletable(&format!("b{i}"), "other"));
+    }
+    env.repo.commit("ten databases at two providers");
+    let other = SandboxProvider::new(
+        "other",
+        &env.config.state_dir(),
+        Duration::ZERO,
+        Default::default(),
+    );
+    let count = |p: &SandboxProvider| p.load().unwrap().databases.len();
+    let daemon = env.start(&[]);
+    daemon.wait_for("ten databases", Duration::from_secs(15), || {
+        count(&env.sandbox()) == 5 && count(&other) == 5
+    });
+
+    // 4 of 10 due together: the limit is 30 % of 10, 3; each provider's 2
+    // alone are below it.
+    for name in ["a0", "a1", "b0", "b1"] {
+        env.repo.remove(&format!("{name}.yaml"));
+    }
+    let commit = env.repo.commit("remove two at each provider");
+    daemon.signed_webhook(SECRET);
+    let held = |status: &Value| {
+        ["a0", "a1", "b0", "b1"].iter().all(|name| {
+            resource(status, name).is_some_and(|r| {
+                r["action"] == "Hold"
+                    && r["reason"]
+                        .as_str()
+                        .is_some_and(|why| why.contains("4 were due together"))
+            })
+        })
+    };
+    daemon.wait_for(
+        "the four removals held by the guard",
+        Duration::from_secs(15),
+        || {
+            let status = daemon.status();
+            status["source"]["commit"] == commit.as_str() && held(&status)
+        },
+    );
+    // More cycles of both workers change nothing.
+    daemon.run_cycles(2);
+    assert!(held(&daemon.status()), "{}", daemon.status());
+    assert_eq!(
+        (count(&env.sandbox()), count(&other)),
+        (5, 5),
+        "a provider's worker deleted its share of a mass deletion"
+    );
+}

@@ -142,6 +142,9 @@ async fn after<F: std::future::Future<Output = ()>>(delay: Duration, task: F) {
 
 impl Running {
     pub(super) fn start(agent: Arc<Agent>, shared: &Shared) -> Result<Self, StartError> {
+        // Every worker decides from the same read of the memories, kept
+        // while nothing is written.
+        agent.memories().retain();
         shared
             .heartbeats
             .set_operation_deadline(agent.config().operation_deadline());

@@ -261,7 +261,7 @@ async fn cycle(
                     .iter_mut()
                     .filter(|r| r.rule == crate::engine::Rule::ObservationFailed.as_str())
                 {
-                    r.acts_at = Some(at.clone());
+                    Arc::make_mut(r).acts_at = Some(at.clone());
                 }
                 tracing::info!(
                     provider,

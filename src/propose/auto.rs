@@ -41,6 +41,7 @@ fn proposable(report: &Report) -> Vec<&ResourceReport> {
     report
         .resources
         .iter()
+        .map(std::sync::Arc::as_ref)
         .filter(|r| r.propose.is_some() && r.override_.is_some())
         .collect()
 }

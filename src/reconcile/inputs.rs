@@ -12,6 +12,7 @@
 //!   reported `Error` and left alone: no action without evidence.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::Value;
@@ -168,16 +169,15 @@ impl Memories {
         self.shared.existed
     }
 
-    /// `name`'s memory for its decision (empty on first sight), copied
-    /// out of the shared read.
+    /// `name`'s memory for its decision (empty on first sight): moved out
+    /// when this cycle holds the only reference to the read (a one-shot
+    /// command), copied when other cycles share it.
     pub fn take(&mut self, name: &str) -> Memory {
-        let mut memory = self
-            .shared
-            .stored
-            .memories
-            .get(name)
-            .cloned()
-            .unwrap_or_default();
+        let mut memory = match Arc::get_mut(&mut self.shared) {
+            Some(own) => own.stored.memories.remove(name),
+            None => self.shared.stored.memories.get(name).cloned(),
+        }
+        .unwrap_or_default();
         if let Some((hash, fields)) = self.applied.remove(name) {
             memory.applied_spec_hash = hash;
             memory.applied_fields = fields;
@@ -186,34 +186,65 @@ impl Memories {
     }
 }
 
-/// The last read of every resource's memory, reused by every cycle while
-/// nothing is written: the running agent's provider workers decide from
-/// one read, and hold one copy, whatever the number of providers.
+/// The last read of every resource's memory. A retaining cache (the
+/// running agent's) is reused by every cycle while nothing is written: the
+/// provider workers decide from one read, and hold one copy, whatever the
+/// number of providers. Otherwise (a one-shot command) a read made ahead
+/// is handed to the next cycle alone, which then moves each memory out of
+/// it instead of copying it.
 #[derive(Debug, Default)]
 pub struct MemoryCache {
     /// Locked across a read: a cycle that asks meanwhile waits for it
     /// rather than reading the same rows a second time.
     last: Mutex<Option<Arc<SharedMemories>>>,
+    retain: AtomicBool,
 }
 
 impl MemoryCache {
+    /// Keeps each read for the cycles after it (the running agent).
+    pub fn retain(&self) {
+        self.retain.store(true, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<SharedMemories>>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The memories as the state holds them now: the last read if nothing
     /// was written since, else a new one. Blocks (call it on a blocking
     /// thread).
     pub fn current(&self, store: &StateStore) -> Result<Arc<SharedMemories>, StateError> {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.lock();
         let now = store.freshness()?;
-        if let Some(read) = last.as_ref()
+        let retain = self.retain.load(Ordering::Relaxed);
+        // Taken out whatever it is: a stale read is freed by the last
+        // cycle that holds it, not kept beside the new one.
+        if let Some(read) = last.take()
             && read.freshness() == Some(now)
         {
-            return Ok(read.clone());
+            if retain {
+                *last = Some(read.clone());
+            }
+            return Ok(read);
         }
-        // Let go before reading: the old read is freed by the last cycle
-        // that holds it, not kept beside the new one.
-        *last = None;
         let read = Arc::new(SharedMemories::new(store.read_memories()?));
-        *last = Some(read.clone());
+        if retain {
+            *last = Some(read.clone());
+        }
         Ok(read)
+    }
+
+    /// Reads the memories now (unless the last read is still current),
+    /// for the next cycle.
+    pub fn read_ahead(&self, store: &StateStore) -> Result<(), StateError> {
+        let mut last = self.lock();
+        let now = store.freshness()?;
+        if last.as_ref().is_some_and(|r| r.freshness() == Some(now)) {
+            return Ok(());
+        }
+        *last = None;
+        *last = Some(Arc::new(SharedMemories::new(store.read_memories()?)));
+        Ok(())
     }
 }
 
@@ -388,5 +419,51 @@ impl Inputs {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::effects::{Effect, commit};
+
+    fn store(dir: &tempfile::TempDir) -> StateStore {
+        StateStore::open(dir.path(), true).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_retaining_cache_shares_one_read_until_the_state_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let cache = MemoryCache::default();
+        cache.retain();
+        let first = cache.current(&store).unwrap();
+        let again = cache.current(&store).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "read twice with nothing written"
+        );
+        commit(
+            &store,
+            &[Effect::RemoveTombstone {
+                name: "orders".into(),
+            }],
+        )
+        .unwrap();
+        let after = cache.current(&store).unwrap();
+        assert!(!Arc::ptr_eq(&first, &after), "a stale read was reused");
+    }
+
+    #[test]
+    fn a_one_shot_cache_hands_its_read_ahead_to_one_cycle_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let cache = MemoryCache::default();
+        cache.read_ahead(&store).unwrap();
+        let first = cache.current(&store).unwrap();
+        // Nothing else holds it: the cycle moves the memories out.
+        assert_eq!(Arc::strong_count(&first), 1);
+        let second = cache.current(&store).unwrap();
+        assert!(!Arc::ptr_eq(&first, &second));
     }
 }

@@ -137,6 +137,7 @@ pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     let attention: Vec<&ResourceReport> = report
         .resources
         .iter()
+        .map(std::sync::Arc::as_ref)
         .filter(|r| needs_attention(r))
         .collect();
     let _ = write!(

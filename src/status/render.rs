@@ -520,6 +520,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
     let drifted: Vec<&ResourceReport> = report
         .resources
         .iter()
+        .map(std::sync::Arc::as_ref)
         .filter(|r| !r.drift.is_empty())
         .collect();
     if !drifted.is_empty() {
@@ -543,6 +544,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
     let unobserved: Vec<(&ResourceReport, String)> = report
         .resources
         .iter()
+        .map(std::sync::Arc::as_ref)
         .filter_map(|r| unobserved_line(r).map(|l| (r, l)))
         .collect();
     if !unobserved.is_empty() {
@@ -554,6 +556,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
     let overridden: Vec<(&ResourceReport, String)> = report
         .resources
         .iter()
+        .map(std::sync::Arc::as_ref)
         .filter_map(|r| override_line(report, r).map(|l| (r, l)))
         .collect();
     if !overridden.is_empty() {
@@ -565,6 +568,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
     let kept: Vec<&ResourceReport> = report
         .resources
         .iter()
+        .map(std::sync::Arc::as_ref)
         .filter(|r| r.propose.is_some())
         .collect();
     if !kept.is_empty() {

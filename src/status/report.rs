@@ -1,6 +1,7 @@
 //! The report contract (`formatVersion: 1`, camelCase, docs/reports.md).
 //! Changing a field here is a breaking change for every consumer.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -23,7 +24,10 @@ pub struct Report {
     pub agent: AgentInfo,
     pub source: SourceInfo,
     pub summary: Summary,
-    pub resources: Vec<ResourceReport>,
+    /// Shared with the parts it was merged from (the running agent holds
+    /// each provider's report and the merged one: one copy of each
+    /// resource's entry, not two).
+    pub resources: Vec<Arc<ResourceReport>>,
     pub errors: Vec<ErrorReport>,
     /// Local overrides on names with no declaration and no resource
     /// (`tend override set --force`, or a declaration removed since): they
@@ -369,7 +373,7 @@ impl Summary {
     /// The counts of `resources` and `errors` declaration errors. A
     /// released database is shown, but no longer one of the resources
     /// tend manages: the counts add up to the total without it.
-    pub fn of(resources: &[ResourceReport], errors: usize) -> Self {
+    pub fn of(resources: &[Arc<ResourceReport>], errors: usize) -> Self {
         let mut summary = Summary {
             errors,
             ..Summary::default()
@@ -464,13 +468,13 @@ pub fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report 
 
 /// Builds the report of a plan.
 pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
-    let mut resources: Vec<ResourceReport> = plan
+    let mut resources: Vec<Arc<ResourceReport>> = plan
         .resources
         .iter()
-        .map(|r| resource_report(plan, r))
+        .map(|r| Arc::new(resource_report(plan, r)))
         .collect();
     if !plan.released.is_empty() {
-        resources.extend(plan.released.iter().map(released_report));
+        resources.extend(plan.released.iter().map(|r| Arc::new(released_report(r))));
         resources.sort_by(|a, b| a.name.cmp(&b.name));
     }
     Report {
@@ -525,10 +529,14 @@ impl Report {
     /// how many quiet ones it leaves out.
     pub fn listed(&self, all: bool) -> (Vec<&ResourceReport>, usize) {
         if self.lists_quiet(all) {
-            return (self.resources.iter().collect(), 0);
+            return (self.resources.iter().map(Arc::as_ref).collect(), 0);
         }
-        let listed: Vec<&ResourceReport> =
-            self.resources.iter().filter(|r| !r.is_quiet()).collect();
+        let listed: Vec<&ResourceReport> = self
+            .resources
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|r| !r.is_quiet())
+            .collect();
         let left_out = self.resources.len() - listed.len();
         (listed, left_out)
     }

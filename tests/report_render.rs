@@ -113,7 +113,7 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
             spec_hash: decl.spec_hash.clone(),
             subject: PlannedSubject::Declared(decl),
             observed,
-            memory,
+            memory: std::sync::Arc::new(memory),
             decision,
             operation,
         });

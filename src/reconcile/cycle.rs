@@ -326,7 +326,7 @@ fn decide_all<'s>(
         for (routed, observed) in subjects.into_iter().zip(observed) {
             let name = routed.subject.name();
             let mut memory = memories.take(name);
-            memory.released = ctx
+            let released = ctx
                 .inputs
                 .releases
                 .iter()
@@ -336,6 +336,9 @@ fn decide_all<'s>(
                     at: r.at,
                     removal_commit: r.removal_commit.clone(),
                 });
+            if released.is_some() || memory.released.is_some() {
+                Arc::make_mut(&mut memory).released = released;
+            }
             resources.push(plan::plan_subject(
                 ctx,
                 &provider,

@@ -47,7 +47,10 @@ pub struct LeftGit {
 /// again (the read carries its freshness).
 #[derive(Debug, Default)]
 pub struct SharedMemories {
-    stored: StoredMemories,
+    /// Each behind its own `Arc`: a cycle's plan refers to the memories
+    /// it decided from instead of copying them.
+    memories: HashMap<String, Arc<Memory>>,
+    freshness: Option<crate::journal::store::Freshness>,
     /// How many resources tend saw exist (the deletion guard's base).
     existed: usize,
     /// What was derived over the fleet, and the snapshot it was derived
@@ -71,7 +74,12 @@ impl SharedMemories {
     pub fn new(stored: StoredMemories) -> SharedMemories {
         let existed = stored.memories.values().filter(|m| m.existed).count();
         SharedMemories {
-            stored,
+            memories: stored
+                .memories
+                .into_iter()
+                .map(|(name, memory)| (name, Arc::new(memory)))
+                .collect(),
+            freshness: stored.freshness,
             existed,
             derived: Mutex::default(),
         }
@@ -79,16 +87,16 @@ impl SharedMemories {
 
     /// When they were read (`None`: never reused).
     pub fn freshness(&self) -> Option<crate::journal::store::Freshness> {
-        self.stored.freshness
+        self.freshness
     }
 
     /// How many resources they hold.
     pub fn len(&self) -> usize {
-        self.stored.memories.len()
+        self.memories.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.stored.memories.is_empty()
+        self.memories.is_empty()
     }
 
     /// The fleet-wide facts over `snapshot`, derived at the first cycle
@@ -100,7 +108,7 @@ impl SharedMemories {
         {
             return derived.clone();
         }
-        if self.stored.memories.is_empty() {
+        if self.memories.is_empty() {
             return Arc::default();
         }
         // One index of the declarations by name: a lookup per memory in
@@ -114,7 +122,7 @@ impl SharedMemories {
             .map(|d| (d.name(), &d.spec_hash))
             .collect();
         let mut derived = Derived::default();
-        for (name, memory) in &self.stored.memories {
+        for (name, memory) in &self.memories {
             let spec = declared.get(name.as_str()).copied();
             if memory.existed && spec.is_none() {
                 derived.undeclared.push(name.clone());
@@ -157,11 +165,11 @@ impl Memories {
     }
 
     pub fn get(&self, name: &str) -> Option<&Memory> {
-        self.shared.stored.memories.get(name)
+        self.shared.memories.get(name).map(Arc::as_ref)
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.shared.stored.memories.contains_key(name)
+        self.shared.memories.contains_key(name)
     }
 
     /// How many resources tend saw exist, fleet-wide.
@@ -171,14 +179,16 @@ impl Memories {
 
     /// `name`'s memory for its decision (empty on first sight): moved out
     /// when this cycle holds the only reference to the read (a one-shot
-    /// command), copied when other cycles share it.
-    pub fn take(&mut self, name: &str) -> Memory {
+    /// command), shared when other cycles hold it too (copied only where
+    /// this cycle read its applied field values).
+    pub fn take(&mut self, name: &str) -> Arc<Memory> {
         let mut memory = match Arc::get_mut(&mut self.shared) {
-            Some(own) => own.stored.memories.remove(name),
-            None => self.shared.stored.memories.get(name).cloned(),
+            Some(own) => own.memories.remove(name),
+            None => self.shared.memories.get(name).cloned(),
         }
         .unwrap_or_default();
         if let Some((hash, fields)) = self.applied.remove(name) {
+            let memory = Arc::make_mut(&mut memory);
             memory.applied_spec_hash = hash;
             memory.applied_fields = fields;
         }

@@ -168,7 +168,8 @@ pub struct PlannedResource<'s> {
     pub provider: String,
     pub spec_hash: SpecHash,
     pub observed: Observed,
-    pub memory: Memory,
+    /// Shared with the read it came from (see `inputs::Memories::take`).
+    pub memory: Arc<Memory>,
     pub decision: Decision,
     /// The id the executor uses for the decision's action.
     pub operation: Option<PlannedOperationId>,

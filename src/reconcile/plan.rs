@@ -60,7 +60,7 @@ pub fn plan_subject<'s>(
     capabilities: &Capabilities,
     routed: Routed<'s>,
     mut observed: Observed,
-    memory: Memory,
+    memory: std::sync::Arc<Memory>,
     effects: &mut Vec<Effect>,
 ) -> PlannedResource<'s> {
     let subject = routed.subject;

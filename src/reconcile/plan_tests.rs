@@ -114,7 +114,15 @@ impl Fixture {
             subject,
             database_name: "orders".into(),
         };
-        let r = plan_subject(&ctx, "p", &caps(), routed, observed, memory, &mut effects);
+        let r = plan_subject(
+            &ctx,
+            "p",
+            &caps(),
+            routed,
+            observed,
+            std::sync::Arc::new(memory),
+            &mut effects,
+        );
         (r, effects)
     }
 }

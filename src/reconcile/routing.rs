@@ -16,7 +16,7 @@ use super::inputs::{Inputs, declared};
 use super::{PlannedResource, PlannedSubject, Scope};
 use crate::config::{Config, ProviderKind};
 use crate::engine::deletion::is_due;
-use crate::engine::{Action, Decision, Memory, Policy, Rule, State, Tombstone};
+use crate::engine::{Action, Decision, Policy, Rule, State, Tombstone};
 use crate::journal::effects::Effect;
 use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
 use crate::provider::Observed;
@@ -129,7 +129,7 @@ pub fn undecidable<'s>(
         provider: provider.to_string(),
         spec_hash: SpecHash(String::new()),
         observed: Observed::Failed("not observed".into()),
-        memory: Memory::default(),
+        memory: std::sync::Arc::default(),
         decision: Decision::new(State::Error, Action::None, rule, reason),
         operation: None,
     }

@@ -1,5 +1,6 @@
 //! Tests of [`super`] (the routing phase).
 use super::*;
+use crate::engine::Memory;
 use crate::journal::TombstoneRow;
 use crate::model::{DeclarationSet, parse_file};
 use crate::reconcile::inputs::LeftGit;

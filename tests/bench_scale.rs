@@ -182,6 +182,22 @@ fn one_agent_over_100000_declarations_on_10_providers() {
 
     // One file changed: pushed, the webhook, then the cycle, the report
     // and the status branch.
+    // The status branch's first commit (the cold start's report) may
+    // still be on its way: each event is timed from a branch that exists.
+    let tip = || {
+        std::process::Command::new("git")
+            .args(["rev-parse", "-q", "--verify", "tend-status"])
+            .current_dir(&bare)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    daemon.wait_for(
+        "the status branch's first commit",
+        Duration::from_secs(300),
+        || tip().is_some(),
+    );
     let mut reconciled = Vec::new();
     for e in 0..events {
         let i = 7 + e * PROVIDERS;
@@ -189,7 +205,6 @@ fn one_agent_over_100000_declarations_on_10_providers() {
         work.commit("one database changed");
         work.git(&["push", "-q", &bare.display().to_string(), "main"]);
         let commit = work.head();
-        let tip = || git(&bare, &["rev-parse", "-q", "--verify", "tend-status"]);
         let before = tip();
         let sent = daemon.signed_webhook(SECRET);
         daemon.wait_for("the status commit", Duration::from_secs(60), || {

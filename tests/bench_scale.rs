@@ -15,7 +15,7 @@ use support::TendCommand;
 use support::bench::{Scale, figure, spread};
 use support::config::TendConfig;
 use support::daemon::Daemon;
-use support::git::{GitDaemon, TestRepo, free_port};
+use support::git::{GitDaemon, TestRepo, free_port, git_if_any, status_file};
 
 const SECRET: &str = "bench-secret";
 const PROVIDERS: usize = 10;
@@ -25,6 +25,11 @@ fn declaration(i: usize, limit: usize) -> String {
         "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: db-{i:06}\nspec:\n  provider: p{}\n  connectionLimit: {limit}\n",
         i % PROVIDERS
     )
+}
+
+/// A count from the environment variable `name`, if set.
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|n| n.parse().ok())
 }
 
 fn path_of(i: usize) -> String {
@@ -56,16 +61,10 @@ fn cycles_done(log: &str) -> (usize, usize) {
 fn one_agent_over_100000_declarations_on_10_providers() {
     let scale = Scale::from_env();
     // `TEND_BENCH_DECLARATIONS`: another fleet size (for profiling).
-    let n = std::env::var("TEND_BENCH_DECLARATIONS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(scale.n(100_000, 2_000));
+    let n = env_count("TEND_BENCH_DECLARATIONS").unwrap_or(scale.n(100_000, 2_000));
     // `TEND_BENCH_REQUESTS`: fewer no-change requests than the target's
     // 1,000 (each is a cycle of every provider), for a shorter run.
-    let more = std::env::var("TEND_BENCH_REQUESTS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(scale.n(1000, 5));
+    let more = env_count("TEND_BENCH_REQUESTS").unwrap_or(scale.n(1000, 5));
     let first = scale.n(10, 3);
     let events = scale.n(10, 2);
 
@@ -184,15 +183,7 @@ fn one_agent_over_100000_declarations_on_10_providers() {
     // and the status branch.
     // The status branch's first commit (the cold start's report) may
     // still be on its way: each event is timed from a branch that exists.
-    let tip = || {
-        std::process::Command::new("git")
-            .args(["rev-parse", "-q", "--verify", "tend-status"])
-            .current_dir(&bare)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
+    let tip = || git_if_any(&bare, &["rev-parse", "-q", "--verify", "tend-status"]);
     daemon.wait_for(
         "the status branch's first commit",
         Duration::from_secs(300),
@@ -209,20 +200,11 @@ fn one_agent_over_100000_declarations_on_10_providers() {
         // The changed resource's own status file decided from the new
         // commit: another provider's report naming the commit first is
         // not this change reconciled.
-        let file = {
-            use sha2::Digest;
-            let name = format!("db-{i:06}");
-            let digest = sha2::Sha256::digest(name.as_bytes());
-            format!("tend-status:status/{:02x}/{name}.yaml", digest[0])
-        };
+        let file = format!("tend-status:{}", status_file(&format!("db-{i:06}")));
         let sent = daemon.signed_webhook(SECRET);
         daemon.wait_for("the status commit", Duration::from_secs(60), || {
             tip() != before
-                && std::process::Command::new("git")
-                    .args(["show", &file])
-                    .current_dir(&bare)
-                    .output()
-                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&commit))
+                && git_if_any(&bare, &["show", &file]).is_some_and(|f| f.contains(&commit))
         });
         reconciled.push(sent.elapsed().as_secs_f64() * 1000.0);
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use support::TendCommand;
 use support::config::TendConfig;
-use support::git::{GitDaemon, HttpGitServer, TestRepo, git, manifest};
+use support::git::{GitDaemon, HttpGitServer, TestRepo, git, manifest, status_file};
 
 const BILLING: &str = "apiVersion: tend.dev/v1alpha1
 kind: ManagedDatabase
@@ -106,15 +106,6 @@ impl Remote {
         let path = self.dir.path().join("state/reports/latest.json");
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
     }
-}
-
-/// Where a resource's file is on the branch, by the documented rule:
-/// `status/HH/NAME.yaml`, `HH` the first two hexadecimal digits of the
-/// SHA-256 of the name.
-fn status_file(name: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(name.as_bytes());
-    format!("status/{:02x}/{name}.yaml", digest[0])
 }
 
 fn apply(config: &str, code: i32) -> support::RunOutput {

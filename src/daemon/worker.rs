@@ -61,8 +61,10 @@ pub async fn run(
     let reconcile = &agent.config().reconcile;
     let every = reconcile.observe.min(reconcile.resync);
     let mut queue = DueQueue::default();
-    let mut preload: Option<crate::agent::Preload> = None;
     let mut next_full = Instant::now();
+    // The memories read ahead while the worker waits, for its next cycle
+    // (the agent's cache keeps the read while nothing is written).
+    let mut preload: Option<crate::agent::Preload> = None;
     // Cycles in a row that could not observe the provider: the next one
     // comes after a backoff (seconds at first), not at the next `observe`.
     let mut failing = 0u32;

@@ -39,9 +39,7 @@ pub struct AutoPropose {
 /// out-of-band drift.
 fn proposable(report: &Report) -> Vec<&ResourceReport> {
     report
-        .resources
-        .iter()
-        .map(std::sync::Arc::as_ref)
+        .entries()
         .filter(|r| r.propose.is_some() && r.override_.is_some())
         .collect()
 }

@@ -90,15 +90,6 @@ impl SharedMemories {
         self.freshness
     }
 
-    /// How many resources they hold.
-    pub fn len(&self) -> usize {
-        self.memories.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.memories.is_empty()
-    }
-
     /// The fleet-wide facts over `snapshot`, derived at the first cycle
     /// over it and kept for the others.
     fn derived(&self, snapshot: &Arc<Snapshot>) -> Arc<Derived> {
@@ -220,25 +211,27 @@ impl MemoryCache {
         self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// `last` taken out if nothing was written since it was read, else a
+    /// new read. Taken out whatever it is: a stale read is freed by the
+    /// last cycle that holds it, not kept beside the new one.
+    fn up_to_date(
+        last: &mut Option<Arc<SharedMemories>>,
+        store: &StateStore,
+    ) -> Result<Arc<SharedMemories>, StateError> {
+        let now = store.freshness()?;
+        match last.take() {
+            Some(read) if read.freshness() == Some(now) => Ok(read),
+            _ => Ok(Arc::new(SharedMemories::new(store.read_memories()?))),
+        }
+    }
+
     /// The memories as the state holds them now: the last read if nothing
     /// was written since, else a new one. Blocks (call it on a blocking
     /// thread).
     pub fn current(&self, store: &StateStore) -> Result<Arc<SharedMemories>, StateError> {
         let mut last = self.lock();
-        let now = store.freshness()?;
-        let retain = self.retain.load(Ordering::Relaxed);
-        // Taken out whatever it is: a stale read is freed by the last
-        // cycle that holds it, not kept beside the new one.
-        if let Some(read) = last.take()
-            && read.freshness() == Some(now)
-        {
-            if retain {
-                *last = Some(read.clone());
-            }
-            return Ok(read);
-        }
-        let read = Arc::new(SharedMemories::new(store.read_memories()?));
-        if retain {
+        let read = Self::up_to_date(&mut last, store)?;
+        if self.retain.load(Ordering::Relaxed) {
             *last = Some(read.clone());
         }
         Ok(read)
@@ -248,12 +241,8 @@ impl MemoryCache {
     /// for the next cycle.
     pub fn read_ahead(&self, store: &StateStore) -> Result<(), StateError> {
         let mut last = self.lock();
-        let now = store.freshness()?;
-        if last.as_ref().is_some_and(|r| r.freshness() == Some(now)) {
-            return Ok(());
-        }
-        *last = None;
-        *last = Some(Arc::new(SharedMemories::new(store.read_memories()?)));
+        let read = Self::up_to_date(&mut last, store)?;
+        *last = Some(read);
         Ok(())
     }
 }
@@ -437,18 +426,20 @@ mod tests {
     use super::*;
     use crate::journal::effects::{Effect, commit};
 
-    fn store(dir: &tempfile::TempDir) -> StateStore {
-        StateStore::open(dir.path(), true).unwrap().unwrap()
+    type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+    fn store(dir: &tempfile::TempDir) -> Result<StateStore, Box<dyn std::error::Error>> {
+        StateStore::open(dir.path(), true)?.ok_or_else(|| "no state store was made".into())
     }
 
     #[test]
-    fn a_retaining_cache_shares_one_read_until_the_state_is_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir);
+    fn a_retaining_cache_shares_one_read_until_the_state_is_written() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
         let cache = MemoryCache::default();
         cache.retain();
-        let first = cache.current(&store).unwrap();
-        let again = cache.current(&store).unwrap();
+        let first = cache.current(&store)?;
+        let again = cache.current(&store)?;
         assert!(
             Arc::ptr_eq(&first, &again),
             "read twice with nothing written"
@@ -458,22 +449,23 @@ mod tests {
             &[Effect::RemoveTombstone {
                 name: "orders".into(),
             }],
-        )
-        .unwrap();
-        let after = cache.current(&store).unwrap();
+        )?;
+        let after = cache.current(&store)?;
         assert!(!Arc::ptr_eq(&first, &after), "a stale read was reused");
+        Ok(())
     }
 
     #[test]
-    fn a_one_shot_cache_hands_its_read_ahead_to_one_cycle_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir);
+    fn a_one_shot_cache_hands_its_read_ahead_to_one_cycle_alone() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
         let cache = MemoryCache::default();
-        cache.read_ahead(&store).unwrap();
-        let first = cache.current(&store).unwrap();
+        cache.read_ahead(&store)?;
+        let first = cache.current(&store)?;
         // Nothing else holds it: the cycle moves the memories out.
         assert_eq!(Arc::strong_count(&first), 1);
-        let second = cache.current(&store).unwrap();
+        let second = cache.current(&store)?;
         assert!(!Arc::ptr_eq(&first, &second));
+        Ok(())
     }
 }

@@ -231,11 +231,7 @@ fn summary(report: &Report) -> String {
         s.deleting,
         s.errors
     );
-    let mut ordered: Vec<&ResourceReport> = report
-        .resources
-        .iter()
-        .map(std::sync::Arc::as_ref)
-        .collect();
+    let mut ordered: Vec<&ResourceReport> = report.entries().collect();
     ordered.sort_by_key(|r| (urgency(r.state), r.name.as_str()));
     let _ = writeln!(out, "| resource | state | action | reason |");
     let _ = writeln!(out, "| --- | --- | --- | --- |");

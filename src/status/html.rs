@@ -134,12 +134,7 @@ pub fn page(report: &Report, title: &str) -> String {
 /// [`page`] written to `out`.
 pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     let s = &report.summary;
-    let attention: Vec<&ResourceReport> = report
-        .resources
-        .iter()
-        .map(std::sync::Arc::as_ref)
-        .filter(|r| needs_attention(r))
-        .collect();
+    let attention: Vec<&ResourceReport> = report.entries().filter(|r| needs_attention(r)).collect();
     let _ = write!(
         out,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\

@@ -517,12 +517,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
             "\n{quiet} more in sync are not listed (`latest.json` lists every resource)."
         );
     }
-    let drifted: Vec<&ResourceReport> = report
-        .resources
-        .iter()
-        .map(std::sync::Arc::as_ref)
-        .filter(|r| !r.drift.is_empty())
-        .collect();
+    let drifted: Vec<&ResourceReport> = report.entries().filter(|r| !r.drift.is_empty()).collect();
     if !drifted.is_empty() {
         let _ = writeln!(out, "\n#### Drift\n");
         let _ = writeln!(out, "| name | field | declared | observed | origin |");
@@ -542,9 +537,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
         }
     }
     let unobserved: Vec<(&ResourceReport, String)> = report
-        .resources
-        .iter()
-        .map(std::sync::Arc::as_ref)
+        .entries()
         .filter_map(|r| unobserved_line(r).map(|l| (r, l)))
         .collect();
     if !unobserved.is_empty() {
@@ -554,9 +547,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
         }
     }
     let overridden: Vec<(&ResourceReport, String)> = report
-        .resources
-        .iter()
-        .map(std::sync::Arc::as_ref)
+        .entries()
         .filter_map(|r| override_line(report, r).map(|l| (r, l)))
         .collect();
     if !overridden.is_empty() {
@@ -565,12 +556,7 @@ pub fn markdown_into<W: Write>(out: &mut W, report: &Report, title: &str, all: b
             let _ = writeln!(out, "- `{}`: {}", md_code(&r.name), md_escape(&line));
         }
     }
-    let kept: Vec<&ResourceReport> = report
-        .resources
-        .iter()
-        .map(std::sync::Arc::as_ref)
-        .filter(|r| r.propose.is_some())
-        .collect();
+    let kept: Vec<&ResourceReport> = report.entries().filter(|r| r.propose.is_some()).collect();
     if !kept.is_empty() {
         let _ = writeln!(out, "\n#### Changes made at the provider, to keep in Git\n");
         for r in kept {

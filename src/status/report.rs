@@ -525,18 +525,18 @@ impl Report {
         all || self.resources.len() <= LISTED_IN_FULL
     }
 
+    /// Each resource's entry, in name order.
+    pub fn entries(&self) -> impl Iterator<Item = &ResourceReport> {
+        self.resources.iter().map(Arc::as_ref)
+    }
+
     /// The resources a rendering lists (see [`Report::lists_quiet`]), and
     /// how many quiet ones it leaves out.
     pub fn listed(&self, all: bool) -> (Vec<&ResourceReport>, usize) {
         if self.lists_quiet(all) {
-            return (self.resources.iter().map(Arc::as_ref).collect(), 0);
+            return (self.entries().collect(), 0);
         }
-        let listed: Vec<&ResourceReport> = self
-            .resources
-            .iter()
-            .map(Arc::as_ref)
-            .filter(|r| !r.is_quiet())
-            .collect();
+        let listed: Vec<&ResourceReport> = self.entries().filter(|r| !r.is_quiet()).collect();
         let left_out = self.resources.len() - listed.len();
         (listed, left_out)
     }

@@ -39,6 +39,25 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// [`git`], or `None` where it fails (a ref that does not exist yet).
+pub fn git_if_any(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = isolated(Command::new("git").args(args).current_dir(dir))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Where a resource's file is on the branch, by the documented rule:
+/// `status/HH/NAME.yaml`, `HH` the first two hexadecimal digits of the
+/// SHA-256 of the name.
+pub fn status_file(name: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    format!("status/{:02x}/{name}.yaml", digest[0])
+}
+
 /// A work-tree repository on branch `main` in a temporary directory.
 pub struct TestRepo {
     pub dir: tempfile::TempDir,

@@ -37,13 +37,7 @@ fn about_resource(t: &Transition) -> bool {
 
 fn resource<'a>(report: &'a Report, t: &Transition) -> Option<&'a ResourceReport> {
     about_resource(t)
-        .then(|| {
-            report
-                .resources
-                .iter()
-                .map(std::sync::Arc::as_ref)
-                .find(|r| r.name == t.subject)
-        })
+        .then(|| report.entries().find(|r| r.name == t.subject))
         .flatten()
 }
 

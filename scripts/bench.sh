@@ -4,7 +4,7 @@
 #   scripts/bench.sh full    # release build, the documented workloads (minutes)
 #   scripts/bench.sh quick   # small workloads on the test build (seconds; what a test runs)
 #
-# The benchmarks are the ignored tests tests/bench_*.rs; each prints its
+# The benchmarks are the ignored tests of tests/bench/; each prints its
 # figures as FIGURE|name|value|detail lines, which this script collects.
 # Needs the PostgreSQL server binaries and GNU time (/usr/bin/time), as the
 # test suite does.
@@ -33,9 +33,7 @@ trap 'rm -f "$log"' EXIT
 # One benchmark at a time: they share the machine's two cores.
 if ! cargo nextest run "${profile[@]}" --run-ignored only --no-capture \
     --test-threads 1 \
-    --test bench_plan --test bench_source --test bench_apply \
-    --test bench_daemon --test bench_postgres --test bench_http --test bench_ha \
-    --test bench_scale >"$log" 2>&1; then
+    --test bench >"$log" 2>&1; then
   cat "$log" >&2
   echo "scripts/bench.sh: a benchmark failed (output above)" >&2
   exit 1

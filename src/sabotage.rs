@@ -1,6 +1,6 @@
 //! Deliberate bugs, for showing that a test's invariants catch them.
 //!
-//! The simulation (tests/simulation.rs) holds tend to its promises; each
+//! The simulation (tests/library/simulation.rs) holds tend to its promises; each
 //! invariant is proven able to fail by a test that turns on one of these
 //! and asserts the simulation finds it. They are named here, one per
 //! promise, so a newcomer sees what each invariant guards against.

@@ -1,6 +1,6 @@
 // What each fuzz target asserts, shared by the libFuzzer targets
 // (fuzz_targets/) and the corpus replay in the test suite
-// (tests/fuzz_corpus.rs), so the two cannot drift apart.
+// (tests/library/fuzz_corpus.rs), so the two cannot drift apart.
 
 use std::path::Path;
 

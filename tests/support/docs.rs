@@ -1,6 +1,6 @@
 //! The documentation's fenced command blocks (README.md, docs/,
 //! docs/runbooks/), with the `<!-- doctest: … -->` directive before each:
-//! what tests/docs.rs runs and tests/systemd.rs runs under systemd.
+//! what tests/cli/docs.rs runs and tests/service/systemd.rs runs under systemd.
 
 use std::path::{Path, PathBuf};
 

@@ -645,7 +645,7 @@ fn sql_err(path: &Path, e: rusqlite::Error) -> StateError {
 #[cfg(test)]
 mod tests {
     //! SQLite-only: the file itself. The behaviour both backends share is
-    //! tested on both by tests/state_store.rs.
+    //! tested on both by tests/library/state_store.rs.
     use super::*;
 
     #[test]

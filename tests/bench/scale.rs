@@ -1,0 +1,255 @@
+//! Benchmark of one agent over 100,000 declarations spread over 10
+//! sandbox providers (prints figures; asserts what its runs did).
+//! Run: `TEND_BENCH=full cargo nextest run --release --run-ignored only --test bench scale:: --no-capture`
+//! (`scripts/bench.sh full` runs it with the others; `TEND_BENCH_REQUESTS=N`
+//! makes N no-change requests instead of 1,000; `TEND_BENCH_DECLARATIONS=N`
+//! another fleet size, for profiling; `TEND_BENCH_LOG=FILE` keeps the
+//! agent's log). Figures go to
+//! docs/performance.md.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use support::TendCommand;
+use support::bench::{Scale, figure, spread};
+use support::config::TendConfig;
+use support::daemon::Daemon;
+use support::git::{GitDaemon, TestRepo, free_port, git_if_any, status_file};
+
+const SECRET: &str = "bench-secret";
+const PROVIDERS: usize = 10;
+
+fn declaration(i: usize, limit: usize) -> String {
+    format!(
+        "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: db-{i:06}\nspec:\n  provider: p{}\n  connectionLimit: {limit}\n",
+        i % PROVIDERS
+    )
+}
+
+/// A count from the environment variable `name`, if set.
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|n| n.parse().ok())
+}
+
+fn path_of(i: usize) -> String {
+    format!("fleet/p{}/db-{i:06}.yaml", i % PROVIDERS)
+}
+
+fn status_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// How many `cycle done` lines the log holds, and how many of them ran
+/// operations.
+fn cycles_done(log: &str) -> (usize, usize) {
+    let done: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("cycle done in"))
+        .collect();
+    let busy = done.iter().filter(|l| !l.contains("operations=0")).count();
+    (done.len(), busy)
+}
+
+#[test]
+#[ignore = "benchmark: run explicitly, see docs/performance.md"]
+fn one_agent_over_100000_declarations_on_10_providers() {
+    let scale = Scale::from_env();
+    // `TEND_BENCH_DECLARATIONS`: another fleet size (for profiling).
+    let n = env_count("TEND_BENCH_DECLARATIONS").unwrap_or(scale.n(100_000, 2_000));
+    // `TEND_BENCH_REQUESTS`: fewer no-change requests than the target's
+    // 1,000 (each is a cycle of every provider), for a shorter run.
+    let more = env_count("TEND_BENCH_REQUESTS").unwrap_or(scale.n(1000, 5));
+    let first = scale.n(10, 3);
+    let events = scale.n(10, 2);
+
+    let work = TestRepo::new();
+    for i in 0..n {
+        work.write(&path_of(i), &declaration(i, 10 + i % 500));
+    }
+    work.commit(&format!("{n} declarations"));
+    let served = tempfile::tempdir().unwrap();
+    let bare = work.bare_clone(served.path());
+    let git_daemon = GitDaemon::start_writable(served.path());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+    let port = free_port();
+    let mut config = TendConfig::new(dir.path(), &git_daemon.url("repo.git"))
+        .without_section("providers.sandbox")
+        .source("path", "\"fleet\"")
+        .source("interval", "\"1h\"")
+        .reconcile("resync", "\"1h\"")
+        .reconcile("max_concurrency", "64")
+        .status("branch", "\"tend-status\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .server("webhook_secret_file", "\"secret\"")
+        .server("reconcile_min_interval", "\"0s\"");
+    for p in 0..PROVIDERS {
+        let section = format!("providers.p{p}");
+        config = config
+            .section(&section, "kind", "\"sandbox\"")
+            .section(&section, "max_concurrency", "64")
+            .section(&section, "rate_limit", "10000");
+    }
+    let config = config.write();
+    let config_arg = config.display().to_string();
+
+    // `tend validate` of every file, whole process.
+    let t = Instant::now();
+    let validated = TendCommand::new(&[
+        "--config",
+        &config_arg,
+        "validate",
+        "--format",
+        "json",
+        &work.path().join("fleet").display().to_string(),
+    ])
+    .expect_code(0);
+    let took = t.elapsed();
+    assert_eq!(validated.json()["declarations"], n, "{}", validated.stdout);
+    figure(
+        &format!("**scale: `tend validate` of {n} files (target <= 5 s)**"),
+        format!("{:.2} s", took.as_secs_f64()),
+        "whole process",
+    );
+
+    // Cold start: every database created.
+    let daemon = Daemon::start(&config, port, &[]);
+    let started = Instant::now();
+    daemon.wait_for("the cold cycle", Duration::from_secs(1800), || {
+        daemon.get("/readyz").is_some_and(|r| r.status == 200)
+    });
+    figure(
+        &format!("**scale: cold start to ready, {n} creates (target <= 120 s)**"),
+        format!("{:.1} s", started.elapsed().as_secs_f64()),
+        &format!("{PROVIDERS} sandbox providers"),
+    );
+    let pid = daemon.pid();
+    // Every provider's first cycle done (ready says the first snapshot is
+    // reconciled).
+    daemon.wait_for(
+        "every provider's cold cycle",
+        Duration::from_secs(600),
+        || cycles_done(&daemon.log()).0 >= PROVIDERS,
+    );
+    let (_, busy) = cycles_done(&daemon.log());
+    assert!(busy >= 1, "the cold cycles created nothing");
+
+    // No-change cycles: each request runs every provider's cycle.
+    let run = |count: usize| -> Vec<f64> {
+        (0..count)
+            .map(|_| {
+                let (before, _) = cycles_done(&daemon.log());
+                let t = Instant::now();
+                let answer = daemon.request("POST", "/v1/reconcile", &[], b"").unwrap();
+                assert_eq!(answer.status, 202, "{}", answer.body);
+                daemon.wait_for("every provider's cycle", Duration::from_secs(120), || {
+                    cycles_done(&daemon.log()).0 >= before + PROVIDERS
+                });
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect()
+    };
+    let (_, busy_before) = cycles_done(&daemon.log());
+    let mut walls = run(first);
+    let rss_first = status_kib(pid, "VmRSS:");
+    walls.extend(run(more));
+    let rss_more = status_kib(pid, "VmRSS:");
+    let (_, busy_after) = cycles_done(&daemon.log());
+    assert_eq!(busy_after, busy_before, "no-change cycles ran operations");
+    let (v, d) = spread(&walls);
+    figure(
+        &format!(
+            "**scale: no-change cycle of all {PROVIDERS} providers, wall (target <= 400 ms)**"
+        ),
+        v,
+        &format!("{d}; from POST /v1/reconcile to the last provider's cycle done"),
+    );
+    figure(
+        "scale: resident memory growth over the no-change cycles (target within 5 %)",
+        format!(
+            "{:+.1} %",
+            (rss_more as f64 / rss_first as f64 - 1.0) * 100.0
+        ),
+        &format!("after {first} requests {rss_first} KiB, after {more} more {rss_more} KiB"),
+    );
+
+    // One file changed: pushed, the webhook, then the cycle, the report
+    // and the status branch.
+    // The status branch's first commit (the cold start's report) may
+    // still be on its way: each event is timed from a branch that exists.
+    let tip = || git_if_any(&bare, &["rev-parse", "-q", "--verify", "tend-status"]);
+    daemon.wait_for(
+        "the status branch's first commit",
+        Duration::from_secs(300),
+        || tip().is_some(),
+    );
+    let mut reconciled = Vec::new();
+    for e in 0..events {
+        let i = 7 + e * PROVIDERS;
+        work.write(&path_of(i), &declaration(i, 900 + e));
+        work.commit("one database changed");
+        work.git(&["push", "-q", &bare.display().to_string(), "main"]);
+        let commit = work.head();
+        let before = tip();
+        // The changed resource's own status file decided from the new
+        // commit: another provider's report naming the commit first is
+        // not this change reconciled.
+        let file = format!("tend-status:{}", status_file(&format!("db-{i:06}")));
+        let sent = daemon.signed_webhook(SECRET);
+        daemon.wait_for("the status commit", Duration::from_secs(60), || {
+            tip() != before
+                && git_if_any(&bare, &["show", &file]).is_some_and(|f| f.contains(&commit))
+        });
+        reconciled.push(sent.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (v, d) = spread(&reconciled);
+    figure(
+        "**scale: one-file commit, webhook to status commit (target <= 1 s)**",
+        v,
+        &format!("{d}; the cycle, the report and the status branch written"),
+    );
+    figure(
+        "**scale: `tend run` peak resident memory (target <= 400 MB)**",
+        format!("{:.1} MiB", status_kib(pid, "VmHWM:") as f64 / 1024.0),
+        "VmHWM",
+    );
+    let metrics = daemon.get("/metrics").unwrap();
+    figure(
+        "scale: /metrics (target < 100 KB)",
+        format!("{:.1} KB", metrics.body.len() as f64 / 1000.0),
+        "bytes of one scrape",
+    );
+    let html = daemon.get("/").unwrap();
+    figure(
+        "scale: the HTML report (target <= 5 MB)",
+        format!("{:.2} MB", html.body.len() as f64 / 1e6),
+        "GET /",
+    );
+    // `TEND_BENCH_LOG=FILE`: the agent's log (debug), for a breakdown.
+    if let Ok(path) = std::env::var("TEND_BENCH_LOG") {
+        std::fs::write(path, daemon.log()).unwrap();
+    }
+    drop(daemon);
+
+    // `tend plan`, whole process, once the agent stopped.
+    let mut plans = Vec::new();
+    for _ in 0..scale.n(3, 1) {
+        let t = Instant::now();
+        let plan =
+            TendCommand::new(&["--config", &config_arg, "plan", "--format", "json"]).expect_code(0);
+        plans.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(plan.json()["summary"]["total"], n);
+    }
+    let (v, d) = spread(&plans);
+    figure(
+        &format!("**scale: `tend plan` over {n}, whole process (target <= 5 s)**"),
+        v,
+        &d,
+    );
+}

@@ -1,0 +1,777 @@
+//! The status branch in real remotes: a bare repository over `git daemon`
+//! (receive-pack enabled) and over smart HTTP (`git http-backend`), and a
+//! bare repository on disk.
+
+use crate::support;
+
+use std::path::PathBuf;
+
+use support::TendCommand;
+use support::config::TendConfig;
+use support::git::{GitDaemon, HttpGitServer, TestRepo, git, manifest, status_file};
+
+const BILLING: &str = "apiVersion: tend.dev/v1alpha1
+kind: ManagedDatabase
+metadata:
+  name: billing
+  annotations:
+    tend.dev/ignore-fields: connectionLimit
+    tend.dev/override-reason: \"INC-4821: invoice run\"
+    tend.dev/override-expires: \"2099-01-01T00:00:00Z\"
+spec:
+  owner: billing_app
+  connectionLimit: 50
+";
+
+/// A work-tree repository with two declarations, its bare clone under a
+/// served directory, and a tend configuration pointing at `url`.
+struct Remote {
+    repo: TestRepo,
+    served: tempfile::TempDir,
+    bare: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Remote {
+    fn new() -> Self {
+        let repo = TestRepo::new();
+        repo.write("orders.yaml", &manifest("orders", 10));
+        repo.write("billing.yaml", BILLING);
+        repo.commit("two databases");
+        let served = tempfile::tempdir().unwrap();
+        let bare = repo.bare_clone(served.path());
+        git(&bare, &["config", "http.receivepack", "true"]);
+        Remote {
+            repo,
+            served,
+            bare,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn config(&self, url: &str, agent: &str) -> String {
+        TendConfig::new(self.dir.path(), url)
+            .top("agent_id", Some(&format!("\"{agent}\"")))
+            .status("branch", "\"tend-status\"")
+            .write()
+            .display()
+            .to_string()
+    }
+
+    /// Another agent of the same remote: its own configuration and state
+    /// (an agent id is part of its state: one state dir serves one id).
+    fn other_agent_config(&self, url: &str, agent: &str) -> String {
+        let dir = self.dir.path().join("agents").join(agent);
+        std::fs::create_dir_all(&dir).unwrap();
+        TendConfig::new(&dir, url)
+            .top("agent_id", Some(&format!("\"{agent}\"")))
+            .status("branch", "\"tend-status\"")
+            .write()
+            .display()
+            .to_string()
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        git(&self.bare, args)
+    }
+
+    fn show(&self, path: &str) -> String {
+        self.git(&["show", &format!("tend-status:{path}")])
+    }
+
+    /// A work-tree clone of the status branch, as someone editing it by
+    /// hand would have.
+    fn clone_status(&self, name: &str) -> PathBuf {
+        git(
+            self.served.path(),
+            &[
+                "clone",
+                "-q",
+                "-b",
+                "tend-status",
+                &self.bare.display().to_string(),
+                name,
+            ],
+        );
+        self.served.path().join(name)
+    }
+
+    fn status_commits(&self) -> usize {
+        self.git(&["rev-list", "--count", "tend-status"])
+            .parse()
+            .unwrap()
+    }
+
+    fn latest(&self) -> serde_json::Value {
+        let path = self.dir.path().join("state/reports/latest.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+}
+
+fn apply(config: &str, code: i32) -> support::RunOutput {
+    TendCommand::new(&["--config", config, "apply"]).expect_code(code)
+}
+
+/// Checks what the first status commit holds.
+fn check_first_commit(remote: &Remote, agent: &str) {
+    let main = remote.git(&["rev-parse", "main"]);
+    // An orphan: one commit, no parent, nothing shared with main.
+    assert_eq!(remote.status_commits(), 1);
+    let parents = remote.git(&["rev-list", "--parents", "-n", "1", "tend-status"]);
+    assert_eq!(parents.split_whitespace().count(), 1, "{parents}");
+    let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
+    assert_eq!(
+        files.lines().collect::<Vec<_>>(),
+        [
+            "SUMMARY.md",
+            "agent.yaml",
+            &status_file("billing"),
+            &status_file("orders")
+        ]
+    );
+    // The rule, spelled out once: `printf %s orders | sha256sum` starts 1c.
+    assert_eq!(status_file("orders"), "status/1c/orders.yaml");
+    let author = remote.git(&["log", "-1", "--format=%an|%cn|%s", "tend-status"]);
+    assert!(
+        author.starts_with(&format!(
+            "tend ({agent})|tend ({agent})|tend status at {}",
+            &main[..12]
+        )),
+        "{author}"
+    );
+    assert!(author.contains(": 2 resources, 2 in sync,"), "{author}");
+    let agent_file: serde_json::Value = serde_norway::from_str(&remote.show("agent.yaml")).unwrap();
+    assert_eq!(agent_file["agentId"], agent);
+    assert_eq!(agent_file["statusFormat"], 2);
+    assert_eq!(agent_file["tendVersion"], env!("CARGO_PKG_VERSION"));
+
+    let orders: serde_json::Value =
+        serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
+    assert_eq!(orders["state"], "InSync");
+    assert_eq!(orders["decidedFrom"], main.as_str());
+    // In sync: every declared field observed as declared.
+    assert!(orders.get("observed").is_none(), "{orders:#}");
+    assert_eq!(orders["lastOperation"]["kind"], "create");
+    assert_eq!(orders["lastOperation"]["result"], "done");
+    assert_eq!(
+        orders["lastOperation"]["id"].as_str().map(str::len),
+        Some(64)
+    );
+    let billing: serde_json::Value =
+        serde_norway::from_str(&remote.show(&status_file("billing"))).unwrap();
+    assert_eq!(billing["override"]["reason"], "INC-4821: invoice run");
+    assert_eq!(billing["override"]["expires"], "2099-01-01T00:00:00Z");
+    let summary = remote.show("SUMMARY.md");
+    assert!(
+        summary.contains("| `billing` | ignore-fields `connectionLimit` | annotation | INC-4821: invoice run | 2099-01-01T00:00:00Z |"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!("Decided from commit `{main}`")),
+        "{summary}"
+    );
+}
+
+#[test]
+fn the_status_branch_over_git_daemon_and_smart_http() {
+    for transport in ["git", "http"] {
+        let remote = Remote::new();
+        let daemon = GitDaemon::start_writable(remote.served.path());
+        let http = HttpGitServer::start(remote.served.path(), None);
+        let url = match transport {
+            "git" => daemon.url("repo.git"),
+            _ => http.url("repo.git"),
+        };
+        let config = remote.config(&url, "status-agent");
+        let main_before = remote.git(&["rev-parse", "main"]);
+        let run = apply(&config, 0);
+        assert!(
+            !run.stderr.contains("status branch"),
+            "{transport}: {}",
+            run.stderr
+        );
+        check_first_commit(&remote, "status-agent");
+        // A second cycle with nothing new: no commit.
+        apply(&config, 0);
+        assert_eq!(remote.status_commits(), 1, "{transport}");
+        // A change: one more commit, on top of the first.
+        remote.repo.write("orders.yaml", &manifest("orders", 20));
+        remote.repo.commit("orders: 20");
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+        apply(&config, 0);
+        assert_eq!(remote.status_commits(), 2, "{transport}");
+        // A commit that changes one declaration changes that resource's
+        // file and SUMMARY.md (which names the new source commit), and no
+        // other file: billing's file still says the commit it was decided
+        // from, which nothing since has changed for it.
+        let changed = remote.git(&["diff", "--name-only", "tend-status~1", "tend-status"]);
+        assert_eq!(
+            changed.lines().collect::<Vec<_>>(),
+            ["SUMMARY.md", status_file("orders").as_str()],
+            "{transport}"
+        );
+        assert!(
+            remote
+                .show("SUMMARY.md")
+                .contains(&format!("Decided from commit `{}`", remote.repo.head())),
+            "{transport}"
+        );
+        let billing: serde_json::Value =
+            serde_norway::from_str(&remote.show(&status_file("billing"))).unwrap();
+        assert_eq!(billing["decidedFrom"], main_before.as_str(), "{transport}");
+        let orders = remote.show(&status_file("orders"));
+        assert!(
+            orders.contains(&format!("decidedFrom: \"{}\"", remote.repo.head())),
+            "{orders}"
+        );
+        assert!(orders.contains("kind: update"), "{orders}");
+        // Changed at the provider: the observed value and the drift.
+        TendCommand::new(&[
+            "--config",
+            &config,
+            "sandbox",
+            "edit",
+            "orders",
+            "--set",
+            "connectionLimit=99",
+        ])
+        .expect_code(0);
+        apply(&config, 2);
+        let orders: serde_json::Value =
+            serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
+        assert_eq!(orders["state"], "Drifted", "{transport}");
+        assert_eq!(orders["observed"]["connectionLimit"], 99);
+        assert_eq!(orders["drift"][0]["desired"], 20);
+        assert_eq!(orders["drift"][0]["origin"], "out-of-band");
+        // The tracked branch is never written.
+        assert_eq!(
+            remote.git(&["rev-parse", "main"]),
+            remote.repo.head(),
+            "{transport}"
+        );
+        assert_eq!(remote.status_commits(), 3, "{transport}");
+        assert_ne!(remote.git(&["rev-parse", "main"]), main_before);
+    }
+}
+
+#[test]
+fn a_hundred_unchanged_cycles_make_no_commit_and_main_is_untouched() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "quiet-agent");
+    let main = remote.git(&["rev-parse", "main"]);
+    apply(&config, 0);
+    assert_eq!(remote.status_commits(), 1);
+    let tip = remote.git(&["rev-parse", "tend-status"]);
+    for _ in 0..100 {
+        apply(&config, 0);
+    }
+    assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+    assert_eq!(remote.git(&["rev-parse", "main"]), main);
+    let refs = remote.git(&["for-each-ref", "--format=%(refname)"]);
+    assert_eq!(
+        refs.lines().collect::<Vec<_>>(),
+        ["refs/heads/main", "refs/heads/tend-status"]
+    );
+}
+
+/// Someone else pushes to the status branch after tend fetched it and
+/// before tend's push lands (a pre-receive hook moves the branch, once):
+/// the push is refused, tend fetches the new tip, rebuilds on it and
+/// succeeds, and the other commit and its file are kept.
+#[test]
+fn a_push_refused_because_someone_pushed_first_is_rebuilt_on_their_commit() {
+    let remote = Remote::new();
+    let daemon = GitDaemon::start_writable(remote.served.path());
+    let config = remote.config(&daemon.url("repo.git"), "race-agent");
+    apply(&config, 0);
+    assert_eq!(remote.status_commits(), 1);
+    let hook = remote.bare.join("hooks/pre-receive");
+    let marker = remote.served.path().join("raced");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh
+# Once, for a push of tend-status: another writer's commit lands there
+# first. Outside the
+# push's quarantine (git forbids ref updates inside it, and its objects
+# go away with a refused push).
+grep -q ' refs/heads/tend-status$' || exit 0
+[ -e {marker} ] && exit 0
+touch {marker}
+unset GIT_QUARANTINE_PATH GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
+tip=$(git rev-parse refs/heads/tend-status)
+blob=$(echo 'a note by a human' | git hash-object -w --stdin)
+tree=$( (git ls-tree $tip; printf '100644 blob %s\\tNOTES.md\\n' $blob) | git mktree)
+other=$(echo 'a human was here' | GIT_AUTHOR_NAME=human GIT_AUTHOR_EMAIL=h@example.test GIT_COMMITTER_NAME=human GIT_COMMITTER_EMAIL=h@example.test git commit-tree $tree -p $tip)
+git update-ref refs/heads/tend-status $other
+exit 0
+",
+            marker = marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    remote.repo.write("orders.yaml", &manifest("orders", 30));
+    remote.repo.commit("orders: 30");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    let run = TendCommand::new(&["--config", &config, "apply"])
+        .env("TEND_LOG", "tend=info")
+        .expect_code(0);
+    assert!(marker.exists(), "the hook never ran");
+    assert!(
+        run.stderr.contains("push refused"),
+        "tend's first push was not refused: {}\n{}",
+        run.stderr,
+        remote.git(&["log", "--format=%an|%s", "tend-status"])
+    );
+    let log = remote.git(&["log", "--format=%an|%s", "tend-status"]);
+    let authors: Vec<&str> = log.lines().map(|l| l.split('|').next().unwrap()).collect();
+    assert_eq!(
+        authors,
+        ["tend (race-agent)", "human", "tend (race-agent)"],
+        "{log}"
+    );
+    assert_eq!(remote.show("NOTES.md").trim(), "a note by a human");
+    let orders: serde_json::Value =
+        serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
+    assert_eq!(orders["decidedFrom"], remote.repo.head().as_str());
+    assert!(remote.latest().get("statusBranch").is_none());
+}
+
+#[test]
+fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    apply(&remote.other_agent_config(&url, "first-agent"), 0);
+    let tip = remote.git(&["rev-parse", "tend-status"]);
+    let config = remote.config(&url, "second-agent");
+    let run = apply(&config, 0);
+    assert!(
+        run.stderr.contains(
+            "status branch `tend-status` belongs to agent `first-agent`, not `second-agent`"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+    // The printed report says so too, not only stderr and latest.json.
+    assert!(
+        run.stdout
+            .contains("STATUS BRANCH `tend-status` NOT WRITTEN since"),
+        "{}",
+        run.stdout
+    );
+    let latest = remote.latest();
+    assert_eq!(latest["statusBranch"]["branch"], "tend-status");
+    assert!(
+        latest["statusBranch"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("belongs to agent `first-agent`"),
+        "{latest:#}"
+    );
+    let html =
+        std::fs::read_to_string(remote.dir.path().join("state/reports/latest.html")).unwrap();
+    assert!(
+        html.contains("belongs to agent"),
+        "the page shows it too:\n{html}"
+    );
+
+    // A newer status format: not written either.
+    let newer = remote.clone_status("newer");
+    std::fs::write(
+        newer.join("agent.yaml"),
+        "agentId: first-agent\ntendVersion: 9.0.0\nstatusFormat: 3\n",
+    )
+    .unwrap();
+    git(&newer, &["commit", "-q", "-am", "a newer tend"]);
+    git(&newer, &["push", "-q", "origin", "tend-status"]);
+    let tip = remote.git(&["rev-parse", "tend-status"]);
+    let run = apply(&remote.other_agent_config(&url, "first-agent"), 0);
+    assert!(
+        run.stderr
+            .contains("status format 3, newer than this tend's 2"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(remote.git(&["rev-parse", "tend-status"]), tip);
+}
+
+/// A branch written in the first format (every resource's file directly
+/// in `status/`) is rewritten to the sharded one by the next commit: the
+/// flat files go, each resource's file is in its shard, `agent.yaml`
+/// says format 2, and a file tend does not own is kept.
+#[test]
+fn a_branch_of_the_first_format_is_rewritten_sharded() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "old-agent");
+    apply(&config, 0);
+    let old = remote.clone_status("old");
+    git(&old, &["rm", "-q", "-r", "status"]);
+    for name in ["billing", "orders"] {
+        let text = remote.show(&status_file(name));
+        std::fs::create_dir_all(old.join("status")).unwrap();
+        std::fs::write(old.join(format!("status/{name}.yaml")), text).unwrap();
+    }
+    std::fs::write(
+        old.join("agent.yaml"),
+        "agentId: old-agent\ntendVersion: 0.2.0\nstatusFormat: 1\n",
+    )
+    .unwrap();
+    std::fs::write(old.join("README.md"), "kept\n").unwrap();
+    git(&old, &["add", "-A"]);
+    git(&old, &["commit", "-q", "-m", "the first format"]);
+    git(&old, &["push", "-q", "origin", "tend-status"]);
+    // Something to commit: orders changes.
+    remote.repo.write("orders.yaml", &manifest("orders", 30));
+    remote.repo.commit("orders: 30");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    apply(&config, 0);
+    let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
+    assert_eq!(
+        files.lines().collect::<Vec<_>>(),
+        [
+            "README.md",
+            "SUMMARY.md",
+            "agent.yaml",
+            &status_file("billing"),
+            &status_file("orders")
+        ]
+    );
+    let agent_file: serde_json::Value = serde_norway::from_str(&remote.show("agent.yaml")).unwrap();
+    assert_eq!(agent_file["statusFormat"], 2);
+    // `git log --follow` finds the file's history across the move.
+    let history = remote.git(&[
+        "log",
+        "--follow",
+        "--format=%s",
+        "tend-status",
+        "--",
+        &status_file("billing"),
+    ]);
+    assert!(history.lines().count() >= 2, "{history}");
+}
+
+/// At a thousand resources, a status commit that changes one resource
+/// writes that resource's file, `SUMMARY.md`, and three trees: its shard
+/// (a few entries), `status/` (one entry per shard, at most 256) and the
+/// root; no tree the commit writes names the fleet. And `SUMMARY.md`
+/// stays a page: the resource needing attention first, the in-sync ones
+/// past 200 counted, not listed.
+#[test]
+fn a_one_resource_change_rewrites_a_bounded_set_of_trees() {
+    let remote = Remote::new();
+    for i in 0..1000 {
+        let name = format!("db-{i:04}");
+        remote
+            .repo
+            .write(&format!("fleet/{name}.yaml"), &manifest(&name, 10));
+    }
+    remote.repo.commit("a thousand");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    let url = format!("file://{}", remote.bare.display());
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"fleet-agent\""))
+        .status("branch", "\"tend-status\"")
+        .sandbox("rate_limit", "10000")
+        .sandbox("max_concurrency", "64")
+        .write()
+        .display()
+        .to_string();
+    apply(&config, 0);
+    let before = remote.git(&["rev-parse", "tend-status"]);
+    // One resource changes (and drifts: it needs attention).
+    TendCommand::new(&[
+        "--config",
+        &config,
+        "sandbox",
+        "edit",
+        "db_0500",
+        "--set",
+        "connectionLimit=99",
+    ])
+    .expect_code(0);
+    apply(&config, 2);
+    assert_eq!(
+        remote.git(&["rev-list", "--count", &format!("{before}..tend-status")]),
+        "1"
+    );
+    let trees = |commit: &str| -> std::collections::HashSet<String> {
+        remote
+            .git(&["ls-tree", "-r", "-t", commit])
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("tree"))
+            .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+            .chain([remote.git(&["rev-parse", &format!("{commit}^{{tree}}")])])
+            .collect()
+    };
+    let old = trees(&before);
+    let new: Vec<String> = trees("tend-status").difference(&old).cloned().collect();
+    assert_eq!(new.len(), 3, "new trees: {new:?}");
+    for tree in &new {
+        let entries = remote.git(&["ls-tree", tree]).lines().count();
+        assert!(entries <= 256, "a tree of {entries} entries was written");
+    }
+    let changed = remote.git(&["diff", "--name-only", &before, "tend-status"]);
+    assert_eq!(
+        changed.lines().collect::<Vec<_>>(),
+        ["SUMMARY.md", status_file("db-0500").as_str()]
+    );
+    let summary = remote.show("SUMMARY.md");
+    let rows: Vec<&str> = summary.lines().filter(|l| l.starts_with("| [`")).collect();
+    assert_eq!(rows.len(), 200, "{summary}");
+    assert!(
+        rows[0].contains("db-0500") && rows[0].contains("Drifted"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("802 more resources are not listed here (802 of them in sync or released"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn the_status_branch_may_not_be_the_tracked_branch() {
+    let remote = Remote::new();
+    let config = TendConfig::new(
+        remote.dir.path(),
+        &format!("file://{}", remote.bare.display()),
+    )
+    .status("branch", "\"main\"")
+    .write();
+    let run =
+        TendCommand::new(&["--config", &config.display().to_string(), "apply"]).expect_code(78);
+    assert!(
+        run.stderr.contains("is the tracked branch"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `tend run` writes the status branch from its one status writer: a
+/// commit when what it observed changes, none while nothing does, and the
+/// metrics count them.
+#[test]
+fn the_running_agent_commits_on_changes_only() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let port = support::git::free_port();
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"run-agent\""))
+        .status("branch", "\"tend-status\"")
+        .source("interval", "\"100ms\"")
+        .reconcile("resync", "\"100ms\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(&config, port, &[]);
+    daemon.wait_ready();
+    let commits = || {
+        let out = std::process::Command::new("git")
+            .args(["rev-list", "--count", "tend-status"])
+            .current_dir(&remote.bare)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(0)
+    };
+    daemon.wait_for(
+        "the first status commit",
+        std::time::Duration::from_secs(10),
+        || commits() == 1,
+    );
+    // Many resyncs later (each a cycle): still one commit, and the branch
+    // was not even fetched again.
+    let fetches = || {
+        daemon
+            .log()
+            .matches("status branch: fetching the tip")
+            .count()
+    };
+    let fetched = fetches();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let metrics = daemon.get("/metrics").unwrap().body;
+    let cycles: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("tend_cycles_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(cycles >= 5.0, "{metrics}");
+    assert_eq!(commits(), 1);
+    assert_eq!(
+        fetches(),
+        fetched,
+        "the unchanged status branch was fetched again"
+    );
+    assert!(metrics.contains("tend_status_commits_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("tend_status_publish_failing 0"),
+        "{metrics}"
+    );
+    remote.repo.write("orders.yaml", &manifest("orders", 11));
+    remote.repo.commit("orders: 11");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    daemon.wait_for(
+        "a second status commit",
+        std::time::Duration::from_secs(10),
+        || commits() == 2,
+    );
+}
+
+/// The running agent's `/v1/status` says when the status branch cannot be
+/// written, and the reconciliation goes on.
+#[test]
+fn the_running_agents_status_says_why_the_branch_is_not_written() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    apply(&remote.other_agent_config(&url, "first-agent"), 0);
+    let port = support::git::free_port();
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"second-agent\""))
+        .status("branch", "\"tend-status\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(&config, port, &[]);
+    daemon.wait_ready();
+    daemon.wait_for(
+        "statusBranch in /v1/status",
+        std::time::Duration::from_secs(10),
+        || {
+            daemon.status()["statusBranch"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("belongs to agent `first-agent`"))
+        },
+    );
+    let metrics = daemon.get("/metrics").unwrap().body;
+    assert!(
+        metrics.contains("tend_status_publish_failing 1"),
+        "{metrics}"
+    );
+    assert_eq!(daemon.status()["summary"]["total"], 2);
+}
+
+/// A `Retain` declaration removed from Git: its release is shown once —
+/// in the report and on the status branch, with what, when and which
+/// commit — then leaves both (a history entry keeps it); the declaration
+/// restored is told it was released and how to take it back.
+#[test]
+fn a_release_is_shown_once_and_a_restored_declaration_is_offered_adoption() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "release-agent");
+    let push = || {
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    };
+    apply(&config, 0);
+    remote.repo.remove("orders.yaml");
+    let removal = remote.repo.commit("orders: no longer ours");
+    push();
+    apply(&config, 0);
+
+    let report = remote.latest();
+    let orders = report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "orders")
+        .unwrap_or_else(|| panic!("the release is not in the report: {report:#}"));
+    assert_eq!(orders["state"], "Released", "{orders:#}");
+    assert_eq!(orders["rule"], "release", "{orders:#}");
+    assert_eq!(orders["operation"]["kind"], "release", "{orders:#}");
+    let reason = orders["reason"].as_str().unwrap();
+    assert!(reason.contains(&removal[..12]), "{reason}");
+    assert!(reason.contains("database `orders` stays"), "{reason}");
+    assert!(reason.contains("released at 20"), "{reason}");
+    let on_branch: serde_json::Value =
+        serde_norway::from_str(&remote.show(&status_file("orders"))).unwrap();
+    assert_eq!(on_branch["state"], "Released", "{on_branch:#}");
+    assert!(
+        remote.show("SUMMARY.md").contains("orders"),
+        "{}",
+        remote.show("SUMMARY.md")
+    );
+    let text = TendCommand::new(&["--config", &config, "status"]).expect_code(0);
+    assert!(
+        text.stdout.contains("orders") && text.stdout.contains("Released"),
+        "{}",
+        text.stdout
+    );
+
+    // Shown once: the next report and the branch no longer carry it; the
+    // history keeps the report that did.
+    apply(&config, 0);
+    let report = remote.latest();
+    assert!(
+        !report["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "orders"),
+        "{report:#}"
+    );
+    let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
+    assert!(!files.contains("orders.yaml"), "{files}");
+    let history = remote.dir.path().join("state/reports/history");
+    let kept = std::fs::read_dir(&history)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .any(|text| text.contains("\"Released\"") && text.contains(&removal[..12]));
+    assert!(kept, "no history entry shows the release");
+
+    // The declaration comes back: not a stranger's name, a release; the
+    // reason offers the annotation that takes it back.
+    remote.repo.write("orders.yaml", &manifest("orders", 10));
+    remote.repo.commit("orders: ours again");
+    push();
+    apply(&config, 2);
+    let report = remote.latest();
+    let orders = report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "orders")
+        .unwrap()
+        .clone();
+    assert_eq!(orders["state"], "Blocked", "{orders:#}");
+    let reason = orders["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("was released by this agent")
+            && reason.contains(&removal[..12])
+            && reason.contains("tend.dev/adopt: \"true\""),
+        "{reason}"
+    );
+    remote.repo.write(
+        "orders.yaml",
+        &manifest("orders", 10).replace(
+            "  name: orders\n",
+            "  name: orders\n  annotations:\n    tend.dev/adopt: \"true\"\n",
+        ),
+    );
+    remote.repo.commit("orders: adopt");
+    push();
+    apply(&config, 0);
+    let report = remote.latest();
+    let orders = report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "orders")
+        .unwrap()
+        .clone();
+    assert_eq!(orders["state"], "InSync", "{orders:#}");
+}

@@ -26,7 +26,6 @@ use crate::engine::{DeletionLimits, Policy};
 use crate::executor::queue::{Progress, Silent};
 use crate::executor::{ExecContext, ExecLimits, ProviderRuntime};
 use crate::journal::{Access, StateError, StateLock, StateStore};
-use crate::reconcile::observe::ListingAhead;
 use crate::source::reader_repo::ReaderRepo;
 use crate::source::tracker::SourceSettings;
 use crate::source::{Source, SourceError};
@@ -86,7 +85,7 @@ pub struct Agent {
     /// `tend propose` reads the fetched objects after the fetch).
     reader_repo: Arc<Mutex<Option<Arc<ReaderRepo>>>>,
     /// The last read of the memories, reused while nothing is written.
-    memories: Arc<crate::reconcile::inputs::MemoryCache>,
+    memories: Arc<crate::memories::MemoryCache>,
 }
 
 impl Agent {
@@ -158,7 +157,7 @@ impl Agent {
                 .clone()
                 .unwrap_or_else(|| UNSET_AGENT_ID.to_string()),
         };
-        let source_settings = config.source_settings()?;
+        let source_settings = SourceSettings::from_config(&config)?;
         crate::source::transport::set_timeout(config.source.timeout);
         let mut runtimes = BTreeMap::new();
         for (name, provider) in &config.providers {
@@ -175,7 +174,7 @@ impl Agent {
                 ExecLimits {
                     max_concurrency: limits.max_concurrency.min(config.reconcile.max_concurrency),
                     rate_per_second: limits.rate_limit,
-                    retry: config.retry_policy(),
+                    retry: crate::executor::RetryPolicy::from_config(&config),
                     confirm_timeout: config.reconcile.confirm_timeout,
                 },
             );
@@ -318,25 +317,9 @@ impl Agent {
         }
     }
 
-    /// The tracked branch, opened with this agent's access (a reader
-    /// fetches into a private ref and records nothing).
     /// The source's settings (credentials read).
     pub fn source_settings(&self) -> &crate::source::tracker::SourceSettings {
         &self.source_settings
-    }
-
-    /// The status branch this agent writes (`None`: `[status] branch` is
-    /// empty), in the source remote with the source's credentials.
-    pub fn status_branch(&self) -> Option<crate::status::branch::StatusBranch> {
-        let branch = &self.config.status.branch;
-        (!branch.is_empty()).then(|| crate::status::branch::StatusBranch {
-            repo_dir: crate::source::repo_dir(&self.config.state_dir),
-            url: self.source_settings.url.clone(),
-            branch: branch.clone(),
-            credentials: self.source_settings.credentials.clone(),
-            agent_id: self.agent_id().to_string(),
-            attempts: 5,
-        })
     }
 
     pub fn source(&self) -> Result<Source, SourceError> {
@@ -380,7 +363,7 @@ impl Agent {
     }
 
     /// The memories every cycle reads through.
-    pub fn memories(&self) -> Arc<crate::reconcile::inputs::MemoryCache> {
+    pub fn memories(&self) -> Arc<crate::memories::MemoryCache> {
         self.memories.clone()
     }
 
@@ -405,14 +388,5 @@ impl Agent {
         if let Some(handle) = handle {
             let _ = handle.await;
         }
-    }
-
-    /// Starts listing every provider whose observation is one listing
-    /// whatever it is asked for (see [`ListingAhead`]), for the next
-    /// reconcile (passed to it in its [`crate::reconcile::CycleInputs`]);
-    /// `None` when there is none to start (then the caller has nothing to
-    /// run beside its fetch).
-    pub fn start_listing_ahead(&self) -> Option<ListingAhead> {
-        ListingAhead::start(&self.runtimes, self.store.as_deref())
     }
 }

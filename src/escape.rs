@@ -5,6 +5,8 @@
 
 use std::borrow::Cow;
 
+use serde_json::Value;
+
 /// `s` with every control character (C0, DEL, C1) and every Unicode
 /// bidirectional override written as a Rust-style escape (`\n`,
 /// `\u{1b}`, `\u{202e}`): visible, and never acted on by the terminal.
@@ -26,6 +28,55 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
 
 fn needs_escape(c: char) -> bool {
     c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A field value as every human-facing output shows it: a list as its
+/// items (`citext, postgis 3.4`; `(none)` when empty), a map as
+/// `key=value` pairs, never as JSON.
+///
+/// Escaped for a terminal: observed values come from the provider.
+pub fn value(v: &Value) -> String {
+    terminal(&plain(v)).into_owned()
+}
+
+fn plain(v: &Value) -> String {
+    match v {
+        Value::Null => "(unset)".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.is_empty() => "(none)".into(),
+        Value::Array(items) => items.iter().map(item).collect::<Vec<_>>().join(", "),
+        Value::Object(map) if map.is_empty() => "(none)".into(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}={}", plain(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// One item of a list: an extension (`{name, version}`) as `name version`.
+fn item(v: &Value) -> String {
+    match v {
+        Value::Object(map) if map.get("name").is_some_and(Value::is_string) => {
+            let name = map.get("name").and_then(Value::as_str).unwrap_or_default();
+            let rest: Vec<String> = map
+                .iter()
+                .filter(|(k, _)| k.as_str() != "name")
+                .map(|(k, v)| match (k.as_str(), v) {
+                    ("version", Value::String(s)) => s.clone(),
+                    _ => format!("{k}={}", plain(v)),
+                })
+                .collect();
+            if rest.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name} {}", rest.join(" "))
+            }
+        }
+        Value::String(s) => s.clone(),
+        other => plain(other),
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! core: it depends on `model`, `time` and `sabotage` only) ·
 //! [`reconcile`] (the one reconcile path: inputs, routing, observation,
 //! planning, effects) · [`executor`] (operations, journalled)
-//! · [`journal`] (the state store) · [`propose`] (handing a change made
+//! · [`journal`] (the state store) · [`memories`] (what the agent
+//! remembers of each resource between cycles, cached) · [`propose`] (handing a change made
 //! at the provider back to Git) · [`agent`] (the long-lived agent the
 //! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]
 //! and [`time`] (time, injected and overflow-safe) · [`escape`] (outside
@@ -26,6 +27,7 @@ pub mod executor;
 pub mod files;
 pub mod import;
 pub mod journal;
+pub mod memories;
 pub mod model;
 pub mod process;
 pub mod propose;

@@ -62,7 +62,7 @@ fn refuse(e: impl std::fmt::Display) -> Refusal {
 /// Everything the agent builds from the file at a start or a reload,
 /// built and dropped; a one-line summary.
 fn check(config: &Config) -> Result<String, Refusal> {
-    config.source_settings().map_err(refuse)?;
+    crate::source::tracker::SourceSettings::from_config(config).map_err(refuse)?;
     config.webhook_secret().map_err(refuse)?;
     config.server_token().map_err(refuse)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);

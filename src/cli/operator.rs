@@ -141,9 +141,8 @@ fn who_am_i() -> String {
 pub(super) fn accepted_declarations(
     config: &Config,
 ) -> Result<Option<std::sync::Arc<crate::source::Snapshot>>, String> {
-    let settings = config
-        .source_settings_offline()
-        .map_err(|e| e.to_string())?;
+    let settings =
+        crate::source::tracker::SourceSettings::offline(config).map_err(|e| e.to_string())?;
     Source::open(&config.state_dir, settings, Access::ReadOnly)
         .and_then(Source::accepted_snapshot)
         .map_err(|e| e.to_string())

@@ -145,7 +145,16 @@ pub struct SourceRead {
 pub async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
     let now = agent.clock().now();
     let (preload, listing) = if for_a_cycle {
-        (agent.start_preload(), agent.start_listing_ahead())
+        (
+            agent.start_preload(),
+            // Every provider whose observation is one listing whatever it
+            // is asked for, listed for the cycle (`None`: there is none, and
+            // nothing runs beside the fetch).
+            crate::reconcile::observe::ListingAhead::start(
+                agent.runtimes(),
+                agent.store().map(Arc::as_ref),
+            ),
+        )
     } else {
         (None, None)
     };

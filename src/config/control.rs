@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{Config, ConfigError};
+use super::Config;
 
 /// `[control]`: the local channel operators' commands reach the running
 /// agent through (docs/operations.md, "Commands beside the agent").
@@ -27,16 +27,5 @@ impl Config {
             .socket
             .clone()
             .unwrap_or_else(|| self.state_dir.join("control.sock"))
-    }
-
-    /// `[control] group`, resolved; a group that does not exist is a
-    /// configuration error.
-    pub fn control_group(&self) -> Result<Option<crate::control::Group>, ConfigError> {
-        let Some(name) = &self.control.group else {
-            return Ok(None);
-        };
-        crate::control::group_by_name(name)
-            .map(Some)
-            .ok_or_else(|| ConfigError::NoGroup { name: name.clone() })
     }
 }

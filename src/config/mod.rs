@@ -13,9 +13,6 @@ use serde::Deserialize;
 
 use crate::engine::Policy;
 use crate::model::DriftPolicy;
-use crate::source::auth::Credentials;
-use crate::source::tracker::SourceSettings;
-use crate::source::trust::TrustError;
 
 /// A configuration problem. Exit code 78 (`EX_CONFIG`).
 #[derive(Debug, thiserror::Error)]
@@ -33,8 +30,10 @@ pub enum ConfigError {
     #[error("[providers.{provider}]: {message}")]
     Provider { provider: String, message: String },
     /// The signers file or keyring of `[source] verify` cannot be used.
+    /// (The source's own error, boxed: the configuration sits below the
+    /// source and does not name its types.)
     #[error("[source] verify: {0}")]
-    Trust(#[from] TrustError),
+    Trust(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// `[control] group` names no group of this host.
     #[error("[control] group = \"{name}\": no such group on this host (getent group {name})")]
     NoGroup { name: String },
@@ -53,7 +52,7 @@ mod providers;
 mod source;
 
 use source::credentials_in_url;
-pub use source::{SourceConfig, VerifyMode, redacted_url};
+pub use source::{SourceConfig, TokenScheme, VerifyMode, redacted_url};
 pub mod secret;
 mod values;
 
@@ -147,32 +146,6 @@ fn default_lease_ttl() -> Duration {
 }
 
 impl StateConfig {
-    /// The PostgreSQL state's settings (its password read), or `None` for
-    /// the SQLite state dir.
-    pub fn postgres(
-        &self,
-    ) -> Result<Option<crate::journal::PgStateSettings>, crate::journal::StateError> {
-        if self.backend != StateBackend::Postgres {
-            return Ok(None);
-        }
-        let url = self.url.clone().unwrap_or_default();
-        let password = match &self.password_file {
-            Some(file) => Some(secret::read("[state] password_file", file).map_err(|e| {
-                crate::journal::StateError::Refused {
-                    path: file.display().to_string(),
-                    problem: e.to_string(),
-                }
-            })?),
-            None => None,
-        };
-        Ok(Some(crate::journal::PgStateSettings {
-            url,
-            password,
-            schema: self.schema.clone(),
-            tls_ca_file: self.tls_ca_file.clone(),
-        }))
-    }
-
     /// Whether `other` keeps the state in the same place (everything but
     /// the journal's retention).
     pub fn same_place(&self, other: &StateConfig) -> bool {
@@ -650,32 +623,6 @@ impl Config {
         Ok(config)
     }
 
-    /// How failing provider calls are retried.
-    /// The longest one operation may be in flight: every attempt's call
-    /// deadline, the waits between them and the confirmation. Past it, an
-    /// operation is hung, not slow (the watchdog stops being fed).
-    pub fn operation_deadline(&self) -> Duration {
-        let policy = self.retry_policy();
-        let call = self
-            .providers
-            .values()
-            .map(ProviderConfig::call_deadline)
-            .max()
-            .unwrap_or_default();
-        let retries = u32::try_from(policy.max_retries).unwrap_or(u32::MAX);
-        call.saturating_mul(retries.saturating_add(1))
-            .saturating_add(policy.max_delay.saturating_mul(retries))
-            .saturating_add(self.reconcile.confirm_timeout)
-    }
-
-    pub fn retry_policy(&self) -> crate::executor::RetryPolicy {
-        crate::executor::RetryPolicy {
-            min_delay: self.reconcile.retry_min_delay,
-            max_retries: self.reconcile.max_retries,
-            ..crate::executor::RetryPolicy::default()
-        }
-    }
-
     /// The decision policy of the agent `agent_id`.
     pub fn policy(&self, agent_id: &str) -> Policy {
         Policy {
@@ -691,40 +638,5 @@ impl Config {
             #[cfg(feature = "test-hooks")]
             sabotage: crate::sabotage::Sabotage::None,
         }
-    }
-
-    /// The source settings without the credentials a fetch needs: for
-    /// reading the last accepted commit from the state dir's Git data,
-    /// which works while Git (or the secrets) cannot be reached.
-    pub fn source_settings_offline(&self) -> Result<SourceSettings, ConfigError> {
-        let s = &self.source;
-        Ok(SourceSettings {
-            url: s.url.clone(),
-            branch: s.branch.clone(),
-            path: s.path.clone(),
-            depth: s.depth,
-            allow_rewind: s.allow_rewind,
-            trust: s.trust()?,
-            credentials: Credentials::default(),
-        })
-    }
-
-    /// The source settings, with secrets read from their files (a missing,
-    /// empty or oversized one is a configuration error).
-    pub fn source_settings(&self) -> Result<SourceSettings, ConfigError> {
-        let s = &self.source;
-        let mut settings = self.source_settings_offline()?;
-        settings.credentials = Credentials {
-            token: s
-                .token_file
-                .as_deref()
-                .map(|file| secret::read("[source] token_file", file))
-                .transpose()?,
-            token_scheme: s.token_scheme,
-            token_username: s.token_username.clone(),
-            ssh_key_file: s.ssh_key_file.clone(),
-            known_hosts_file: s.known_hosts_file.clone(),
-        };
-        Ok(settings)
     }
 }

@@ -7,10 +7,6 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::values;
-use crate::source::auth::TokenScheme;
-#[cfg(feature = "gpg")]
-use crate::source::trust::Keyring;
-use crate::source::trust::{AllowedSigners, Trust, TrustError, TrustPolicy};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -107,31 +103,6 @@ impl SourceConfig {
             ),
             _ => None,
         }
-    }
-
-    /// The trust settings, with the signers file or keyring read.
-    pub fn trust(&self) -> Result<Trust, TrustError> {
-        let policy = match (
-            self.verify,
-            &self.allowed_signers_file,
-            &self.gpg_keyring_file,
-        ) {
-            (VerifyMode::Ssh, Some(file), _) => {
-                TrustPolicy::Ssh(std::sync::Arc::new(AllowedSigners::load(file)?))
-            }
-            #[cfg(feature = "gpg")]
-            (VerifyMode::Gpg, _, Some(file)) => {
-                TrustPolicy::Gpg(std::sync::Arc::new(Keyring::load(file)?))
-            }
-            // Never "accept everything" for a verify this build cannot do.
-            #[cfg(not(feature = "gpg"))]
-            (VerifyMode::Gpg, _, _) => return Err(TrustError::NotBuilt { verify: "gpg" }),
-            _ => TrustPolicy::None,
-        };
-        Ok(Trust {
-            policy,
-            verify_all: self.verify_all,
-        })
     }
 }
 
@@ -293,4 +264,15 @@ mod tests {
             assert_eq!(redacted_url(url), shown, "{url}");
         }
     }
+}
+
+/// How an HTTP token is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenScheme {
+    /// `Authorization: Basic` with `token_username` and the token.
+    #[default]
+    Basic,
+    /// `Authorization: Bearer <token>`.
+    Bearer,
 }

@@ -117,6 +117,21 @@ pub struct Group {
     pub gid: u32,
 }
 
+impl Group {
+    /// `[control] group`, resolved; a group that does not exist is a
+    /// configuration error.
+    pub fn from_config(
+        config: &crate::config::Config,
+    ) -> Result<Option<Group>, crate::config::ConfigError> {
+        let Some(name) = &config.control.group else {
+            return Ok(None);
+        };
+        group_by_name(name)
+            .map(Some)
+            .ok_or_else(|| crate::config::ConfigError::NoGroup { name: name.clone() })
+    }
+}
+
 /// Looks a group up by name (`/etc/group`, NSS).
 pub fn group_by_name(name: &str) -> Option<Group> {
     let c_name = std::ffi::CString::new(name).ok()?;

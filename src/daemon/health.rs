@@ -27,7 +27,7 @@ pub struct Heartbeats {
     /// deadline.
     activity: Mutex<Instant>,
     /// The longest an operation may be in flight
-    /// ([`crate::config::Config::operation_deadline`]); past it, it is hung.
+    /// ([`crate::executor::RetryPolicy::operation_deadline`]); past it, it is hung.
     operation_deadline: Mutex<Duration>,
     /// The source follower's last poll, and how long it may take until
     /// the next (the wait between polls and one fetch's deadline).

@@ -181,7 +181,7 @@ async fn lifecycle(config_path: &Path, config: Config, access: ServerAccess) -> 
         }
     };
     let listen = config.server.listen;
-    let control_group = match config.control_group() {
+    let control_group = match crate::control::Group::from_config(&config) {
         Ok(g) => g,
         Err(e) => {
             fail(e);

@@ -147,7 +147,9 @@ impl Running {
         agent.memories().retain();
         shared
             .heartbeats
-            .set_operation_deadline(agent.config().operation_deadline());
+            .set_operation_deadline(crate::executor::RetryPolicy::operation_deadline(
+                agent.config(),
+            ));
         let source = agent.source()?.parses_on_disk();
         let config = agent.config();
         let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;

@@ -29,6 +29,33 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// How failing provider calls are retried (`[reconcile] retry_min_delay`
+    /// and `max_retries`).
+    pub fn from_config(config: &crate::config::Config) -> RetryPolicy {
+        RetryPolicy {
+            min_delay: config.reconcile.retry_min_delay,
+            max_retries: config.reconcile.max_retries,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The longest one operation may be in flight: every attempt's call
+    /// deadline, the waits between them and the confirmation. Past it, an
+    /// operation is hung, not slow (the watchdog stops being fed).
+    pub fn operation_deadline(config: &crate::config::Config) -> Duration {
+        let policy = RetryPolicy::from_config(config);
+        let call = config
+            .providers
+            .values()
+            .map(crate::config::ProviderConfig::call_deadline)
+            .max()
+            .unwrap_or_default();
+        let retries = u32::try_from(policy.max_retries).unwrap_or(u32::MAX);
+        call.saturating_mul(retries.saturating_add(1))
+            .saturating_add(policy.max_delay.saturating_mul(retries))
+            .saturating_add(config.reconcile.confirm_timeout)
+    }
+
     fn delays(&self) -> impl Iterator<Item = Duration> {
         ExponentialBuilder::default()
             .with_min_delay(self.min_delay)

@@ -13,7 +13,6 @@
 //!   change in what the spec hash covers. Anything else is an error, never
 //!   a proposal.
 
-pub mod auto;
 pub mod branch;
 pub mod edit;
 mod verify;
@@ -520,8 +519,8 @@ pub fn commit_message(p: &Proposal, agent_id: &str, base: &str) -> String {
         out.push_str(&format!(
             "  {}: {} -> {}{seen}\n",
             c.field,
-            crate::status::render::value(&c.declared),
-            crate::status::render::value(&c.observed)
+            crate::escape::value(&c.declared),
+            crate::escape::value(&c.observed)
         ));
     }
     if !p.reasons.is_empty() {

@@ -13,16 +13,7 @@ use ssh_key::{HashAlg, PublicKey, known_hosts};
 
 use super::SourceError;
 
-/// How an HTTP token is sent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TokenScheme {
-    /// `Authorization: Basic` with `token_username` and the token.
-    #[default]
-    Basic,
-    /// `Authorization: Bearer <token>`.
-    Bearer,
-}
+pub use crate::config::TokenScheme;
 
 /// `scheme://host[:port]` of a URL, without a user part or path
 /// (lower-cased: hosts and schemes compare case-insensitively).

@@ -16,6 +16,7 @@ use super::parse_cache::{self, ObjectId, ParsedTree, object_id};
 use super::reader_repo::ReaderRepo;
 use super::snapshot::{Snapshot, declarations_tree, list_files};
 use super::trust::{Trust, Verifier};
+use crate::config::ConfigError;
 use crate::journal::Access;
 use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
@@ -35,6 +36,43 @@ pub struct SourceSettings {
     pub credentials: Credentials,
     /// `verify`, `verify_all` and their keys.
     pub trust: Trust,
+}
+
+impl SourceSettings {
+    /// The source settings without the credentials a fetch needs: for
+    /// reading the last accepted commit from the state dir's Git data,
+    /// which works while Git (or the secrets) cannot be reached.
+    pub fn offline(config: &crate::config::Config) -> Result<SourceSettings, ConfigError> {
+        let s = &config.source;
+        Ok(SourceSettings {
+            url: s.url.clone(),
+            branch: s.branch.clone(),
+            path: s.path.clone(),
+            depth: s.depth,
+            allow_rewind: s.allow_rewind,
+            trust: Trust::from_config(s).map_err(|e| ConfigError::Trust(Box::new(e)))?,
+            credentials: Credentials::default(),
+        })
+    }
+
+    /// The source settings, with secrets read from their files (a missing,
+    /// empty or oversized one is a configuration error).
+    pub fn from_config(config: &crate::config::Config) -> Result<SourceSettings, ConfigError> {
+        let s = &config.source;
+        let mut settings = SourceSettings::offline(config)?;
+        settings.credentials = Credentials {
+            token: s
+                .token_file
+                .as_deref()
+                .map(|file| crate::config::secret::read("[source] token_file", file))
+                .transpose()?,
+            token_scheme: s.token_scheme,
+            token_username: s.token_username.clone(),
+            ssh_key_file: s.ssh_key_file.clone(),
+            known_hosts_file: s.known_hosts_file.clone(),
+        };
+        Ok(settings)
+    }
 }
 
 /// The current failure of the source, kept until a poll succeeds.

@@ -106,6 +106,21 @@ fn owned(path: &str) -> bool {
 }
 
 impl StatusBranch {
+    /// The status branch `agent` writes (`None`: `[status] branch` is
+    /// empty), in the source remote with the source's credentials.
+    pub fn of(agent: &crate::agent::Agent) -> Option<StatusBranch> {
+        let branch = &agent.config().status.branch;
+        let source = agent.source_settings();
+        (!branch.is_empty()).then(|| StatusBranch {
+            repo_dir: crate::source::repo_dir(&agent.config().state_dir),
+            url: source.url.clone(),
+            branch: branch.clone(),
+            credentials: source.credentials.clone(),
+            agent_id: agent.agent_id().to_string(),
+            attempts: 5,
+        })
+    }
+
     fn git(&self, e: git2::Error) -> StatusBranchError {
         StatusBranchError::Repository {
             branch: self.branch.clone(),

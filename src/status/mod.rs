@@ -1,6 +1,7 @@
 //! What tend tells operators: the report (docs/reports.md) and its
 //! renderings.
 
+pub mod auto_propose;
 pub mod board;
 pub mod branch;
 pub mod branch_files;

@@ -13,13 +13,13 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
 use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
 use super::report::{Report, StatusBranchReport};
 use crate::agent::Agent;
 use crate::journal::StateStore;
-use crate::propose::auto::{AutoOutcome, AutoPropose};
 use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
@@ -78,7 +78,7 @@ impl StatusPublisher {
             .and_then(|b| humantime::parse_rfc3339(&b.since).ok());
         StatusPublisher {
             files: ReportFiles::new(&config.reports_dir(), config.status.keep_reports),
-            branch: agent.status_branch(),
+            branch: StatusBranch::of(agent),
             store: agent.store().cloned(),
             key_file: agent
                 .store()

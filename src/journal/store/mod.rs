@@ -348,7 +348,7 @@ impl StateStore {
         config: &crate::config::Config,
         writer: bool,
     ) -> Result<Option<Self>, StateError> {
-        match config.state.postgres()? {
+        match PgStateSettings::from_config(&config.state)? {
             None => Self::open(&config.state_dir, writer),
             Some(settings) => Self::open_postgres(&settings, writer),
         }

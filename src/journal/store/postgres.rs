@@ -23,6 +23,7 @@ use tokio_postgres::{Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::sql::{Row, SqlError, SqlValue, TxControl};
+use crate::journal::StateError;
 
 /// How long one statement may take before the connection is given up.
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -36,6 +37,36 @@ pub struct PgStateSettings {
     /// The schema tend's tables live in (one per agent group).
     pub schema: String,
     pub tls_ca_file: Option<std::path::PathBuf>,
+}
+
+impl PgStateSettings {
+    /// `[state]`'s PostgreSQL settings (its password read), or `None` for
+    /// the SQLite state dir.
+    pub fn from_config(
+        state: &crate::config::StateConfig,
+    ) -> Result<Option<PgStateSettings>, StateError> {
+        if state.backend != crate::config::StateBackend::Postgres {
+            return Ok(None);
+        }
+        let url = state.url.clone().unwrap_or_default();
+        let password = match &state.password_file {
+            Some(file) => Some(
+                crate::config::secret::read("[state] password_file", file).map_err(|e| {
+                    StateError::Refused {
+                        path: file.display().to_string(),
+                        problem: e.to_string(),
+                    }
+                })?,
+            ),
+            None => None,
+        };
+        Ok(Some(PgStateSettings {
+            url,
+            password,
+            schema: state.schema.clone(),
+            tls_ca_file: state.tls_ca_file.clone(),
+        }))
+    }
 }
 
 impl std::fmt::Debug for PgStateSettings {

@@ -119,6 +119,30 @@ pub struct Trust {
 }
 
 impl Trust {
+    /// `[source] verify`'s trust, with the signers file or keyring read.
+    pub fn from_config(source: &crate::config::SourceConfig) -> Result<Trust, TrustError> {
+        use crate::config::VerifyMode;
+        let policy = match (
+            source.verify,
+            &source.allowed_signers_file,
+            &source.gpg_keyring_file,
+        ) {
+            (VerifyMode::Ssh, Some(file), _) => {
+                TrustPolicy::Ssh(Arc::new(AllowedSigners::load(file)?))
+            }
+            #[cfg(feature = "gpg")]
+            (VerifyMode::Gpg, _, Some(file)) => TrustPolicy::Gpg(Arc::new(Keyring::load(file)?)),
+            // Never "accept everything" for a verify this build cannot do.
+            #[cfg(not(feature = "gpg"))]
+            (VerifyMode::Gpg, _, _) => return Err(TrustError::NotBuilt { verify: "gpg" }),
+            _ => TrustPolicy::None,
+        };
+        Ok(Trust {
+            policy,
+            verify_all: source.verify_all,
+        })
+    }
+
     pub fn is_enabled(&self) -> bool {
         !matches!(self.policy, TrustPolicy::None)
     }

@@ -10,11 +10,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::branch::{BranchOutcome, ProposalBranch, ProposalBranchError, branch_name};
-use super::{ProposeError, propose};
+use super::report::{Report, ResourceReport};
 use crate::engine::Drift;
+use crate::propose::branch::{BranchOutcome, ProposalBranch, ProposalBranchError, branch_name};
+use crate::propose::{ProposeError, propose};
 use crate::source::transport;
-use crate::status::report::{Report, ResourceReport};
 
 /// What one round did.
 #[derive(Debug, Default)]
@@ -144,12 +144,12 @@ impl AutoPropose {
                 ignored: d.ignored,
             })
             .collect();
-        let selected = match super::selected(&r.name, &drift, None) {
+        let selected = match crate::propose::selected(&r.name, &drift, None) {
             Ok(s) => s,
             Err(ProposeError::NothingToPropose { .. }) => return Ok(None),
             Err(e) => return Err(e.to_string()),
         };
-        let text = super::file_at(&self.target.repo_dir, commit, &r.file)?;
+        let text = crate::propose::file_at(&self.target.repo_dir, commit, &r.file)?;
         let reasons: Vec<String> = r
             .override_
             .iter()
@@ -165,7 +165,7 @@ impl AutoPropose {
             &reasons,
         )
         .map_err(|e| e.to_string())?;
-        let message = super::commit_message(&proposal, &self.target.agent_id, commit);
+        let message = crate::propose::commit_message(&proposal, &self.target.agent_id, commit);
         self.target
             .push(&proposal, commit, &message)
             .map(Some)

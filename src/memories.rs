@@ -1,0 +1,289 @@
+//! What the agent remembers of each resource between cycles, as read from
+//! the state store, and the cache every cycle reads it through.
+//!
+//! # Guarantees
+//! * A read is reused only while the state's freshness is unchanged: a
+//!   write anywhere makes the next cycle read again.
+//! * A one-shot command's read ahead is handed to its one cycle, which then
+//!   holds the only reference and moves each memory out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use serde_json::Value;
+
+use crate::engine::Memory;
+use crate::journal::{StateError, StateStore, StoredMemories};
+use crate::model::{ManagedDatabase, SpecHash};
+use crate::source::Snapshot;
+
+/// A managed resource no longer declared and without a tombstone yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeftGit {
+    pub name: String,
+    pub last: ManagedDatabase,
+    /// The file it was last declared in.
+    pub file: String,
+}
+
+/// Every resource's memory as one read of the state found it, shared by
+/// the cycles that run while nothing is written: the running agent's
+/// provider workers each decide their own part of the fleet from the same
+/// read, so the fleet's memories are held (and read) once, not once per
+/// provider. What a cycle derives from them over the whole fleet (the
+/// resources that left Git, the specs changed since their last apply) is
+/// derived once per snapshot.
+///
+/// Never changed once made: a cycle that writes makes the next one read
+/// again (the read carries its freshness).
+#[derive(Debug, Default)]
+pub struct SharedMemories {
+    /// Each behind its own `Arc`: a cycle's plan refers to the memories
+    /// it decided from instead of copying them.
+    memories: HashMap<String, Arc<Memory>>,
+    freshness: Option<crate::journal::store::Freshness>,
+    /// How many resources tend saw exist (the deletion guard's base).
+    existed: usize,
+    /// What was derived over the fleet, and the snapshot it was derived
+    /// from (a weak reference keeps the snapshot's address from being
+    /// reused by another while it is held, so the comparison is exact).
+    derived: Mutex<Option<(Weak<Snapshot>, Arc<Derived>)>>,
+}
+
+/// Fleet-wide facts of a snapshot and the memories.
+#[derive(Debug, Default)]
+pub(crate) struct Derived {
+    /// Seen to exist and not declared (sorted): they left Git, or were
+    /// tombstoned already.
+    pub(crate) undeclared: Vec<String>,
+    /// Applied, and the spec changed since (or no longer declared): their
+    /// applied field values are read.
+    pub(crate) changed: Vec<String>,
+}
+
+impl SharedMemories {
+    pub fn new(stored: StoredMemories) -> SharedMemories {
+        let existed = stored.memories.values().filter(|m| m.existed).count();
+        SharedMemories {
+            memories: stored
+                .memories
+                .into_iter()
+                .map(|(name, memory)| (name, Arc::new(memory)))
+                .collect(),
+            freshness: stored.freshness,
+            existed,
+            derived: Mutex::default(),
+        }
+    }
+
+    /// When they were read (`None`: never reused).
+    pub fn freshness(&self) -> Option<crate::journal::store::Freshness> {
+        self.freshness
+    }
+
+    /// The fleet-wide facts over `snapshot`, derived at the first cycle
+    /// over it and kept for the others.
+    pub(crate) fn derived(&self, snapshot: &Arc<Snapshot>) -> Arc<Derived> {
+        let mut slot = self.derived.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((of, derived)) = slot.as_ref()
+            && std::ptr::eq(of.as_ptr(), Arc::as_ptr(snapshot))
+        {
+            return derived.clone();
+        }
+        if self.memories.is_empty() {
+            return Arc::default();
+        }
+        // One index of the declarations by name: a lookup per memory in
+        // the sorted list touches a dozen declarations scattered in
+        // memory, and at 10,000 resources those cache misses cost
+        // milliseconds.
+        let declared: HashMap<&str, &SpecHash> = snapshot
+            .declarations
+            .declarations
+            .iter()
+            .map(|d| (d.name(), &d.spec_hash))
+            .collect();
+        let mut derived = Derived::default();
+        for (name, memory) in &self.memories {
+            let spec = declared.get(name.as_str()).copied();
+            if memory.existed && spec.is_none() {
+                derived.undeclared.push(name.clone());
+            }
+            if memory.applied_spec_hash.is_some() && spec != memory.applied_spec_hash.as_ref() {
+                derived.changed.push(name.clone());
+            }
+        }
+        derived.undeclared.sort_unstable();
+        derived.changed.sort_unstable();
+        let derived = Arc::new(derived);
+        *slot = Some((Arc::downgrade(snapshot), derived.clone()));
+        derived
+    }
+}
+
+/// Applied field values read for a changed spec: the hash they were
+/// applied under, and the values.
+pub(crate) type Applied = (Option<SpecHash>, BTreeMap<String, Value>);
+
+/// The memories a cycle decides from: the shared read, with the applied
+/// field values read for this cycle over it. Each subject takes its own.
+#[derive(Debug, Default)]
+pub struct Memories {
+    pub(crate) shared: Arc<SharedMemories>,
+    pub(crate) applied: HashMap<String, Applied>,
+}
+
+impl Memories {
+    /// Memories of a test, as if read.
+    #[cfg(test)]
+    pub fn of(memories: HashMap<String, Memory>) -> Memories {
+        Memories {
+            shared: Arc::new(SharedMemories::new(StoredMemories {
+                memories,
+                freshness: None,
+            })),
+            applied: HashMap::new(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Memory> {
+        self.shared.memories.get(name).map(Arc::as_ref)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.shared.memories.contains_key(name)
+    }
+
+    /// How many resources tend saw exist, fleet-wide.
+    pub fn existed(&self) -> usize {
+        self.shared.existed
+    }
+
+    /// `name`'s memory for its decision (empty on first sight): moved out
+    /// when this cycle holds the only reference to the read (a one-shot
+    /// command), shared when other cycles hold it too (copied only where
+    /// this cycle read its applied field values).
+    pub fn take(&mut self, name: &str) -> Arc<Memory> {
+        let mut memory = match Arc::get_mut(&mut self.shared) {
+            Some(own) => own.memories.remove(name),
+            None => self.shared.memories.get(name).cloned(),
+        }
+        .unwrap_or_default();
+        if let Some((hash, fields)) = self.applied.remove(name) {
+            let memory = Arc::make_mut(&mut memory);
+            memory.applied_spec_hash = hash;
+            memory.applied_fields = fields;
+        }
+        memory
+    }
+}
+
+/// The last read of every resource's memory. A retaining cache (the
+/// running agent's) is reused by every cycle while nothing is written: the
+/// provider workers decide from one read, and hold one copy, whatever the
+/// number of providers. Otherwise (a one-shot command) a read made ahead
+/// is handed to the next cycle alone, which then moves each memory out of
+/// it instead of copying it.
+#[derive(Debug, Default)]
+pub struct MemoryCache {
+    /// Locked across a read: a cycle that asks meanwhile waits for it
+    /// rather than reading the same rows a second time.
+    last: Mutex<Option<Arc<SharedMemories>>>,
+    retain: AtomicBool,
+}
+
+impl MemoryCache {
+    /// Keeps each read for the cycles after it (the running agent).
+    pub fn retain(&self) {
+        self.retain.store(true, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<SharedMemories>>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `last` taken out if nothing was written since it was read, else a
+    /// new read. Taken out whatever it is: a stale read is freed by the
+    /// last cycle that holds it, not kept beside the new one.
+    fn up_to_date(
+        last: &mut Option<Arc<SharedMemories>>,
+        store: &StateStore,
+    ) -> Result<Arc<SharedMemories>, StateError> {
+        let now = store.freshness()?;
+        match last.take() {
+            Some(read) if read.freshness() == Some(now) => Ok(read),
+            _ => Ok(Arc::new(SharedMemories::new(store.read_memories()?))),
+        }
+    }
+
+    /// The memories as the state holds them now: the last read if nothing
+    /// was written since, else a new one. Blocks (call it on a blocking
+    /// thread).
+    pub fn current(&self, store: &StateStore) -> Result<Arc<SharedMemories>, StateError> {
+        let mut last = self.lock();
+        let read = Self::up_to_date(&mut last, store)?;
+        if self.retain.load(Ordering::Relaxed) {
+            *last = Some(read.clone());
+        }
+        Ok(read)
+    }
+
+    /// Reads the memories now (unless the last read is still current),
+    /// for the next cycle.
+    pub fn read_ahead(&self, store: &StateStore) -> Result<(), StateError> {
+        let mut last = self.lock();
+        let read = Self::up_to_date(&mut last, store)?;
+        *last = Some(read);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::effects::{Effect, commit};
+
+    type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+    fn store(dir: &tempfile::TempDir) -> Result<StateStore, Box<dyn std::error::Error>> {
+        StateStore::open(dir.path(), true)?.ok_or_else(|| "no state store was made".into())
+    }
+
+    #[test]
+    fn a_retaining_cache_shares_one_read_until_the_state_is_written() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
+        let cache = MemoryCache::default();
+        cache.retain();
+        let first = cache.current(&store)?;
+        let again = cache.current(&store)?;
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "read twice with nothing written"
+        );
+        commit(
+            &store,
+            &[Effect::RemoveTombstone {
+                name: "orders".into(),
+            }],
+        )?;
+        let after = cache.current(&store)?;
+        assert!(!Arc::ptr_eq(&first, &after), "a stale read was reused");
+        Ok(())
+    }
+
+    #[test]
+    fn a_one_shot_cache_hands_its_read_ahead_to_one_cycle_alone() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
+        let cache = MemoryCache::default();
+        cache.read_ahead(&store)?;
+        let first = cache.current(&store)?;
+        // Nothing else holds it: the cycle moves the memories out.
+        assert_eq!(Arc::strong_count(&first), 1);
+        let second = cache.current(&store)?;
+        assert!(!Arc::ptr_eq(&first, &second));
+        Ok(())
+    }
+}

@@ -124,26 +124,44 @@ impl SharedMemories {
 
 /// Applied field values read for a changed spec: the hash they were
 /// applied under, and the values.
-pub(crate) type Applied = (Option<SpecHash>, BTreeMap<String, Value>);
+type Applied = (Option<SpecHash>, BTreeMap<String, Value>);
 
 /// The memories a cycle decides from: the shared read, with the applied
 /// field values read for this cycle over it. Each subject takes its own.
 #[derive(Debug, Default)]
 pub struct Memories {
-    pub(crate) shared: Arc<SharedMemories>,
-    pub(crate) applied: HashMap<String, Applied>,
+    shared: Arc<SharedMemories>,
+    applied: HashMap<String, Applied>,
 }
 
 impl Memories {
     /// Memories of a test, as if read.
     #[cfg(test)]
     pub fn of(memories: HashMap<String, Memory>) -> Memories {
+        Memories::over(Arc::new(SharedMemories::new(StoredMemories {
+            memories,
+            freshness: None,
+        })))
+    }
+
+    /// A cycle's memories over the shared read `shared`.
+    pub fn over(shared: Arc<SharedMemories>) -> Memories {
         Memories {
-            shared: Arc::new(SharedMemories::new(StoredMemories {
-                memories,
-                freshness: None,
-            })),
+            shared,
             applied: HashMap::new(),
+        }
+    }
+
+    /// Records `name`'s applied field values, read for this cycle (a
+    /// resource without a memory has none to complete: ignored).
+    pub fn set_applied(
+        &mut self,
+        name: String,
+        hash: Option<SpecHash>,
+        fields: BTreeMap<String, Value>,
+    ) {
+        if self.contains(&name) {
+            self.applied.insert(name, (hash, fields));
         }
     }
 

@@ -106,6 +106,17 @@ impl SourceConfig {
     }
 }
 
+/// How an HTTP token is sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenScheme {
+    /// `Authorization: Basic` with `token_username` and the token.
+    #[default]
+    Basic,
+    /// `Authorization: Bearer <token>`.
+    Bearer,
+}
+
 fn default_token_username() -> String {
     "tend".into()
 }
@@ -264,15 +275,4 @@ mod tests {
             assert_eq!(redacted_url(url), shown, "{url}");
         }
     }
-}
-
-/// How an HTTP token is sent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TokenScheme {
-    /// `Authorization: Basic` with `token_username` and the token.
-    #[default]
-    Basic,
-    /// `Authorization: Bearer <token>`.
-    Bearer,
 }

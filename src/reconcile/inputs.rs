@@ -100,10 +100,7 @@ impl Inputs {
             MemoryRead::Fresh(cache) => cache.current(store)?,
         };
         let derived = shared.derived(snapshot);
-        inputs.memories = Memories {
-            shared,
-            applied: HashMap::new(),
-        };
+        inputs.memories = Memories::over(shared);
         inputs.read_applied_fields(store, &derived.changed)?;
         let tombstoned: HashSet<String> = store
             .tombstones()?
@@ -186,11 +183,7 @@ impl Inputs {
         }
         for (name, hash, fields) in store.applied_fields(changed)? {
             match fields {
-                Ok(fields) => {
-                    if self.memories.contains(&name) {
-                        self.memories.applied.insert(name, (hash, fields));
-                    }
-                }
+                Ok(fields) => self.memories.set_applied(name, hash, fields),
                 Err(corrupt) => self.corrupt_row(corrupt),
             }
         }

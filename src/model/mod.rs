@@ -18,7 +18,7 @@ pub mod yaml;
 pub mod yaml_spans;
 
 pub use declaration::{DeletionPolicy, DriftPolicy, ManagedDatabase, Spec};
-pub use fields::{FIELDS, FieldInfo, Mutability};
+pub use fields::{FIELDS, FieldInfo, FieldSet, Mutability};
 pub use hash::SpecHash;
 pub use load::{Declaration, DeclarationSet, Diagnostic, is_yaml, load_paths, parse_file};
 pub use overrides::{OnExpiry, OverrideExpiry, OverrideSpec, TendAnnotations};

@@ -143,7 +143,7 @@ pub enum Observed {
 pub struct Capabilities {
     /// Top-level spec fields the provider observes, with their mutability
     /// there (from the field table unless the provider knows better).
-    pub fields: BTreeMap<&'static str, Mutability>,
+    pub fields: crate::model::FieldSet,
     /// Whether the provider stores labels (and so provider-side overrides).
     pub labels: bool,
     /// Settings (`parameters.<name>`) the provider parses as lists: their
@@ -189,7 +189,7 @@ impl Capabilities {
     /// the provider observes it.
     pub fn mutability(&self, path: &str) -> Option<Mutability> {
         let top = path.split('.').next().unwrap_or(path);
-        self.fields.get(top).copied()
+        self.fields.get(top)
     }
 
     /// The canonical form of the setting `key`'s `value` when the provider

@@ -163,8 +163,9 @@ pub struct PlannedOperationId {
 pub struct PlannedResource<'s> {
     pub name: String,
     pub subject: PlannedSubject<'s>,
-    /// Path of the file relative to the repository root.
-    pub file: String,
+    /// Path of the file relative to the repository root (borrowed from
+    /// the snapshot: a Git path is UTF-8; empty for a removed declaration).
+    pub file: std::borrow::Cow<'s, str>,
     pub provider: String,
     pub spec_hash: SpecHash,
     pub observed: Observed,

@@ -8,6 +8,7 @@
 //! applies the rules that need more than one resource or the journal:
 //! the deletion gate, the pending-intent gate, unreadable state.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
@@ -76,9 +77,14 @@ pub fn plan_subject<'s>(
     }
     let name = subject.name().to_string();
     let (file, spec_hash) = match &subject {
-        PlannedSubject::Declared(d) => (d.file.to_string_lossy().into_owned(), d.spec_hash.clone()),
-        PlannedSubject::Removed(t) => (String::new(), t.last.spec_hash()),
-        PlannedSubject::Unreadable => (String::new(), crate::model::SpecHash(String::new())),
+        PlannedSubject::Declared(d) => (
+            d.file
+                .to_str()
+                .map_or_else(|| d.file.to_string_lossy(), Cow::Borrowed),
+            d.spec_hash.clone(),
+        ),
+        PlannedSubject::Removed(t) => (Cow::Borrowed(""), t.last.spec_hash()),
+        PlannedSubject::Unreadable => (Cow::Borrowed(""), crate::model::SpecHash(String::new())),
     };
     let decision = match ctx.inputs.corrupt.get(&name) {
         // Unreadable state: reported as it is, nothing remembered (no

@@ -125,7 +125,7 @@ pub fn undecidable<'s>(
     PlannedResource {
         name: name.to_string(),
         subject: PlannedSubject::Unreadable,
-        file: String::new(),
+        file: Default::default(),
         provider: provider.to_string(),
         spec_hash: SpecHash(String::new()),
         observed: Observed::Failed("not observed".into()),

@@ -624,7 +624,7 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
         (kept && r.subject.declaration().is_some()).then(|| format!("tend propose {}", r.name));
     ResourceReport {
         name: r.name.clone(),
-        file: r.file.clone(),
+        file: r.file.to_string(),
         state: d.state,
         action: d.action,
         rule: d.rule.as_str().to_string(),

@@ -108,7 +108,13 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
             });
         resources.push(PlannedResource {
             name: name.clone(),
-            file: decl.file.strip_prefix(root).unwrap().display().to_string(),
+            file: decl
+                .file
+                .strip_prefix(root)
+                .unwrap()
+                .display()
+                .to_string()
+                .into(),
             provider: "sandbox".into(),
             spec_hash: decl.spec_hash.clone(),
             subject: PlannedSubject::Declared(decl),

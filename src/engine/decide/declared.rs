@@ -161,10 +161,7 @@ fn not_managed(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> 
     let all_managed = spec.iter().all(|(key, value)| {
         value.is_null()
             || input.capabilities.fields.contains_key(key.as_str())
-            || crate::model::FIELDS
-                .iter()
-                .find(|f| f.name == key)
-                .is_none_or(|f| !sets_unmanaged(f))
+            || crate::model::fields::field_info(key).is_none_or(|f| !sets_unmanaged(f))
     });
     if all_managed {
         return None;
@@ -177,7 +174,7 @@ fn not_managed(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> 
     if unmanaged.is_empty() {
         return None;
     }
-    let managed: Vec<&str> = input.capabilities.fields.keys().copied().collect();
+    let managed: Vec<&str> = input.capabilities.fields.keys().collect();
     Some(Decision::new(
         State::Error,
         Action::None,

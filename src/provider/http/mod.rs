@@ -198,7 +198,7 @@ impl HttpProvider {
             ..Capabilities::for_fields(HTTP_FIELDS, doc.labels)
         };
         capabilities.fields.retain(|name, mutability| {
-            let Some(theirs) = doc.fields.get(*name) else {
+            let Some(theirs) = doc.fields.get(name) else {
                 return false;
             };
             *mutability = match theirs.as_str() {

@@ -253,14 +253,12 @@ fn override_set_works_every_time_beside_a_long_apply() {
     // Wait until the apply is sending updates (and journalling them).
     let calls = dir.path().join("state/sandbox/sandbox/calls.log");
     let created = std::fs::read_to_string(&calls).unwrap().lines().count();
-    let started = std::time::Instant::now();
-    while std::fs::read_to_string(&calls).unwrap().lines().count() <= created {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "apply never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::eventually(
+        "the apply sending updates",
+        Duration::from_secs(30),
+        || support::holds(std::fs::read_to_string(&calls).unwrap().lines().count() > created),
+        String::new,
+    );
     for i in 0..40 {
         assert!(
             apply.try_wait().unwrap().is_none(),

@@ -188,11 +188,12 @@ fn a_listing_older_than_a_state_write_is_made_again() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !marker.exists() {
-        assert!(started.elapsed() < Duration::from_secs(60), "never paused");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::eventually(
+        "tend apply pausing",
+        Duration::from_secs(60),
+        || support::holds(marker.exists()),
+        String::new,
+    );
     TendCommand::new(&[
         "--config",
         &s.config,
@@ -252,7 +253,7 @@ fn a_provider_no_declaration_uses_is_not_waited_for() {
         )
         .section("providers.spare", "timeout", "\"1h\"")
         .write();
-    let mut plan = std::process::Command::new(env!("CARGO_BIN_EXE_tend"))
+    let plan = std::process::Command::new(env!("CARGO_BIN_EXE_tend"))
         .args([
             "--config",
             &config.display().to_string(),
@@ -267,14 +268,17 @@ fn a_provider_no_declaration_uses_is_not_waited_for() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while plan.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = plan.kill();
-            panic!("tend plan waited for a provider nothing is routed to");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let plan = std::cell::RefCell::new(plan);
+    support::eventually(
+        "tend plan finishing without the provider nothing is routed to",
+        Duration::from_secs(60),
+        || plan.borrow_mut().try_wait().unwrap(),
+        || {
+            let _ = plan.borrow_mut().kill();
+            "it waited for that provider: killed".into()
+        },
+    );
+    let plan = plan.into_inner();
     let out = plan.wait_with_output().unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));

@@ -4,7 +4,7 @@ use crate::support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::TendCommand;
@@ -531,11 +531,16 @@ fn delete_waits_for_connections_unless_force_drop() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") == "0" {
-        assert!(started.elapsed() < Duration::from_secs(20));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::eventually(
+        "a session connected to scratch",
+        Duration::from_secs(20),
+        || {
+            support::holds(
+                env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") != "0",
+            )
+        },
+        String::new,
+    );
     env.repo.remove("scratch.yaml");
     env.repo.commit("remove scratch");
     let run = env.tend(&["apply"], 2);
@@ -698,11 +703,16 @@ fn a_pending_delete_is_not_replayed_once_the_declaration_is_back() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") == "0" {
-        assert!(started.elapsed() < Duration::from_secs(20));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::eventually(
+        "a session connected to scratch",
+        Duration::from_secs(20),
+        || {
+            support::holds(
+                env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") != "0",
+            )
+        },
+        String::new,
+    );
     env.repo.remove("scratch.yaml");
     env.repo.commit("remove scratch");
     env.tend(&["apply"], 2); // the delete stays pending: a session is connected

@@ -172,14 +172,16 @@ fn the_agents_text_log_carries_the_wall_clock_time() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("ready: the first snapshot is reconciled") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let text = support::eventually(
+        "the agent ready",
+        Duration::from_secs(20),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains("ready: the first snapshot is reconciled")
+                .then_some(text)
+        },
+        || std::fs::read_to_string(&log).unwrap_or_default(),
+    );
     let _ = child.kill();
     let _ = child.wait();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();

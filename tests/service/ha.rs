@@ -167,17 +167,15 @@ fn stands_by(d: &Daemon) -> bool {
 }
 
 fn wait(what: &str, limit: Duration, logs: &[&Daemon], mut check: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !check() {
-        if started.elapsed() > limit {
+    support::eventually(
+        what,
+        limit,
+        || support::holds(check()),
+        || {
             let logs: Vec<String> = logs.iter().map(|d| d.log()).collect();
-            panic!(
-                "timed out after {limit:?} waiting for {what}\n--- logs\n{}",
-                logs.join("\n---\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            format!("--- logs\n{}", logs.join("\n---\n"))
+        },
+    );
 }
 
 /// Starts `a`, waits until it leads and created `expect` databases, then

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running `tend run`.
 pub struct Daemon {
@@ -110,15 +110,12 @@ impl Daemon {
     /// Waits (up to `limit`) until `check` holds, polling; panics with the
     /// log otherwise.
     pub fn wait_for(&self, what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-        let started = Instant::now();
-        while !check() {
-            assert!(
-                started.elapsed() < limit,
-                "timed out after {limit:?} waiting for {what}\n--- log\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::eventually(
+            what,
+            limit,
+            || super::holds(check()),
+            || format!("--- log\n{}", self.log()),
+        );
     }
 
     /// Runs `n` cycles one after the other, each asked for through
@@ -205,20 +202,20 @@ impl Daemon {
 
     /// Waits for the process to exit; its exit code.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let started = Instant::now();
         let child = self.child.as_mut().unwrap();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.child = None;
-                return status.code();
-            }
-            assert!(
-                started.elapsed() < limit,
-                "tend run did not exit within {limit:?}\n--- log\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let status = super::eventually(
+            "tend run exiting",
+            limit,
+            || child.try_wait().unwrap(),
+            || {
+                format!(
+                    "--- log\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                )
+            },
+        );
+        self.child = None;
+        status.code()
     }
 }
 

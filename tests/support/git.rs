@@ -155,13 +155,12 @@ pub fn free_port() -> u16 {
 }
 
 fn wait_for_port(port: u16) {
-    for _ in 0..200 {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
-    panic!("nothing listens on 127.0.0.1:{port}");
+    super::eventually(
+        &format!("a listener on 127.0.0.1:{port}"),
+        Duration::from_secs(5),
+        || super::holds(TcpStream::connect(("127.0.0.1", port)).is_ok()),
+        String::new,
+    );
 }
 
 /// `git daemon` serving `base` on loopback; stopped on drop.

@@ -21,6 +21,39 @@ pub mod users;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// How often [`eventually`] looks again.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Polls `check` until it gives `Some`, and returns what it gave: the
+/// suite's one poll loop (a test waits for an outcome, never for a fixed
+/// time). After `limit` the test fails, naming `what`, with what
+/// `on_timeout` reports (a log, the state seen last); `on_timeout` may
+/// also stop what the test started. `check` may itself panic on a state
+/// that can never turn good.
+pub fn eventually<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Option<T>,
+    on_timeout: impl FnOnce() -> String,
+) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        if started.elapsed() >= limit {
+            panic!("{what}: not within {limit:?}\n{}", on_timeout());
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// `true` as `Some(())`: a condition for [`eventually`].
+pub fn holds(condition: bool) -> Option<()> {
+    condition.then_some(())
+}
 
 /// The metric families the agent registers (`r.register("name", …)` in
 /// src/telemetry/metrics.rs), with the registry's `tend_` prefix: read from
@@ -129,18 +162,17 @@ impl TendCommand {
         }
         let stdout = drain(child.stdout.take().unwrap());
         let stderr = drain(child.stderr.take().unwrap());
-        let started = std::time::Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("`{}` did not finish within {limit:?}: killed", self.display);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        let child = std::cell::RefCell::new(child);
+        let status = eventually(
+            &format!("`{}` finishing", self.display),
+            limit,
+            || child.borrow_mut().try_wait().unwrap(),
+            || {
+                let _ = child.borrow_mut().kill();
+                let _ = child.borrow_mut().wait();
+                "killed".into()
+            },
+        );
         std::process::Output {
             status,
             stdout: stdout.join().unwrap(),
@@ -205,7 +237,6 @@ impl TendCommand {
 /// reached it.
 pub fn paused_apply(config: &Path, point: &str, marker: &Path) -> std::process::Child {
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
     let child = Command::new(env!("CARGO_BIN_EXE_tend"))
         .args(["--config", &config.display().to_string(), "apply"])
         .current_dir(config.parent().unwrap())
@@ -217,14 +248,12 @@ pub fn paused_apply(config: &Path, point: &str, marker: &Path) -> std::process::
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !marker.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "tend apply never reached {point}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        &format!("tend apply reaching {point}"),
+        Duration::from_secs(60),
+        || holds(marker.exists()),
+        String::new,
+    );
     child
 }
 

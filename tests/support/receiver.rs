@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How the receiver answers one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,18 +148,14 @@ impl Receiver {
 
     /// Waits until `n` requests arrived (panics after `limit`).
     pub fn wait_for(&self, n: usize, limit: Duration) -> Vec<Received> {
-        let started = Instant::now();
-        loop {
-            let got = self.received();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                started.elapsed() < limit,
-                "{} requests after {limit:?}, wanted {n}: {got:#?}",
-                got.len()
-            );
-            thread::sleep(Duration::from_millis(50));
-        }
+        super::eventually(
+            &format!("{n} requests"),
+            limit,
+            || {
+                let got = self.received();
+                (got.len() >= n).then_some(got)
+            },
+            || format!("received: {:#?}", self.received()),
+        )
     }
 }

@@ -88,13 +88,13 @@ impl ReferenceServer {
             .spawn()
             .expect("cannot start the reference provider");
         let server = ReferenceServer { child, port, dir };
-        for _ in 0..400 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("the reference provider never listened on {port}");
+        super::eventually(
+            &format!("the reference provider listening on {port}"),
+            Duration::from_secs(10),
+            || super::holds(TcpStream::connect(("127.0.0.1", port)).is_ok()),
+            String::new,
+        );
+        server
     }
 
     pub fn url(&self) -> String {

@@ -115,13 +115,13 @@ impl Sshd {
             user,
             dir,
         };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return sshd;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("sshd did not listen on 127.0.0.1:{port}: {}", sshd.log());
+        super::eventually(
+            &format!("sshd listening on 127.0.0.1:{port}"),
+            Duration::from_secs(5),
+            || super::holds(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()),
+            || sshd.log(),
+        );
+        sshd
     }
 
     /// `ssh://user@127.0.0.1:PORT/abs/path`.

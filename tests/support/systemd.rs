@@ -298,20 +298,22 @@ impl BootedSystem {
     }
 
     fn wait_running(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut state = String::new();
-        while Instant::now() < deadline {
-            state = self.sh("systemctl is-system-running 2>&1 || true").stdout;
-            if state.trim() == "running" {
-                return;
-            }
-            if state.trim() == "degraded" {
-                let failed = self.sh("systemctl --failed --no-legend --plain").stdout;
-                panic!("the test boot is degraded; failed units:\n{failed}");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("systemd is not running after 60 s: {state}");
+        let state = std::cell::RefCell::new(String::new());
+        super::eventually(
+            "systemd running",
+            Duration::from_secs(60),
+            || {
+                let now = self.sh("systemctl is-system-running 2>&1 || true").stdout;
+                if now.trim() == "degraded" {
+                    let failed = self.sh("systemctl --failed --no-legend --plain").stdout;
+                    panic!("the test boot is degraded; failed units:\n{failed}");
+                }
+                let running = now.trim() == "running";
+                *state.borrow_mut() = now;
+                super::holds(running)
+            },
+            || format!("its state: {}", state.borrow()),
+        );
     }
 
     /// A command inside the booted system, as root, with a plain
@@ -406,17 +408,17 @@ impl BootedSystem {
 
     /// Waits for `check`, with what the unit logged when it never holds.
     pub fn wait_for(&self, what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if check() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "{what}: not within {limit:?}\n--- systemctl status tend\n{}\n--- journal\n{}",
-            self.sh("systemctl status tend --no-pager -l").all(),
-            self.sh("journalctl -u tend --no-pager -n 80").all()
+        super::eventually(
+            what,
+            limit,
+            || super::holds(check()),
+            || {
+                format!(
+                    "--- systemctl status tend\n{}\n--- journal\n{}",
+                    self.sh("systemctl status tend --no-pager -l").all(),
+                    self.sh("journalctl -u tend --no-pager -n 80").all()
+                )
+            },
         );
     }
 

@@ -94,6 +94,17 @@ impl Env {
     fn q(&self, sql: &str) -> String {
         self.pg.psql(sql)
     }
+
+    /// Waits until a session is connected to `database`.
+    fn wait_for_a_session_on(&self, database: &str) {
+        let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{database}'");
+        support::eventually(
+            &format!("a session connected to {database}"),
+            Duration::from_secs(20),
+            || support::holds(self.q(&sql) != "0"),
+            String::new,
+        );
+    }
 }
 
 fn resource<'a>(report: &'a Value, name: &str) -> &'a Value {
@@ -531,16 +542,7 @@ fn delete_waits_for_connections_unless_force_drop() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    support::eventually(
-        "a session connected to scratch",
-        Duration::from_secs(20),
-        || {
-            support::holds(
-                env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") != "0",
-            )
-        },
-        String::new,
-    );
+    env.wait_for_a_session_on("scratch");
     env.repo.remove("scratch.yaml");
     env.repo.commit("remove scratch");
     let run = env.tend(&["apply"], 2);
@@ -703,16 +705,7 @@ fn a_pending_delete_is_not_replayed_once_the_declaration_is_back() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    support::eventually(
-        "a session connected to scratch",
-        Duration::from_secs(20),
-        || {
-            support::holds(
-                env.q("SELECT count(*) FROM pg_stat_activity WHERE datname = 'scratch'") != "0",
-            )
-        },
-        String::new,
-    );
+    env.wait_for_a_session_on("scratch");
     env.repo.remove("scratch.yaml");
     env.repo.commit("remove scratch");
     env.tend(&["apply"], 2); // the delete stays pending: a session is connected

@@ -16,6 +16,7 @@
 //! dir's owner).
 
 pub mod agent;
+pub mod cause;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -44,7 +44,7 @@ fn read_secret(path: &Path) -> Result<String, SourceError> {
         .map(|s| s.trim().to_string())
         .map_err(|e| SourceError::Io {
             path: path.display().to_string(),
-            message: e.to_string(),
+            source: crate::cause::Cause::new(e),
         })
 }
 

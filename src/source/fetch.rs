@@ -110,16 +110,19 @@ pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
     super::libgit2();
     let unusable = |e: git2::Error| SourceError::Repository {
         path: dir.display().to_string(),
-        message: if e.class() == git2::ErrorClass::Os {
-            // The system refused (too many open files, a full disk): the
-            // repository is likely fine, and deleting it fixes nothing.
-            format!(
-                "{} (the operating system refused; the repository itself may be fine: do not delete it, fix what the message names — too many open files: raise LimitNOFILE)",
-                e.message()
-            )
-        } else {
-            format!("{} (delete the directory to fetch afresh)", e.message())
-        },
+        source: crate::cause::Cause::explained(
+            if e.class() == git2::ErrorClass::Os {
+                // The system refused (too many open files, a full disk): the
+                // repository is likely fine, and deleting it fixes nothing.
+                format!(
+                    "{} (the operating system refused; the repository itself may be fine: do not delete it, fix what the message names — too many open files: raise LimitNOFILE)",
+                    e.message()
+                )
+            } else {
+                format!("{} (delete the directory to fetch afresh)", e.message())
+            },
+            e,
+        ),
     };
     match Repository::open_bare(dir) {
         Ok(repo) => Ok(repo),
@@ -222,7 +225,7 @@ pub fn fetch(
         Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(SourceError::Repository {
             path: dir.display().to_string(),
-            message: e.message().to_string(),
+            source: crate::cause::Cause::git(e),
         }),
     }
 }

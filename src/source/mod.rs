@@ -162,10 +162,18 @@ pub enum SourceError {
         commit: String,
         limit: usize,
     },
-    #[error("local Git data in {path} is unusable: {message}")]
-    Repository { path: String, message: String },
-    #[error("cannot read {path}: {message}")]
-    Io { path: String, message: String },
+    #[error("local Git data in {path} is unusable: {source}")]
+    Repository {
+        path: String,
+        #[source]
+        source: crate::cause::Cause,
+    },
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: crate::cause::Cause,
+    },
 }
 
 /// The first few diagnostics of a refused commit, for its error message.

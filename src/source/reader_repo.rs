@@ -56,7 +56,10 @@ pub fn prepare(state_dir: &Path, url: &str) -> Result<ReaderRepo, SourceError> {
                 .tempdir()
                 .map_err(|e| SourceError::Io {
                     path: std::env::temp_dir().display().to_string(),
-                    message: format!("cannot make a directory to fetch into: {e}"),
+                    source: crate::cause::Cause::explained(
+                        format!("cannot make a directory to fetch into: {e}"),
+                        e,
+                    ),
                 })?;
             (temp.path().join("repo.git"), Some(temp))
         }

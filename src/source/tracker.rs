@@ -142,7 +142,7 @@ impl Source {
         if access == Access::Writer {
             fs::create_dir_all(&dir).map_err(|e| SourceError::Io {
                 path: dir.display().to_string(),
-                message: e.to_string(),
+                source: crate::cause::Cause::new(e),
             })?;
         }
         // The parse cache is read on another thread from here on, beside
@@ -168,9 +168,12 @@ impl Source {
             Ok(text) => Some(
                 Oid::from_str(text.trim()).map_err(|e| SourceError::Repository {
                     path: accepted_file.display().to_string(),
-                    message: format!(
-                        "not a commit id ({}); restore it or delete the file to accept any head",
-                        e.message()
+                    source: crate::cause::Cause::explained(
+                        format!(
+                            "not a commit id ({}); restore it or delete the file to accept any head",
+                            e.message()
+                        ),
+                        e,
                     ),
                 })?,
             ),
@@ -178,7 +181,7 @@ impl Source {
             Err(e) => {
                 return Err(SourceError::Io {
                     path: accepted_file.display().to_string(),
-                    message: e.to_string(),
+                    source: crate::cause::Cause::new(e),
                 });
             }
         };
@@ -328,7 +331,7 @@ impl Source {
             let repo =
                 Repository::open_bare(&self.repo_dir).map_err(|e| SourceError::Repository {
                     path: self.repo_dir.display().to_string(),
-                    message: e.message().to_string(),
+                    source: crate::cause::Cause::git(e),
                 })?;
             self.verifier.check(&repo, head, self.accepted, now)?;
         }
@@ -346,7 +349,7 @@ impl Source {
         }
         let repo = Repository::open_bare(&self.repo_dir).map_err(|e| SourceError::Repository {
             path: self.repo_dir.display().to_string(),
-            message: e.message().to_string(),
+            source: crate::cause::Cause::git(e),
         })?;
         if let Some(old) = self.accepted
             && old != head
@@ -503,7 +506,10 @@ impl Source {
                         ));
                         return Err(SourceError::Repository {
                             path: self.repo_dir.display().to_string(),
-                            message: format!("blob {blob_id} of {path}: {}", e.message()),
+                            source: crate::cause::Cause::explained(
+                                format!("blob {blob_id} of {path}: {}", e.message()),
+                                e,
+                            ),
                         });
                     }
                 },
@@ -596,7 +602,7 @@ impl Source {
             diagnostics.extend(file.diagnostics);
             let blob = Oid::from_bytes(&file.blob).map_err(|e| SourceError::Repository {
                 path: self.repo_dir.display().to_string(),
-                message: e.message().to_string(),
+                source: crate::cause::Cause::git(e),
             })?;
             files.push((file.path, blob));
         }
@@ -616,7 +622,7 @@ impl Source {
         if self.access == Access::Writer && self.accepted != Some(head) {
             let io = |e: std::io::Error| SourceError::Io {
                 path: self.accepted_file.display().to_string(),
-                message: e.to_string(),
+                source: crate::cause::Cause::new(e),
             };
             crate::files::write_atomically(&self.accepted_file, format!("{head}\n").as_bytes())
                 .map_err(io)?;

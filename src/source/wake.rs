@@ -87,7 +87,7 @@ impl Wakeups {
 fn watch(git_dir: &Path, trigger: Trigger) -> Result<notify::RecommendedWatcher, SourceError> {
     let err = |e: notify::Error| SourceError::Io {
         path: git_dir.display().to_string(),
-        message: format!("cannot watch for new commits: {e}"),
+        source: crate::cause::Cause::explained(format!("cannot watch for new commits: {e}"), e),
     };
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Only changes: reading the refs (every fetch does) is an access

@@ -186,7 +186,10 @@ impl Verifier {
         };
         let range = new_commits(repo, head, accepted).map_err(|e| SourceError::Repository {
             path: repo.path().display().to_string(),
-            message: format!("cannot list the commits after {accepted}: {}", e.message()),
+            source: crate::cause::Cause::explained(
+                format!("cannot list the commits after {accepted}: {}", e.message()),
+                e,
+            ),
         })?;
         let checked = range.len();
         for commit in range {

@@ -30,9 +30,13 @@ impl Cause {
     }
 
     /// A libgit2 failure, shown by its message alone (its class and code
-    /// stay in `Debug`).
-    pub fn git(error: git2::Error) -> Self {
-        Cause::explained(error.message().to_string(), error)
+    /// stay in `Debug`). Copied: `git2::Error` is not `Clone`, and the
+    /// caller often still reads it.
+    pub fn git(error: &git2::Error) -> Self {
+        Cause::explained(
+            error.message().to_string(),
+            git2::Error::new(error.code(), error.class(), error.message()),
+        )
     }
 
     /// `error`, shown as `text`: a sentence of tend's that names it and
@@ -101,7 +105,7 @@ mod tests {
             "no such ref",
         );
         assert!(e.to_string().contains("class="), "{e}");
-        let cause = Cause::git(e);
+        let cause = Cause::git(&e);
         assert_eq!(cause.to_string(), "no such ref");
         assert!(format!("{cause:?}").contains("code: -3"), "{cause:?}");
         assert!(cause.source().is_some_and(|s| s.is::<git2::Error>()));

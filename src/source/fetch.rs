@@ -192,6 +192,7 @@ pub fn fetch(
             message: format!(
                 "the local repository {local_path} does not exist (or tend cannot see it); check [source] url"
             ),
+            cause: None,
         });
     }
     if let Some(source) = super::wake::local_git_dir(settings.url) {
@@ -204,6 +205,7 @@ pub fn fetch(
         .map_err(|e| SourceError::Fetch {
             url: settings.url.to_string(),
             message: e.message().to_string(),
+            cause: Some(crate::cause::Cause::git(&e)),
         })?;
     if let Err(e) = remote.fetch(&[&refspec], Some(&mut options), None) {
         drop(options);
@@ -225,7 +227,7 @@ pub fn fetch(
         Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(SourceError::Repository {
             path: dir.display().to_string(),
-            source: crate::cause::Cause::git(e),
+            source: crate::cause::Cause::git(&e),
         }),
     }
 }
@@ -251,8 +253,13 @@ fn check_local_tree_depth(
     let refused = |message: String| SourceError::Fetch {
         url: settings.url.to_string(),
         message,
+        cause: None,
     };
-    let git = |e: git2::Error| refused(e.message().to_string());
+    let git = |e: git2::Error| SourceError::Fetch {
+        url: settings.url.to_string(),
+        message: e.message().to_string(),
+        cause: Some(crate::cause::Cause::git(&e)),
+    };
     let repo = Repository::open(source).map_err(git)?;
     let Ok(head) = repo.refname_to_id(&format!("refs/heads/{}", settings.branch)) else {
         // A missing branch is reported by the fetch itself.
@@ -358,15 +365,18 @@ fn classify(url: &str, e: &git2::Error, credentials: &Credentials) -> SourceErro
         || e.class() == ErrorClass::Http && (message.contains("401") || message.contains("403"))
         || message.starts_with("the server refused")
         || message.contains("authentication");
+    let cause = Some(crate::cause::Cause::git(e));
     if auth {
         SourceError::Auth {
             url: url.to_string(),
             message,
+            cause,
         }
     } else {
         SourceError::Fetch {
             url: url.to_string(),
             message,
+            cause,
         }
     }
 }

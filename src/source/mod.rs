@@ -110,18 +110,34 @@ pub enum SourceError {
         "cannot fetch {}: {message} (docs/runbooks/source-unreachable.md)",
         redacted_url(url)
     )]
-    Fetch { url: String, message: String },
+    Fetch {
+        url: String,
+        message: String,
+        /// libgit2's failure, when the message reports one.
+        #[source]
+        cause: Option<crate::cause::Cause>,
+    },
     /// Pushing (the status branch) failed.
     #[error(
         "cannot push to {}: {message} (docs/runbooks/status-push-failing.md)",
         redacted_url(url)
     )]
-    Push { url: String, message: String },
+    Push {
+        url: String,
+        message: String,
+        #[source]
+        cause: Option<crate::cause::Cause>,
+    },
     #[error(
         "authentication to {} failed: {message}; check token_file / ssh_key_file in [source] (docs/runbooks/source-unreachable.md)",
         redacted_url(url)
     )]
-    Auth { url: String, message: String },
+    Auth {
+        url: String,
+        message: String,
+        #[source]
+        cause: Option<crate::cause::Cause>,
+    },
     #[error("host key of {host} is not trusted: {message}")]
     HostKey { host: String, message: String },
     #[error(
@@ -232,6 +248,7 @@ pub async fn follow(
                         "the fetch has not returned after {} (twice [source] timeout, at most 30 s more): something no timeout bounds is stuck (a DNS lookup, the file system); it is awaited",
                         crate::time::duration(limit)
                     ),
+                    cause: None,
                 };
                 let failure = Some(tracker::SourceFailure {
                     error: stalled,

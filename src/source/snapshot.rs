@@ -32,7 +32,7 @@ pub fn declarations_tree(
 ) -> Result<(SystemTime, Oid), SourceError> {
     let repo_err = |e: git2::Error| SourceError::Repository {
         path: repo.path().display().to_string(),
-        source: crate::cause::Cause::git(e),
+        source: crate::cause::Cause::git(&e),
     };
     let commit_obj = repo.find_commit(commit).map_err(repo_err)?;
     let seconds = u64::try_from(commit_obj.time().seconds()).unwrap_or(0);
@@ -88,7 +88,7 @@ pub fn list_files(
     use crate::model::tree::{self as rules, MAX_DEPTH};
     let repo_err = |e: git2::Error| SourceError::Repository {
         path: repo.path().display().to_string(),
-        source: crate::cause::Cause::git(e),
+        source: crate::cause::Cause::git(&e),
     };
     let prefix = path.trim_matches('/');
     let base = if prefix.is_empty() || prefix == "." {

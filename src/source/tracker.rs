@@ -331,7 +331,7 @@ impl Source {
             let repo =
                 Repository::open_bare(&self.repo_dir).map_err(|e| SourceError::Repository {
                     path: self.repo_dir.display().to_string(),
-                    source: crate::cause::Cause::git(e),
+                    source: crate::cause::Cause::git(&e),
                 })?;
             self.verifier.check(&repo, head, self.accepted, now)?;
         }
@@ -349,7 +349,7 @@ impl Source {
         }
         let repo = Repository::open_bare(&self.repo_dir).map_err(|e| SourceError::Repository {
             path: self.repo_dir.display().to_string(),
-            source: crate::cause::Cause::git(e),
+            source: crate::cause::Cause::git(&e),
         })?;
         if let Some(old) = self.accepted
             && old != head
@@ -602,7 +602,7 @@ impl Source {
             diagnostics.extend(file.diagnostics);
             let blob = Oid::from_bytes(&file.blob).map_err(|e| SourceError::Repository {
                 path: self.repo_dir.display().to_string(),
-                source: crate::cause::Cause::git(e),
+                source: crate::cause::Cause::git(&e),
             })?;
             files.push((file.path, blob));
         }

@@ -95,6 +95,7 @@ pub(super) fn failed_fetch(url: &str, e: &git2::Error) -> SourceError {
     SourceError::Fetch {
         url: url.to_string(),
         message: format!("{} ({})", timed_out(timeout()), e.message()),
+        cause: Some(crate::cause::Cause::git(e)),
     }
 }
 
@@ -131,6 +132,7 @@ pub fn callbacks<'a>(
                 } else {
                     timed_out(limit)
                 },
+                cause: None,
             });
         }
         false
@@ -193,16 +195,36 @@ fn failed(
     if let Some(host) = host_error.borrow_mut().take() {
         return match (host, way) {
             // The deadline, met while pushing.
-            (SourceError::Fetch { url, message }, Way::Push) => SourceError::Push { url, message },
+            (
+                SourceError::Fetch {
+                    url,
+                    message,
+                    cause,
+                },
+                Way::Push,
+            ) => SourceError::Push {
+                url,
+                message,
+                cause,
+            },
             (host, _) => host,
         };
     }
     if is_timeout(e) {
         let url = url.to_string();
         let message = format!("{} ({})", timed_out(timeout()), e.message());
+        let cause = Some(crate::cause::Cause::git(e));
         return match way {
-            Way::Fetch => SourceError::Fetch { url, message },
-            Way::Push => SourceError::Push { url, message },
+            Way::Fetch => SourceError::Fetch {
+                url,
+                message,
+                cause,
+            },
+            Way::Push => SourceError::Push {
+                url,
+                message,
+                cause,
+            },
         };
     }
     let mut message = e.message().to_string();
@@ -212,16 +234,29 @@ fn failed(
         );
     }
     let url = url.to_string();
+    let cause = Some(crate::cause::Cause::git(e));
     match way {
         // "the server refused …" is the credential callback's own refusal.
         _ if e.code() == git2::ErrorCode::Auth
             || message.contains("authentication")
             || message.starts_with("the server refused") =>
         {
-            SourceError::Auth { url, message }
+            SourceError::Auth {
+                url,
+                message,
+                cause,
+            }
         }
-        Way::Fetch => SourceError::Fetch { url, message },
-        Way::Push => SourceError::Push { url, message },
+        Way::Fetch => SourceError::Fetch {
+            url,
+            message,
+            cause,
+        },
+        Way::Push => SourceError::Push {
+            url,
+            message,
+            cause,
+        },
     }
 }
 

@@ -419,6 +419,12 @@ fn smart_http_with_and_without_a_token() {
     let e = error(&outcome);
     assert!(matches!(e, SourceError::Auth { .. }), "{e:?}");
     assert!(e.to_string().contains("check token_file"), "{e}");
+    // libgit2's own failure is kept as the cause, not only as text.
+    let cause = std::error::Error::source(e).and_then(std::error::Error::source);
+    assert!(
+        cause.is_some_and(|c| c.is::<git2::Error>()),
+        "the cause of {e:?}"
+    );
     assert!(
         !e.to_string().contains("wrong"),
         "the token never appears in messages: {e}"

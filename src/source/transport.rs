@@ -19,6 +19,7 @@ use git2::{FetchOptions, FetchPrune, Oid, PushOptions, RemoteCallbacks, RemoteRe
 
 use super::SourceError;
 use super::auth::Credentials;
+use crate::cause::Cause;
 
 /// How long one fetch or push may take as a whole (`[source] timeout`),
 /// in milliseconds.
@@ -95,7 +96,7 @@ pub(super) fn failed_fetch(url: &str, e: &git2::Error) -> SourceError {
     SourceError::Fetch {
         url: url.to_string(),
         message: format!("{} ({})", timed_out(timeout()), e.message()),
-        cause: Some(crate::cause::Cause::git(e)),
+        cause: Some(Cause::git(e)),
     }
 }
 
@@ -186,35 +187,10 @@ enum Way {
     Push,
 }
 
-fn failed(
-    url: &str,
-    e: &git2::Error,
-    host_error: &RefCell<Option<SourceError>>,
-    way: Way,
-) -> SourceError {
-    if let Some(host) = host_error.borrow_mut().take() {
-        return match (host, way) {
-            // The deadline, met while pushing.
-            (
-                SourceError::Fetch {
-                    url,
-                    message,
-                    cause,
-                },
-                Way::Push,
-            ) => SourceError::Push {
-                url,
-                message,
-                cause,
-            },
-            (host, _) => host,
-        };
-    }
-    if is_timeout(e) {
-        let url = url.to_string();
-        let message = format!("{} ({})", timed_out(timeout()), e.message());
-        let cause = Some(crate::cause::Cause::git(e));
-        return match way {
+impl Way {
+    /// The error of a failed fetch or push, as this way names it.
+    fn failure(self, url: String, message: String, cause: Option<Cause>) -> SourceError {
+        match self {
             Way::Fetch => SourceError::Fetch {
                 url,
                 message,
@@ -225,7 +201,32 @@ fn failed(
                 message,
                 cause,
             },
+        }
+    }
+}
+
+fn failed(
+    url: &str,
+    e: &git2::Error,
+    host_error: &RefCell<Option<SourceError>>,
+    way: Way,
+) -> SourceError {
+    if let Some(host) = host_error.borrow_mut().take() {
+        return match host {
+            // The deadline, met while pushing.
+            SourceError::Fetch {
+                url,
+                message,
+                cause,
+            } => way.failure(url, message, cause),
+            host => host,
         };
+    }
+    let url = url.to_string();
+    let cause = Some(Cause::git(e));
+    if is_timeout(e) {
+        let message = format!("{} ({})", timed_out(timeout()), e.message());
+        return way.failure(url, message, cause);
     }
     let mut message = e.message().to_string();
     if message.contains("non-bare") {
@@ -233,31 +234,18 @@ fn failed(
             ": the source is a local repository with a working tree, which libgit2 cannot push to; serve it as a bare repository, or set [status] branch = \"\" to write no status branch",
         );
     }
-    let url = url.to_string();
-    let cause = Some(crate::cause::Cause::git(e));
-    match way {
-        // "the server refused …" is the credential callback's own refusal.
-        _ if e.code() == git2::ErrorCode::Auth
-            || message.contains("authentication")
-            || message.starts_with("the server refused") =>
-        {
-            SourceError::Auth {
-                url,
-                message,
-                cause,
-            }
-        }
-        Way::Fetch => SourceError::Fetch {
+    // "the server refused …" is the credential callback's own refusal.
+    if e.code() == git2::ErrorCode::Auth
+        || message.contains("authentication")
+        || message.starts_with("the server refused")
+    {
+        return SourceError::Auth {
             url,
             message,
             cause,
-        },
-        Way::Push => SourceError::Push {
-            url,
-            message,
-            cause,
-        },
+        };
     }
+    way.failure(url, message, cause)
 }
 
 #[cfg(test)]

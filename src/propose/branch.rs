@@ -47,8 +47,12 @@ pub enum ProposalBranchError {
         "{branch}: {file} exists on the tracked branch, and tend never overwrites a file with a new one; nothing is pushed"
     )]
     Exists { branch: String, file: String },
-    #[error("{branch}: local Git data: {message}")]
-    Repository { branch: String, message: String },
+    #[error("{branch}: local Git data: {source}")]
+    Repository {
+        branch: String,
+        #[source]
+        source: crate::cause::Cause,
+    },
 }
 
 /// What the branch holds now.
@@ -136,7 +140,7 @@ impl ProposalBranch {
         }
         let git = |e: git2::Error| ProposalBranchError::Repository {
             branch: branch.clone(),
-            message: e.message().to_string(),
+            source: crate::cause::Cause::git(&e),
         };
         let remote = |source: SourceError| ProposalBranchError::Remote {
             branch: branch.clone(),
@@ -254,7 +258,7 @@ impl ProposalBranch {
         let branch = branch_name(name);
         let git = |e: git2::Error| ProposalBranchError::Repository {
             branch: branch.clone(),
-            message: e.message().to_string(),
+            source: crate::cause::Cause::git(&e),
         };
         let fetched = format!("refs/tend/propose/heads/{name}");
         let Some(tip) = transport::fetch_branch(

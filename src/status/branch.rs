@@ -73,8 +73,12 @@ pub enum StatusBranchError {
         message: String,
     },
     /// The local Git data failed.
-    #[error("status branch `{branch}`: local Git data: {message}")]
-    Repository { branch: String, message: String },
+    #[error("status branch `{branch}`: local Git data: {source}")]
+    Repository {
+        branch: String,
+        #[source]
+        source: crate::cause::Cause,
+    },
 }
 
 /// What a publication did.
@@ -124,7 +128,7 @@ impl StatusBranch {
     fn git(&self, e: git2::Error) -> StatusBranchError {
         StatusBranchError::Repository {
             branch: self.branch.clone(),
-            message: e.message().to_string(),
+            source: crate::cause::Cause::git(&e),
         }
     }
 

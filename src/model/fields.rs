@@ -196,14 +196,10 @@ impl FieldSet {
     }
 
     /// Manages `name` with `mutability`. A name the field table does not
-    /// have is not a field: `false`, and nothing changes.
-    pub fn insert(&mut self, name: &str, mutability: Mutability) -> bool {
-        match field_index(name) {
-            Some(i) => {
-                self.slots[i] = Some(mutability);
-                true
-            }
-            None => false,
+    /// have is not a field: nothing changes.
+    pub fn insert(&mut self, name: &str, mutability: Mutability) {
+        if let Some(i) = field_index(name) {
+            self.slots[i] = Some(mutability);
         }
     }
 
@@ -234,14 +230,6 @@ impl FieldSet {
     /// The managed fields' names, in alphabetical order.
     pub fn keys(&self) -> impl Iterator<Item = &'static str> + use<> {
         self.iter().map(|(name, _)| name)
-    }
-
-    pub fn len(&self) -> usize {
-        self.slots.iter().flatten().count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.slots.iter().all(Option::is_none)
     }
 }
 
@@ -351,7 +339,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(set.len(), 2);
+        assert_eq!(set.keys().count(), 2);
         assert!(set.contains_key("owner"));
         assert!(!set.contains_key("notAField"));
         assert_eq!(set.get("databaseName"), Some(Immutable));
@@ -362,8 +350,7 @@ mod tests {
         });
         assert_eq!(set.iter().collect::<Vec<_>>(), [("owner", CreateOnly)]);
         assert_eq!(format!("{set:?}"), r#"{"owner": CreateOnly}"#);
-        assert!(!set.is_empty());
-        assert!(FieldSet::default().is_empty());
+        assert_eq!(FieldSet::default().keys().count(), 0);
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub fn plan_subject<'s>(
     }
     let name = subject.name().to_string();
     let (file, spec_hash) = match &subject {
+        // `to_str` first: a Git path is UTF-8, and checking it so costs half
+        // of `to_string_lossy`'s scan (this runs for every resource).
         PlannedSubject::Declared(d) => (
             d.file
                 .to_str()

@@ -202,11 +202,7 @@ pub fn fetch(
     }
     let mut remote = repo
         .remote_anonymous(settings.url)
-        .map_err(|e| SourceError::Fetch {
-            url: settings.url.to_string(),
-            message: e.message().to_string(),
-            cause: Some(crate::cause::Cause::git(&e)),
-        })?;
+        .map_err(|e| git_failed(settings.url, &e))?;
     if let Err(e) = remote.fetch(&[&refspec], Some(&mut options), None) {
         drop(options);
         if let Some(host) = host_error.borrow_mut().take() {
@@ -255,11 +251,7 @@ fn check_local_tree_depth(
         message,
         cause: None,
     };
-    let git = |e: git2::Error| SourceError::Fetch {
-        url: settings.url.to_string(),
-        message: e.message().to_string(),
-        cause: Some(crate::cause::Cause::git(&e)),
-    };
+    let git = |e: git2::Error| git_failed(settings.url, &e);
     let repo = Repository::open(source).map_err(git)?;
     let Ok(head) = repo.refname_to_id(&format!("refs/heads/{}", settings.branch)) else {
         // A missing branch is reported by the fetch itself.
@@ -341,6 +333,15 @@ fn sweep_reader_refs(repo: &Repository) {
         if let Ok(mut r) = repo.find_reference(&name) {
             let _ = r.delete();
         }
+    }
+}
+
+/// A fetch libgit2 failed, reported in its words.
+fn git_failed(url: &str, e: &git2::Error) -> SourceError {
+    SourceError::Fetch {
+        url: url.to_string(),
+        message: e.message().to_string(),
+        cause: Some(crate::cause::Cause::git(e)),
     }
 }
 

@@ -93,11 +93,7 @@ fn timed_out(limit: Duration) -> String {
 
 /// A fetch that libgit2 ended on its own read or connect timeout.
 pub(super) fn failed_fetch(url: &str, e: &git2::Error) -> SourceError {
-    SourceError::Fetch {
-        url: url.to_string(),
-        message: format!("{} ({})", timed_out(timeout()), e.message()),
-        cause: Some(Cause::git(e)),
-    }
+    Way::Fetch.timeout_failure(url, e)
 }
 
 /// Whether libgit2's error is its own read or connect timeout.
@@ -203,6 +199,13 @@ impl Way {
             },
         }
     }
+
+    /// A fetch or push that libgit2 ended on its own read or connect
+    /// timeout.
+    fn timeout_failure(self, url: &str, e: &git2::Error) -> SourceError {
+        let message = format!("{} ({})", timed_out(timeout()), e.message());
+        self.failure(url.to_string(), message, Some(Cause::git(e)))
+    }
 }
 
 fn failed(
@@ -222,12 +225,11 @@ fn failed(
             host => host,
         };
     }
+    if is_timeout(e) {
+        return way.timeout_failure(url, e);
+    }
     let url = url.to_string();
     let cause = Some(Cause::git(e));
-    if is_timeout(e) {
-        let message = format!("{} ({})", timed_out(timeout()), e.message());
-        return way.failure(url, message, cause);
-    }
     let mut message = e.message().to_string();
     if message.contains("non-bare") {
         message.push_str(

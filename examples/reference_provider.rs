@@ -28,7 +28,7 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::Digest;
-use tend::provider::http::wire::{
+use tend::testing::provider::http::wire::{
     CapabilitiesDoc, CreateDatabase, Database, DatabasePage, IDEMPOTENCY_KEY, Operation,
     PROBLEM_JSON, Problem, UpdateDatabase,
 };
@@ -657,9 +657,9 @@ impl Server {
     /// The fields this server manages and their mutability (`--fields`,
     /// else all the contract carries).
     fn managed_fields(&self) -> BTreeMap<String, String> {
-        tend::model::FIELDS
+        tend::testing::model::FIELDS
             .iter()
-            .filter(|f| tend::provider::http::HTTP_FIELDS.contains(&f.name))
+            .filter(|f| tend::testing::provider::http::HTTP_FIELDS.contains(&f.name))
             .filter(|f| self.args.fields.is_empty() || self.args.fields.iter().any(|n| n == f.name))
             .map(|f| (f.name.to_string(), f.mutability.as_str().to_string()))
             .collect()

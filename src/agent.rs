@@ -55,11 +55,11 @@ impl AgentError {
 }
 
 /// Memories being read ahead ([`Agent::start_preload`]).
-pub type Preload = tokio::task::JoinHandle<Result<(), StateError>>;
+pub(crate) type Preload = tokio::task::JoinHandle<Result<(), StateError>>;
 
 /// The agent id a reader reports before any writer generated one (no
 /// resource can carry it yet, so no decision depends on it).
-pub const UNSET_AGENT_ID: &str = "(generated at the first apply)";
+pub(crate) const UNSET_AGENT_ID: &str = "(generated at the first apply)";
 
 /// One installation of tend, opened.
 pub struct Agent {

@@ -13,7 +13,7 @@ pub trait Clock: Debug + Send + Sync + 'static {
 
 /// The operating system's clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {

@@ -11,7 +11,7 @@ use serde_json::Value;
 /// bidirectional override written as a Rust-style escape (`\n`,
 /// `\u{1b}`, `\u{202e}`): visible, and never acted on by the terminal.
 /// Text with none comes back borrowed.
-pub fn terminal(s: &str) -> Cow<'_, str> {
+pub(crate) fn terminal(s: &str) -> Cow<'_, str> {
     if !s.chars().any(needs_escape) {
         return Cow::Borrowed(s);
     }
@@ -102,7 +102,7 @@ mod tests {
 /// request comment, where the text comes from a declaration, a reason or
 /// a provider. Backticks stay: tend's own reasons quote names in code
 /// spans, and inside one nothing renders as HTML or a link.
-pub fn markdown(s: &str) -> String {
+pub(crate) fn markdown(s: &str) -> String {
     let one_line = s.replace(['\r', '\n'], " ");
     let visible = terminal(&one_line);
     let mut out = String::with_capacity(visible.len() + 8);
@@ -127,7 +127,7 @@ pub fn markdown(s: &str) -> String {
 /// not decoded there, so only what would end the span or the cell is
 /// changed (a backtick becomes `'`, `|` is escaped) and control characters
 /// are escaped as for a terminal.
-pub fn markdown_code(s: &str) -> String {
+pub(crate) fn markdown_code(s: &str) -> String {
     terminal(&s.replace(['\r', '\n'], " "))
         .replace('`', "'")
         .replace('|', "\\|")

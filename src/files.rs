@@ -20,7 +20,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Writes `bytes` to `path` whole or not at all (see [`write_atomically_with`]).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomically_with(path, |file| file.write_all(bytes))
 }
 
@@ -29,7 +29,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// gives), with what `write` writes to it buffered; the file is synced,
 /// then renamed over `path`. Until the rename, `path` keeps its old
 /// content; a failure removes the temporary file.
-pub fn write_atomically_with<T>(
+pub(crate) fn write_atomically_with<T>(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<tempfile::NamedTempFile>) -> io::Result<T>,
 ) -> io::Result<T> {
@@ -56,7 +56,7 @@ pub fn write_atomically_with<T>(
 
 /// Opens `path` for reading if it is a regular file (symbolic links are
 /// followed: systemd's credentials may be links).
-pub fn open_regular(path: &Path) -> io::Result<File> {
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     regular(&std::fs::metadata(path)?)?;
     let file = OpenOptions::new()
         .read(true)
@@ -68,7 +68,7 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 
 /// At most `limit + 1` bytes of the regular file `path` (one more than the
 /// limit tells a caller the file is too large).
-pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     open_regular(path)?
         .take(limit.saturating_add(1))
@@ -77,7 +77,7 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 }
 
 /// The regular file `path` as UTF-8 text, at most `limit` bytes.
-pub fn read_regular_to_string(path: &Path, limit: u64) -> io::Result<String> {
+pub(crate) fn read_regular_to_string(path: &Path, limit: u64) -> io::Result<String> {
     let bytes = read_regular(path, limit)?;
     if bytes.len() as u64 > limit {
         return Err(io::Error::new(

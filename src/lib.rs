@@ -14,29 +14,42 @@
 //! text made safe for a terminal) · [`sabotage`] (deliberate bugs, test
 //! builds only) · [`process`] (exit codes, the heap, acting as the state
 //! dir's owner).
+//!
+//! Every module is private to the crate, and its items are `pub(crate)`
+//! (the `unreachable_pub` lint holds that): what the binary calls is
+//! re-exported below, and the integration tests, benchmarks, fuzz targets
+//! and the reference HTTP provider reach the crate through [`testing`]
+//! alone.
 
-pub mod agent;
-pub mod cause;
-pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod control;
-pub mod daemon;
-pub mod engine;
-pub mod escape;
-pub mod executor;
-pub mod files;
-pub mod import;
-pub mod journal;
-pub mod memories;
-pub mod model;
-pub mod process;
-pub mod propose;
-pub mod provider;
-pub mod reconcile;
-pub mod sabotage;
-pub mod server;
-pub mod source;
-pub mod status;
-pub mod telemetry;
-pub mod time;
+#![warn(unreachable_pub)]
+
+mod agent;
+mod cause;
+mod cli;
+mod clock;
+mod config;
+mod control;
+mod daemon;
+mod engine;
+mod escape;
+mod executor;
+mod files;
+mod import;
+mod journal;
+mod memories;
+mod model;
+mod process;
+mod propose;
+mod provider;
+mod reconcile;
+mod sabotage;
+mod server;
+mod source;
+mod status;
+mod telemetry;
+pub mod testing;
+mod time;
+
+// What `src/main.rs` calls: the binary is a thin shell around these.
+pub use cli::{parse, run_parsed};
+pub use process::{failpoint, heap};

@@ -2,16 +2,16 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // SAFETY: the first thing the process does: no other thread exists.
-    unsafe { tend::process::heap::tune() };
+    unsafe { tend::heap::tune() };
     // Test builds: the failpoints FAILPOINTS names (nothing otherwise).
-    let _failpoints = tend::process::failpoint::setup();
-    let cli = match tend::cli::parse(std::env::args_os()) {
+    let _failpoints = tend::failpoint::setup();
+    let cli = match tend::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(code) => return ExitCode::from(code),
     };
     if cli.runs_the_agent() {
         // SAFETY: still before any other thread (parsing starts none).
-        unsafe { tend::process::heap::one_arena() };
+        unsafe { tend::heap::one_arena() };
     }
-    ExitCode::from(tend::cli::run_parsed(cli))
+    ExitCode::from(tend::run_parsed(cli))
 }

@@ -20,7 +20,7 @@ use crate::source::Snapshot;
 
 /// A managed resource no longer declared and without a tombstone yet.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LeftGit {
+pub(crate) struct LeftGit {
     pub name: String,
     pub last: ManagedDatabase,
     /// The file it was last declared in.
@@ -129,7 +129,7 @@ type Applied = (Option<SpecHash>, BTreeMap<String, Value>);
 /// The memories a cycle decides from: the shared read, with the applied
 /// field values read for this cycle over it. Each subject takes its own.
 #[derive(Debug, Default)]
-pub struct Memories {
+pub(crate) struct Memories {
     shared: Arc<SharedMemories>,
     applied: HashMap<String, Applied>,
 }
@@ -137,7 +137,7 @@ pub struct Memories {
 impl Memories {
     /// Memories of a test, as if read.
     #[cfg(test)]
-    pub fn of(memories: HashMap<String, Memory>) -> Memories {
+    pub(crate) fn of(memories: HashMap<String, Memory>) -> Memories {
         Memories::over(Arc::new(SharedMemories::new(StoredMemories {
             memories,
             freshness: None,
@@ -145,7 +145,7 @@ impl Memories {
     }
 
     /// A cycle's memories over the shared read `shared`.
-    pub fn over(shared: Arc<SharedMemories>) -> Memories {
+    pub(crate) fn over(shared: Arc<SharedMemories>) -> Memories {
         Memories {
             shared,
             applied: HashMap::new(),
@@ -154,7 +154,7 @@ impl Memories {
 
     /// Records `name`'s applied field values, read for this cycle (a
     /// resource without a memory has none to complete: ignored).
-    pub fn set_applied(
+    pub(crate) fn set_applied(
         &mut self,
         name: String,
         hash: Option<SpecHash>,
@@ -165,16 +165,16 @@ impl Memories {
         }
     }
 
-    pub fn get(&self, name: &str) -> Option<&Memory> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Memory> {
         self.shared.memories.get(name).map(Arc::as_ref)
     }
 
-    pub fn contains(&self, name: &str) -> bool {
+    pub(crate) fn contains(&self, name: &str) -> bool {
         self.shared.memories.contains_key(name)
     }
 
     /// How many resources tend saw exist, fleet-wide.
-    pub fn existed(&self) -> usize {
+    pub(crate) fn existed(&self) -> usize {
         self.shared.existed
     }
 
@@ -182,7 +182,7 @@ impl Memories {
     /// when this cycle holds the only reference to the read (a one-shot
     /// command), shared when other cycles hold it too (copied only where
     /// this cycle read its applied field values).
-    pub fn take(&mut self, name: &str) -> Arc<Memory> {
+    pub(crate) fn take(&mut self, name: &str) -> Arc<Memory> {
         let mut memory = match Arc::get_mut(&mut self.shared) {
             Some(own) => own.memories.remove(name),
             None => self.shared.memories.get(name).cloned(),

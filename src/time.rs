@@ -13,21 +13,21 @@ const LATEST_SECS: u64 = 253_402_300_799;
 
 /// 9999-12-31T23:59:59Z: the latest time RFC 3339 can write. A sum that
 /// would pass it stops here ("never", for every practical purpose).
-pub fn latest() -> SystemTime {
+pub(crate) fn latest() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(LATEST_SECS)
 }
 
 /// The longest duration accepted from configuration or annotations: ten
 /// years. Anything longer is a typo (`500000000y`), not an intent.
-pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// `t + d`, saturating at [`latest`].
-pub fn add(t: SystemTime, d: Duration) -> SystemTime {
+pub(crate) fn add(t: SystemTime, d: Duration) -> SystemTime {
     t.checked_add(d).map_or(latest(), |sum| sum.min(latest()))
 }
 
 /// `later - earlier`, zero when `later` is not later.
-pub fn since(later: SystemTime, earlier: SystemTime) -> Duration {
+pub(crate) fn since(later: SystemTime, earlier: SystemTime) -> Duration {
     later.duration_since(earlier).unwrap_or_default()
 }
 
@@ -40,7 +40,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 /// RFC 3339 with any offset (`Z`, `+02:00`, `-04:30`): the one parser for
 /// times read from annotations and from providers. `humantime` accepts
 /// only `Z`, so a numeric offset is split off and applied here.
-pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     if text.ends_with('Z') || text.ends_with('z') {
         return humantime::parse_rfc3339_weak(text).ok();
     }
@@ -71,12 +71,12 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
 }
 
 /// A duration to the second, as `1h 30m`.
-pub fn duration(d: Duration) -> String {
+pub(crate) fn duration(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 
 /// A short duration to the millisecond, as `1s 500ms` (retry delays).
-pub fn duration_ms(d: Duration) -> String {
+pub(crate) fn duration_ms(d: Duration) -> String {
     humantime::format_duration(Duration::from_millis(
         u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
     ))
@@ -85,7 +85,7 @@ pub fn duration_ms(d: Duration) -> String {
 
 /// Checks a duration from configuration or an annotation against
 /// [`MAX_DURATION`]; the error says what the limit is.
-pub fn check_duration(text: &str, d: Duration) -> Result<Duration, String> {
+pub(crate) fn check_duration(text: &str, d: Duration) -> Result<Duration, String> {
     if d > MAX_DURATION {
         return Err(format!(
             "`{text}` is longer than the limit of 10 years ({} days): give a shorter duration",
@@ -97,7 +97,7 @@ pub fn check_duration(text: &str, d: Duration) -> Result<Duration, String> {
 
 /// An HTTP date in the IMF-fixdate form (`Sun, 06 Nov 1994 08:49:37
 /// GMT`), the one RFC 9110 says senders use (as `Retry-After` may carry).
-pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+pub(crate) fn parse_http_date(text: &str) -> Option<SystemTime> {
     let parts: Vec<&str> = text.split_whitespace().collect();
     let [_, day, month, year, clock, "GMT"] = parts.as_slice() else {
         return None;

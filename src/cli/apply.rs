@@ -50,7 +50,7 @@ fn print_operations(err: &mut impl Write, operations: &[Executed]) -> io::Result
     Ok(failed)
 }
 
-pub fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
+pub(super) fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
     let agent = match session::open_agent(config_path, Access::Writer) {
         Ok(agent) => agent.with_progress(Arc::new(TerminalProgress::new())),
         Err(code) => return Ok(code),

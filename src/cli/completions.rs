@@ -18,7 +18,7 @@ pub enum Shell {
 }
 
 /// Prints the completion script of `shell`.
-pub fn completions(shell: Shell) -> io::Result<u8> {
+pub(super) fn completions(shell: Shell) -> io::Result<u8> {
     let mut command = Cli::command();
     let mut out = io::stdout().lock();
     let generator = match shell {
@@ -33,7 +33,7 @@ pub fn completions(shell: Shell) -> io::Result<u8> {
 
 /// Writes `tend.1` and one page per subcommand (`tend-override-set.1`)
 /// into `dir`; prints the files written.
-pub fn man(dir: &Path) -> io::Result<u8> {
+pub(super) fn man(dir: &Path) -> io::Result<u8> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
     write_pages(dir, Cli::command(), "tend", &mut written)?;

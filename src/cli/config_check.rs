@@ -33,7 +33,7 @@ pub enum ConfigCommand {
     Check,
 }
 
-pub fn run(config_path: &Path, command: &ConfigCommand) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, command: &ConfigCommand) -> io::Result<u8> {
     let ConfigCommand::Check = command;
     let config = match session::load_config(config_path) {
         Ok(c) => c,

@@ -31,7 +31,7 @@ pub struct ApproveArgs {
     pub reason: String,
 }
 
-pub fn run(config_path: &Path, command: &DeletionsCommand) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, command: &DeletionsCommand) -> io::Result<u8> {
     if let DeletionsCommand::Approve(args) = command {
         return super::operator::run(
             config_path,

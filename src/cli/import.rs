@@ -68,7 +68,7 @@ struct Target {
     label: String,
 }
 
-pub fn run(config_path: &Path, args: &ImportArgs) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, args: &ImportArgs) -> io::Result<u8> {
     match import(config_path, args) {
         Ok(code) => Ok(code),
         Err(Refused(message)) => {

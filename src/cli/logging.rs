@@ -40,7 +40,7 @@ fn stderr_is_journal() -> bool {
 /// whose text lines outside the journal carry the wall-clock time (a
 /// terminal or a container log has none of its own to tell when an agent
 /// did something; a one-shot command's lines need none).
-pub fn init(long_running: bool) {
+pub(super) fn init(long_running: bool) {
     let (filter, debugging) = filter();
     if std::env::var("TEND_LOG_FORMAT").as_deref() == Ok("json") {
         let _ = tracing_subscriber::fmt()

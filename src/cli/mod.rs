@@ -25,12 +25,12 @@ mod state;
 mod status;
 mod validate;
 
-pub use crate::process::exit;
+pub(crate) use crate::process::exit;
 use crate::process::heap;
 
 /// `tend --version`: the version, the commit it was built from, and the
 /// cargo features (`build.rs`).
-pub const VERSION: &str = concat!(
+pub(crate) const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("TEND_COMMIT"),
@@ -146,22 +146,10 @@ pub enum Format {
     Json,
 }
 
-/// Parses the arguments and runs the command. A usage error exits `1`, not
-/// clap's `2`: `2` means "changes pending" to scripts using
-/// `--detailed-exitcode`, and a typo must never look like that.
-pub fn main<I, T>(args: I) -> u8
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    match parse(args) {
-        Ok(cli) => run_parsed(cli),
-        Err(code) => code,
-    }
-}
-
 /// The parsed command line, or the exit code after clap printed why not
-/// (usage errors exit `1`, `--help` and `--version` `0`).
+/// (usage errors exit `1`, `--help` and `--version` `0`). A usage error
+/// exits `1`, not clap's `2`: `2` means "changes pending" to scripts using
+/// `--detailed-exitcode`, and a typo must never look like that.
 pub fn parse<I, T>(args: I) -> Result<Cli, u8>
 where
     I: IntoIterator<Item = T>,
@@ -192,7 +180,7 @@ pub fn run_parsed(cli: Cli) -> u8 {
     code
 }
 
-pub fn run(cli: Cli) -> u8 {
+pub(crate) fn run(cli: Cli) -> u8 {
     let result = match cli.command {
         Command::Run => Ok(crate::daemon::run(&cli.config)),
         Command::Validate(args) => validate::run(&args),

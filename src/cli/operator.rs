@@ -23,7 +23,7 @@ use crate::journal::{Access, Holder, StateStore};
 use crate::source::Source;
 
 /// Carries `request` out and prints the answer; the exit code.
-pub fn run(config_path: &Path, request: &Request) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, request: &Request) -> io::Result<u8> {
     let config = match Config::load(config_path) {
         Ok(config) => config,
         // Break-glass while the file is being edited: the agent runs on
@@ -114,7 +114,7 @@ fn directly(config: &Config, request: &Request) -> io::Result<Answer> {
 /// Acts as the state dir's owner when run as root ([`crate::process::owner`]),
 /// reading every secret the configuration names (and `also`) first: they
 /// may be root-only. `Err`: the exit code, after saying why.
-pub fn become_state_owner(config: &Config, also: &[PathBuf]) -> Result<(), u8> {
+pub(super) fn become_state_owner(config: &Config, also: &[PathBuf]) -> Result<(), u8> {
     crate::config::secret::preload(
         config
             .secret_files()

@@ -58,7 +58,7 @@ pub struct SetArgs {
     pub force: bool,
 }
 
-pub fn run(config_path: &Path, command: &OverrideCommand) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, command: &OverrideCommand) -> io::Result<u8> {
     match command {
         OverrideCommand::Set(args) => super::operator::run(config_path, &set_request(args)),
         OverrideCommand::Clear { name } => {

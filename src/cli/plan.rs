@@ -59,7 +59,7 @@ pub struct ExplainArgs {
 
 /// Prints a report on stdout; colour only on a terminal without `NO_COLOR`.
 /// `title` heads the Markdown (`tend plan`).
-pub fn print_report(
+pub(super) fn print_report(
     output: &ReportArgs,
     report: &crate::status::Report,
     title: &str,
@@ -91,7 +91,7 @@ fn read_only_cycle(
     session::one_cycle(&agent, Mode::Plan, |_| Ok(()), |result| f(&agent, result))
 }
 
-pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8> {
+pub(super) fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8> {
     read_only_cycle(config_path, |agent, result| {
         // Read, never written: plan writes nothing. It knows since when a
         // failing source has failed from the last report a writer made.
@@ -127,7 +127,7 @@ pub fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Result<u8
     })
 }
 
-pub fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Result<u8> {
+pub(super) fn run_explain(config_path: &std::path::Path, args: &ExplainArgs) -> io::Result<u8> {
     read_only_cycle(config_path, |agent, result| {
         let Some(plan) = result.outcome.map(|o| o.latest()) else {
             return Ok(exit::ERROR);

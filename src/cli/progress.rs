@@ -9,12 +9,12 @@ use crate::executor::queue::Progress;
 
 /// Draws operations as they finish.
 #[derive(Debug)]
-pub struct TerminalProgress {
+pub(super) struct TerminalProgress {
     tty: bool,
 }
 
 impl TerminalProgress {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         TerminalProgress {
             tty: std::io::stderr().is_terminal(),
         }

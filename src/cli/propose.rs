@@ -34,7 +34,7 @@ pub struct ProposeArgs {
     pub output: ProposeOutput,
 }
 
-pub fn run(config_path: &Path, args: &ProposeArgs) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, args: &ProposeArgs) -> io::Result<u8> {
     let agent = match session::open_agent(config_path, Access::ReadOnly) {
         Ok(agent) => agent,
         Err(code) => return Ok(code),

@@ -27,7 +27,7 @@ pub struct CheckArgs {
     pub token_file: Option<PathBuf>,
 }
 
-pub fn run(command: &ProviderCommand) -> io::Result<u8> {
+pub(super) fn run(command: &ProviderCommand) -> io::Result<u8> {
     let ProviderCommand::Check(args) = command;
     let token = match &args.token_file {
         Some(file) => match crate::config::secret::read("--token-file", file) {

@@ -93,7 +93,7 @@ fn split(pair: &str) -> Result<(&str, &str), String> {
         .ok_or_else(|| format!("`{pair}` is not KEY=VALUE"))
 }
 
-pub fn run(config_path: &Path, command: &SandboxCommand) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, command: &SandboxCommand) -> io::Result<u8> {
     // A configuration that cannot be loaded exits 78, as for every command.
     let config = match super::session::load_config(config_path) {
         Ok(config) => config,

@@ -18,14 +18,14 @@ use crate::status::report::empty_report;
 use crate::status::{Report, build_report};
 
 /// Prints `tend: {error}` on stderr.
-pub fn fail(error: impl std::fmt::Display) {
+pub(super) fn fail(error: impl std::fmt::Display) {
     let _ = writeln!(io::stderr(), "tend: {error}");
 }
 
 /// Says why the state cannot be used; the exit code: 78 when no retry
 /// can help (a newer tend's state, a damaged or untrusted one, another
 /// agent id), 1 otherwise.
-pub fn state_failed(error: &crate::journal::StateError) -> u8 {
+pub(super) fn state_failed(error: &crate::journal::StateError) -> u8 {
     fail(error);
     if error.is_configuration() {
         exit::CONFIG
@@ -39,7 +39,7 @@ pub fn state_failed(error: &crate::journal::StateError) -> u8 {
 /// from the TOML when the file parses at all, else read line by line
 /// (`key = "value"` under its section header). What a command needs to
 /// reach the agent, which runs on the configuration it loaded before.
-pub fn setting_of_unloadable(path: &Path, section: &str, key: &str) -> Option<String> {
+pub(super) fn setting_of_unloadable(path: &Path, section: &str, key: &str) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     if let Ok(table) = text.parse::<toml::Table>() {
         let scope = if section.is_empty() {
@@ -71,7 +71,7 @@ pub fn setting_of_unloadable(path: &Path, section: &str, key: &str) -> Option<St
 }
 
 /// Loads the configuration, or the exit code after saying why.
-pub fn load_config(path: &Path) -> Result<Config, u8> {
+pub(super) fn load_config(path: &Path) -> Result<Config, u8> {
     Config::load(path).map_err(|e| {
         fail(&e);
         exit::CONFIG
@@ -79,7 +79,7 @@ pub fn load_config(path: &Path) -> Result<Config, u8> {
 }
 
 /// Opens the agent, or the exit code after saying why.
-pub fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
+pub(super) fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
     crate::source::start_libgit2_init();
     let config = load_config(path)?;
     // A writer run as root acts as the state dir's owner: everything it
@@ -103,7 +103,7 @@ pub fn open_agent(path: &Path, access: Access) -> Result<Agent, u8> {
 /// state store has one connection, so more would only wait, and every
 /// thread that allocates gets a malloc arena of its own: with 16 of them a
 /// cold apply of 10,000 creates peaked 40% higher.
-pub fn runtime() -> Result<tokio::runtime::Runtime, u8> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, u8> {
     tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(BLOCKING_THREADS)
         .enable_all()
@@ -121,7 +121,7 @@ const BLOCKING_THREADS: usize = 2;
 /// What a one-shot command read from the source: the snapshot to decide
 /// from, and why the branch itself could not be read (then the snapshot is
 /// the last accepted commit's, or there is none).
-pub struct SourceRead {
+pub(super) struct SourceRead {
     pub snapshot: Option<Arc<Snapshot>>,
     pub failure: Option<SourceFailure>,
     /// What was read and started beside the fetch, for the cycle.
@@ -142,7 +142,7 @@ pub struct SourceRead {
 ///
 /// `for_a_cycle`: read the memories and start the listings beside the
 /// fetch (a command that runs no cycle, `tend import`, does neither).
-pub async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
+pub(super) async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
     let now = agent.clock().now();
     let (preload, listing) = if for_a_cycle {
         (
@@ -200,7 +200,7 @@ pub async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
 
 /// What a cycle command reports on: the outcome (none when there was no
 /// snapshot to decide from) and the source's failure, if any.
-pub struct CycleResult<'a, 's> {
+pub(super) struct CycleResult<'a, 's> {
     pub outcome: Option<&'a Outcome<'s>>,
     pub source_failure: Option<&'a SourceFailure>,
 }
@@ -209,7 +209,7 @@ impl CycleResult<'_, '_> {
     /// The report of the cycle: the outcome's, or an empty one, marked
     /// with the source's failure. `previous`: the last report written, so
     /// the failure's age survives processes.
-    pub fn report(&self, agent: &Agent, previous: Option<&Report>) -> Report {
+    pub(super) fn report(&self, agent: &Agent, previous: Option<&Report>) -> Report {
         let report = match self.outcome {
             Some(outcome) => build_report(agent.config(), outcome.latest()),
             None => empty_report(agent.config(), agent.agent_id(), agent.clock().now()),
@@ -232,7 +232,7 @@ impl CycleResult<'_, '_> {
 /// one (as the running agent does), and the report says why. A state
 /// failure after operations ran first shows them through `finished`
 /// (what ran is journalled, and the operator must see it).
-pub fn one_cycle(
+pub(super) fn one_cycle(
     agent: &Agent,
     mode: Mode,
     finished: impl FnOnce(&[Executed]) -> io::Result<()>,

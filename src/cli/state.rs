@@ -48,7 +48,7 @@ pub enum StateCommand {
     },
 }
 
-pub fn run(config_path: &Path, command: &StateCommand) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, command: &StateCommand) -> io::Result<u8> {
     let config = match session::load_config(config_path) {
         Ok(c) => c,
         Err(code) => return Ok(code),

@@ -93,7 +93,7 @@ fn listen_of_unloadable(config_path: &Path) -> std::net::SocketAddr {
         .unwrap_or_else(|| crate::config::ServerConfig::default().listen)
 }
 
-pub fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
+pub(super) fn run(config_path: &Path, args: &StatusArgs) -> io::Result<u8> {
     let runtime = match session::runtime() {
         Ok(r) => r,
         Err(code) => return Ok(code),

@@ -20,7 +20,7 @@ pub struct ValidateArgs {
     pub format: Format,
 }
 
-pub fn run(args: &ValidateArgs) -> io::Result<u8> {
+pub(super) fn run(args: &ValidateArgs) -> io::Result<u8> {
     let loaded = load_paths_warning(&args.paths);
     let set = loaded.set;
     let code = if set.diagnostics.is_empty() {

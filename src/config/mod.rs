@@ -47,20 +47,18 @@ pub enum ConfigError {
 }
 
 mod control;
-pub mod notify;
+pub(crate) mod notify;
 mod providers;
 mod source;
 
+pub use source::TokenScheme;
 use source::credentials_in_url;
-pub use source::{SourceConfig, TokenScheme, VerifyMode, redacted_url};
-pub mod secret;
+pub(crate) use source::{SourceConfig, VerifyMode, redacted_url};
+pub(crate) mod secret;
 mod values;
 
-pub use control::ControlConfig;
-pub use providers::{
-    FaultConfig, HttpConfig, PostgresConfig, ProviderConfig, ProviderKind, ProviderLimits,
-    SandboxConfig,
-};
+pub(crate) use control::ControlConfig;
+pub(crate) use providers::{FaultConfig, ProviderConfig, ProviderKind};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -445,7 +443,7 @@ fn credentials_directory() -> Option<PathBuf> {
 /// The most a configuration file may hold.
 const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
-pub const RUNNING_SERVICE_CREDENTIALS: &str = "/run/credentials/tend.service";
+pub(crate) const RUNNING_SERVICE_CREDENTIALS: &str = "/run/credentials/tend.service";
 
 impl Config {
     /// Where reports are written: `[status] reports_dir`, by default

@@ -161,7 +161,7 @@ fn ten_seconds() -> Duration {
 }
 
 /// The longest `timeout` accepted: a receiver that needs longer is broken.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl NotifyConfig {
     /// The entry's name (`notify-<n>` for the `n`-th when it has none).
@@ -251,7 +251,7 @@ impl NotifyConfig {
 
 /// A receiver URL must be http or https (without credentials in it; a
 /// token goes in the URL's path, as Slack's, or a signature secret).
-pub fn check_url(name: &str, url: &str) -> Result<(), String> {
+pub(crate) fn check_url(name: &str, url: &str) -> Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(format!("[[notify]] {name}: url is not an http(s) URL"));
     };

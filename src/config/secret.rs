@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::ConfigError;
 
 /// The most a secret file may hold.
-pub const MAX_SECRET_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_SECRET_BYTES: u64 = 64 * 1024;
 
 /// Files read ahead by [`preload`], by path.
 static PRELOADED: std::sync::OnceLock<std::collections::BTreeMap<PathBuf, Vec<u8>>> =
@@ -19,7 +19,7 @@ static PRELOADED: std::sync::OnceLock<std::collections::BTreeMap<PathBuf, Vec<u8
 /// root-only secrets (`/etc/tend/secrets`). A file that cannot be read is
 /// left out: its later read fails as it would have. Once per process; the
 /// agent never calls it (a reload reads its secrets afresh).
-pub fn preload(paths: impl IntoIterator<Item = PathBuf>) {
+pub(crate) fn preload(paths: impl IntoIterator<Item = PathBuf>) {
     let mut read = std::collections::BTreeMap::new();
     for path in paths {
         let bytes = crate::files::read_regular(&path, MAX_SECRET_BYTES);
@@ -31,14 +31,14 @@ pub fn preload(paths: impl IntoIterator<Item = PathBuf>) {
 }
 
 /// The bytes of `path` as [`preload`] read them, if it did.
-pub fn preloaded(path: &Path) -> Option<&'static [u8]> {
+pub(crate) fn preloaded(path: &Path) -> Option<&'static [u8]> {
     PRELOADED.get()?.get(path).map(Vec::as_slice)
 }
 
 /// Reads a secret: the file's text without its trailing line break.
 /// Missing, unreadable, empty or oversized files are configuration errors
 /// naming the setting and the path, never the content.
-pub fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
     let fail = |message: String| ConfigError::Secret {
         setting: setting.to_string(),
         path: path.to_path_buf(),

@@ -171,7 +171,7 @@ fn is_http(scheme: &str) -> bool {
 /// string becomes `?…`. The configuration refuses URLs that need this
 /// ([`credentials_in_url`]); this is the second line, for anything that
 /// reaches a report by another way.
-pub fn redacted_url(url: &str) -> String {
+pub(crate) fn redacted_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

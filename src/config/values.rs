@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 /// A duration like `10m`, at most [`crate::time::MAX_DURATION`].
-pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
     let parsed = humantime::parse_duration(&text).map_err(|e| {
         serde::de::Error::custom(format!("`{text}` is not a duration like \"10m\" ({e})"))
@@ -16,12 +16,12 @@ pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 }
 
 /// `max_concurrency`: at least 1, at most 1,024.
-pub fn concurrency<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+pub(super) fn concurrency<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     bounded(d, "max_concurrency", 1, 1024, "concurrent operations")
 }
 
 /// `rate_limit` (calls per second): at least 1, at most 10,000.
-pub fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+pub(super) fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     bounded(d, "rate_limit", 1, 10_000, "calls per second").map(|v| v as u32)
 }
 
@@ -51,7 +51,7 @@ fn bounded<'de, D: Deserializer<'de>>(
 /// loading the system's trusted roots, tens of milliseconds), which a
 /// one-shot command otherwise runs beside its start. Any other name is
 /// libgit2's to judge.
-pub fn is_branch_name(name: &str) -> bool {
+pub(super) fn is_branch_name(name: &str) -> bool {
     // `HEAD` as a branch makes `refs/heads/HEAD`, which git then reads
     // ambiguously against the remote's own HEAD.
     if name.is_empty() || name.starts_with('-') || name == "HEAD" {
@@ -66,7 +66,7 @@ pub fn is_branch_name(name: &str) -> bool {
 /// A branch name git accepts (`refs/heads/NAME` is a valid reference
 /// name): `*`, `a..b` or `-x` are refused here, not reported later as a
 /// missing branch.
-pub fn branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(super) fn branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
     if !is_branch_name(&name) {
         return Err(serde::de::Error::custom(format!(
@@ -79,7 +79,7 @@ pub fn branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 
 /// `[status] branch`: a branch name git accepts, or empty (no status
 /// branch).
-pub fn status_branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(super) fn status_branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let name = String::deserialize(d)?;
     if name.is_empty() {
         return Ok(name);
@@ -96,12 +96,12 @@ pub fn status_branch<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error
 /// `./databases/`, `/databases` and `databases` are one path; `.` (or
 /// empty) is the root. A `..` component would leave the repository and is
 /// refused.
-pub fn repo_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(super) fn repo_path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let text = String::deserialize(d)?;
     normalise_repo_path(&text).map_err(serde::de::Error::custom)
 }
 
-pub fn normalise_repo_path(text: &str) -> Result<String, String> {
+pub(super) fn normalise_repo_path(text: &str) -> Result<String, String> {
     let mut parts = Vec::new();
     for part in text.split('/') {
         match part {

@@ -21,7 +21,7 @@ use crate::model::{DeletionPolicy, OnExpiry, OverrideExpiry};
 use crate::source::Snapshot;
 
 /// Where and for whom a request is carried out.
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     pub store: &'a StateStore,
     /// The declarations names are checked against (the agent's snapshot,
     /// or the last accepted commit's); `Err`: why they cannot be read.
@@ -34,7 +34,7 @@ pub struct Context<'a> {
 }
 
 /// Carries `request` out; the answer says what was done.
-pub fn carry_out(request: &Request, ctx: &Context<'_>) -> Answer {
+pub(crate) fn carry_out(request: &Request, ctx: &Context<'_>) -> Answer {
     let done = match request {
         Request::OverrideSet {
             name,

@@ -12,7 +12,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why the agent could not be asked.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     /// The socket is there and refuses this user (file permissions).
     #[error(
         "the running agent's control socket {} refuses this user ({source}): run the command with sudo, or as a member of [control] group",
@@ -37,7 +37,7 @@ pub enum ClientError {
 
 /// Sends `request` to the agent listening at `socket`: its answer, or
 /// `None` when no agent listens there (no socket, or nobody accepting).
-pub fn send(socket: &Path, request: &Request) -> Result<Option<Answer>, ClientError> {
+pub(crate) fn send(socket: &Path, request: &Request) -> Result<Option<Answer>, ClientError> {
     let stream = match UnixStream::connect(socket) {
         Ok(stream) => stream,
         Err(e)

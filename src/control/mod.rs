@@ -19,10 +19,10 @@
 //!   dropped unanswered, never half carried out.
 //! * What the agent did is logged with who asked (uid and pid).
 
-pub mod actions;
-pub mod client;
+pub(crate) mod actions;
+pub(crate) mod client;
 mod peer;
-pub mod server;
+pub(crate) mod server;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,14 +30,14 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The largest request the agent reads.
-pub const MAX_REQUEST: usize = 64 * 1024;
+pub(crate) const MAX_REQUEST: usize = 64 * 1024;
 /// How long a request may take to arrive, and an answer to be read.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an operator asks the agent to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "kebab-case")]
-pub enum Request {
+pub(crate) enum Request {
     /// Set (replace) the local override of a declaration: the annotations
     /// it stands for, checked by the same rules as annotations in Git.
     OverrideSet {
@@ -67,7 +67,7 @@ pub enum Request {
 
 impl Request {
     /// The command line an operator typed, for logs and refusals.
-    pub fn describe(&self) -> &'static str {
+    pub(crate) fn describe(&self) -> &'static str {
         match self {
             Request::OverrideSet { .. } => "tend override set",
             Request::OverrideClear { .. } => "tend override clear",
@@ -82,7 +82,7 @@ impl Request {
 
 /// What a command answers: its exit code and what it prints.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub code: u8,
     #[serde(default)]
     pub stdout: String,
@@ -92,7 +92,7 @@ pub struct Answer {
 
 impl Answer {
     /// Success, printing `stdout`.
-    pub fn ok(stdout: impl Into<String>) -> Self {
+    pub(crate) fn ok(stdout: impl Into<String>) -> Self {
         Answer {
             code: crate::process::exit::OK,
             stdout: stdout.into(),
@@ -101,7 +101,7 @@ impl Answer {
     }
 
     /// Failure (exit 1), printing `stderr`.
-    pub fn refused(stderr: impl Into<String>) -> Self {
+    pub(crate) fn refused(stderr: impl Into<String>) -> Self {
         Answer {
             code: crate::process::exit::ERROR,
             stdout: String::new(),
@@ -112,7 +112,7 @@ impl Answer {
 
 /// The group whose members may use the control channel, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Group {
+pub(crate) struct Group {
     pub name: String,
     pub gid: u32,
 }
@@ -120,7 +120,7 @@ pub struct Group {
 impl Group {
     /// `[control] group`, resolved; a group that does not exist is a
     /// configuration error.
-    pub fn from_config(
+    pub(crate) fn from_config(
         config: &crate::config::Config,
     ) -> Result<Option<Group>, crate::config::ConfigError> {
         let Some(name) = &config.control.group else {
@@ -133,7 +133,7 @@ impl Group {
 }
 
 /// Looks a group up by name (`/etc/group`, NSS).
-pub fn group_by_name(name: &str) -> Option<Group> {
+pub(crate) fn group_by_name(name: &str) -> Option<Group> {
     let c_name = std::ffi::CString::new(name).ok()?;
     let mut group: libc::group = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 * 1024];

@@ -7,7 +7,7 @@ use super::Group;
 
 /// The peer of a control connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub uid: u32,
     pub gid: u32,
     pub pid: Option<i32>,
@@ -17,7 +17,7 @@ pub struct Peer {
 
 impl Peer {
     /// The peer of `stream`.
-    pub fn of(stream: &tokio::net::UnixStream) -> std::io::Result<Peer> {
+    pub(crate) fn of(stream: &tokio::net::UnixStream) -> std::io::Result<Peer> {
         let cred = stream.peer_cred()?;
         Ok(Peer {
             uid: cred.uid(),
@@ -28,7 +28,7 @@ impl Peer {
     }
 
     /// `uid 0 (pid 4242)`, for logs and what the state keeps.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self.pid {
             Some(pid) => format!("uid {} (pid {pid})", self.uid),
             None => format!("uid {}", self.uid),
@@ -37,7 +37,7 @@ impl Peer {
 
     /// Whether the peer may ask: root, the agent's own user, or a member
     /// of `group`. `Err`: the refusal, saying who may.
-    pub fn allowed(&self, agent_uid: u32, group: Option<&Group>) -> Result<(), String> {
+    pub(crate) fn allowed(&self, agent_uid: u32, group: Option<&Group>) -> Result<(), String> {
         if self.uid == 0 || self.uid == agent_uid {
             return Ok(());
         }

@@ -14,7 +14,7 @@ use super::{Answer, Group, MAX_REQUEST, REQUEST_TIMEOUT, Request};
 
 /// Why the control socket cannot be served.
 #[derive(Debug, thiserror::Error)]
-pub enum BindError {
+pub(crate) enum BindError {
     /// Something other than a socket is where the socket goes.
     #[error(
         "[control] socket {}: something other than a socket is there; remove it or name another path",
@@ -32,11 +32,11 @@ pub enum BindError {
 
 /// Carries a request out for a peer that may ask (blocking: it writes
 /// the state).
-pub type Handler = Arc<dyn Fn(&Request, &Peer) -> Answer + Send + Sync>;
+pub(crate) type Handler = Arc<dyn Fn(&Request, &Peer) -> Answer + Send + Sync>;
 
 /// The bound socket, removed when dropped.
 #[derive(Debug)]
-pub struct ControlSocket {
+pub(crate) struct ControlSocket {
     listener: UnixListener,
     path: PathBuf,
 }
@@ -51,7 +51,7 @@ impl Drop for ControlSocket {
 /// so a socket already there was left by an agent that died: it goes.
 /// Only the agent's user may connect (root always can), and with `group`
 /// its members too (mode 0660, the socket given to that group).
-pub fn bind(path: &Path, group: Option<&Group>) -> Result<ControlSocket, BindError> {
+pub(crate) fn bind(path: &Path, group: Option<&Group>) -> Result<ControlSocket, BindError> {
     let io = |source| BindError::Io {
         path: path.to_path_buf(),
         source,
@@ -93,7 +93,7 @@ pub fn bind(path: &Path, group: Option<&Group>) -> Result<ControlSocket, BindErr
 /// Serves `socket` until `stop` turns true: each connection's peer is
 /// checked, its request read (bounded in size and time) and carried out
 /// by `handler` on a blocking thread, and the answer written back.
-pub async fn serve(
+pub(crate) async fn serve(
     socket: ControlSocket,
     agent_uid: u32,
     group: Option<Group>,

@@ -21,7 +21,7 @@ struct Beat {
 
 /// The workers' heartbeats.
 #[derive(Debug)]
-pub struct Heartbeats {
+pub(crate) struct Heartbeats {
     workers: Mutex<HashMap<String, Beat>>,
     /// The last time any operation finished, or was in flight within its
     /// deadline.
@@ -47,7 +47,7 @@ impl Default for Heartbeats {
 
 impl Heartbeats {
     /// `worker` is alive; `in_cycle`: it is running a cycle now.
-    pub fn beat(&self, worker: &str, in_cycle: bool) {
+    pub(crate) fn beat(&self, worker: &str, in_cycle: bool) {
         self.workers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -62,7 +62,7 @@ impl Heartbeats {
 
     /// Sets the longest an operation may be in flight (at each start and
     /// reload).
-    pub fn set_operation_deadline(&self, deadline: Duration) {
+    pub(crate) fn set_operation_deadline(&self, deadline: Duration) {
         *self
             .operation_deadline
             .lock()
@@ -71,20 +71,20 @@ impl Heartbeats {
 
     /// The source follower finished a poll; the next one is due within
     /// `window` (its wait and its fetch's deadline).
-    pub fn source_polled(&self, window: Duration) {
+    pub(crate) fn source_polled(&self, window: Duration) {
         *self.source.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), window));
     }
 
     /// Whether the source follower polled within its window (or has not
     /// started: its first fetch is bounded too).
-    pub fn source_alive(&self) -> bool {
+    pub(crate) fn source_alive(&self) -> bool {
         self.source
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_none_or(|(at, window)| at.elapsed() <= window)
     }
 
-    pub fn forget(&self, worker: &str) {
+    pub(crate) fn forget(&self, worker: &str) {
         self.workers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -93,7 +93,7 @@ impl Heartbeats {
 
     /// Whether every worker beat, or (in a cycle) saw an operation finish,
     /// within `within`.
-    pub fn all_alive(&self, within: Duration) -> bool {
+    pub(crate) fn all_alive(&self, within: Duration) -> bool {
         let activity = *self.activity.lock().unwrap_or_else(|p| p.into_inner());
         self.workers
             .lock()

@@ -5,7 +5,7 @@
 
 use crate::process::failpoint::{WEDGE, fired};
 
-pub async fn wedge_point() {
+pub(super) async fn wedge_point() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static CYCLES: AtomicUsize = AtomicUsize::new(0);
     if fired(WEDGE).is_some() && CYCLES.fetch_add(1, Ordering::SeqCst) >= 1 {

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 use crate::journal::{LeaseHolder, StateStore, blocking};
 
 /// How an agent takes part in its group.
-pub struct Leadership {
+pub(super) struct Leadership {
     pub me: LeaseHolder,
     pub ttl: Duration,
     store: Arc<StateStore>,
 }
 
 impl Leadership {
-    pub fn new(store: Arc<StateStore>, agent_id: &str, ttl: Duration) -> Self {
+    pub(super) fn new(store: Arc<StateStore>, agent_id: &str, ttl: Duration) -> Self {
         Leadership {
             me: LeaseHolder::this_process(agent_id),
             ttl,
@@ -32,14 +32,14 @@ impl Leadership {
     }
 
     /// How often the lease is tried (standby) and renewed (leader).
-    pub fn period(&self) -> Duration {
+    pub(super) fn period(&self) -> Duration {
         self.ttl / 3
     }
 
     /// Waits until this agent holds the lease; its fencing token.
     /// `on_standby` gets a line naming the current leader whenever it
     /// changes.
-    pub async fn acquire(&self, on_standby: &(dyn Fn(String) + Sync)) -> i64 {
+    pub(super) async fn acquire(&self, on_standby: &(dyn Fn(String) + Sync)) -> i64 {
         let mut said = String::new();
         loop {
             let (me, ttl) = (self.me.clone(), self.ttl);
@@ -74,7 +74,7 @@ impl Leadership {
     }
 
     /// Keeps the lease held under `token` until it is lost; why.
-    pub async fn keep(&self, token: i64) -> String {
+    pub(super) async fn keep(&self, token: i64) -> String {
         let mut confirmed = Instant::now();
         let check = self.period().min(Duration::from_millis(250));
         let mut renew_at = Instant::now() + self.period();
@@ -109,7 +109,7 @@ impl Leadership {
     }
 
     /// Gives the lease up at a clean stop.
-    pub async fn release(&self, token: i64) {
+    pub(super) async fn release(&self, token: i64) {
         let me = self.me.clone();
         if let Err(e) = blocking(&self.store, move |s| s.release_lease(&me, token)).await {
             tracing::warn!(

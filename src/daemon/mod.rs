@@ -19,11 +19,11 @@
 mod health;
 mod hooks;
 mod leadership;
-pub mod queue;
+pub(crate) mod queue;
 mod running;
 mod signals;
 mod systemd;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -74,8 +74,6 @@ async fn prune_journal(agent: &Agent) {
     }
 }
 
-pub use signals::EXIT_INTERRUPTED;
-
 fn fail(error: impl std::fmt::Display) {
     eprintln!("tend: {error}");
 }
@@ -90,7 +88,7 @@ pub(crate) fn server_access(config: &Config) -> Result<ServerAccess, crate::conf
 }
 
 /// Runs the agent until a signal stops it; the process exit code.
-pub fn run(config_path: &Path) -> u8 {
+pub(crate) fn run(config_path: &Path) -> u8 {
     let config = match Config::load(config_path) {
         Ok(c) => c,
         Err(e) => {

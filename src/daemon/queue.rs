@@ -8,14 +8,14 @@ use std::time::SystemTime;
 
 /// Resources waiting for a time, by name.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct DueQueue {
+pub(crate) struct DueQueue {
     due: BTreeMap<String, SystemTime>,
 }
 
 impl DueQueue {
     /// After a cycle over `decided`: each decided resource waits for its
     /// new due time, or leaves the queue when it has none.
-    pub fn update<'a>(
+    pub(crate) fn update<'a>(
         &mut self,
         decided: impl IntoIterator<Item = &'a str>,
         due: impl IntoIterator<Item = (String, SystemTime)>,
@@ -27,12 +27,12 @@ impl DueQueue {
     }
 
     /// The soonest due time.
-    pub fn next(&self) -> Option<SystemTime> {
+    pub(crate) fn next(&self) -> Option<SystemTime> {
         self.due.values().min().copied()
     }
 
     /// Takes every resource due at `now`.
-    pub fn take_due(&mut self, now: SystemTime) -> BTreeSet<String> {
+    pub(crate) fn take_due(&mut self, now: SystemTime) -> BTreeSet<String> {
         let due: BTreeSet<String> = self
             .due
             .iter()
@@ -45,16 +45,12 @@ impl DueQueue {
         due
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.due.clear();
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.due.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.due.is_empty()
     }
 }
 
@@ -80,6 +76,6 @@ mod tests {
         assert_eq!(q.take_due(t(16)), BTreeSet::from(["a".to_string()]));
         assert_eq!(q.next(), Some(t(20)));
         q.update(["b"], []);
-        assert!(q.is_empty(), "decided without a due time: gone");
+        assert_eq!(q.len(), 0, "decided without a due time: gone");
     }
 }

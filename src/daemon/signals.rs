@@ -11,11 +11,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 /// Exit code when a second signal cuts the shutdown short.
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub(super) const EXIT_INTERRUPTED: u8 = 130;
 
 /// What a signal asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
+pub(super) enum Request {
     /// SIGTERM or SIGINT: stop taking work, finish what runs, exit.
     Shutdown,
     /// SIGHUP: reload the configuration.
@@ -23,14 +23,14 @@ pub enum Request {
 }
 
 /// The signals the agent handles.
-pub struct Signals {
+pub(super) struct Signals {
     requests: mpsc::UnboundedReceiver<Request>,
 }
 
 impl Signals {
     /// Installs the handlers (from here on these signals no longer kill
     /// the process) and the task that watches them.
-    pub fn install() -> std::io::Result<Self> {
+    pub(super) fn install() -> std::io::Result<Self> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
@@ -62,7 +62,7 @@ impl Signals {
 
     /// The next request (never ends once the watcher is gone: a shutdown
     /// is then asked for).
-    pub async fn next(&mut self) -> Request {
+    pub(super) async fn next(&mut self) -> Request {
         self.requests.recv().await.unwrap_or(Request::Shutdown)
     }
 }

@@ -46,38 +46,38 @@ fn send(states: &[NotifyState<'_>]) {
 }
 
 /// Startup is finished (after the first cycle).
-pub fn ready() {
+pub(super) fn ready() {
     send(&[NotifyState::Ready]);
 }
 
 /// Startup is finished, and the status line that goes with it, in one
 /// message (so no one reads the ready service's previous status).
-pub fn ready_with_status(line: &str) {
+pub(super) fn ready_with_status(line: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(line)]);
 }
 
 /// The one-line status `systemctl status` shows.
-pub fn status(line: &str) {
+pub(super) fn status(line: &str) {
     send(&[NotifyState::Status(line)]);
 }
 
-pub fn watchdog() {
+pub(super) fn watchdog() {
     send(&[NotifyState::Watchdog]);
 }
 
 /// Reloading the configuration (`READY=1` follows when done).
-pub fn reloading() {
+pub(super) fn reloading() {
     match NotifyState::monotonic_usec_now() {
         Ok(now) => send(&[NotifyState::Reloading, now]),
         Err(_) => send(&[NotifyState::Reloading]),
     }
 }
 
-pub fn stopping() {
+pub(super) fn stopping() {
     send(&[NotifyState::Stopping]);
 }
 
 /// How often to ping the watchdog: half of `WATCHDOG_USEC`, if set.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(super) fn watchdog_interval() -> Option<Duration> {
     sd_notify::watchdog_enabled().map(|d| d / 2)
 }

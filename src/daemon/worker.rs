@@ -20,7 +20,7 @@ use crate::status::build_report;
 use crate::telemetry::Metrics;
 
 /// What a worker listens to.
-pub struct WorkerInputs {
+pub(crate) struct WorkerInputs {
     /// The source's snapshot in force (changes only when the commit does).
     pub snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
     /// Bumped to reconcile everything now.
@@ -48,7 +48,7 @@ enum Wake {
 }
 
 /// Runs until told to stop.
-pub async fn run(
+pub(crate) async fn run(
     provider: String,
     agent: Arc<Agent>,
     board: Arc<StatusBoard>,

@@ -59,7 +59,7 @@ pub struct DueDeletion<'a> {
 /// Whether a removed declaration's deletion counts as due: deletionPolicy
 /// Delete, `deletion_delay` passed, and not requested yet (a requested one
 /// was allowed when it was requested).
-pub fn is_due(tomb: &Tombstone, policy: &Policy, now: SystemTime) -> bool {
+pub(crate) fn is_due(tomb: &Tombstone, policy: &Policy, now: SystemTime) -> bool {
     tomb.last.spec.deletion_policy == DeletionPolicy::Delete
         && tomb.delete_requested_at.is_none()
         && now >= crate::time::add(tomb.removed_at, policy.deletion_delay)

@@ -15,7 +15,7 @@ pub fn desired_fields(decl: &ManagedDatabase, caps: &Capabilities) -> BTreeMap<S
 }
 
 /// [`desired_fields`] from an already normalised spec.
-pub fn desired_fields_of(spec: &Value, caps: &Capabilities) -> BTreeMap<String, Value> {
+pub(crate) fn desired_fields_of(spec: &Value, caps: &Capabilities) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     let Value::Object(spec) = spec else {
         return out;
@@ -42,6 +42,6 @@ pub fn desired_fields_of(spec: &Value, caps: &Capabilities) -> BTreeMap<String, 
 
 /// Whether the declaration manages the whole `parameters` map (then an
 /// observed key it does not list is drift, and applying resets it).
-pub fn manages_parameters(decl: &ManagedDatabase, caps: &Capabilities) -> bool {
+pub(crate) fn manages_parameters(decl: &ManagedDatabase, caps: &Capabilities) -> bool {
     decl.spec.parameters.is_some() && caps.fields.contains_key("parameters")
 }

@@ -19,7 +19,7 @@ use crate::model::{Declaration, SpecHash};
 
 /// What happens to a pending intent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IntentVerdict {
+pub(crate) enum IntentVerdict {
     /// Replayed with the same id before any new work.
     Replay,
     /// Dropped (marked failed, `superseded: <why>`), not replayed.
@@ -28,7 +28,7 @@ pub enum IntentVerdict {
 
 impl IntentVerdict {
     /// The rule `explain` names for this verdict.
-    pub fn rule(self) -> Rule {
+    pub(crate) fn rule(self) -> Rule {
         match self {
             IntentVerdict::Replay => Rule::PendingIntent,
             IntentVerdict::Supersede(_) => Rule::Superseded,
@@ -38,7 +38,7 @@ impl IntentVerdict {
 
 /// Decides a pending intent's fate against the current declaration
 /// (`None`: the declaration is gone) and the local pause on this host.
-pub fn verdict(
+pub(crate) fn verdict(
     kind: OperationKind,
     intent_spec: &SpecHash,
     declared: Option<&Declaration>,
@@ -65,7 +65,7 @@ pub fn verdict(
 
 /// A journalled operation that is not confirmed yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingWork {
+pub(crate) struct PendingWork {
     pub kind: OperationKind,
     pub id: OperationId,
     pub last_error: Option<String>,
@@ -76,7 +76,7 @@ pub struct PendingWork {
 }
 
 /// The longest a failing operation waits before it is tried again.
-pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 
 /// When an operation tried `attempts` times, last at `last`, is tried
 /// again: 1 s after the first call, doubling with every call (a cycle's
@@ -84,7 +84,7 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 /// 10 % from the operation's id so that many failures do not come back
 /// together (derived, not random: the decision stays a function of its
 /// inputs).
-pub fn retry_at(id: &OperationId, attempts: u32, last: SystemTime) -> SystemTime {
+pub(crate) fn retry_at(id: &OperationId, attempts: u32, last: SystemTime) -> SystemTime {
     let exp = attempts.saturating_sub(1).min(16);
     let base = Duration::from_secs(1u64 << exp).min(MAX_RETRY_DELAY);
     let spread = id.0.bytes().fold(attempts, |h, b| {
@@ -96,7 +96,7 @@ pub fn retry_at(id: &OperationId, attempts: u32, last: SystemTime) -> SystemTime
 
 /// Why new work on a resource waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkGate<'a> {
+pub(crate) enum WorkGate<'a> {
     /// An intent is pending (replayed first, or unresolved after replay).
     Pending(&'a PendingWork),
     /// An intent was replayed in this cycle and the decision is to create:
@@ -106,7 +106,7 @@ pub enum WorkGate<'a> {
 
 /// Holds a decision's action behind a gate; the state and drift stay as
 /// decided (the report still tells the truth about the resource).
-pub fn hold_behind(mut decision: Decision, name: &str, gate: WorkGate<'_>) -> Decision {
+pub(crate) fn hold_behind(mut decision: Decision, name: &str, gate: WorkGate<'_>) -> Decision {
     let planned = decision.action;
     if matches!(gate, WorkGate::JustReplayed) && planned != Action::Create {
         return decision;

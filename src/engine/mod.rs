@@ -7,17 +7,18 @@
 //! [`intents`] (replay, supersession and the pending-intent gate).
 
 pub mod decide;
-pub mod deletion;
-pub mod desired;
-pub mod intents;
-pub mod overrides;
-pub mod suspension;
+pub(crate) mod deletion;
+pub(crate) mod desired;
+pub(crate) mod intents;
+pub(crate) mod overrides;
+pub(crate) mod suspension;
 
 pub use decide::{
     Action, DecideInput, Decision, Drift, DriftOrigin, FailedAttempts, Memory, OperationFailure,
-    Policy, Released, Renamed, Rule, State, Subject, Tombstone, decide, each_difference,
-    observed_fingerprint, values_match,
+    Policy, Rule, State, Subject, Tombstone, decide, observed_fingerprint,
 };
-pub use deletion::{DeletionGate, DeletionGuard, DeletionLimits, HeldDeletion};
-pub use overrides::{EffectiveOverride, OverrideInput, OverrideSource};
+pub(crate) use decide::{Released, Renamed, each_difference};
+pub(crate) use deletion::DeletionLimits;
+pub use deletion::{DeletionGate, DeletionGuard, HeldDeletion};
+pub use overrides::{OverrideInput, OverrideSource};
 pub use suspension::Suspension;

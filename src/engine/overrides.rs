@@ -70,7 +70,7 @@ impl OverrideInput {
 /// `Debug` output), so renaming a Rust field cannot restart every expiry.
 /// `on-expiry` is not part of it: changing what happens at expiry does not
 /// move the expiry.
-pub fn fingerprint(spec: &OverrideSpec) -> String {
+pub(crate) fn fingerprint(spec: &OverrideSpec) -> String {
     serde_json::json!({
         "v": 1,
         "paused": spec.paused,
@@ -84,7 +84,7 @@ pub fn fingerprint(spec: &OverrideSpec) -> String {
 /// The fingerprint state formats up to 2 stored (`Debug` output). Kept only
 /// to recognise those rows and carry their first sighting over to
 /// [`fingerprint`]; never written.
-pub fn legacy_fingerprint(spec: &OverrideSpec) -> String {
+pub(crate) fn legacy_fingerprint(spec: &OverrideSpec) -> String {
     format!(
         "{:?}|{:?}|{}|{:?}",
         spec.paused, spec.ignore_fields, spec.reason, spec.expires_text
@@ -150,7 +150,7 @@ impl EffectiveOverride {
 
 /// Folds overrides into one. An expired override with `hold` stays
 /// honoured (and is reported expired); with `resume` it stops being honoured.
-pub fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveOverride {
+pub(crate) fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveOverride {
     let mut out = EffectiveOverride::default();
     let mut sorted: Vec<&OverrideInput> = inputs.iter().collect();
     sorted.sort_by_key(|o| o.source);

@@ -11,17 +11,17 @@
 //! [`operation`]: one operation's commit points · [`queue`]: running many,
 //! bounded per provider · [`replay`]: pending intents after a crash.
 
-pub mod operation;
-pub mod queue;
-pub mod replay;
-pub mod request;
-pub mod retry;
-pub mod runtime;
+pub(crate) mod operation;
+pub(crate) mod queue;
+pub(crate) mod replay;
+pub(crate) mod request;
+pub(crate) mod retry;
+pub(crate) mod runtime;
 
-pub use operation::{Confirmation, JournalRequest, OpOutcome, PlannedOperation, RequestBody};
-pub use queue::{Executed, Execution};
-pub use retry::RetryPolicy;
-pub use runtime::{ExecLimits, ProviderRuntime};
+pub(crate) use operation::{Confirmation, OpOutcome, PlannedOperation};
+pub(crate) use queue::Executed;
+pub(crate) use retry::RetryPolicy;
+pub(crate) use runtime::{ExecLimits, ProviderRuntime};
 
 use std::sync::Arc;
 

@@ -35,7 +35,7 @@ use crate::sabotage::Sabotage;
 /// What is sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
-pub enum RequestBody {
+pub(crate) enum RequestBody {
     Change(ChangeRequest),
     Delete { database_name: String },
 }
@@ -44,7 +44,7 @@ pub enum RequestBody {
 /// its confirmed effect; stored as the intent's request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct JournalRequest {
+pub(crate) struct JournalRequest {
     pub provider: String,
     pub database_name: String,
     pub file: String,
@@ -58,7 +58,7 @@ pub struct JournalRequest {
 
 /// An operation to run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedOperation {
+pub(crate) struct PlannedOperation {
     pub name: String,
     pub kind: OperationKind,
     pub spec_hash: SpecHash,
@@ -133,11 +133,11 @@ pub struct Confirmation {
 
 /// A journal row that cannot be turned back into an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnreadableIntent(pub String);
+pub(crate) struct UnreadableIntent(pub String);
 
 impl PlannedOperation {
     /// Rebuilds a pending intent's operation (same id).
-    pub fn from_intent(intent: &crate::journal::Intent) -> Result<Self, UnreadableIntent> {
+    pub(crate) fn from_intent(intent: &crate::journal::Intent) -> Result<Self, UnreadableIntent> {
         let request: JournalRequest =
             serde_json::from_value(intent.request.clone()).map_err(|e| {
                 UnreadableIntent(format!(
@@ -172,7 +172,7 @@ impl PlannedOperation {
 /// Runs one operation to its outcome, with the observation that confirmed
 /// it (none unless it was confirmed). State-store failures are returned:
 /// without the journal, tend must not act.
-pub async fn run<P: Provider>(
+pub(crate) async fn run<P: Provider>(
     runtime: Arc<ProviderRuntime<P>>,
     ctx: ExecContext,
     op: PlannedOperation,

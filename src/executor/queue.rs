@@ -51,7 +51,7 @@ impl Executed {
 
 /// What running a batch of operations did.
 #[derive(Debug, Default)]
-pub struct Execution {
+pub(crate) struct Execution {
     /// Finished operations, by name.
     pub finished: Vec<Executed>,
     /// The first state-store failure; no new operation started after it.
@@ -73,11 +73,11 @@ pub trait Progress: Send + Sync {
 
 /// How often the executor tells its [`Progress`] that operations are
 /// still in flight.
-pub const IN_FLIGHT_BEAT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const IN_FLIGHT_BEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// No progress reporting.
 #[derive(Debug, Default)]
-pub struct Silent;
+pub(crate) struct Silent;
 
 impl Progress for Silent {
     fn finished(&self, _: usize, _: usize, _: &Executed) {}
@@ -89,11 +89,11 @@ type Joined = (String, Executed, Option<StateError>);
 /// intent is journalled while it waits for the slot. The provider still
 /// sees at most `max_concurrency` calls at once (its slots are the limit,
 /// see [`operation::run`]).
-pub const LOOKAHEAD_PER_SLOT: usize = 2;
+pub(crate) const LOOKAHEAD_PER_SLOT: usize = 2;
 
 /// Runs `queued` work; `provider_of` routes an item, `build` turns it into
 /// an operation when a slot is free (`None`: nothing to run).
-pub async fn execute<T, P: Provider>(
+pub(crate) async fn execute<T, P: Provider>(
     runtimes: &BTreeMap<String, Arc<ProviderRuntime<P>>>,
     ctx: &ExecContext,
     queued: Vec<T>,
@@ -223,7 +223,8 @@ mod tests {
     use std::time::Duration;
 
     use crate::clock::SystemClock;
-    use crate::executor::{ExecLimits, JournalRequest, RequestBody, RetryPolicy};
+    use crate::executor::operation::{JournalRequest, RequestBody};
+    use crate::executor::{ExecLimits, RetryPolicy};
     use crate::journal::StateStore;
     use crate::model::SpecHash;
     use crate::provider::{Capabilities, ChangeRequest, Observation, ProviderError};

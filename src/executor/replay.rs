@@ -13,7 +13,7 @@ use crate::model::Declaration;
 
 /// What happens to each pending intent.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Replay {
+pub(crate) struct Replay {
     /// Replayed with the same ids, before any new work.
     pub replay: Vec<PlannedOperation>,
     /// Dropped, with why.
@@ -23,7 +23,7 @@ pub struct Replay {
 impl Replay {
     /// Sorts pending intents by their verdict against the current
     /// declarations and this host's pauses.
-    pub fn sort(
+    pub(crate) fn sort(
         pending: Vec<PlannedOperation>,
         declarations: &HashMap<&str, &Declaration>,
         paused_locally: &HashSet<&str>,
@@ -45,7 +45,7 @@ impl Replay {
     }
 
     /// The journal entries that end the superseded intents.
-    pub fn superseded_effects(&self, now: SystemTime) -> Vec<Effect> {
+    pub(crate) fn superseded_effects(&self, now: SystemTime) -> Vec<Effect> {
         self.superseded
             .iter()
             .map(|(op, why)| Effect::Intent {

@@ -14,7 +14,7 @@ use crate::provider::{
 
 /// Where a resource is and what it is declared as.
 #[derive(Debug, Clone, Copy)]
-pub struct RequestSubject<'a> {
+pub(crate) struct RequestSubject<'a> {
     pub name: &'a str,
     pub manifest: &'a ManagedDatabase,
     /// The declaration's file, relative to the repository root.
@@ -33,7 +33,7 @@ fn marker(agent_id: &str, name: &str) -> BTreeMap<String, String> {
 
 /// The request of `kind` for `subject`; `changes` are the decision's field
 /// values (create and update).
-pub fn build(
+pub(crate) fn build(
     kind: OperationKind,
     agent_id: &str,
     subject: RequestSubject<'_>,

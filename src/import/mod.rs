@@ -18,8 +18,8 @@
 //! * Never a file that exists, never a `metadata.name` another
 //!   declaration has.
 
-pub mod name;
-pub mod render;
+pub(crate) mod name;
+pub(crate) mod render;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -30,12 +30,12 @@ use crate::engine::desired::manages_parameters;
 use crate::engine::each_difference;
 use crate::model::{Declaration, parse_file};
 use crate::provider::{Capabilities, Observation, OwnershipMarker, ResourceStatus};
-pub use render::{Defaults, Heading, LeftOut};
+pub(crate) use render::{Defaults, Heading, LeftOut};
 
 /// A declaration that exists (in the tracked branch or the target
 /// directory).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Known {
+pub(crate) struct Known {
     pub name: String,
     /// Where it is written (repository-relative, or as found on disk).
     pub file: String,
@@ -46,7 +46,7 @@ pub struct Known {
 
 impl Known {
     /// `decl`, written in `file`.
-    pub fn of(decl: &Declaration, file: String) -> Self {
+    pub(crate) fn of(decl: &Declaration, file: String) -> Self {
         Known {
             name: decl.name().to_string(),
             file,
@@ -58,7 +58,7 @@ impl Known {
 
 /// The database names `known` declares on `provider` (a declaration
 /// without `spec.provider` counts for every provider: it is the only one).
-pub fn covered<'a>(known: &'a [Known], provider: &str) -> BTreeSet<&'a str> {
+pub(crate) fn covered<'a>(known: &'a [Known], provider: &str) -> BTreeSet<&'a str> {
     known
         .iter()
         .filter(|k| k.provider.as_deref().is_none_or(|p| p == provider))
@@ -68,7 +68,7 @@ pub fn covered<'a>(known: &'a [Known], provider: &str) -> BTreeSet<&'a str> {
 
 /// Which databases an import considers.
 #[derive(Debug, Clone, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// Only database names this matches.
     pub only: Option<Regex>,
     /// None that any of these matches.
@@ -77,14 +77,14 @@ pub struct Filter {
 
 impl Filter {
     /// Whether the filters keep `database`.
-    pub fn keeps(&self, database: &str) -> bool {
+    pub(crate) fn keeps(&self, database: &str) -> bool {
         self.only.as_ref().is_none_or(|r| r.is_match(database))
             && !self.except.iter().any(|r| r.is_match(database))
     }
 }
 
 /// Everything an import decides from.
-pub struct ImportInput<'a> {
+pub(crate) struct ImportInput<'a> {
     pub heading: Heading<'a>,
     /// This agent's id (a database with its marker is not imported: it is
     /// tend's already).
@@ -106,7 +106,7 @@ pub struct ImportInput<'a> {
 
 /// One database imported: its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Imported {
+pub(crate) struct Imported {
     pub database: String,
     pub name: String,
     /// `dir/name.yaml`.
@@ -117,14 +117,14 @@ pub struct Imported {
 
 /// A database not imported, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotImported {
+pub(crate) struct NotImported {
     pub database: String,
     pub why: String,
 }
 
 /// What an import writes and what it does not.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImportPlan {
+pub(crate) struct ImportPlan {
     /// Sorted by file.
     pub imported: Vec<Imported>,
     /// Sorted by database name: system databases, other agents',
@@ -137,7 +137,10 @@ pub struct ImportPlan {
 }
 
 /// Decides the import of `observations` (everything the provider shows).
-pub fn plan_import(input: &ImportInput<'_>, mut observations: Vec<Observation>) -> ImportPlan {
+pub(crate) fn plan_import(
+    input: &ImportInput<'_>,
+    mut observations: Vec<Observation>,
+) -> ImportPlan {
     observations.sort_by(|a, b| a.database_name.cmp(&b.database_name));
     let provider = input.heading.provider;
     let covered = covered(input.known, provider);

@@ -20,7 +20,7 @@ use crate::model::hash::sha256_hex;
 const MAX_NAME: usize = 63;
 
 /// Rules 1-3: the name `database` derives.
-pub fn derived(database: &str) -> String {
+pub(crate) fn derived(database: &str) -> String {
     let mut out = String::with_capacity(database.len().min(MAX_NAME));
     let mut gap = false;
     for c in database.chars() {
@@ -45,7 +45,7 @@ pub fn derived(database: &str) -> String {
 }
 
 /// Rule 4: `base` told apart by the hash of `database`.
-pub fn disambiguated(base: &str, database: &str) -> String {
+pub(crate) fn disambiguated(base: &str, database: &str) -> String {
     let hash = sha256_hex(database.as_bytes());
     let suffix = &hash[..8];
     let room = MAX_NAME - 1 - suffix.len();
@@ -55,7 +55,7 @@ pub fn disambiguated(base: &str, database: &str) -> String {
 
 /// Whether a declaration named `name` needs `databaseName` to name
 /// `database` (the default is `name` with `-` as `_`).
-pub fn needs_database_name(name: &str, database: &str) -> bool {
+pub(crate) fn needs_database_name(name: &str, database: &str) -> bool {
     name.replace('-', "_") != database
 }
 

@@ -15,14 +15,14 @@ use crate::provider::{Capabilities, Observation};
 
 /// A field the declaration does not carry, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeftOut {
+pub(crate) struct LeftOut {
     /// The field path (`extensions`, `parameters`, `extensions.name`).
     pub field: String,
     pub why: String,
 }
 
 /// What the file says beyond the observation.
-pub struct Heading<'a> {
+pub(crate) struct Heading<'a> {
     /// `$schema` of the modeline.
     pub schema_ref: &'a str,
     pub provider: &'a str,
@@ -33,12 +33,12 @@ pub struct Heading<'a> {
 
 /// Observed values equal to these are the server's defaults: left out
 /// unless every field is asked for.
-pub type Defaults = BTreeMap<String, Value>;
+pub(crate) type Defaults = BTreeMap<String, Value>;
 
 /// The spec fields `obs` gives a declaration (in the field table's order)
 /// and the fields left out with why. `all_fields`: defaults and the
 /// extensions' versions and schemas too.
-pub fn spec_fields(
+pub(crate) fn spec_fields(
     obs: &Observation,
     capabilities: &Capabilities,
     defaults: &Defaults,
@@ -201,7 +201,7 @@ fn fits(field: &str, value: &Value) -> Result<(), String> {
 }
 
 /// The declaration file: modeline, heading comment, the document.
-pub fn document(
+pub(crate) fn document(
     heading: &Heading<'_>,
     name: &str,
     database_name: Option<&str>,

@@ -17,7 +17,7 @@ use crate::model::SpecHash;
 
 /// A confirmed create, update or adopt (owned form of [`Applied`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct AppliedRecord {
+pub(crate) struct AppliedRecord {
     pub provider: String,
     pub database_name: String,
     pub file: String,
@@ -33,7 +33,7 @@ pub struct AppliedRecord {
 
 /// One change to the state.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// A managed declaration left Git.
     AddTombstone {
         name: String,
@@ -96,8 +96,6 @@ pub enum Effect {
         name: String,
         failure: Box<crate::engine::OperationFailure>,
     },
-    /// A refused operation may be sent again (an operator retries it).
-    ClearFailure { name: String },
     /// A journalled intent ended (or, `Pending` with an error, did not).
     Intent {
         op_id: String,
@@ -108,7 +106,7 @@ pub enum Effect {
 }
 
 /// Writes `effects` in one transaction, in order.
-pub fn commit(store: &StateStore, effects: &[Effect]) -> Result<(), StateError> {
+pub(crate) fn commit(store: &StateStore, effects: &[Effect]) -> Result<(), StateError> {
     if effects.is_empty() {
         return Ok(());
     }
@@ -167,7 +165,6 @@ fn apply(tx: &Tx<'_>, effect: &Effect) -> Result<(), StateError> {
             tx.record_attempts(name, &r.still_different)
         }
         Effect::OperationFailed { name, failure } => tx.record_failure(name, failure),
-        Effect::ClearFailure { name } => tx.clear_failure(name).map(|_| ()),
         Effect::Intent {
             op_id,
             state: IntentState::Pending,

@@ -101,7 +101,7 @@ const LOOK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Who holds the state dir's lock now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Holder {
+pub(crate) enum Holder {
     /// Nobody.
     Free,
     /// The running agent (`tend run`), with its pid.
@@ -114,7 +114,7 @@ pub enum Holder {
 /// writing: the lock is taken shared for an instant (a writer starting
 /// meanwhile waits it out). A state dir or lock that does not exist is
 /// free.
-pub fn holder(state_dir: &Path) -> Result<Holder, StateError> {
+pub(crate) fn holder(state_dir: &Path) -> Result<Holder, StateError> {
     let path = state_dir.join("lock");
     let mut file = match OpenOptions::new()
         .read(true)

@@ -12,16 +12,18 @@
 //! * Columns and tables this binary does not know are left alone: updates
 //!   name their columns, nothing is rewritten wholesale.
 
-pub mod effects;
-pub mod lock;
-pub mod state_dir;
-pub mod store;
+pub(crate) mod effects;
+pub(crate) mod lock;
+pub(crate) mod state_dir;
+pub(crate) mod store;
 
-pub use lock::{Holder, StateLock};
+pub(crate) use lock::{Holder, StateLock};
 pub use store::{
-    Applied, Approval, BackendKind, CorruptRow, DecidedFrom, Fence, HeldLease, Intent, IntentState,
-    LastOperation, LeaseHolder, LeaseRow, LocalOverride, OverrideSeen, PendingNotification,
-    PgStateSettings, QueuedNotification, Release, StateStore, StoredMemories, TombstoneRow, Tx,
+    Applied, Fence, Intent, IntentState, LeaseHolder, PgStateSettings, Release, StateStore,
+};
+pub(crate) use store::{
+    Approval, BackendKind, CorruptRow, DecidedFrom, HeldLease, LastOperation, LocalOverride,
+    OverrideSeen, PendingNotification, QueuedNotification, StoredMemories, TombstoneRow, Tx,
 };
 
 use std::sync::Arc;
@@ -43,11 +45,11 @@ pub const FORMAT: i64 = 8;
 /// an older reader would ignore, and deleting what is held is exactly what
 /// the guard exists to prevent, so readers older than format 3 are refused.
 /// (Format 2 only added an index and kept 1.)
-pub const READABLE_FORMAT: i64 = 3;
+pub(crate) const READABLE_FORMAT: i64 = 3;
 
 /// Runs a state-store call off the async worker threads (SQLite blocks,
 /// and a journal write waits for an fsync).
-pub async fn blocking<T, F>(store: &Arc<StateStore>, f: F) -> Result<T, StateError>
+pub(crate) async fn blocking<T, F>(store: &Arc<StateStore>, f: F) -> Result<T, StateError>
 where
     T: Send + 'static,
     F: FnOnce(&StateStore) -> Result<T, StateError> + Send + 'static,

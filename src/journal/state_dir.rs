@@ -13,7 +13,7 @@ use super::StateError;
 
 /// Whether `dir` exists (`false` when missing); an error when it is
 /// something other than a directory.
-pub fn exists(dir: &Path) -> Result<bool, StateError> {
+pub(crate) fn exists(dir: &Path) -> Result<bool, StateError> {
     match fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(true),
         Ok(_) => Err(StateError::Refused {
@@ -30,7 +30,7 @@ pub fn exists(dir: &Path) -> Result<bool, StateError> {
 
 /// Creates `dir` (mode 0700 for a new directory) and checks that it is
 /// safe to write state into.
-pub fn prepare_for_writing(dir: &Path) -> Result<(), StateError> {
+pub(crate) fn prepare_for_writing(dir: &Path) -> Result<(), StateError> {
     if !exists(dir)? {
         fs::DirBuilder::new()
             .recursive(true)
@@ -52,7 +52,7 @@ pub fn prepare_for_writing(dir: &Path) -> Result<(), StateError> {
 /// below `dir` are not followed (only a user trusted with `dir` could
 /// have made them); `dir` itself may be one (systemd's `/var/lib/NAME` of
 /// a `DynamicUser=` unit is).
-pub fn check_trusted(dir: &Path) -> Result<(), StateError> {
+pub(crate) fn check_trusted(dir: &Path) -> Result<(), StateError> {
     let meta = fs::metadata(dir).map_err(|source| StateError::Io {
         path: dir.display().to_string(),
         source,

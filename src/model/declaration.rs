@@ -12,9 +12,9 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The only `apiVersion` this build understands.
-pub const API_VERSION: &str = "tend.dev/v1alpha1";
+pub(crate) const API_VERSION: &str = "tend.dev/v1alpha1";
 /// The only `kind` this build understands.
-pub const KIND: &str = "ManagedDatabase";
+pub(crate) const KIND: &str = "ManagedDatabase";
 
 /// One `ManagedDatabase` document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -142,14 +142,14 @@ pub const FIELDS: &[FieldInfo] = &[
 ];
 
 /// Looks a top-level spec field up by its camelCase name.
-pub fn field_info(name: &str) -> Option<&'static FieldInfo> {
+pub(crate) fn field_info(name: &str) -> Option<&'static FieldInfo> {
     field_index(name).map(|i| &FIELDS[i])
 }
 
 /// The position of the field `name` in [`FIELDS`]. A `match` rather than a
 /// search of the table: the decision core looks up every declared field of
 /// every resource in every cycle (a test keeps the two in step).
-pub fn field_index(name: &str) -> Option<usize> {
+pub(crate) fn field_index(name: &str) -> Option<usize> {
     Some(match name {
         "provider" => 0,
         "databaseName" => 1,
@@ -252,7 +252,7 @@ impl FromIterator<(&'static str, Mutability)> for FieldSet {
 
 /// Whether `path` names a field that `tend.dev/ignore-fields` may list: a
 /// mutable field, or one key under `parameters` (`parameters.work_mem`).
-pub fn check_ignorable(path: &str) -> Result<(), String> {
+pub(crate) fn check_ignorable(path: &str) -> Result<(), String> {
     if let Some(key) = path.strip_prefix("parameters.") {
         return if is_parameter_name(key) {
             Ok(())
@@ -293,7 +293,7 @@ fn mutable_field_names() -> Vec<&'static str> {
 /// A PostgreSQL configuration parameter name (GUC): letters, digits, `_` and
 /// `.` (for extension-namespaced settings such as `pg_stat_statements.max`),
 /// not starting with a digit or a dot.
-pub fn is_parameter_name(name: &str) -> bool {
+pub(crate) fn is_parameter_name(name: &str) -> bool {
     let mut chars = name.chars();
     match chars.next() {
         Some(c) if c.is_ascii_alphabetic() || c == '_' => {}

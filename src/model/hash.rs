@@ -25,7 +25,7 @@ impl fmt::Display for SpecHash {
 }
 
 /// Lower-case hex of a byte string (sha2 0.11 digests have no `LowerHex`).
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -36,17 +36,17 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// Hex sha256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
 /// The canonical JSON text of a declaration's normalised spec.
-pub fn canonical_spec_json(decl: &ManagedDatabase) -> String {
+pub(crate) fn canonical_spec_json(decl: &ManagedDatabase) -> String {
     normalized_spec_value(decl).to_string()
 }
 
 /// The normalised spec as a JSON value (sorted keys, absent fields omitted).
-pub fn normalized_spec_value(decl: &ManagedDatabase) -> serde_json::Value {
+pub(crate) fn normalized_spec_value(decl: &ManagedDatabase) -> serde_json::Value {
     const SERIALISES: &str =
         "a Spec always serialises: it has only strings, numbers, bools and string-keyed maps";
     // Without copying the spec first when only the default database name

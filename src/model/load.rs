@@ -17,7 +17,7 @@ use super::yaml::{
 };
 
 /// Files larger than this are refused unread.
-pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// One problem in one file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -485,7 +485,7 @@ pub fn load_paths(paths: &[PathBuf]) -> DeclarationSet {
 /// What [`load_paths_warning`] read, and what it skipped with a warning
 /// (symbolic links; see [`super::tree`]).
 #[derive(Debug)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub set: DeclarationSet,
     pub warnings: Vec<String>,
 }
@@ -494,7 +494,7 @@ pub struct Loaded {
 /// the agent applies to a Git tree. A directory named as an argument is
 /// read even through a symbolic link (the operator named it); a file is
 /// not, as the agent would not read it.
-pub fn load_paths_warning(paths: &[PathBuf]) -> Loaded {
+pub(crate) fn load_paths_warning(paths: &[PathBuf]) -> Loaded {
     let mut files = Vec::new();
     let mut warnings = Vec::new();
     for path in paths {
@@ -588,14 +588,6 @@ fn walk(
             }
         }
     }
-}
-
-/// Whether a path has a YAML extension.
-pub fn is_yaml(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    )
 }
 
 fn read_file(path: &Path) -> FileContents {

@@ -8,7 +8,7 @@ use super::suggest::closest;
 
 /// `message` (positions already stripped) in words. `token` is the text
 /// of the file where the parser stopped, when known.
-pub fn humanize(message: &str, token: Option<&str>) -> String {
+pub(crate) fn humanize(message: &str, token: Option<&str>) -> String {
     if message.starts_with("found character that cannot start any token")
         && token.is_some_and(|t| t.starts_with('\t'))
     {

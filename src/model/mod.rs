@@ -1,24 +1,26 @@
 //! The `ManagedDatabase` declaration: types, the field table, override
 //! annotations, validation, the spec hash and loading from files.
 
-pub mod declaration;
-pub mod fields;
-pub mod hash;
-pub mod load;
-pub mod messages;
-pub mod observation;
-pub mod operation;
-pub mod overrides;
-pub mod schema;
-pub mod setting_list;
-pub mod suggest;
-pub mod tree;
-pub mod validate;
-pub mod yaml;
-pub mod yaml_spans;
+pub(crate) mod declaration;
+pub(crate) mod fields;
+pub(crate) mod hash;
+pub(crate) mod load;
+pub(crate) mod messages;
+pub(crate) mod observation;
+pub(crate) mod operation;
+pub(crate) mod overrides;
+pub(crate) mod schema;
+pub(crate) mod setting_list;
+pub(crate) mod suggest;
+pub(crate) mod tree;
+pub(crate) mod validate;
+pub(crate) mod yaml;
+pub(crate) mod yaml_spans;
 
-pub use declaration::{DeletionPolicy, DriftPolicy, ManagedDatabase, Spec};
-pub use fields::{FIELDS, FieldInfo, FieldSet, Mutability};
+pub(crate) use declaration::ManagedDatabase;
+pub use declaration::{DeletionPolicy, DriftPolicy};
+pub use fields::FIELDS;
+pub(crate) use fields::{FieldInfo, FieldSet, Mutability};
 pub use hash::SpecHash;
-pub use load::{Declaration, DeclarationSet, Diagnostic, is_yaml, load_paths, parse_file};
-pub use overrides::{OnExpiry, OverrideExpiry, OverrideSpec, TendAnnotations};
+pub use load::{Declaration, DeclarationSet, Diagnostic, load_paths, parse_file};
+pub use overrides::{OnExpiry, OverrideExpiry, OverrideSpec};

@@ -13,12 +13,12 @@ use serde::Serialize;
 use super::declaration::ScalarString;
 use super::fields::check_ignorable;
 
-pub const PAUSED: &str = "tend.dev/paused";
-pub const IGNORE_FIELDS: &str = "tend.dev/ignore-fields";
-pub const OVERRIDE_REASON: &str = "tend.dev/override-reason";
-pub const OVERRIDE_EXPIRES: &str = "tend.dev/override-expires";
-pub const OVERRIDE_ON_EXPIRY: &str = "tend.dev/override-on-expiry";
-pub const ADOPT: &str = "tend.dev/adopt";
+pub(crate) const PAUSED: &str = "tend.dev/paused";
+pub(crate) const IGNORE_FIELDS: &str = "tend.dev/ignore-fields";
+pub(crate) const OVERRIDE_REASON: &str = "tend.dev/override-reason";
+pub(crate) const OVERRIDE_EXPIRES: &str = "tend.dev/override-expires";
+pub(crate) const OVERRIDE_ON_EXPIRY: &str = "tend.dev/override-on-expiry";
+pub(crate) const ADOPT: &str = "tend.dev/adopt";
 
 /// Every annotation under `tend.dev/` this build understands.
 pub const KNOWN_ANNOTATIONS: &[&str] = &[
@@ -66,7 +66,7 @@ pub struct OverrideSpec {
 
 /// One problem with an annotation: the annotation key and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnnotationProblem {
+pub(crate) struct AnnotationProblem {
     pub key: String,
     /// The key itself is wrong (unknown), not its value.
     pub unknown_key: bool,
@@ -85,7 +85,7 @@ pub struct TendAnnotations {
 ///
 /// Long on purpose: one pass over the annotation keys, then one short
 /// check per annotation, every problem collected into one list.
-pub fn parse_annotations(
+pub(crate) fn parse_annotations(
     annotations: &BTreeMap<String, ScalarString>,
 ) -> Result<TendAnnotations, Vec<AnnotationProblem>> {
     let mut problems = Vec::new();
@@ -215,7 +215,7 @@ pub fn parse_annotations(
 
 /// [`parse_annotations`] over plain strings (local overrides, provider
 /// labels): the same rules, every problem in one message.
-pub fn parse_override_strings<'a>(
+pub(crate) fn parse_override_strings<'a>(
     pairs: impl IntoIterator<Item = (&'a String, &'a String)>,
 ) -> Result<TendAnnotations, String> {
     let annotations = pairs
@@ -233,7 +233,7 @@ pub fn parse_override_strings<'a>(
 
 /// Parses `tend.dev/override-expires`: RFC 3339 (with `Z` or a numeric
 /// offset) or a duration such as `4h` or `2d 12h`.
-pub fn parse_expiry(text: &str) -> Result<OverrideExpiry, String> {
+pub(crate) fn parse_expiry(text: &str) -> Result<OverrideExpiry, String> {
     if let Ok(duration) = humantime::parse_duration(text) {
         if duration.is_zero() {
             return Err(format!(

@@ -16,7 +16,7 @@ use super::overrides::{
 };
 
 /// The schema as a JSON value.
-pub fn declaration_schema() -> Value {
+pub(crate) fn declaration_schema() -> Value {
     let schema = SchemaSettings::draft07()
         .into_generator()
         .into_root_schema_for::<ManagedDatabase>();

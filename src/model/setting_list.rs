@@ -31,7 +31,7 @@ pub struct ListSetting {
 /// database (settings only the postmaster or the configuration file can
 /// set, such as `shared_preload_libraries`, are left out: `ALTER DATABASE`
 /// refuses them anyway).
-pub const POSTGRES_LIST_SETTINGS: &[ListSetting] = &[
+pub(crate) const POSTGRES_LIST_SETTINGS: &[ListSetting] = &[
     ListSetting {
         name: "search_path",
         quoted: true,
@@ -67,7 +67,7 @@ pub const POSTGRES_LIST_SETTINGS: &[ListSetting] = &[
 ];
 
 /// The list setting named `key` in `settings` (case-insensitive).
-pub fn find(settings: &[ListSetting], key: &str) -> Option<ListSetting> {
+pub(crate) fn find(settings: &[ListSetting], key: &str) -> Option<ListSetting> {
     settings
         .iter()
         .copied()
@@ -79,7 +79,7 @@ pub fn find(settings: &[ListSetting], key: &str) -> Option<ListSetting> {
 /// double-quoted element taken as written (`""` is one quote), an unquoted
 /// one folded to lower case. `None` for text the server would refuse (an
 /// unterminated quote, an empty element). `""` alone is the empty list.
-pub fn split(text: &str) -> Option<Vec<String>> {
+pub(crate) fn split(text: &str) -> Option<Vec<String>> {
     let text = text.trim_matches(is_space);
     if text.is_empty() || text == "\"\"" {
         return Some(Vec::new());
@@ -130,7 +130,7 @@ pub fn split(text: &str) -> Option<Vec<String>> {
 }
 
 /// The elements in canonical form (see the module docs).
-pub fn render(elements: &[String], quoted: bool) -> String {
+pub(crate) fn render(elements: &[String], quoted: bool) -> String {
     if elements.is_empty() {
         return "\"\"".into();
     }
@@ -149,7 +149,7 @@ pub fn render(elements: &[String], quoted: bool) -> String {
 
 /// `text` in canonical form, or `None` when it is not a valid list (then
 /// it is compared and sent as written, and the server says what is wrong).
-pub fn canonical(setting: ListSetting, text: &str) -> Option<String> {
+pub(crate) fn canonical(setting: ListSetting, text: &str) -> Option<String> {
     split(text).map(|elements| render(&elements, setting.quoted))
 }
 

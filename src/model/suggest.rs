@@ -1,7 +1,7 @@
 //! "Did you mean": the known name closest to a misspelt one.
 
 /// The known name within edit distance 3 of `key`, for "did you mean".
-pub fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
     known
         .iter()
         .map(|k| (edit_distance(key, k), *k))

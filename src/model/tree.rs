@@ -15,30 +15,30 @@
 use std::path::Path;
 
 /// How many directory levels below the declarations path are read.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 
 /// Whether a file name (its bytes) is a declaration file's.
-pub fn is_yaml_name(name: &[u8]) -> bool {
+pub(crate) fn is_yaml_name(name: &[u8]) -> bool {
     name.ends_with(b".yaml") || name.ends_with(b".yml")
 }
 
 /// Whether an entry is skipped without a word.
-pub fn is_hidden(name: &[u8]) -> bool {
+pub(crate) fn is_hidden(name: &[u8]) -> bool {
     name.starts_with(b".")
 }
 
 /// The message for an entry whose name is not UTF-8.
-pub const NOT_UTF8: &str = "the name is not valid UTF-8, so tend cannot name it in reports: rename it (nothing in it is read)";
+pub(crate) const NOT_UTF8: &str = "the name is not valid UTF-8, so tend cannot name it in reports: rename it (nothing in it is read)";
 
 /// The message for a subtree nested too deep.
-pub fn too_deep() -> String {
+pub(crate) fn too_deep() -> String {
     format!(
         "directories are nested more than {MAX_DEPTH} levels deep here: nothing below is read; flatten the layout"
     )
 }
 
 /// The warning for a symbolic link.
-pub fn symlink_warning(path: &Path) -> String {
+pub(crate) fn symlink_warning(path: &Path) -> String {
     format!(
         "{}: a symbolic link; tend never reads declarations through one (the agent skips it too)",
         crate::escape::terminal(&path.display().to_string())
@@ -46,7 +46,7 @@ pub fn symlink_warning(path: &Path) -> String {
 }
 
 /// A name as reports show it: invalid bytes written as `\xNN`.
-pub fn lossy_name(name: &[u8]) -> String {
+pub(crate) fn lossy_name(name: &[u8]) -> String {
     let mut out = String::new();
     for chunk in name.utf8_chunks() {
         out.push_str(chunk.valid());

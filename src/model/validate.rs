@@ -8,7 +8,7 @@ use super::overrides::{TendAnnotations, parse_annotations};
 /// A rule broken at `path` (keys from the document root; list indexes as
 /// decimal strings).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     pub path: Vec<String>,
     /// The problem is the last path element's key, not its value.
     pub at_key: bool,
@@ -37,7 +37,7 @@ const MAX_IDENTIFIER_BYTES: usize = 63;
 /// Checks `apiVersion` and `kind` alone, before the typed parse, so a foreign
 /// document (a Kubernetes `Deployment`) gets "wrong kind" rather than a list of
 /// unknown fields.
-pub fn check_type(api_version: Option<&str>, kind: Option<&str>) -> Vec<Problem> {
+pub(crate) fn check_type(api_version: Option<&str>, kind: Option<&str>) -> Vec<Problem> {
     let mut problems = Vec::new();
     match api_version {
         Some(API_VERSION) => {}
@@ -64,7 +64,7 @@ pub fn check_type(api_version: Option<&str>, kind: Option<&str>) -> Vec<Problem>
 }
 
 /// Is `name` a lowercase DNS label of at most 63 characters?
-pub fn is_dns_label(name: &str) -> bool {
+pub(crate) fn is_dns_label(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
         && bytes.len() <= 63
@@ -97,7 +97,7 @@ fn check_identifier(path: &[&str], what: &str, value: &str, problems: &mut Vec<P
 /// Long on purpose: a flat list of independent checks, each a few lines,
 /// in the order the declaration's fields appear; split up, a reader would
 /// hunt for the rule of one field across functions.
-pub fn validate(decl: &ManagedDatabase) -> (Option<TendAnnotations>, Vec<Problem>) {
+pub(crate) fn validate(decl: &ManagedDatabase) -> (Option<TendAnnotations>, Vec<Problem>) {
     let mut problems = check_type(Some(&decl.api_version), Some(&decl.kind));
     let name = &decl.metadata.name;
     if !is_dns_label(name) {

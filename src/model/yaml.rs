@@ -15,7 +15,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// Nesting deeper than this is refused (no declaration comes close).
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// A document with more `[` and `{` than this is refused before it is
 /// parsed. libyaml's time grows with the square of flow nesting (40,000
@@ -24,11 +24,11 @@ pub const MAX_DEPTH: usize = 64;
 /// Counting every `[` and `{`, in scalars and comments too, cannot be
 /// fooled by quoting: each level of nesting needs one. A declaration has
 /// a few dozen.
-pub const MAX_FLOW_OPENERS: usize = 10_000;
+pub(crate) const MAX_FLOW_OPENERS: usize = 10_000;
 
 /// The byte offset in `text` of the first `[` or `{` beyond
 /// [`MAX_FLOW_OPENERS`], if there is one.
-pub fn too_many_flow_openers(text: &str) -> Option<usize> {
+pub(crate) fn too_many_flow_openers(text: &str) -> Option<usize> {
     text.bytes()
         .enumerate()
         .filter(|(_, b)| matches!(b, b'[' | b'{'))
@@ -39,11 +39,11 @@ pub fn too_many_flow_openers(text: &str) -> Option<usize> {
 const NESTING_MESSAGE: &str = "nesting is deeper than";
 const EXPANSION_MESSAGE: &str = "the document expands to far more nodes";
 /// The start of the guard's messages, to find them behind serde's path prefix.
-pub const GUARD_MESSAGES: &[&str] = &[NESTING_MESSAGE, EXPANSION_MESSAGE];
+pub(crate) const GUARD_MESSAGES: &[&str] = &[NESTING_MESSAGE, EXPANSION_MESSAGE];
 
 /// One YAML document of a file.
 #[derive(Debug, Clone, Copy)]
-pub struct Document<'a> {
+pub(crate) struct Document<'a> {
     pub text: &'a str,
     /// Lines of the file before this document (add to a 1-based line).
     pub line_offset: usize,
@@ -51,7 +51,7 @@ pub struct Document<'a> {
 
 /// Splits `text` at document markers. Directive and comment lines before a
 /// `---` stay with the document they introduce.
-pub fn split_documents(text: &str) -> Vec<Document<'_>> {
+pub(crate) fn split_documents(text: &str) -> Vec<Document<'_>> {
     let mut documents = Vec::new();
     let mut start = 0;
     let mut start_line = 0;
@@ -100,7 +100,7 @@ pub fn split_documents(text: &str) -> Vec<Document<'_>> {
 /// The top-level shape of a document, with `apiVersion` and `kind` when it
 /// is a mapping that has them as scalars.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Shape {
+pub(crate) enum Shape {
     Null,
     Scalar(Option<String>),
     List,
@@ -113,7 +113,7 @@ pub enum Shape {
 /// Walks a whole document once, counting nodes (aliases are walked as often
 /// as they are referenced, so an alias bomb runs into the node budget) and
 /// refusing nesting deeper than [`MAX_DEPTH`].
-pub fn guarded_shape(text: &str) -> Result<Shape, serde_norway::Error> {
+pub(crate) fn guarded_shape(text: &str) -> Result<Shape, serde_norway::Error> {
     // A node takes at least two bytes of text unless an alias repeats it, so
     // more nodes than bytes means expansion.
     let budget = Cell::new(text.len() + 1024);
@@ -261,7 +261,7 @@ const FOUND: &str = "\u{1}tend-locate-found";
 /// `None` when there is no such node. An empty path is the document's root.
 /// With `at_key`, the position of the last path element's key rather than of
 /// its value (for problems with the key itself: an unknown annotation).
-pub fn locate(text: &str, path: &[String], at_key: bool) -> Option<(usize, usize)> {
+pub(crate) fn locate(text: &str, path: &[String], at_key: bool) -> Option<(usize, usize)> {
     match (Locate { path, at_key }).deserialize(serde_norway::Deserializer::from_str(text)) {
         Err(e) if e.to_string().contains(FOUND) => e.location().map(|l| (l.line(), l.column())),
         _ => None,

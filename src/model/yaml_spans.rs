@@ -13,7 +13,7 @@ use unsafe_libyaml_norway as unsafe_sys;
 
 /// How a scalar is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScalarStyle {
+pub(crate) enum ScalarStyle {
     Plain,
     SingleQuoted,
     DoubleQuoted,
@@ -25,7 +25,7 @@ pub enum ScalarStyle {
 /// in (for a scalar: from its first character, quote included, to just
 /// after its last).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Node {
+pub(crate) struct Node {
     pub kind: NodeKind,
     pub start: usize,
     pub end: usize,
@@ -35,7 +35,7 @@ pub struct Node {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum NodeKind {
+pub(crate) enum NodeKind {
     Scalar {
         value: String,
         style: ScalarStyle,
@@ -58,12 +58,12 @@ pub enum NodeKind {
 
 impl Node {
     /// The value of the scalar key `key` of a mapping node.
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
         self.entry(key).map(|(_, v)| v)
     }
 
     /// The key and value nodes of `key` in a mapping node.
-    pub fn entry(&self, key: &str) -> Option<(&Node, &Node)> {
+    pub(crate) fn entry(&self, key: &str) -> Option<(&Node, &Node)> {
         match &self.kind {
             NodeKind::Mapping { entries, .. } => entries
                 .iter()
@@ -74,7 +74,7 @@ impl Node {
     }
 
     /// A scalar node's value.
-    pub fn scalar(&self) -> Option<&str> {
+    pub(crate) fn scalar(&self) -> Option<&str> {
         match &self.kind {
             NodeKind::Scalar { value, .. } => Some(value),
             _ => None,
@@ -83,7 +83,7 @@ impl Node {
 
     /// Every node at or below this one that is anchored or an alias, as
     /// it is written (`&name` or `*name`) with its span.
-    pub fn anchors_and_aliases(&self) -> Vec<(String, usize, usize)> {
+    pub(crate) fn anchors_and_aliases(&self) -> Vec<(String, usize, usize)> {
         let mut out = Vec::new();
         let mut todo = vec![self];
         while let Some(n) = todo.pop() {
@@ -107,7 +107,7 @@ impl Node {
 /// The YAML text could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the YAML cannot be parsed for editing")]
-pub struct SpanError;
+pub(crate) struct SpanError;
 
 /// One event, converted from libyaml's.
 enum Event {
@@ -235,7 +235,7 @@ unsafe fn anchor(p: *const u8) -> Option<String> {
 }
 
 /// The root node of every document in `text` (byte offsets into `text`).
-pub fn documents(text: &str) -> Result<Vec<Node>, SpanError> {
+pub(crate) fn documents(text: &str) -> Result<Vec<Node>, SpanError> {
     let events = events(text)?;
     let mut documents = Vec::new();
     // Open collections: their node and, for a mapping, a key waiting for

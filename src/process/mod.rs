@@ -4,19 +4,19 @@
 
 pub mod failpoint;
 pub mod heap;
-pub mod owner;
-pub mod sqlite;
+pub(crate) mod owner;
+pub(crate) mod sqlite;
 
 /// Exit codes shared by the commands and the daemon.
-pub mod exit {
+pub(crate) mod exit {
     /// Nothing to do / no problems.
-    pub const OK: u8 = 0;
+    pub(crate) const OK: u8 = 0;
     /// An error (invalid declarations, a failed cycle); for `tend run`, a
     /// failure a restart may cure (systemd's `Restart=on-failure`).
-    pub const ERROR: u8 = 1;
+    pub(crate) const ERROR: u8 = 1;
     /// With `--detailed-exitcode`: changes or drift pending.
-    pub const PENDING: u8 = 2;
+    pub(crate) const PENDING: u8 = 2;
     /// A configuration (or state) that cannot work, sysexits `EX_CONFIG`:
     /// restarting cannot help (the unit's `RestartPreventExitStatus=78`).
-    pub const CONFIG: u8 = 78;
+    pub(crate) const CONFIG: u8 = 78;
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 /// this process runs as root and `like` is another user's: a file root
 /// leaves in the agent's state dir must stay usable by the agent. Best
 /// effort (a failure is logged): the caller created the file only to read.
-pub fn give_to_owner_of(path: &Path, like: &Path) {
+pub(crate) fn give_to_owner_of(path: &Path, like: &Path) {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return;
@@ -34,7 +34,7 @@ pub fn give_to_owner_of(path: &Path, like: &Path) {
 
 /// Whom this process acts as after [`act_as_owner_of`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acting {
+pub(crate) enum Acting {
     /// As itself: not root, or the state dir is root's (or not there yet).
     Itself,
     /// As the state dir's owner, root given up for good.
@@ -47,7 +47,7 @@ pub enum Acting {
     "cannot act as uid {uid}, the owner of the state dir {}: {source}",
     dir.display()
 )]
-pub struct OwnerError {
+pub(crate) struct OwnerError {
     uid: u32,
     dir: std::path::PathBuf,
     #[source]
@@ -65,7 +65,7 @@ pub struct OwnerError {
 /// # Caveats
 /// Secrets the configuration names may be root-only: read them first
 /// ([`crate::config::secret::preload`]).
-pub fn act_as_owner_of(state_dir: &Path) -> Result<Acting, OwnerError> {
+pub(crate) fn act_as_owner_of(state_dir: &Path) -> Result<Acting, OwnerError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return Ok(Acting::Itself);

@@ -13,7 +13,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Whether a write-ahead log is beside the database `path`.
-pub fn has_log(path: &Path) -> bool {
+pub(crate) fn has_log(path: &Path) -> bool {
     with_suffix(path, "-wal").exists()
 }
 
@@ -35,7 +35,7 @@ pub fn has_log(path: &Path) -> bool {
 /// A connection that cannot set up the shared memory where it may not
 /// write (a directory this user may only read, and so no writer of its
 /// own running there) falls back to reading immutable.
-pub fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+pub(crate) fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY;
     if !has_log(path) && !owned_by_me(path) {
         return open_immutable(path);
@@ -69,7 +69,7 @@ fn owned_by_me(path: &Path) -> bool {
 }
 
 /// Opens `path` read-only and immutable (no WAL, no locks, no files).
-pub fn open_immutable(path: &Path) -> rusqlite::Result<Connection> {
+pub(crate) fn open_immutable(path: &Path) -> rusqlite::Result<Connection> {
     Connection::open_with_flags(
         immutable_uri(path),
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
@@ -87,7 +87,7 @@ fn is_readonly_error(e: &rusqlite::Error) -> bool {
 
 /// `file:` URI of `path` opened immutable (read-only, no WAL, no locks).
 /// Characters that end a URI's path are escaped.
-pub fn immutable_uri(path: &Path) -> String {
+pub(crate) fn immutable_uri(path: &Path) -> String {
     let mut uri = String::from("file:");
     for c in path.display().to_string().chars() {
         match c {

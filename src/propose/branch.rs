@@ -26,7 +26,7 @@ use crate::source::transport::{self, PushOutcome};
 
 /// Why the proposal branch was not written.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ProposalBranchError {
+pub(crate) enum ProposalBranchError {
     #[error(
         "{branch} has commits that are not tend's ({commits}): tend never overwrites them. Merge or close that pull request, or delete the branch, then run the command again"
     )]
@@ -57,7 +57,7 @@ pub enum ProposalBranchError {
 
 /// What the branch holds now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BranchOutcome {
+pub(crate) enum BranchOutcome {
     /// A new branch.
     Created(String),
     /// A commit on top of this agent's earlier proposal.
@@ -86,7 +86,7 @@ impl std::fmt::Display for BranchOutcome {
 
 /// Where and as whom proposals are pushed.
 #[derive(Debug, Clone)]
-pub struct ProposalBranch {
+pub(crate) struct ProposalBranch {
     pub repo_dir: PathBuf,
     pub url: String,
     pub credentials: Credentials,
@@ -96,7 +96,7 @@ pub struct ProposalBranch {
 }
 
 /// `tend/propose/<name>`.
-pub fn branch_name(name: &str) -> String {
+pub(crate) fn branch_name(name: &str) -> String {
     format!("tend/propose/{name}")
 }
 
@@ -107,7 +107,7 @@ impl ProposalBranch {
 
     /// Commits `proposal` (made from the tracked commit `base`) with
     /// `message` on its branch and pushes it.
-    pub fn push(
+    pub(crate) fn push(
         &self,
         proposal: &Proposal,
         base: &str,
@@ -126,7 +126,7 @@ impl ProposalBranch {
     /// tracked commit `base`) with `message` on `branch` and pushes it,
     /// under the guarantees above. `new_files`: a path the tracked commit
     /// has is refused, never replaced (`tend import`).
-    pub fn push_files(
+    pub(crate) fn push_files(
         &self,
         branch: &str,
         files: &[(String, String)],
@@ -254,7 +254,11 @@ impl ProposalBranch {
     /// Deletes this agent's proposal branch of `name` when it holds only
     /// this agent's commits (the declaration caught up). Whether it was
     /// deleted.
-    pub fn delete_if_ours(&self, name: &str, base: &str) -> Result<bool, ProposalBranchError> {
+    pub(crate) fn delete_if_ours(
+        &self,
+        name: &str,
+        base: &str,
+    ) -> Result<bool, ProposalBranchError> {
         let branch = branch_name(name);
         let git = |e: git2::Error| ProposalBranchError::Repository {
             branch: branch.clone(),
@@ -337,7 +341,7 @@ fn replace_file(
 /// The web page that opens a pull (merge) request for `branch` against
 /// `base`, for a remote on GitHub, GitLab or Gitea (Codeberg); `None` for
 /// any other host. String formatting only: nothing is asked of the host.
-pub fn pull_request_url(remote: &str, base: &str, branch: &str) -> Option<String> {
+pub(crate) fn pull_request_url(remote: &str, base: &str, branch: &str) -> Option<String> {
     let (host, path) = if let Some(rest) = remote.strip_prefix("git@") {
         let (host, path) = rest.split_once(':')?;
         (host.to_string(), path.to_string())

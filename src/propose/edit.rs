@@ -9,14 +9,14 @@ use crate::model::yaml_spans::{Node, NodeKind, ScalarStyle};
 
 /// Bytes `start..end` of the file replaced by `text`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Splice {
+pub(crate) struct Splice {
     pub start: usize,
     pub end: usize,
     pub text: String,
 }
 
 /// Applies `splices` (they must not overlap) to `text`.
-pub fn apply(text: &str, mut splices: Vec<Splice>) -> String {
+pub(crate) fn apply(text: &str, mut splices: Vec<Splice>) -> String {
     splices.sort_by_key(|s| std::cmp::Reverse(s.start));
     let mut out = text.to_string();
     for s in splices {
@@ -28,7 +28,7 @@ pub fn apply(text: &str, mut splices: Vec<Splice>) -> String {
 /// `value` written as a YAML scalar in `style` where that keeps it the
 /// same value; otherwise single-quoted (a string) or plain (a number, a
 /// boolean).
-pub fn scalar(value: &Value, style: ScalarStyle) -> String {
+pub(crate) fn scalar(value: &Value, style: ScalarStyle) -> String {
     match value {
         Value::String(s) => match style {
             ScalarStyle::DoubleQuoted | ScalarStyle::Block => double_quoted(s),
@@ -45,7 +45,7 @@ pub fn scalar(value: &Value, style: ScalarStyle) -> String {
 /// The string `s` as a YAML scalar: plain where it reads back as the same
 /// string, double-quoted otherwise (`"16"`, `"true"`, `"Café Orders"`
 /// stays plain, `"a: b"` does not).
-pub fn string_scalar(s: &str) -> String {
+pub(crate) fn string_scalar(s: &str) -> String {
     let value = Value::String(s.to_string());
     if reads_back_as(s, &value) {
         s.to_string()
@@ -84,7 +84,7 @@ fn reads_back_as(text: &str, value: &Value) -> bool {
 /// A block scalar's span runs to the start of the line after it, its
 /// line breaks included: they stay, so what follows (a comment, a blank
 /// line, the next key) keeps its own line.
-pub fn set_scalar(text: &str, node: &Node, value: &Value) -> Option<Splice> {
+pub(crate) fn set_scalar(text: &str, node: &Node, value: &Value) -> Option<Splice> {
     let NodeKind::Scalar { style, .. } = &node.kind else {
         return None;
     };
@@ -134,7 +134,7 @@ fn written_end(node: &Node) -> usize {
 }
 
 /// Just after the last line of a value (its newline included).
-pub fn value_end(text: &str, value: &Node) -> usize {
+pub(crate) fn value_end(text: &str, value: &Node) -> usize {
     value_line_end(text, value)
 }
 
@@ -152,7 +152,7 @@ fn value_line_end(text: &str, value: &Node) -> usize {
 /// YAML: a scalar, or for a block mapping a nested `name: value` text
 /// given by `nested`). A block mapping gets a line at its end with its
 /// entries' indentation; a flow mapping an entry before its `}`.
-pub fn add_entry(text: &str, map: &Node, key: &str, value: &str) -> Option<Splice> {
+pub(crate) fn add_entry(text: &str, map: &Node, key: &str, value: &str) -> Option<Splice> {
     let NodeKind::Mapping { flow, entries } = &map.kind else {
         return None;
     };
@@ -191,7 +191,7 @@ fn line_ending(text: &str) -> &'static str {
 
 /// Adds `key:` with one nested `child: value` to the block mapping `map`
 /// (the child indented one step deeper, the step the file uses).
-pub fn add_nested_entry(
+pub(crate) fn add_nested_entry(
     text: &str,
     map: &Node,
     key: &str,
@@ -220,7 +220,7 @@ pub fn add_nested_entry(
 
 /// Removes the entry `key` from the mapping `map`: its lines in a block
 /// mapping, the entry and one comma in a flow mapping.
-pub fn remove_entry(text: &str, map: &Node, key: &str) -> Option<Splice> {
+pub(crate) fn remove_entry(text: &str, map: &Node, key: &str) -> Option<Splice> {
     let NodeKind::Mapping { flow, entries } = &map.kind else {
         return None;
     };
@@ -249,7 +249,7 @@ pub fn remove_entry(text: &str, map: &Node, key: &str) -> Option<Splice> {
 
 /// The indentation step of a block mapping nested in another: how much
 /// deeper its keys are than the parent's (2 when it cannot be told).
-pub fn indent_step(text: &str, parent_key: &Node, map: &Node) -> usize {
+pub(crate) fn indent_step(text: &str, parent_key: &Node, map: &Node) -> usize {
     match &map.kind {
         NodeKind::Mapping {
             flow: false,
@@ -267,7 +267,7 @@ pub fn indent_step(text: &str, parent_key: &Node, map: &Node) -> usize {
 /// key): kept entries as they were written, changed values in their
 /// style, new keys at the end. One splice for the whole mapping, so
 /// removals and additions cannot disagree about commas.
-pub fn rewrite_flow_mapping(
+pub(crate) fn rewrite_flow_mapping(
     text: &str,
     map: &Node,
     changes: &[(&str, Option<String>)],

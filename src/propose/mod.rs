@@ -13,8 +13,8 @@
 //!   change in what the spec hash covers. Anything else is an error, never
 //!   a proposal.
 
-pub mod branch;
-pub mod edit;
+pub(crate) mod branch;
+pub(crate) mod edit;
 mod verify;
 
 use std::collections::BTreeMap;
@@ -103,7 +103,7 @@ pub enum ProposeError {
 
 /// The out-of-band drift of `drift` a proposal would cover: `fields`
 /// when given (each must be drifted), else all of it.
-pub fn selected<'a>(
+pub(crate) fn selected<'a>(
     name: &str,
     drift: &'a [Drift],
     fields: Option<&[String]>,
@@ -480,7 +480,7 @@ fn kept_ignored<'a>(listed: &[&'a str], proposed: &[&str]) -> Vec<&'a str> {
 
 /// The proposal as a unified diff (`a/` and `b/` paths, as `git apply`
 /// and `patch -p1` take it).
-pub fn unified_diff(p: &Proposal) -> String {
+pub(crate) fn unified_diff(p: &Proposal) -> String {
     similar::TextDiff::from_lines(&p.before, &p.after)
         .unified_diff()
         .context_radius(3)
@@ -489,7 +489,7 @@ pub fn unified_diff(p: &Proposal) -> String {
 }
 
 /// The file `path` at `commit` of the source's local Git data.
-pub fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, String> {
+pub(crate) fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, String> {
     crate::source::libgit2();
     let repo = git2::Repository::open_bare(repo_dir).map_err(|e| e.message().to_string())?;
     let commit = git2::Oid::from_str(commit)
@@ -506,7 +506,7 @@ pub fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, Stri
 }
 
 /// The commit message of a proposal branch.
-pub fn commit_message(p: &Proposal, agent_id: &str, base: &str) -> String {
+pub(crate) fn commit_message(p: &Proposal, agent_id: &str, base: &str) -> String {
     let mut out = format!(
         "propose: declare what the provider shows for {}\n\nChanged at the provider, kept in Git by tend propose:\n",
         p.name

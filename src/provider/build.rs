@@ -16,7 +16,7 @@ use crate::config::{ConfigError, ProviderConfig, secret};
 /// sandbox keeps its data on this host (in the state dir), so only it
 /// differs: a reader's sandbox is read, never written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Use {
+pub(crate) enum Use {
     /// `tend run`, `apply`, `sandbox edit`.
     ReadWrite,
     /// `tend plan`, `explain`, `propose`, `config check`.
@@ -25,7 +25,7 @@ pub enum Use {
 
 /// Builds the provider `name` as configured. `state_dir` holds the
 /// sandbox's data; `clock` is the sandbox's clock.
-pub fn build(
+pub(crate) fn build(
     name: &str,
     config: &ProviderConfig,
     state_dir: &Path,

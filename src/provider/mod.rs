@@ -4,18 +4,19 @@
 //! that carry an [`OperationId`] as idempotency key. Observations are plain
 //! data so the decision core can stay pure.
 
+pub(crate) use crate::model::observation::OwnershipMarker;
 pub use crate::model::observation::{
-    Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed,
-    OwnershipMarker, ResourceStatus,
+    Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
 };
-pub use crate::model::operation::{ChangeRequest, OperationId, OperationKind, ProviderError};
-pub use crate::model::setting_list;
+pub(crate) use crate::model::operation::OperationKind;
+pub use crate::model::operation::{ChangeRequest, OperationId, ProviderError};
+pub(crate) use crate::model::setting_list;
 
-pub mod build;
-pub mod http;
-pub mod postgres;
-pub mod sandbox;
-pub mod tls;
+pub(crate) mod build;
+pub(crate) mod http;
+pub(crate) mod postgres;
+pub(crate) mod sandbox;
+pub(crate) mod tls;
 
 /// A place databases live.
 ///

@@ -22,7 +22,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 /// An HTTP client builder (reqwest), with ring as the process's TLS
 /// provider (reqwest takes it from the process; installed once) and the
 /// system's trusted roots.
-pub fn http_client() -> reqwest::ClientBuilder {
+pub(crate) fn http_client() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
 }
@@ -44,7 +44,7 @@ pub fn http_client_for(url: &str) -> reqwest::ClientBuilder {
 }
 
 /// The connector for a provider: verifying against `ca_file` when given.
-pub fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
+pub(crate) fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

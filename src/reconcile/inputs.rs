@@ -22,11 +22,11 @@ use crate::journal::{
 use crate::model::Declaration;
 use crate::source::Snapshot;
 
-pub use crate::memories::{LeftGit, Memories, MemoryCache, SharedMemories};
+pub(crate) use crate::memories::{LeftGit, Memories, MemoryCache, SharedMemories};
 
 /// How a load gets the memories.
 #[derive(Debug)]
-pub enum MemoryRead {
+pub(crate) enum MemoryRead {
     /// Current memories, through the agent's cache.
     Fresh(Arc<MemoryCache>),
     /// None (the journal and the overrides are all that is needed).
@@ -35,7 +35,7 @@ pub enum MemoryRead {
 
 /// A journalled operation not confirmed yet.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PendingIntent {
+pub(crate) struct PendingIntent {
     pub op: PlannedOperation,
     pub last_error: Option<String>,
     /// Calls sent under its id so far.
@@ -46,7 +46,7 @@ pub struct PendingIntent {
 
 /// Everything a cycle reads from the state.
 #[derive(Debug, Default)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     pub memories: Memories,
     pub tombstones: Vec<TombstoneRow>,
     pub left_git: Vec<LeftGit>,
@@ -67,7 +67,7 @@ pub struct Inputs {
 
 /// The declaration named `name` in a snapshot (declarations are sorted by
 /// name).
-pub fn declared<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s Declaration> {
+pub(crate) fn declared<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s Declaration> {
     let list = &snapshot.declarations.declarations;
     list.binary_search_by(|d| d.name().cmp(name))
         .ok()
@@ -85,7 +85,7 @@ impl Inputs {
     /// Reads the inputs of a cycle over `snapshot`. `memories`: read them
     /// (reusing what was read ahead if nothing was written since), or skip
     /// them (replaying the journal needs none).
-    pub fn load(
+    pub(crate) fn load(
         store: &StateStore,
         snapshot: &Arc<Snapshot>,
         memories: MemoryRead,

@@ -18,10 +18,10 @@
 
 mod apply;
 mod cycle;
-pub mod inputs;
-pub mod observe;
-pub mod plan;
-pub mod routing;
+pub(crate) mod inputs;
+pub(crate) mod observe;
+pub(crate) mod plan;
+pub(crate) mod routing;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -261,7 +261,7 @@ impl<'s> Outcome<'s> {
 /// (The memories read ahead are in the agent's [`inputs::MemoryCache`],
 /// which every cycle reads through.)
 #[derive(Default)]
-pub struct CycleInputs {
+pub(crate) struct CycleInputs {
     /// The listings under way (see [`observe::ListingAhead`]).
     pub listing: Option<ListingAhead>,
 }
@@ -278,7 +278,7 @@ pub async fn reconcile<'s>(
 }
 
 /// [`reconcile`] with what was read or started ahead of it.
-pub async fn reconcile_with<'s>(
+pub(crate) async fn reconcile_with<'s>(
     agent: &Agent,
     snapshot: &'s Arc<Snapshot>,
     mode: Mode,

@@ -13,7 +13,7 @@ use crate::provider::{Observation, Observed, Provider, ProviderError};
 
 /// What one provider showed: every database by name, or why it could not
 /// be asked.
-pub type ProviderView = Result<HashMap<String, Observation>, String>;
+pub(crate) type ProviderView = Result<HashMap<String, Observation>, String>;
 
 fn view(observed: Result<Vec<Observation>, ProviderError>) -> ProviderView {
     observed
@@ -40,7 +40,7 @@ fn view(observed: Result<Vec<Observation>, ProviderError>) -> ProviderView {
 ///   then the listings are stopped and the cycle observes again.
 /// * A provider no subject of the cycle is routed to is not waited for
 ///   (its listing is stopped).
-pub struct ListingAhead {
+pub(crate) struct ListingAhead {
     listings: HashMap<String, tokio::task::JoinHandle<ProviderView>>,
     /// The state when the listings started (`None`: no state to compare).
     freshness: Option<Freshness>,
@@ -49,7 +49,7 @@ pub struct ListingAhead {
 impl ListingAhead {
     /// Starts a listing of every provider that lists everything; `None`
     /// when there is none (or the state cannot tell its freshness).
-    pub fn start(
+    pub(crate) fn start(
         runtimes: &BTreeMap<String, Arc<ProviderRuntime>>,
         store: Option<&StateStore>,
     ) -> Option<ListingAhead> {
@@ -81,7 +81,7 @@ impl ListingAhead {
     /// the listing then runs while the cycle reads its inputs and routes),
     /// for the providers the scope can reach; none for a cycle over some
     /// names (which providers they are is known only once routed).
-    pub async fn start_for(
+    pub(crate) async fn start_for(
         runtimes: &BTreeMap<String, Arc<ProviderRuntime>>,
         store: Option<&Arc<StateStore>>,
         scope: &super::Scope,
@@ -138,7 +138,7 @@ impl ListingAhead {
 
     /// The listings (finished or not), if nothing was written to the state
     /// since they started; else none (stopped: the cycle observes again).
-    pub async fn if_fresh(
+    pub(crate) async fn if_fresh(
         mut self,
         store: Option<&Arc<StateStore>>,
     ) -> HashMap<String, tokio::task::JoinHandle<ProviderView>> {
@@ -194,7 +194,7 @@ async fn collect(
 /// Observes the subjects of every provider, all at once; `ahead`: the
 /// listings already under way (see [`ListingAhead`]), awaited instead of
 /// asking those providers again.
-pub async fn observe_all(
+pub(crate) async fn observe_all(
     runtimes: &BTreeMap<String, Arc<ProviderRuntime>>,
     routed: &BTreeMap<String, Vec<Routed<'_>>>,
     mut ahead: HashMap<String, tokio::task::JoinHandle<ProviderView>>,
@@ -246,7 +246,7 @@ pub async fn observe_all(
 /// Hands each subject its observation. Usually one subject per database;
 /// a tombstone and a new declaration may share one, and both must see it:
 /// those are cloned, every other observation is moved to its subject.
-pub fn distribute(subjects: &[Routed<'_>], view: Option<ProviderView>) -> Vec<Observed> {
+pub(crate) fn distribute(subjects: &[Routed<'_>], view: Option<ProviderView>) -> Vec<Observed> {
     let mut by_name = match view {
         Some(Ok(by_name)) => by_name,
         Some(Err(message)) => {

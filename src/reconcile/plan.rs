@@ -27,7 +27,7 @@ use crate::provider::{Capabilities, Observed, OperationKind};
 
 /// What every decision of a cycle shares.
 #[derive(Debug)]
-pub struct PlanContext<'a> {
+pub(crate) struct PlanContext<'a> {
     pub policy: &'a Policy,
     pub now: SystemTime,
     pub guard: &'a DeletionGuard,
@@ -55,7 +55,7 @@ pub fn operation_kind(action: Action) -> Option<OperationKind> {
 
 /// Decides one subject observed as `observed`, remembered as `memory`;
 /// pushes the memory effects of the decision onto `effects`.
-pub fn plan_subject<'s>(
+pub(crate) fn plan_subject<'s>(
     ctx: &PlanContext<'_>,
     provider: &str,
     capabilities: &Capabilities,

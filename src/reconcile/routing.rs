@@ -24,14 +24,14 @@ use crate::source::Snapshot;
 
 /// A subject and the database it is about at its provider.
 #[derive(Debug)]
-pub struct Routed<'s> {
+pub(crate) struct Routed<'s> {
     pub subject: PlannedSubject<'s>,
     pub database_name: String,
 }
 
 /// The subjects of a cycle, routed.
 #[derive(Debug, Default)]
-pub struct Routing<'s> {
+pub(crate) struct Routing<'s> {
     pub by_provider: BTreeMap<String, Vec<Routed<'s>>>,
     /// Declarations that cannot be planned (no such provider, a field the
     /// provider does not manage).
@@ -60,7 +60,7 @@ fn provider_names(config: &Config) -> String {
 }
 
 /// Which provider a declaration uses (`spec.provider`, or the only one).
-pub fn provider_name_of<'c>(
+pub(crate) fn provider_name_of<'c>(
     config: &'c Config,
     manifest: &ManagedDatabase,
 ) -> Result<&'c str, String> {
@@ -90,7 +90,10 @@ pub fn provider_name_of<'c>(
 
 /// [`provider_name_of`], and whether that provider manages every field the
 /// declaration sets.
-pub fn provider_of<'c>(config: &'c Config, manifest: &ManagedDatabase) -> Result<&'c str, String> {
+pub(crate) fn provider_of<'c>(
+    config: &'c Config,
+    manifest: &ManagedDatabase,
+) -> Result<&'c str, String> {
     let name = provider_name_of(config, manifest)?;
     if config.providers[name].kind() == ProviderKind::Postgres
         && let Ok(Value::Object(spec)) = serde_json::to_value(&manifest.spec)
@@ -116,7 +119,7 @@ pub fn provider_of<'c>(config: &'c Config, manifest: &ManagedDatabase) -> Result
 }
 
 /// A resource decided `Error` by `rule` without being observed.
-pub fn undecidable<'s>(
+pub(crate) fn undecidable<'s>(
     name: &str,
     provider: &str,
     rule: Rule,
@@ -147,7 +150,7 @@ impl<'s> Routing<'s> {
     }
 
     /// Routes the subjects of a cycle over `snapshot` at `now`.
-    pub fn route(
+    pub(crate) fn route(
         config: &Config,
         policy: &Policy,
         snapshot: &'s Snapshot,
@@ -357,7 +360,7 @@ impl<'s> Routing<'s> {
 }
 
 /// The reason of a resource whose state cannot be read.
-pub fn corrupt_reason(name: &str, problems: &[String]) -> String {
+pub(crate) fn corrupt_reason(name: &str, problems: &[String]) -> String {
     format!(
         "what tend remembers of `{name}` cannot be read ({}); tend takes no action on it until the state is repaired: run `tend state check`, see docs/runbooks/rollback.md",
         problems.join("; ")

@@ -19,7 +19,7 @@ use subtle::ConstantTimeEq;
 
 /// The credentials the server checks (replaced at a reload).
 #[derive(Clone, Default)]
-pub struct Access {
+pub(crate) struct Access {
     /// `[server] token_file`'s token.
     token: Option<Vec<u8>>,
     /// `[server] webhook_secret_file`'s secret.
@@ -30,10 +30,14 @@ pub struct Access {
 
 /// Why a request was refused (the body of the 401).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal(pub &'static str);
+pub(crate) struct Refusal(pub &'static str);
 
 impl Access {
-    pub fn new(listen: SocketAddr, token: Option<Vec<u8>>, webhook: Option<Vec<u8>>) -> Self {
+    pub(crate) fn new(
+        listen: SocketAddr,
+        token: Option<Vec<u8>>,
+        webhook: Option<Vec<u8>>,
+    ) -> Self {
         Access {
             token,
             webhook,
@@ -42,13 +46,13 @@ impl Access {
     }
 
     /// The webhook secret, for `POST /hooks/git`.
-    pub fn webhook_secret(&self) -> Option<&[u8]> {
+    pub(crate) fn webhook_secret(&self) -> Option<&[u8]> {
         self.webhook.as_deref()
     }
 
     /// The reports (`/`, `/v1/status`, `/metrics`): open unless a token is
     /// set.
-    pub fn check_read(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    pub(crate) fn check_read(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         match &self.token {
             None => Ok(()),
             Some(token) => bearer_matches(headers, token).then_some(()).ok_or(Refusal(
@@ -60,7 +64,7 @@ impl Access {
     /// `POST /v1/reconcile`: the token when one is set; beyond loopback,
     /// the token or else the webhook secret; on loopback without a token,
     /// open (only this host reaches it).
-    pub fn check_trigger(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+    pub(crate) fn check_trigger(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         match (&self.token, &self.webhook, self.beyond_loopback) {
             (Some(token), _, _) => bearer_matches(headers, token).then_some(()).ok_or(Refusal(
                 "POST /v1/reconcile needs `Authorization: Bearer <token>`, the token of [server] token_file",
@@ -79,7 +83,7 @@ impl Access {
 
     /// What the reports are open to, for a warning at start: `None` when
     /// only this host reaches them or a token guards them.
-    pub fn open_reports_warning(&self, listen: SocketAddr) -> Option<String> {
+    pub(crate) fn open_reports_warning(&self, listen: SocketAddr) -> Option<String> {
         (self.beyond_loopback && self.token.is_none()).then(|| {
             format!(
                 "[server] listen = \"{listen}\" is beyond loopback and no [server] token_file is set: `/`, `/v1/status` and `/metrics` (resource names, drift, override reasons, errors) are served to anyone who reaches it; set token_file to require a bearer token"

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// What became of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admitted {
+pub(crate) enum Admitted {
     /// Start now.
     Now,
     /// Start at the end of the interval: the caller schedules it (and
@@ -29,12 +29,12 @@ struct Gate {
 
 /// The gate in front of the reconcile trigger.
 #[derive(Debug, Default)]
-pub struct Coalescer {
+pub(crate) struct Coalescer {
     gate: Mutex<Gate>,
 }
 
 impl Coalescer {
-    pub fn new(interval: Duration) -> Self {
+    pub(crate) fn new(interval: Duration) -> Self {
         Coalescer {
             gate: Mutex::new(Gate {
                 interval,
@@ -44,7 +44,7 @@ impl Coalescer {
     }
 
     /// A reload's new interval.
-    pub fn set_interval(&self, interval: Duration) {
+    pub(crate) fn set_interval(&self, interval: Duration) {
         self.lock().interval = interval;
     }
 
@@ -55,7 +55,7 @@ impl Coalescer {
     /// Admits a request arriving at `now`. While a start is scheduled,
     /// every request folds into it, even one arriving after its time
     /// before it ran (else both would start).
-    pub fn admit(&self, now: Instant) -> Admitted {
+    pub(crate) fn admit(&self, now: Instant) -> Admitted {
         let mut gate = self.lock();
         let next = gate.last_start.map(|last| last + gate.interval);
         let wait = next.map_or(Duration::ZERO, |next| next.saturating_duration_since(now));
@@ -72,7 +72,7 @@ impl Coalescer {
     }
 
     /// The scheduled start happened at `now`.
-    pub fn started(&self, now: Instant) {
+    pub(crate) fn started(&self, now: Instant) {
         let mut gate = self.lock();
         gate.scheduled = false;
         gate.last_start = Some(now);

@@ -30,10 +30,10 @@ use tokio::time::{Instant, Sleep};
 /// A connection with no byte read or written for this long is closed.
 /// More than a minute: Prometheus scraping every 60 s keeps its
 /// keep-alive connection.
-pub const IDLE: Duration = Duration::from_secs(75);
+pub(crate) const IDLE: Duration = Duration::from_secs(75);
 /// A request must be read and answered within this long from its first
 /// byte (the header-read timeout, and the handler's).
-pub const REQUEST: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST: Duration = Duration::from_secs(30);
 
 /// [`REQUEST`], or (test builds) the failpoint `request-timeout`'s
 /// milliseconds.
@@ -52,7 +52,7 @@ const WANTED_FILES: u64 = 65_536;
 /// Raises the soft limit on open files to the hard limit (at most
 /// [`WANTED_FILES`]), as Go's runtime does: systemd's default soft limit is
 /// 1,024. Returns the limit in force.
-pub fn raise_file_limit() -> u64 {
+pub(crate) fn raise_file_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -77,14 +77,14 @@ pub fn raise_file_limit() -> u64 {
 
 /// The connection cap for a file limit: half of it (the rest is for the
 /// state, the Git cache, providers), at most [`MAX_CONNECTIONS`].
-pub fn max_connections(file_limit: u64) -> usize {
+pub(crate) fn max_connections(file_limit: u64) -> usize {
     usize::try_from(file_limit / 2)
         .unwrap_or(MAX_CONNECTIONS)
         .clamp(16, MAX_CONNECTIONS)
 }
 
 /// A TCP listener that hands out bounded connections.
-pub struct BoundedListener {
+pub(crate) struct BoundedListener {
     inner: TcpListener,
     permits: Arc<Semaphore>,
     /// The last accept error logged, so a storm logs once.
@@ -92,7 +92,7 @@ pub struct BoundedListener {
 }
 
 impl BoundedListener {
-    pub fn new(inner: TcpListener, max_connections: usize) -> Self {
+    pub(crate) fn new(inner: TcpListener, max_connections: usize) -> Self {
         BoundedListener {
             inner,
             permits: Arc::new(Semaphore::new(max_connections)),
@@ -146,7 +146,7 @@ impl axum::serve::Listener for BoundedListener {
 
 /// A connection that holds one of the server's permits and closes after
 /// [`IDLE`] without progress.
-pub struct BoundedStream {
+pub(crate) struct BoundedStream {
     inner: TcpStream,
     _permit: OwnedSemaphorePermit,
     idle: Pin<Box<Sleep>>,

@@ -14,10 +14,10 @@
 //! * No response carries a secret: the reports never hold one, and errors
 //!   name what failed, not the credential.
 
-pub mod access;
-pub mod coalesce;
-pub mod listener;
-pub mod webhook;
+pub(crate) mod access;
+pub(crate) mod coalesce;
+pub(crate) mod listener;
+pub(crate) mod webhook;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,18 +30,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::watch;
 
-pub use crate::telemetry::Metrics;
+pub(crate) use crate::telemetry::Metrics;
 
 use crate::source::Trigger;
 use crate::status::board::StatusBoard;
 
 /// The largest request body read.
-pub const MAX_BODY: usize = 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 1024 * 1024;
 /// How long a request body may take to arrive.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the server reads and the wake-ups it can cause.
-pub struct ServerState {
+pub(crate) struct ServerState {
     pub board: Arc<StatusBoard>,
     pub metrics: Arc<Metrics>,
     /// Fires a fetch of the source now (replaced at a reload).
@@ -74,7 +74,7 @@ impl ServerState {
     }
 
     /// Fetches the source now.
-    pub fn fire_fetch(&self) {
+    pub(crate) fn fire_fetch(&self) {
         if let Some(trigger) = self
             .fetch
             .lock()
@@ -87,7 +87,7 @@ impl ServerState {
 }
 
 /// The routes.
-pub fn router(state: Arc<ServerState>) -> Router {
+pub(crate) fn router(state: Arc<ServerState>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -102,7 +102,7 @@ pub fn router(state: Arc<ServerState>) -> Router {
 
 /// Serves until `shutdown` turns true, at most `max_connections` at once
 /// (see [`listener`]).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<ServerState>,
     shutdown: tokio_util::sync::CancellationToken,

@@ -17,7 +17,7 @@ pub use crate::config::TokenScheme;
 
 /// `scheme://host[:port]` of a URL, without a user part or path
 /// (lower-cased: hosts and schemes compare case-insensitively).
-pub fn origin(url: &str) -> Option<String> {
+pub(crate) fn origin(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host = authority

@@ -10,7 +10,7 @@ use super::auth::{Credentials, TokenScheme};
 
 /// What to fetch.
 #[derive(Debug, Clone)]
-pub struct FetchSettings<'a> {
+pub(crate) struct FetchSettings<'a> {
     pub url: &'a str,
     pub branch: &'a str,
     /// Depth of the first fetch only: later fetches are incremental from
@@ -20,13 +20,13 @@ pub struct FetchSettings<'a> {
 }
 
 /// The local ref the tracked branch is fetched into.
-pub fn tracking_ref(branch: &str) -> String {
+pub(crate) fn tracking_ref(branch: &str) -> String {
     format!("refs/tend/source/heads/{branch}")
 }
 
 /// Where a fetch puts the branch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FetchInto {
+pub(crate) enum FetchInto {
     /// The writer's tracking ref ([`tracking_ref`]).
     Tracking,
     /// A ref of this process alone, deleted after the fetch: a reader
@@ -62,7 +62,7 @@ const STALE_READER_REF: std::time::Duration = std::time::Duration::from_secs(600
 /// `config.lock` is taken only while the repository is created (by the
 /// writer, which holds the state dir's lock): one left behind is from a
 /// writer killed then, and would fail every later open.
-pub fn remove_stale_locks(dir: &Path) {
+pub(crate) fn remove_stale_locks(dir: &Path) {
     let mut stack = vec![dir.join("refs").join("tend")];
     let readers = dir.join("refs").join("tend").join("readers");
     let mut removed = Vec::new();
@@ -106,7 +106,7 @@ pub fn remove_stale_locks(dir: &Path) {
 }
 
 /// Opens the bare repository at `dir`, creating it on first use.
-pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
+pub(crate) fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
     super::libgit2();
     let unusable = |e: git2::Error| SourceError::Repository {
         path: dir.display().to_string(),
@@ -133,7 +133,7 @@ pub fn open_or_init(dir: &Path) -> Result<Repository, SourceError> {
 
 /// Fetches the branch; returns its commit, or `None` when the remote does
 /// not have the branch (the tracking ref is pruned, never left stale).
-pub fn fetch(
+pub(crate) fn fetch(
     dir: &Path,
     settings: &FetchSettings<'_>,
     into: FetchInto,
@@ -234,7 +234,7 @@ pub fn fetch(
 /// that fetches it. C git refuses trees deeper than 4,096 levels
 /// (`core.maxTreeDepth`), so a server never sends one; for a local source
 /// tend applies the same bound itself, before libgit2 walks anything.
-pub const MAX_TREE_DEPTH: usize = 4096;
+pub(crate) const MAX_TREE_DEPTH: usize = 4096;
 
 /// Refuses a local source whose new commits (those after `have`, at most
 /// `depth` of them on a shallow first fetch) hold a tree nested deeper

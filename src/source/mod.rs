@@ -15,22 +15,24 @@
 //! All `git2` calls are blocking functions over paths; async callers run
 //! them on `spawn_blocking` (a `Repository` is not `Sync`).
 
-pub mod auth;
-pub mod fetch;
-pub mod parse_cache;
-pub mod reader_repo;
-pub mod snapshot;
-pub mod tracker;
-pub mod transport;
-pub mod trust;
-pub mod wake;
+pub(crate) mod auth;
+pub(crate) mod fetch;
+pub(crate) mod parse_cache;
+pub(crate) mod reader_repo;
+pub(crate) mod snapshot;
+pub(crate) mod tracker;
+pub(crate) mod transport;
+pub(crate) mod trust;
+pub(crate) mod wake;
 
 use crate::config::redacted_url;
 use std::time::Duration;
 
 pub use snapshot::Snapshot;
-pub use tracker::{PollOutcome, Source, SourceFailure};
-pub use wake::{Trigger, Wakeups};
+pub(crate) use tracker::SourceFailure;
+pub use tracker::{PollOutcome, Source};
+pub(crate) use wake::Trigger;
+pub use wake::Wakeups;
 
 /// Starts libgit2's one-time initialisation on a thread of its own, for a
 /// command that will read the source after other start-up work (the
@@ -41,7 +43,7 @@ pub use wake::{Trigger, Wakeups};
 /// beside the rest of the start, a one-shot command does not wait for it
 /// alone. The first libgit2 call waits for it to finish (libgit2's own
 /// once-only guard), so nothing can use libgit2 half-initialised.
-pub fn start_libgit2_init() {
+pub(crate) fn start_libgit2_init() {
     let spawned = std::thread::Builder::new()
         .name("libgit2-init".into())
         // Caching is on by default: this changes nothing but runs the
@@ -64,7 +66,7 @@ static LIBGIT2: std::sync::Once = std::sync::Once::new();
 /// command run as the state dir's owner with root's `HOME` kept would
 /// fail on a `~/.gitconfig` it may not read ("failed to stat
 /// '/root/.gitconfig'"). The system's `/etc/gitconfig` still applies.
-pub fn libgit2() {
+pub(crate) fn libgit2() {
     LIBGIT2.call_once(|| {
         for level in [git2::ConfigLevel::Global, git2::ConfigLevel::XDG] {
             // SAFETY: libgit2's global options are not synchronised; this
@@ -89,7 +91,7 @@ pub fn libgit2() {
 }
 
 /// The bare repository the source is fetched into, in `state_dir`.
-pub fn repo_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn repo_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
     state_dir.join("source").join("repo.git")
 }
 

@@ -112,10 +112,10 @@ impl ParsedTree {
 /// A Git object id as its 20 bytes. Reading the cache does not touch
 /// libgit2: its first use initialises TLS (tens of milliseconds), and the
 /// cache is read beside that, not after it.
-pub type ObjectId = [u8; 20];
+pub(crate) type ObjectId = [u8; 20];
 
 /// The bytes of a Git object id.
-pub fn object_id(oid: Oid) -> ObjectId {
+pub(crate) fn object_id(oid: Oid) -> ObjectId {
     let mut id = [0; 20];
     id.copy_from_slice(&oid.as_bytes()[..20]);
     id
@@ -188,7 +188,7 @@ struct DeclarationIn {
 }
 
 /// Where the cache lives in the source's directory.
-pub fn cache_path(source_dir: &Path) -> PathBuf {
+pub(crate) fn cache_path(source_dir: &Path) -> PathBuf {
     source_dir.join("parse-cache.jsonl")
 }
 
@@ -425,7 +425,7 @@ fn read_declarations(
 
 /// Replaces the cache with the parse results of `tree` (at source path
 /// `path`).
-pub fn store<'a>(
+pub(crate) fn store<'a>(
     file: &Path,
     path: &str,
     tree: Oid,

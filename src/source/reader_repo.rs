@@ -40,7 +40,7 @@ const BASE_REF: &str = "refs/tend/base";
 
 /// Prepares the reader's repository for the source of `state_dir` at
 /// `url`: its own cache when it can be trusted, else a temporary one.
-pub fn prepare(state_dir: &Path, url: &str) -> Result<ReaderRepo, SourceError> {
+pub(crate) fn prepare(state_dir: &Path, url: &str) -> Result<ReaderRepo, SourceError> {
     let key = crate::model::hash::sha256_hex(
         format!("{}\n{url}", absolute(state_dir).display()).as_bytes(),
     );

@@ -25,7 +25,7 @@ pub struct Snapshot {
 /// The tree under `path` in `commit` (its id names every declaration file
 /// below it, so an unchanged id means unchanged declarations) and the
 /// commit's time.
-pub fn declarations_tree(
+pub(crate) fn declarations_tree(
     repo: &Repository,
     commit: Oid,
     path: &str,
@@ -61,11 +61,11 @@ pub fn declarations_tree(
 
 /// How many tree entries a snapshot reads at most (10,000 declarations
 /// are some 10,100 entries).
-pub const MAX_ENTRIES: usize = 1_000_000;
+pub(crate) const MAX_ENTRIES: usize = 1_000_000;
 
 /// An entry of a declarations tree that tend reads, or reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedFile {
+pub(crate) struct ListedFile {
     /// From the repository root; a name that is not UTF-8 has its invalid
     /// bytes written as `\xNN`.
     pub path: String,
@@ -79,7 +79,7 @@ pub struct ListedFile {
 /// sorted by path, by the rules of [`crate::model::tree`] (the ones `tend
 /// validate` applies on disk). The walk is iterative and bounded in depth:
 /// no commit can exhaust the stack.
-pub fn list_files(
+pub(crate) fn list_files(
     repo: &Repository,
     commit: Oid,
     tree: Oid,

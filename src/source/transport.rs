@@ -31,7 +31,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Sets `[source] timeout` for the conversations that start from now (a
 /// reload's new value applies to the next fetch).
-pub fn set_timeout(timeout: Duration) {
+pub(crate) fn set_timeout(timeout: Duration) {
     TIMEOUT_MS.store(
         u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         Ordering::Relaxed,
@@ -39,13 +39,13 @@ pub fn set_timeout(timeout: Duration) {
 }
 
 /// `[source] timeout`.
-pub fn timeout() -> Duration {
+pub(crate) fn timeout() -> Duration {
     Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
 }
 
 /// The longest one conversation waits after [`cancel_conversations`]: a
 /// silent server is cut by the read bound, any other at its next bytes.
-pub fn cancel_wait() -> Duration {
+pub(crate) fn cancel_wait() -> Duration {
     READ_TIMEOUT.min(timeout())
 }
 
@@ -54,7 +54,7 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Cancels every fetch and push under way, at their next bytes: a stop or
 /// a reload does not wait out a slow transfer.
-pub fn cancel_conversations() {
+pub(crate) fn cancel_conversations() {
     EPOCH.fetch_add(1, Ordering::SeqCst);
 }
 
@@ -106,7 +106,7 @@ fn is_timeout(e: &git2::Error) -> bool {
 /// conversation running past `[source] timeout` (checked whenever data
 /// arrives: a server that trickles is cut off too), is kept in
 /// `host_error` (libgit2 only passes a string back).
-pub fn callbacks<'a>(
+pub(crate) fn callbacks<'a>(
     url: &'a str,
     credentials: &'a Credentials,
     host_error: &'a RefCell<Option<SourceError>>,
@@ -168,7 +168,7 @@ fn ssh_port(url: &str) -> u16 {
 /// wherever a redirect points; libgit2 still follows one to the same
 /// host, and a basic challenge from elsewhere is refused by the
 /// credential callback).
-pub fn redirects(credentials: &Credentials) -> RemoteRedirect {
+pub(crate) fn redirects(credentials: &Credentials) -> RemoteRedirect {
     if credentials.has_token() {
         RemoteRedirect::None
     } else {
@@ -265,7 +265,7 @@ mod tests {
 /// Fetches `refs/heads/{branch}` of `url` into `local` in the bare
 /// repository at `dir`: the branch's commit, or `None` when the remote
 /// has no such branch (then `local` is deleted too).
-pub fn fetch_branch(
+pub(crate) fn fetch_branch(
     dir: &Path,
     url: &str,
     credentials: &Credentials,
@@ -298,7 +298,7 @@ pub fn fetch_branch(
 
 /// What became of a push.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PushOutcome {
+pub(crate) enum PushOutcome {
     Pushed,
     /// The remote refused the update (someone pushed first, or a hook):
     /// its message.
@@ -307,7 +307,7 @@ pub enum PushOutcome {
 
 /// Pushes the local ref `local` of the bare repository at `dir` to
 /// `refs/heads/{branch}` of `url`, as a fast-forward only.
-pub fn push(
+pub(crate) fn push(
     dir: &Path,
     url: &str,
     credentials: &Credentials,
@@ -354,7 +354,7 @@ pub fn push(
 
 /// Deletes `refs/heads/{branch}` at `url` (a proposal branch whose change
 /// Git now declares).
-pub fn delete_branch(
+pub(crate) fn delete_branch(
     dir: &Path,
     url: &str,
     credentials: &Credentials,
@@ -378,7 +378,7 @@ pub fn delete_branch(
 /// Fetches every branch of `url` under `refs/heads/{prefix}` into
 /// `{local}` (pruned: a branch deleted there goes here too), and returns
 /// their names with `prefix` left out.
-pub fn fetch_branches(
+pub(crate) fn fetch_branches(
     dir: &Path,
     url: &str,
     credentials: &Credentials,

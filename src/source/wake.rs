@@ -39,7 +39,7 @@ pub struct Wakeups {
 
 /// The Git directory of a local repository URL (a path or `file://`), if
 /// it is one.
-pub fn local_git_dir(url: &str) -> Option<PathBuf> {
+pub(crate) fn local_git_dir(url: &str) -> Option<PathBuf> {
     let path = Path::new(url.strip_prefix("file://").unwrap_or(url));
     if url.contains("://") && !url.starts_with("file://") {
         return None;
@@ -108,7 +108,7 @@ fn watch(git_dir: &Path, trigger: Trigger) -> Result<notify::RecommendedWatcher,
 }
 
 /// `interval` ± 10%, so many agents do not poll one server in lockstep.
-pub fn jitter(interval: Duration) -> Duration {
+pub(crate) fn jitter(interval: Duration) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(0);

@@ -18,7 +18,7 @@ use crate::source::transport;
 
 /// What one round did.
 #[derive(Debug, Default)]
-pub struct AutoOutcome {
+pub(crate) struct AutoOutcome {
     /// Branches created or updated, by resource.
     pub pushed: Vec<(String, BranchOutcome)>,
     /// Branches deleted (the declaration caught up).
@@ -28,7 +28,7 @@ pub struct AutoOutcome {
 }
 
 /// Keeps the proposal branches of one agent.
-pub struct AutoPropose {
+pub(crate) struct AutoPropose {
     pub target: ProposalBranch,
     /// What was proposable at the last round: while it stays the same,
     /// nothing is done.
@@ -46,7 +46,7 @@ fn proposable(report: &Report) -> Vec<&ResourceReport> {
 
 impl AutoOutcome {
     /// Logs what was done (each branch, each failure).
-    pub fn log(&self) {
+    pub(crate) fn log(&self) {
         for (name, outcome) in &self.pushed {
             tracing::info!(resource = %name, "proposal branch {}: {outcome}", branch_name(name));
         }
@@ -64,12 +64,12 @@ impl AutoOutcome {
 }
 
 impl AutoPropose {
-    pub fn new(target: ProposalBranch) -> Self {
+    pub(crate) fn new(target: ProposalBranch) -> Self {
         AutoPropose { target, last: None }
     }
 
     /// One round over `report` (blocking: Git).
-    pub fn run(&mut self, report: &Report) -> AutoOutcome {
+    pub(crate) fn run(&mut self, report: &Report) -> AutoOutcome {
         let mut out = AutoOutcome::default();
         let Some(commit) = report.source.commit.as_deref() else {
             return out;

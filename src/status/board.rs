@@ -13,7 +13,7 @@ use crate::source::SourceFailure;
 
 /// The source as the agent last saw it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SourceStatus {
+pub(crate) struct SourceStatus {
     pub commit: Option<String>,
     pub commit_time: Option<SystemTime>,
     /// The current failure, if the branch cannot be read.
@@ -79,7 +79,7 @@ fn with_status_branch(
 
 /// Shared between the workers (writers) and the server (reader).
 #[derive(Debug)]
-pub struct StatusBoard {
+pub(crate) struct StatusBoard {
     inner: Mutex<Inner>,
     /// Bumped at every change, for whoever waits on one.
     changes: watch::Sender<u64>,
@@ -102,7 +102,7 @@ impl StatusBoard {
     /// A worker's report of `provider`. `partial`: it covers only some of
     /// the provider's resources (the due ones), which replace their earlier
     /// entries; otherwise it replaces the provider's report.
-    pub fn publish(&self, provider: &str, report: Report, partial: bool) {
+    pub(crate) fn publish(&self, provider: &str, report: Report, partial: bool) {
         let mut inner = self.lock();
         // Dropped first, so the part below is usually the only reference
         // and is changed in place.
@@ -133,14 +133,14 @@ impl StatusBoard {
 
     /// Forgets every worker's report (after a reload the providers may be
     /// others); the merged report stays until a new one is published.
-    pub fn reset_parts(&self) {
+    pub(crate) fn reset_parts(&self) {
         let mut inner = self.lock();
         Self::merge(&mut inner);
         inner.parts.clear();
     }
 
     /// The merged report, once any worker reported.
-    pub fn latest(&self) -> Option<Arc<Report>> {
+    pub(crate) fn latest(&self) -> Option<Arc<Report>> {
         let mut inner = self.lock();
         Self::merge(&mut inner);
         inner.merged.clone()
@@ -160,13 +160,13 @@ impl StatusBoard {
     }
 
     /// How many providers have reported since the last reset.
-    pub fn reported(&self) -> usize {
+    pub(crate) fn reported(&self) -> usize {
         self.lock().parts.len()
     }
 
     /// What the source follower saw. The merged report says whether the
     /// source fails (and is changed only when that does).
-    pub fn set_source(&self, source: SourceStatus) {
+    pub(crate) fn set_source(&self, source: SourceStatus) {
         let mut inner = self.lock();
         inner.source = source;
         if let Some(merged) = inner.merged.take() {
@@ -179,7 +179,7 @@ impl StatusBoard {
     /// What the status writer found: the status branch's failure, or
     /// `None`. Changes the merged report (and notifies) only when it
     /// changes.
-    pub fn set_status_branch(&self, failure: Option<super::report::StatusBranchReport>) {
+    pub(crate) fn set_status_branch(&self, failure: Option<super::report::StatusBranchReport>) {
         let mut inner = self.lock();
         if inner.status_branch == failure {
             return;
@@ -192,12 +192,12 @@ impl StatusBoard {
         self.changes.send_modify(|n| *n += 1);
     }
 
-    pub fn source(&self) -> SourceStatus {
+    pub(crate) fn source(&self) -> SourceStatus {
         self.lock().source.clone()
     }
 
     /// Notified at every change.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
 }

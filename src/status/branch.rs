@@ -32,7 +32,7 @@ use crate::source::transport::{self, PushOutcome};
 
 /// Why the status branch was not written.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum StatusBranchError {
+pub(crate) enum StatusBranchError {
     /// `agent.yaml` on the branch names another agent.
     #[error(
         "status branch `{branch}` belongs to agent `{found}`, not `{ours}`: tend does not write it. Give this agent a [status] branch of its own, or delete the branch if that agent is gone"
@@ -83,7 +83,7 @@ pub enum StatusBranchError {
 
 /// What a publication did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Published {
+pub(crate) enum Published {
     /// The files were already on the branch.
     Unchanged,
     /// A commit was pushed.
@@ -92,7 +92,7 @@ pub enum Published {
 
 /// The status branch of one agent.
 #[derive(Debug, Clone)]
-pub struct StatusBranch {
+pub(crate) struct StatusBranch {
     /// The bare repository the source is fetched into (the status objects
     /// live beside it, under `refs/tend/status/`).
     pub repo_dir: PathBuf,
@@ -112,7 +112,7 @@ fn owned(path: &str) -> bool {
 impl StatusBranch {
     /// The status branch `agent` writes (`None`: `[status] branch` is
     /// empty), in the source remote with the source's credentials.
-    pub fn of(agent: &crate::agent::Agent) -> Option<StatusBranch> {
+    pub(crate) fn of(agent: &crate::agent::Agent) -> Option<StatusBranch> {
         let branch = &agent.config().status.branch;
         let source = agent.source_settings();
         (!branch.is_empty()).then(|| StatusBranch {
@@ -148,7 +148,7 @@ impl StatusBranch {
     }
 
     /// The branch's tip at the remote (fetched; `None`: no such branch).
-    pub fn tip(&self) -> Result<Option<String>, StatusBranchError> {
+    pub(crate) fn tip(&self) -> Result<Option<String>, StatusBranchError> {
         tracing::debug!(branch = %self.branch, "status branch: fetching the tip");
         transport::fetch_branch(
             &self.repo_dir,
@@ -163,7 +163,7 @@ impl StatusBranch {
 
     /// Puts `files` on the branch with `message`, as described in the
     /// module docs.
-    pub fn publish(
+    pub(crate) fn publish(
         &self,
         files: &BTreeMap<String, Vec<u8>>,
         message: &str,

@@ -28,12 +28,12 @@ use crate::journal::{DecidedFrom, LastOperation};
 /// that finds a higher one does not write the branch. 2: the resources'
 /// files are sharded (`status/HH/NAME.yaml`, see [`file_name`]); 1 had
 /// them all in `status/` (rewritten to 2 by the next commit).
-pub const STATUS_FORMAT: u32 = 2;
+pub(crate) const STATUS_FORMAT: u32 = 2;
 
 /// `agent.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AgentFile {
+pub(crate) struct AgentFile {
     pub agent_id: String,
     pub tend_version: String,
     pub status_format: u32,
@@ -88,7 +88,7 @@ struct OperationFile<'a> {
 /// a tree object naming every resource (5 MB at 100,000). The name is
 /// escaped: names are DNS labels, but a name read back from a damaged
 /// state could be anything, and must not leave `status/`.
-pub fn file_name(name: &str) -> String {
+pub(crate) fn file_name(name: &str) -> String {
     let shard = &crate::model::hash::sha256_hex(name.as_bytes())[..SHARD_DIGITS];
     let safe: String = name
         .chars()
@@ -111,7 +111,7 @@ const HEADER: &str =
 
 /// Every file of the branch, by path, and each resource's digest and
 /// `decidedFrom` as they are now (`decided`: as they were, from the state).
-pub fn render(
+pub(crate) fn render(
     report: &Report,
     last_operations: &HashMap<String, LastOperation>,
     decided: &DecidedFrom,

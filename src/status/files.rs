@@ -24,7 +24,7 @@ use super::{html, render};
 
 /// Why report files could not be written.
 #[derive(Debug, thiserror::Error)]
-pub enum ReportFilesError {
+pub(crate) enum ReportFilesError {
     /// A file or directory under `reports_dir` could not be written.
     #[error("cannot write {path}: {source}; check that [status] reports_dir is writable by tend")]
     Write {
@@ -36,7 +36,7 @@ pub enum ReportFilesError {
 
 /// Where the reports go, and how many to keep.
 #[derive(Debug, Clone)]
-pub struct ReportFiles {
+pub(crate) struct ReportFiles {
     dir: PathBuf,
     keep: usize,
     /// The content digest of the newest history entry, once known (read
@@ -89,7 +89,7 @@ impl ContentHasher {
 /// that move every cycle (when it was made, when each resource was
 /// observed, how many polls of a failing source failed): two reports with
 /// the same digest say the same thing about the fleet.
-pub fn content_digest(json: &[u8]) -> String {
+pub(crate) fn content_digest(json: &[u8]) -> String {
     let mut hasher = ContentHasher::default();
     hasher.feed(json);
     hasher.finish()
@@ -97,7 +97,7 @@ pub fn content_digest(json: &[u8]) -> String {
 
 /// The [`content_digest`] of `report` as `latest.json` would hold it,
 /// computed without writing it.
-pub fn report_digest(report: &Report) -> String {
+pub(crate) fn report_digest(report: &Report) -> String {
     let mut tee = Tee {
         file: io::sink(),
         hasher: ContentHasher::default(),
@@ -141,7 +141,7 @@ impl<W: Write> std::fmt::Write for FmtIo<W> {
 }
 
 impl ReportFiles {
-    pub fn new(dir: &Path, keep: usize) -> Self {
+    pub(crate) fn new(dir: &Path, keep: usize) -> Self {
         ReportFiles {
             dir: dir.to_path_buf(),
             keep,
@@ -149,13 +149,9 @@ impl ReportFiles {
         }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Writes the three `latest.*` files and, when the content changed, a
     /// history entry. `title` heads the Markdown and HTML (`tend apply`).
-    pub fn write(&mut self, report: &Report, title: &str) -> Result<(), ReportFilesError> {
+    pub(crate) fn write(&mut self, report: &Report, title: &str) -> Result<(), ReportFilesError> {
         let at = |path: &Path| {
             let path = path.to_path_buf();
             move |source| ReportFilesError::Write { path, source }
@@ -197,7 +193,7 @@ impl ReportFiles {
     }
 
     /// The report in `latest.json`, if there is a readable one.
-    pub fn read_latest(&self) -> Option<Report> {
+    pub(crate) fn read_latest(&self) -> Option<Report> {
         let bytes = fs::read(self.dir.join("latest.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
@@ -271,7 +267,7 @@ fn compact_time(rfc3339: &str) -> String {
     }
 }
 
-pub use crate::files::write_atomically;
+pub(crate) use crate::files::write_atomically;
 use crate::files::write_atomically_with;
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -132,7 +132,7 @@ pub fn page(report: &Report, title: &str) -> String {
 }
 
 /// [`page`] written to `out`.
-pub fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
+pub(crate) fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
     let s = &report.summary;
     let attention: Vec<&ResourceReport> = report.entries().filter(|r| needs_attention(r)).collect();
     let _ = write!(

@@ -1,19 +1,20 @@
 //! What tend tells operators: the report (docs/reports.md) and its
 //! renderings.
 
-pub mod auto_propose;
-pub mod board;
-pub mod branch;
-pub mod branch_files;
-pub mod files;
-pub mod html;
-pub mod notify;
-pub mod publish;
+pub(crate) mod auto_propose;
+pub(crate) mod board;
+pub(crate) mod branch;
+pub(crate) mod branch_files;
+pub(crate) mod files;
+pub(crate) mod html;
+pub(crate) mod notify;
+pub(crate) mod publish;
 pub mod render;
-pub mod report;
-pub mod writer;
+pub(crate) mod report;
+pub(crate) mod writer;
 
-pub use report::{Report, build_report};
+pub(crate) use report::Report;
+pub use report::build_report;
 
 #[cfg(test)]
 mod scale_tests;

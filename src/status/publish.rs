@@ -24,7 +24,7 @@ use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
 #[derive(Debug, Default)]
-pub struct PublishOutcome {
+pub(crate) struct PublishOutcome {
     /// The status branch's failure, if it has one.
     pub branch_error: Option<StatusBranchError>,
     /// The same as the reports show it.
@@ -42,7 +42,7 @@ pub struct PublishOutcome {
 }
 
 /// The status step of one agent.
-pub struct StatusPublisher {
+pub(crate) struct StatusPublisher {
     files: ReportFiles,
     branch: Option<StatusBranch>,
     store: Option<Arc<StateStore>>,
@@ -66,7 +66,7 @@ impl StatusPublisher {
     /// The publisher of `agent`. `previous`: the last report written (a
     /// one-shot command learns since when the branch has been failing
     /// from it).
-    pub fn new(
+    pub(crate) fn new(
         agent: &Agent,
         title: &'static str,
         previous: Option<&Report>,
@@ -103,24 +103,20 @@ impl StatusPublisher {
 
     /// Writes the report files only: a report with nothing decided must
     /// not empty the status branch, nor end every resource's conditions.
-    pub fn files_only(&mut self) {
+    pub(crate) fn files_only(&mut self) {
         self.branch = None;
         self.notifier = None;
         self.auto_propose = None;
     }
 
-    pub fn files(&self) -> &ReportFiles {
-        &self.files
-    }
-
     /// Whether the last publication of the branch failed (the caller
     /// tries again later even if nothing changes).
-    pub fn failing(&self) -> bool {
+    pub(crate) fn failing(&self) -> bool {
         self.failing_since.is_some()
     }
 
     /// Publishes `report` (blocking: Git and file I/O) at `now`.
-    pub fn publish(&mut self, report: &Report, now: SystemTime) -> PublishOutcome {
+    pub(crate) fn publish(&mut self, report: &Report, now: SystemTime) -> PublishOutcome {
         let mut outcome = PublishOutcome::default();
         let mut report_with = None;
         if let Some(branch) = self.branch.clone() {

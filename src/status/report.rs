@@ -442,7 +442,7 @@ impl Report {
 
 /// A report with nothing decided (no snapshot to decide from): the source
 /// failure it is then marked with says why.
-pub fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report {
+pub(crate) fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> Report {
     Report {
         format_version: 1,
         generated_at: rfc3339(now),
@@ -516,7 +516,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
 /// [`ResourceReport::is_quiet`]) are counted, not listed, so that what
 /// needs attention is what a person reads (`--all` lists them; the JSON
 /// always holds every one).
-pub const LISTED_IN_FULL: usize = 1_000;
+pub(crate) const LISTED_IN_FULL: usize = 1_000;
 
 impl Report {
     /// Whether renderings list the quiet resources: a report of at most

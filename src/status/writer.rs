@@ -26,7 +26,7 @@ const COALESCE: Duration = Duration::from_millis(200);
 const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What heads the reports the running agent writes.
-pub const TITLE: &str = "tend run";
+pub(crate) const TITLE: &str = "tend run";
 
 /// How long after a failed publication it is tried again, even if the
 /// fleet's report does not change.
@@ -34,7 +34,7 @@ const RETRY_FAILED: Duration = Duration::from_secs(60);
 
 /// Publishes the board's report (the status branch, the report files) at
 /// every change until `stop` turns true.
-pub async fn run(
+pub(crate) async fn run(
     board: Arc<StatusBoard>,
     mut publisher: StatusPublisher,
     metrics: Arc<Metrics>,

@@ -3,6 +3,7 @@
 //! record into it (the server only encodes it for `/metrics`), so none of
 //! them reaches up into another.
 
-pub mod metrics;
+pub(crate) mod metrics;
 
-pub use metrics::{Fleet, Metrics};
+pub(crate) use metrics::Fleet;
+pub use metrics::Metrics;

@@ -60,7 +60,9 @@ fn in_process_listings(base: &str, runs: usize) -> Vec<f64> {
         .enable_all()
         .build()
         .unwrap();
-    let client = tend::provider::tls::http_client_for(base).build().unwrap();
+    let client = tend::testing::provider::tls::http_client_for(base)
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let mut out = Vec::new();
         for _ in 0..runs {

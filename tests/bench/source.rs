@@ -7,9 +7,9 @@ use crate::support;
 use std::time::{Duration, Instant, SystemTime};
 
 use support::git::{GitDaemon, git, manifest, repo_with_declarations};
-use tend::source::Source;
-use tend::source::auth::Credentials;
-use tend::source::tracker::SourceSettings;
+use tend::testing::source::Source;
+use tend::testing::source::auth::Credentials;
+use tend::testing::source::tracker::SourceSettings;
 
 use support::bench::{Scale, figure, spread};
 
@@ -43,7 +43,12 @@ fn source_with_10000_declarations() {
     let settings = settings_for(&url);
 
     let state = tempfile::tempdir().unwrap();
-    let mut source = Source::open(state.path(), settings, tend::journal::Access::Writer).unwrap();
+    let mut source = Source::open(
+        state.path(),
+        settings,
+        tend::testing::journal::Access::Writer,
+    )
+    .unwrap();
     let started = Instant::now();
     let cold = source.poll(SystemTime::now());
     let cold_time = started.elapsed();
@@ -123,9 +128,9 @@ fn source_with_10000_declarations() {
     };
     sign("signed head");
     let mut verified_settings = settings_for(&url);
-    verified_settings.trust = tend::source::trust::Trust {
-        policy: tend::source::trust::TrustPolicy::Ssh(std::sync::Arc::new(
-            tend::source::trust::AllowedSigners::load(&signers).unwrap(),
+    verified_settings.trust = tend::testing::source::trust::Trust {
+        policy: tend::testing::source::trust::TrustPolicy::Ssh(std::sync::Arc::new(
+            tend::testing::source::trust::AllowedSigners::load(&signers).unwrap(),
         )),
         verify_all: false,
     };
@@ -133,7 +138,7 @@ fn source_with_10000_declarations() {
     let mut verified = Source::open(
         verified_state.path(),
         verified_settings,
-        tend::journal::Access::Writer,
+        tend::testing::journal::Access::Writer,
     )
     .unwrap();
     let first = verified.poll(SystemTime::now());

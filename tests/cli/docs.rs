@@ -435,7 +435,7 @@ fn every_configuration_snippet_is_a_configuration_tend_loads() {
             merge(&mut config, block);
             let file = dir.path().join("tend.toml");
             std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
-            if let Err(e) = tend::config::Config::load(&file) {
+            if let Err(e) = tend::testing::config::Config::load(&file) {
                 problems.push(format!("{place}: {e}"));
             }
             checked += 1;
@@ -780,7 +780,7 @@ fn check_skipped_command(words: &[String], server: &str) -> Result<(), String> {
         use clap::Parser;
         let argv = std::iter::once("tend").chain(args.iter().map(String::as_str));
         // `--help`/`--version` would print; only a parse failure matters.
-        if let Err(e) = tend::cli::Cli::try_parse_from(argv)
+        if let Err(e) = tend::testing::cli::Cli::try_parse_from(argv)
             && !matches!(
                 e.kind(),
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
@@ -851,7 +851,7 @@ fn metric_names(pattern: &str) -> Vec<String> {
 #[test]
 fn every_skipped_command_is_checked_another_way() {
     let families = support::metric_families();
-    let exported = tend::telemetry::Metrics::new().encode();
+    let exported = tend::testing::telemetry::Metrics::new().encode();
     assert!(
         exported.contains("# TYPE tend_fetch_errors counter"),
         "the registry's prefix is `tend_`:\n{exported}"

@@ -4,19 +4,19 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
-use tend::config::Config;
-use tend::engine::{DecideInput, Memory, OverrideInput, Policy, Subject, decide};
-use tend::engine::{DeletionGate, DeletionGuard};
-use tend::model::DeclarationSet;
-use tend::model::{Diagnostic, load_paths};
-use tend::provider::sandbox::SANDBOX_FIELDS;
-use tend::provider::{
+use tend::testing::config::Config;
+use tend::testing::engine::{DecideInput, Memory, OverrideInput, Policy, Subject, decide};
+use tend::testing::engine::{DeletionGate, DeletionGuard};
+use tend::testing::model::DeclarationSet;
+use tend::testing::model::{Diagnostic, load_paths};
+use tend::testing::provider::sandbox::SANDBOX_FIELDS;
+use tend::testing::provider::{
     Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
 };
-use tend::reconcile::{
+use tend::testing::reconcile::{
     OrphanedOverride, Plan, PlannedOperationId, PlannedResource, PlannedSubject,
 };
-use tend::status::{build_report, render};
+use tend::testing::status::{build_report, render};
 
 fn config() -> Config {
     let dir = tempfile::tempdir().unwrap();
@@ -45,7 +45,7 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
     let mut resources = Vec::new();
     for decl in &set.declarations {
         let name = decl.name().to_string();
-        let mut fields = tend::engine::desired::desired_fields(&decl.manifest, &caps);
+        let mut fields = tend::testing::engine::desired::desired_fields(&decl.manifest, &caps);
         let mut labels = std::collections::BTreeMap::from([
             (OWNER_AGENT_LABEL.to_string(), "snap".to_string()),
             (OWNER_DECLARATION_LABEL.to_string(), name.clone()),
@@ -101,10 +101,17 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
             now,
         });
         let operation =
-            tend::reconcile::plan::operation_kind(decision.action).map(|kind| PlannedOperationId {
-                kind,
-                id: tend::provider::OperationId::derive("snap", &name, kind, &decl.spec_hash),
-                generation: 0,
+            tend::testing::reconcile::plan::operation_kind(decision.action).map(|kind| {
+                PlannedOperationId {
+                    kind,
+                    id: tend::testing::provider::OperationId::derive(
+                        "snap",
+                        &name,
+                        kind,
+                        &decl.spec_hash,
+                    ),
+                    generation: 0,
+                }
             });
         resources.push(PlannedResource {
             name: name.clone(),
@@ -139,7 +146,7 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
         intents: Vec::new(),
         suspension: None,
         // Released by the cycle before: shown once.
-        released: vec![tend::journal::Release {
+        released: vec![tend::testing::journal::Release {
             name: "legacy".into(),
             provider: "sandbox".into(),
             database_name: "legacy".into(),
@@ -184,5 +191,5 @@ fn markdown_report_snapshot() {
 fn html_report_snapshot() {
     let set = examples();
     let report = build_report(&config(), &fixed_plan(&set));
-    insta::assert_snapshot!(tend::status::html::page(&report, "tend apply"));
+    insta::assert_snapshot!(tend::testing::status::html::page(&report, "tend apply"));
 }

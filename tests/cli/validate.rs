@@ -154,7 +154,7 @@ fn committed_schema_matches_the_binary() {
 #[test]
 fn declaration_docs_list_every_field_with_its_mutability() {
     let docs = fs::read_to_string(repo_root().join("docs/declarations.md")).unwrap();
-    for field in tend::model::FIELDS {
+    for field in tend::testing::model::FIELDS {
         let row = docs
             .lines()
             .find(|l| l.starts_with(&format!("| `{}` |", field.name)))
@@ -168,7 +168,7 @@ fn declaration_docs_list_every_field_with_its_mutability() {
             field.mutability.as_str()
         );
     }
-    for annotation in tend::model::overrides::KNOWN_ANNOTATIONS {
+    for annotation in tend::testing::model::overrides::KNOWN_ANNOTATIONS {
         assert!(
             docs.contains(&format!("`{annotation}`")),
             "docs/declarations.md does not describe {annotation}"

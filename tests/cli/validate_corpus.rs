@@ -8,7 +8,7 @@ use crate::support;
 use std::fs;
 use std::path::Path;
 
-use tend::model::{DeclarationSet, Diagnostic, parse_file};
+use tend::testing::model::{DeclarationSet, Diagnostic, parse_file};
 
 #[derive(Debug)]
 struct Expected {
@@ -101,7 +101,7 @@ fn a_file_over_one_mebibyte_is_refused_unparsed() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("big.yaml");
     fs::write(&file, &text).unwrap();
-    let set = tend::model::load_paths(std::slice::from_ref(&file));
+    let set = tend::testing::model::load_paths(std::slice::from_ref(&file));
     assert_eq!(set.diagnostics.len(), 1);
     let d = &set.diagnostics[0];
     assert_eq!((d.line, d.column), (1, 1));

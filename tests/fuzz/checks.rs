@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 /// Declaration parsing and validation: never a panic; every diagnostic is
 /// inside the file (YAML line breaks: `\n`, `\r\n` and a lone `\r`).
 pub fn declaration(data: &[u8]) {
-    let contents = tend::model::parse_file(Path::new("fuzz.yaml"), data);
+    let contents = tend::testing::model::parse_file(Path::new("fuzz.yaml"), data);
     let breaks = data
         .iter()
         .enumerate()
@@ -22,13 +22,13 @@ pub fn declaration(data: &[u8]) {
             "{d:?} outside {lines} lines"
         );
     }
-    let _ = tend::model::DeclarationSet::from_files(vec![contents]);
+    let _ = tend::testing::model::DeclarationSet::from_files(vec![contents]);
 }
 
 /// The configuration file: an error or a configuration, never a panic.
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = tend::config::Config::parse(text, Path::new("/etc/tend/tend.toml"));
+        let _ = tend::testing::config::Config::parse(text, Path::new("/etc/tend/tend.toml"));
     }
 }
 
@@ -38,7 +38,7 @@ pub fn parse_cache(data: &[u8]) {
     let _ = std::fs::create_dir_all(&dir);
     let file = dir.join("parse-cache.jsonl");
     if std::fs::write(&file, data).is_ok() {
-        let _ = tend::source::parse_cache::load(&file, "databases");
+        let _ = tend::testing::source::parse_cache::load(&file, "databases");
     }
 }
 
@@ -65,8 +65,8 @@ pub fn webhook(data: &[u8]) {
         }
     }
     let secret = b"fuzz-secret";
-    if tend::server::webhook::verify(&headers, body, secret).is_ok() {
-        let signed = tend::server::webhook::sign(secret, body);
+    if tend::testing::server::webhook::verify(&headers, body, secret).is_ok() {
+        let signed = tend::testing::server::webhook::sign(secret, body);
         let carried = headers.values().any(|v| {
             let text = String::from_utf8_lossy(v.as_bytes())
                 .trim()

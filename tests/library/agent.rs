@@ -10,14 +10,14 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 use support::config::TendConfig;
 use support::git::{TestRepo, manifest};
-use tend::agent::Agent;
-use tend::clock::{Clock, ManualClock};
-use tend::config::Config;
-use tend::engine::{Action, Rule, State};
-use tend::journal::Access;
-use tend::provider::sandbox::SandboxProvider;
-use tend::reconcile::{Mode, Scope, reconcile};
-use tend::source::Snapshot;
+use tend::testing::agent::Agent;
+use tend::testing::clock::{Clock, ManualClock};
+use tend::testing::config::Config;
+use tend::testing::engine::{Action, Rule, State};
+use tend::testing::journal::Access;
+use tend::testing::provider::sandbox::SandboxProvider;
+use tend::testing::reconcile::{Mode, Scope, reconcile};
+use tend::testing::source::Snapshot;
 
 struct Fixture {
     _repo: TestRepo,
@@ -226,7 +226,7 @@ async fn a_reader_writes_nothing() {
     assert_eq!(outcome.plan.resources.len(), 2);
     assert!(matches!(
         reconcile(&reader, &snapshot, Mode::Apply, &Scope::All).await,
-        Err(tend::reconcile::ReconcileError::ReadOnly)
+        Err(tend::testing::reconcile::ReconcileError::ReadOnly)
     ));
     assert_eq!(version(), 0);
     assert_eq!(

@@ -7,14 +7,14 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tend::engine::{
+use tend::testing::engine::{
     Action, DecideInput, Decision, DeletionGate, DriftOrigin, FailedAttempts, Memory,
     OverrideInput, OverrideSource, Policy, Rule, State, Subject, Tombstone, decide,
 };
-use tend::model::{
+use tend::testing::model::{
     Declaration, DeclarationSet, OnExpiry, OverrideExpiry, OverrideSpec, parse_file,
 };
-use tend::provider::{
+use tend::testing::provider::{
     Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
 };
 
@@ -93,7 +93,7 @@ fn applied(decl: &Declaration) -> Memory {
         database_name: Some("orders".into()),
         provider: Some("main".into()),
         applied_spec_hash: Some(decl.spec_hash.clone()),
-        applied_fields: tend::engine::desired::desired_fields(&decl.manifest, &caps()),
+        applied_fields: tend::testing::engine::desired::desired_fields(&decl.manifest, &caps()),
         existed: true,
         ..Memory::default()
     }
@@ -117,7 +117,7 @@ struct Case<'a> {
     policy: Policy,
     deletion: DeletionGate,
     provider_override_seen: Option<SystemTime>,
-    suspension: Option<tend::engine::Suspension>,
+    suspension: Option<tend::testing::engine::Suspension>,
     now: SystemTime,
 }
 
@@ -188,7 +188,7 @@ fn declared_change_is_applied_now() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
     // The last apply was of an earlier spec with a limit of 50.
-    case.memory.applied_spec_hash = Some(tend::model::SpecHash("earlier-spec".into()));
+    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash("earlier-spec".into()));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));
@@ -284,7 +284,7 @@ fn drift_policy_report_never_corrects() {
     // The agent-wide policy does the same.
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
-    case.policy.drift_policy = tend::model::DriftPolicy::Report;
+    case.policy.drift_policy = tend::testing::model::DriftPolicy::Report;
     case.now = t(100_000);
     expect(
         &case.run(),
@@ -299,7 +299,7 @@ fn drift_policy_report_never_corrects() {
 /// and the resource is due again then.
 #[test]
 fn a_suspension_holds_every_change_until_it_ends() {
-    let suspension = |on_expiry| tend::engine::Suspension {
+    let suspension = |on_expiry| tend::testing::engine::Suspension {
         reason: "INC-9 freeze".into(),
         since: t(0),
         expires: Some(t(500)),
@@ -309,7 +309,7 @@ fn a_suspension_holds_every_change_until_it_ends() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, Observed::NotFound);
     case.memory = Memory::default();
-    case.suspension = Some(suspension(tend::model::OnExpiry::Resume));
+    case.suspension = Some(suspension(tend::testing::model::OnExpiry::Resume));
     let d = case.run();
     expect(&d, State::Missing, Action::Hold, Rule::Suspended);
     assert!(
@@ -325,11 +325,11 @@ fn a_suspension_holds_every_change_until_it_ends() {
 
     // A change declared in Git since the last apply.
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
-    case.memory.applied_spec_hash = Some(tend::model::SpecHash("earlier-spec".into()));
+    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash("earlier-spec".into()));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));
-    case.suspension = Some(suspension(tend::model::OnExpiry::Hold));
+    case.suspension = Some(suspension(tend::testing::model::OnExpiry::Hold));
     case.now = t(100_000);
     let d = case.run();
     expect(&d, State::Drifted, Action::Hold, Rule::Suspended);
@@ -343,13 +343,13 @@ fn a_suspension_holds_every_change_until_it_ends() {
     // Expired with `resume`: decided as without it.
     let mut case = Case::new(&decl, Observed::NotFound);
     case.memory = Memory::default();
-    case.suspension = Some(suspension(tend::model::OnExpiry::Resume));
+    case.suspension = Some(suspension(tend::testing::model::OnExpiry::Resume));
     case.now = t(600);
     expect(&case.run(), State::Missing, Action::Create, Rule::Create);
 
     // What changes nothing is left as it is.
     let mut case = Case::new(&decl, ours(&[]));
-    case.suspension = Some(suspension(tend::model::OnExpiry::Hold));
+    case.suspension = Some(suspension(tend::testing::model::OnExpiry::Hold));
     expect(&case.run(), State::InSync, Action::None, Rule::InSync);
 }
 
@@ -359,15 +359,16 @@ fn a_suspension_holds_every_change_until_it_ends() {
 #[test]
 fn a_refused_operation_is_failed_until_the_declaration_or_the_database_changes() {
     let decl = declaration("", "");
-    let failure =
-        |observed: &Observed, spec: &tend::model::SpecHash| tend::engine::OperationFailure {
+    let failure = |observed: &Observed, spec: &tend::testing::model::SpecHash| {
+        tend::testing::engine::OperationFailure {
             operation_id: "1f0c5e9a27b3aa".into(),
             kind: "create".into(),
             spec_hash: spec.clone(),
-            observed: tend::engine::observed_fingerprint(observed),
+            observed: tend::testing::engine::observed_fingerprint(observed),
             message: "must be member of role \"orders_app\" (42501)".into(),
             at: t(50),
-        };
+        }
+    };
     let mut case = Case::new(&decl, Observed::NotFound);
     case.memory = Memory {
         failure: Some(failure(&Observed::NotFound, &decl.spec_hash)),
@@ -387,7 +388,7 @@ fn a_refused_operation_is_failed_until_the_declaration_or_the_database_changes()
     case.memory = Memory {
         failure: Some(failure(
             &Observed::NotFound,
-            &tend::model::SpecHash("an-older-spec".into()),
+            &tend::testing::model::SpecHash("an-older-spec".into()),
         )),
         ..Memory::default()
     };
@@ -395,7 +396,7 @@ fn a_refused_operation_is_failed_until_the_declaration_or_the_database_changes()
 
     // The database changed at the provider since: decided afresh.
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
-    case.memory.failure = Some(tend::engine::OperationFailure {
+    case.memory.failure = Some(tend::testing::engine::OperationFailure {
         kind: "update".into(),
         ..failure(&ours(&[("connectionLimit", json!(400))]), &decl.spec_hash)
     });
@@ -725,9 +726,9 @@ fn removed_parameters_are_reset() {
 fn tombstone(decl: &Declaration, policy: &str) -> Tombstone {
     let mut last = decl.manifest.clone();
     last.spec.deletion_policy = if policy == "Delete" {
-        tend::model::DeletionPolicy::Delete
+        tend::testing::model::DeletionPolicy::Delete
     } else {
-        tend::model::DeletionPolicy::Retain
+        tend::testing::model::DeletionPolicy::Retain
     };
     Tombstone {
         last,
@@ -928,7 +929,7 @@ fn an_observation_older_than_tends_last_write_is_not_used_for_a_new_write() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
     // The last apply was of an earlier spec with a limit of 50.
-    case.memory.applied_spec_hash = Some(tend::model::SpecHash("earlier-spec".into()));
+    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash("earlier-spec".into()));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));

@@ -338,11 +338,11 @@ mod property {
 
     use proptest::prelude::*;
     use serde_json::{Value, json};
-    use tend::engine::{
+    use tend::testing::engine::{
         DecideInput, DeletionGate, Drift, DriftOrigin, Memory, Policy, State, Subject, decide,
     };
-    use tend::model::{DeclarationSet, parse_file};
-    use tend::provider::{
+    use tend::testing::model::{DeclarationSet, parse_file};
+    use tend::testing::provider::{
         Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed,
         ResourceStatus,
     };
@@ -485,7 +485,7 @@ mod property {
             prop_assert!(parsed.diagnostics.is_empty(), "{:?}\n{before}", parsed.diagnostics);
             let decl = parsed.declarations.iter().find(|d| d.name() == "db").unwrap().clone();
             // The provider: as declared, then changed by hand.
-            let mut provider = tend::engine::desired::desired_fields(&decl.manifest, &caps());
+            let mut provider = tend::testing::engine::desired::desired_fields(&decl.manifest, &caps());
             let mut drift = Vec::new();
             let mut change = |field: &str, new: Value| {
                 let old = provider.get(field).cloned().unwrap_or(Value::Null);
@@ -506,7 +506,7 @@ mod property {
             }
             prop_assume!(!drift.is_empty());
             let refs: Vec<&Drift> = drift.iter().collect();
-            let proposal = tend::propose::propose(&before, "db.yaml", "db", &refs, &BTreeMap::new(), &[]);
+            let proposal = tend::testing::propose::propose(&before, "db.yaml", "db", &refs, &BTreeMap::new(), &[]);
             let proposal = match proposal {
                 Ok(p) => p,
                 Err(e) => return Err(TestCaseError::fail(format!("{e}\n{before}"))),

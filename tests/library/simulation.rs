@@ -30,18 +30,18 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 use support::dice::Dice;
-use tend::agent::Agent;
-use tend::clock::{Clock, ManualClock};
-use tend::config::Config;
-use tend::engine::{Action, State};
-use tend::journal::{Access, IntentState, StateStore};
-use tend::model::{DeclarationSet, parse_file};
-use tend::process::failpoint::{AFTER_CALL, AFTER_CONFIRM, AFTER_INTENT, SimulatedCrash};
-use tend::provider::Observed;
-use tend::provider::sandbox::{SandboxProvider, SandboxState};
-use tend::reconcile::{Mode, Scope, reconcile};
-use tend::sabotage::Sabotage;
-use tend::source::Snapshot;
+use tend::testing::agent::Agent;
+use tend::testing::clock::{Clock, ManualClock};
+use tend::testing::config::Config;
+use tend::testing::engine::{Action, State};
+use tend::testing::journal::{Access, IntentState, StateStore};
+use tend::testing::model::{DeclarationSet, parse_file};
+use tend::testing::process::failpoint::{AFTER_CALL, AFTER_CONFIRM, AFTER_INTENT, SimulatedCrash};
+use tend::testing::provider::Observed;
+use tend::testing::provider::sandbox::{SandboxProvider, SandboxState};
+use tend::testing::reconcile::{Mode, Scope, reconcile};
+use tend::testing::sabotage::Sabotage;
+use tend::testing::source::Snapshot;
 
 /// Names the simulation declares; the last is someone else's database
 /// (no marker), which a declaration may name but nothing else touches.
@@ -506,7 +506,7 @@ async fn run_schedule(
     {
         let sandbox = w.sandbox();
         let mut state = sandbox.load().unwrap();
-        let mut db = serde_json::from_value::<tend::provider::sandbox::SandboxDatabase>(json!({
+        let mut db = serde_json::from_value::<tend::testing::provider::sandbox::SandboxDatabase>(json!({
             "id": "foreign-1", "fields": {"databaseName": "zulu", "connectionLimit": 7}, "labels": {}, "created_at": 0, "ready_at": 0
         }))
         .unwrap();

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use proptest::prelude::*;
-use tend::model::{DeclarationSet, SpecHash, parse_file};
+use tend::testing::model::{DeclarationSet, SpecHash, parse_file};
 
 #[derive(Debug, Clone)]
 enum Value {
@@ -233,7 +233,7 @@ fn explicit_defaults_hash_like_absent_ones() {
 #[test]
 fn good_declarations_round_trip() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let set = tend::model::load_paths(&[
+    let set = tend::testing::model::load_paths(&[
         root.join("examples/databases"),
         root.join("tests/corpus/good"),
     ]);

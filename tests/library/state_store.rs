@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use tend::journal::{Applied, IntentState, PgStateSettings, StateStore};
-use tend::model::SpecHash;
+use tend::testing::journal::{Applied, IntentState, PgStateSettings, StateStore};
+use tend::testing::model::SpecHash;
 
 /// Where a case's store lives; it is dropped after the case.
 enum Place {
@@ -18,7 +18,7 @@ enum Place {
 }
 
 impl Place {
-    fn open(&self, writer: bool) -> Result<Option<StateStore>, tend::journal::StateError> {
+    fn open(&self, writer: bool) -> Result<Option<StateStore>, tend::testing::journal::StateError> {
         match self {
             Place::Sqlite(dir) => StateStore::open(dir.path(), writer),
             Place::Postgres(settings) => StateStore::open_postgres(settings, writer),
@@ -120,7 +120,7 @@ fn agents_starting_together_create_one_postgres_state() {
     }
     assert_eq!(
         pg.psql("SELECT value FROM together.meta WHERE key = 'format'"),
-        tend::journal::FORMAT.to_string()
+        tend::testing::journal::FORMAT.to_string()
     );
 }
 
@@ -418,7 +418,7 @@ fn tombstones_overrides_and_deletion_holds_round_trip(place: &Place) {
         store.overrides_seen().unwrap()[&("gone".to_string(), "git".to_string())].first_seen,
         now
     );
-    let hold = tend::engine::HeldDeletion {
+    let hold = tend::testing::engine::HeldDeletion {
         since: now,
         due_together: 7,
     };
@@ -592,7 +592,7 @@ fn a_failed_write_leaves_nothing(place: &Place) {
     let failed: Result<(), _> = store.write(|tx| {
         tx.finish_intent("none", IntentState::Done, None, SystemTime::now())?;
         tx.record_write("x", SystemTime::now())?;
-        Err(tend::journal::StateError::Refused {
+        Err(tend::testing::journal::StateError::Refused {
             path: "test".into(),
             problem: "injected".into(),
         })
@@ -647,8 +647,8 @@ fn the_postgres_state_speaks_tls_verified_by_the_configured_ca() {
 /// applied fields (the values differ on purpose).
 #[test]
 fn a_deposed_leaders_write_is_fenced_and_the_new_leaders_rows_stand() {
-    use tend::journal::StateError;
-    use tend::journal::{Fence, LeaseHolder};
+    use tend::testing::journal::StateError;
+    use tend::testing::journal::{Fence, LeaseHolder};
 
     let pg = support::postgres::Postgres::start();
     let settings = settings(&pg, "s_fence");

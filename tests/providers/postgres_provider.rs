@@ -720,7 +720,7 @@ fn a_pending_delete_is_not_replayed_once_the_declaration_is_back() {
         "1",
         "not dropped"
     );
-    let store = tend::journal::StateStore::open(&env.dir.path().join("state"), false)
+    let store = tend::testing::journal::StateStore::open(&env.dir.path().join("state"), false)
         .unwrap()
         .unwrap();
     let delete = store
@@ -729,7 +729,7 @@ fn a_pending_delete_is_not_replayed_once_the_declaration_is_back() {
         .into_iter()
         .find(|i| i.kind == "delete")
         .unwrap();
-    assert_eq!(delete.state, tend::journal::IntentState::Failed);
+    assert_eq!(delete.state, tend::testing::journal::IntentState::Failed);
     assert!(delete.last_error.unwrap().contains("superseded"));
 }
 
@@ -1339,8 +1339,8 @@ fn a_create_that_fails_halfway_is_remembered_as_tends_own_write() {
 #[test]
 fn two_attempts_of_one_create_at_once_make_one_database_and_never_fail_for_good() {
     use std::collections::BTreeMap;
-    use tend::provider::postgres::{PostgresProvider, PostgresSettings};
-    use tend::provider::{
+    use tend::testing::provider::postgres::{PostgresProvider, PostgresSettings};
+    use tend::testing::provider::{
         ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, OperationId, Provider,
         ProviderError,
     };

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use support::git::{GitDaemon, HttpGitServer, TestRepo, git, manifest};
-use tend::source::auth::{Credentials, TokenScheme};
-use tend::source::tracker::SourceSettings;
-use tend::source::{PollOutcome, Source, SourceError, Wakeups, follow};
+use tend::testing::source::auth::{Credentials, TokenScheme};
+use tend::testing::source::tracker::SourceSettings;
+use tend::testing::source::{PollOutcome, Source, SourceError, Wakeups, follow};
 
 fn settings(url: &str, branch: &str, path: &str) -> SourceSettings {
     SourceSettings {
@@ -23,7 +23,7 @@ fn settings(url: &str, branch: &str, path: &str) -> SourceSettings {
 }
 
 fn open(state: &Path, settings: SourceSettings) -> Source {
-    Source::open(state, settings, tend::journal::Access::Writer).unwrap()
+    Source::open(state, settings, tend::testing::journal::Access::Writer).unwrap()
 }
 
 fn names(outcome: &PollOutcome) -> Vec<String> {
@@ -53,7 +53,7 @@ fn repo_with(files: &[(&str, &str, u32)]) -> TestRepo {
 
 /// The declarations of a poll, compared whole (manifest, file, position,
 /// hash, annotations).
-fn declarations(outcome: &PollOutcome) -> Vec<tend::model::Declaration> {
+fn declarations(outcome: &PollOutcome) -> Vec<tend::testing::model::Declaration> {
     outcome
         .snapshot
         .as_ref()
@@ -121,7 +121,7 @@ fn a_new_process_reuses_the_parse_cache_in_the_state_dir() {
     let mut reader = Source::open(
         state.path(),
         settings(&repo.url(), "main", "db"),
-        tend::journal::Access::ReadOnly,
+        tend::testing::journal::Access::ReadOnly,
     )
     .unwrap();
     let reparsed = reader.poll(now);

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use support::TendCommand;
 use support::git::{TestRepo, manifest};
-use tend::journal::{Intent, IntentState, StateStore};
-use tend::provider::sandbox::{SandboxProvider, SandboxState};
+use tend::testing::journal::{Intent, IntentState, StateStore};
+use tend::testing::provider::sandbox::{SandboxProvider, SandboxState};
 
 struct Env {
     repo: TestRepo,

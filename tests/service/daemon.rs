@@ -12,7 +12,7 @@ use support::TendCommand;
 use support::config::TendConfig;
 use support::daemon::Daemon;
 use support::git::{TestRepo, free_port, manifest};
-use tend::provider::sandbox::SandboxProvider;
+use tend::testing::provider::sandbox::SandboxProvider;
 
 const SECRET: &str = "hunter2-webhook-secret";
 
@@ -186,7 +186,7 @@ fn the_agents_text_log_carries_the_wall_clock_time() {
     let _ = child.wait();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(lines.len() >= 2, "{text}");
-    let year = tend::time::rfc3339(std::time::SystemTime::now())[..4].to_string();
+    let year = tend::testing::time::rfc3339(std::time::SystemTime::now())[..4].to_string();
     for line in lines {
         let stamp = line.split_whitespace().next().unwrap_or("");
         assert!(
@@ -317,7 +317,7 @@ fn metrics_are_openmetrics_and_count_what_status_reports() {
 }
 
 fn sign(body: &[u8]) -> String {
-    tend::server::webhook::sign(SECRET.as_bytes(), body)
+    tend::testing::server::webhook::sign(SECRET.as_bytes(), body)
 }
 
 #[test]
@@ -341,7 +341,7 @@ fn a_signed_webhook_fetches_at_once_and_unsigned_ones_trigger_nothing() {
     work.write("billing.yaml", &manifest("billing", 5));
     push("billing");
     let body = br#"{"ref":"refs/heads/main"}"#;
-    let forged = tend::server::webhook::sign(b"not the secret", body);
+    let forged = tend::testing::server::webhook::sign(b"not the secret", body);
     let refused: [(&str, String); 6] = [
         ("X-Hub-Signature-256", format!("sha256={forged}")),
         ("X-Gitea-Signature", forged.clone()),

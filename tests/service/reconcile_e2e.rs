@@ -12,7 +12,7 @@ use serde_json::Value;
 use support::TendCommand;
 use support::config::TendConfig;
 use support::git::{TestRepo, manifest};
-use tend::provider::sandbox::SandboxProvider;
+use tend::testing::provider::sandbox::SandboxProvider;
 
 struct Env {
     repo: TestRepo,
@@ -661,7 +661,7 @@ fn plan_reads_a_state_written_before_the_guard_tables_existed() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(format, tend::journal::FORMAT.to_string());
+    assert_eq!(format, tend::testing::journal::FORMAT.to_string());
 }
 
 #[test]

@@ -393,7 +393,7 @@ fn the_dynamic_user_owns_the_state_alone_and_credentials_stay_secret() {
     // The secrets reached the agent (the fetch passed the token; a hook
     // signed with the secret is accepted) and appear nowhere else.
     let body = br#"{"ref":"refs/heads/main"}"#;
-    let signature = tend::server::webhook::sign(webhook.as_bytes(), body);
+    let signature = tend::testing::server::webhook::sign(webhook.as_bytes(), body);
     let hook = request(
         host.port,
         "POST",

@@ -134,7 +134,7 @@ impl Daemon {
     /// (answered 202); when it was sent.
     pub fn signed_webhook(&self, secret: &str) -> std::time::Instant {
         let body = b"{}";
-        let signature = tend::server::webhook::sign(secret.as_bytes(), body);
+        let signature = tend::testing::server::webhook::sign(secret.as_bytes(), body);
         let sent = std::time::Instant::now();
         let r = self
             .request(

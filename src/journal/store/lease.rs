@@ -245,7 +245,7 @@ impl StateStore {
 /// The lease taken by a one-shot writer (`tend apply`) on a shared state:
 /// renewed by a thread of its own while held, given up when dropped. Its
 /// store's writes are fenced like a daemon leader's.
-pub struct HeldLease {
+pub(crate) struct HeldLease {
     store: std::sync::Arc<StateStore>,
     me: LeaseHolder,
     token: i64,
@@ -255,7 +255,7 @@ pub struct HeldLease {
 
 impl HeldLease {
     /// Takes the group's lease or says who holds it.
-    pub fn take(
+    pub(crate) fn take(
         store: std::sync::Arc<StateStore>,
         agent_id: &str,
         ttl: Duration,

@@ -8,9 +8,9 @@ mod agent_id;
 mod backup;
 mod copy;
 mod inspect;
-pub mod lease;
+pub(crate) mod lease;
 mod migrations;
-pub mod postgres;
+pub(crate) mod postgres;
 mod read;
 mod releases;
 pub(crate) mod sql;
@@ -18,18 +18,20 @@ mod status;
 mod suspension;
 mod write;
 
-pub use lease::{Fence, HeldLease, LeaseHolder, LeaseRow};
+pub(crate) use lease::HeldLease;
+pub use lease::{Fence, LeaseHolder};
 pub use postgres::PgStateSettings;
-pub use read::{
-    Approval, CorruptRow, Intent, IntentState, LocalOverride, OverrideSeen, StoredMemories,
-    TombstoneRow,
+pub(crate) use read::{
+    Approval, CorruptRow, LocalOverride, OverrideSeen, StoredMemories, TombstoneRow,
 };
+pub use read::{Intent, IntentState};
 pub use releases::Release;
-pub use status::{
+pub(crate) use status::{
     COMMIT_STATUS_EVENT, DecidedFrom, LastOperation, PendingNotification, QueuedNotification,
     RESOLVED_PREFIX,
 };
-pub use write::{Applied, Tx};
+pub use write::Applied;
+pub(crate) use write::Tx;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -43,7 +45,7 @@ use sql::{Row, SqlError, SqlValue, args};
 
 /// SQLite's page cache per connection, in KiB: enough for the resource
 /// rows of 10,000 declarations.
-pub const PAGE_CACHE_KIB: i64 = 8 * 1024;
+pub(crate) const PAGE_CACHE_KIB: i64 = 8 * 1024;
 
 fn ms(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)

@@ -26,7 +26,7 @@ use super::sql::{Row, SqlError, SqlValue, TxControl};
 use crate::journal::StateError;
 
 /// How long one statement may take before the connection is given up.
-pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the shared state lives (`[state] backend = "postgres"`).
 #[derive(Clone)]
@@ -108,7 +108,7 @@ impl PgStateSettings {
 }
 
 /// Quotes an identifier for PostgreSQL.
-pub fn quote_ident(name: &str) -> String {
+pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
@@ -135,7 +135,7 @@ struct Job {
 }
 
 /// A handle on the session thread; dropping it ends the thread.
-pub struct PgSession {
+pub(crate) struct PgSession {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
 }
 
@@ -148,7 +148,7 @@ impl std::fmt::Debug for PgSession {
 impl PgSession {
     /// Starts the session thread. It connects at the first statement (and
     /// again after a lost connection).
-    pub fn start(settings: &PgStateSettings) -> Result<Self, SqlError> {
+    pub(crate) fn start(settings: &PgStateSettings) -> Result<Self, SqlError> {
         let mut config: tokio_postgres::Config = settings.url.parse().map_err(SqlError::Url)?;
         if let Some(password) = &settings.password {
             config.password(password.as_bytes());
@@ -193,26 +193,26 @@ impl PgSession {
         answer.recv().map_err(|_| stopped())?
     }
 
-    pub fn execute(&self, sql: &str, args: &[SqlValue]) -> Result<usize, SqlError> {
+    pub(crate) fn execute(&self, sql: &str, args: &[SqlValue]) -> Result<usize, SqlError> {
         match self.call(Kind::Execute, sql, args)? {
             Reply::Count(n) => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
             _ => Ok(0),
         }
     }
 
-    pub fn query(&self, sql: &str, args: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
+    pub(crate) fn query(&self, sql: &str, args: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
         match self.call(Kind::Query, sql, args)? {
             Reply::Rows(rows) => Ok(rows),
             _ => Ok(Vec::new()),
         }
     }
 
-    pub fn batch(&self, sql: &str) -> Result<(), SqlError> {
+    pub(crate) fn batch(&self, sql: &str) -> Result<(), SqlError> {
         self.call(Kind::Batch, sql, &[]).map(|_| ())
     }
 
     /// Begins, commits or rolls back the session's transaction.
-    pub fn transaction(&self, control: TxControl) -> Result<(), SqlError> {
+    pub(crate) fn transaction(&self, control: TxControl) -> Result<(), SqlError> {
         self.call(Kind::Tx(control), control.postgres_sql(), &[])
             .map(|_| ())
     }
@@ -303,7 +303,7 @@ async fn connect(
 
 /// A PostgreSQL error with its SQLSTATE, or the connection error with its
 /// causes (TLS failures hide in the source).
-pub fn error_text(e: &tokio_postgres::Error) -> String {
+pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
         None => crate::provider::postgres::connect_error(e),

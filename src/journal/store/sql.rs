@@ -13,7 +13,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 /// A transaction's start or end, typed so a session knows when one is
 /// open without reading SQL text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxControl {
+pub(crate) enum TxControl {
     Begin,
     Commit,
     Rollback,
@@ -21,7 +21,7 @@ pub enum TxControl {
 
 impl TxControl {
     /// The statement on PostgreSQL.
-    pub fn postgres_sql(self) -> &'static str {
+    pub(crate) fn postgres_sql(self) -> &'static str {
         match self {
             TxControl::Begin => "BEGIN",
             TxControl::Commit => "COMMIT",
@@ -31,7 +31,7 @@ impl TxControl {
 
     /// The statement on SQLite: a writer takes the write lock at `BEGIN`
     /// (`IMMEDIATE`), so a busy database is found before any work.
-    pub fn sqlite_sql(self) -> &'static str {
+    pub(crate) fn sqlite_sql(self) -> &'static str {
         match self {
             TxControl::Begin => "BEGIN IMMEDIATE",
             other => other.postgres_sql(),
@@ -41,7 +41,7 @@ impl TxControl {
 
 /// A parameter or column value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SqlValue {
+pub(crate) enum SqlValue {
     Null,
     Int(i64),
     Text(String),
@@ -150,10 +150,10 @@ pub enum SqlError {
 
 /// One result row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row(pub(super) Vec<SqlValue>);
+pub(crate) struct Row(pub(super) Vec<SqlValue>);
 
 /// A Rust value a column can be read as.
-pub trait FromSqlValue: Sized {
+pub(crate) trait FromSqlValue: Sized {
     fn from_sql_value(v: &SqlValue) -> Option<Self>;
 }
 
@@ -199,7 +199,7 @@ impl<T: FromSqlValue> FromSqlValue for Option<T> {
 impl Row {
     /// Column `i` as a `T`; a NULL or a value of another type where `T`
     /// does not allow it is an error naming the column.
-    pub fn get<T: FromSqlValue>(&self, i: usize) -> Result<T, SqlError> {
+    pub(crate) fn get<T: FromSqlValue>(&self, i: usize) -> Result<T, SqlError> {
         let value = self.0.get(i).unwrap_or(&SqlValue::Null);
         T::from_sql_value(value).ok_or_else(|| {
             SqlError::Type(format!(

@@ -72,7 +72,7 @@ impl StateStore {
 /// Where each status file's `decidedFrom` comes from: by resource, the
 /// digest of what the file says and the source commit it was first said
 /// at.
-pub type DecidedFrom = HashMap<String, (String, String)>;
+pub(crate) type DecidedFrom = HashMap<String, (String, String)>;
 
 impl StateStore {
     /// Every resource's status digest and the commit it was decided from.
@@ -139,15 +139,15 @@ pub struct PendingNotification {
 
 /// The event a commit status is queued under: the newest supersedes one
 /// still waiting for the same receiver.
-pub const COMMIT_STATUS_EVENT: &str = "commit-status";
+pub(crate) const COMMIT_STATUS_EVENT: &str = "commit-status";
 
 /// The prefix of a resolved alert's event (`resolved:drift-detected`):
 /// queuing one drops the firing alert of the same receiver, subject and
 /// event still waiting.
-pub const RESOLVED_PREFIX: &str = "resolved:";
+pub(crate) const RESOLVED_PREFIX: &str = "resolved:";
 
 /// A notification to queue: receiver, event, subject, body.
-pub type QueuedNotification = (String, String, String, String);
+pub(crate) type QueuedNotification = (String, String, String, String);
 
 impl StateStore {
     /// The conditions last notified, as `(subject, condition)`. A state

@@ -12,7 +12,7 @@ use super::wire::Problem;
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The error for a non-success `status` about `resource`.
-pub fn classify(
+pub(crate) fn classify(
     resource: &str,
     status: StatusCode,
     retry_after: Option<Duration>,
@@ -43,7 +43,7 @@ pub fn classify(
 
 /// `Retry-After` in seconds, or as an HTTP date (the delay until then,
 /// zero when it has passed: `now` is the time the answer arrived).
-pub fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+pub(super) fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     let value = value.trim();
     match value.parse::<u64>() {
         Ok(seconds) => Some(Duration::from_secs(seconds)),
@@ -52,7 +52,7 @@ pub fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> 
 }
 
 /// A problem document's title and detail, or the body's first bytes.
-pub fn problem_text(body: &[u8]) -> String {
+pub(super) fn problem_text(body: &[u8]) -> String {
     match serde_json::from_slice::<Problem>(body) {
         Ok(p) => match p.detail {
             Some(detail) => format!("{}: {detail}", p.title),

@@ -23,7 +23,7 @@
 //!   database is listed twice, pages stay empty, or the whole listing
 //!   takes longer than [`LISTING_TIMEOUTS`] × `timeout`.
 
-pub mod check;
+pub(crate) mod check;
 mod classify;
 mod listing;
 pub mod wire;
@@ -38,7 +38,7 @@ use serde_json::Value;
 use crate::model::Mutability;
 
 use super::{Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError};
-pub use classify::classify;
+pub(crate) use classify::classify;
 use listing::Listed;
 use wire::{CreateDatabase, Database, IDEMPOTENCY_KEY, Operation, UpdateDatabase};
 
@@ -50,9 +50,9 @@ pub const HTTP_FIELDS: &[&str] = super::sandbox::SANDBOX_FIELDS;
 
 /// The most one answer's body may hold (a page of 1,000 databases is
 /// about 1 MiB).
-pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// A whole listing may take this many request timeouts.
-pub const LISTING_TIMEOUTS: u32 = 20;
+pub(crate) const LISTING_TIMEOUTS: u32 = 20;
 /// This many empty pages in a row, each with a next token, end a listing
 /// (a server that pages forever through nothing).
 const MAX_EMPTY_PAGES: usize = 100;

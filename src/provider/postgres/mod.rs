@@ -26,7 +26,7 @@ use super::setting_list::POSTGRES_LIST_SETTINGS;
 use super::{Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError};
 
 /// Fields this provider observes and manages.
-pub const POSTGRES_FIELDS: &[&str] = &[
+pub(crate) const POSTGRES_FIELDS: &[&str] = &[
     "databaseName",
     "owner",
     "encoding",
@@ -48,13 +48,13 @@ fn database_of(config: &tokio_postgres::Config) -> Option<String> {
 }
 
 /// `"name"` with embedded quotes doubled: safe for any identifier.
-pub fn quote_ident(name: &str) -> String {
+pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// `'value'` with embedded quotes doubled (with standard_conforming_strings
 /// on, backslashes are ordinary characters).
-pub fn quote_literal(value: &str) -> String {
+pub(crate) fn quote_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 

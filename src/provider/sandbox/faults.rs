@@ -13,7 +13,7 @@ use crate::model::hash::sha256_hex;
 use crate::provider::{OperationId, ProviderError};
 
 /// How large the call log grows before it is rotated.
-pub const CALL_LOG_BYTES: u64 = 1 << 20;
+pub(super) const CALL_LOG_BYTES: u64 = 1 << 20;
 
 impl SandboxProvider {
     pub(super) fn stale_lag(&self) -> Duration {

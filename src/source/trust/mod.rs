@@ -18,9 +18,9 @@
 //! whoever made the commit, and an expired key must not be able to bring
 //! in a new head by backdating it.
 
-pub mod allowed_signers;
+pub(crate) mod allowed_signers;
 #[cfg(feature = "gpg")]
-pub mod keyring;
+pub(crate) mod keyring;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ use git2::{Oid, Repository};
 
 pub use allowed_signers::AllowedSigners;
 #[cfg(feature = "gpg")]
-pub use keyring::Keyring;
+pub(crate) use keyring::Keyring;
 
 use super::SourceError;
 
@@ -150,14 +150,14 @@ impl Trust {
 
 /// Checks new heads against a [`Trust`], caching results by commit id.
 #[derive(Debug, Default)]
-pub struct Verifier {
+pub(crate) struct Verifier {
     trust: Trust,
     /// Commit → its signer, or why it was refused.
     checked: HashMap<Oid, Result<String, Refused>>,
 }
 
 impl Verifier {
-    pub fn new(trust: Trust) -> Self {
+    pub(crate) fn new(trust: Trust) -> Self {
         Verifier {
             trust,
             checked: HashMap::new(),
@@ -165,7 +165,7 @@ impl Verifier {
     }
 
     /// Whether `head` may become the accepted commit after `accepted`.
-    pub fn check(
+    pub(crate) fn check(
         &mut self,
         repo: &Repository,
         head: Oid,

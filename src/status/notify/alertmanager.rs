@@ -48,7 +48,7 @@ fn severity(condition: Condition) -> &'static str {
 
 /// The runbook of a condition (relative to the repository, as the
 /// shipped Prometheus rules link them).
-pub fn runbook(condition: Condition) -> &'static str {
+pub(crate) fn runbook(condition: Condition) -> &'static str {
     match condition {
         Condition::Drift => "docs/runbooks/drift-held.md",
         Condition::OverrideExpiring | Condition::OverrideExpired => {
@@ -81,7 +81,7 @@ fn labels(subject: &str, condition: Condition, report: &Report) -> BTreeMap<&'st
 
 /// The alert of `condition` about `subject` as it holds now (`endsAt`
 /// `resend × 4` from `now`), with what the report says of it.
-pub fn firing(
+pub(crate) fn firing(
     subject: &str,
     condition: Condition,
     report: &Report,
@@ -110,7 +110,7 @@ pub fn firing(
 }
 
 /// The alert of `condition` about `subject`, resolved at `now`.
-pub fn resolved(
+pub(crate) fn resolved(
     subject: &str,
     condition: Condition,
     report: &Report,
@@ -132,7 +132,7 @@ pub fn resolved(
 }
 
 /// `alerts` moved on to `now`: each firing one ends `4 × resend` later.
-pub fn restamp(alerts: &[Value], now: SystemTime, resend: Duration) -> String {
+pub(crate) fn restamp(alerts: &[Value], now: SystemTime, resend: Duration) -> String {
     let ends = crate::time::rfc3339(crate::time::add(now, resend * LIFETIME_RESENDS));
     let alerts: Vec<Value> = alerts
         .iter()

@@ -17,7 +17,7 @@ use crate::status::report::Report;
 
 /// What a commit status says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitStatus {
+pub(crate) struct CommitStatus {
     pub commit: String,
     pub state: Outcome,
     pub description: String,
@@ -25,7 +25,7 @@ pub struct CommitStatus {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Everything as declared (overrides included: they are intended).
     Success,
     /// tend is still converging (drift, missing, deletions under way).
@@ -40,7 +40,7 @@ const MAX_DESCRIPTION: usize = 140;
 
 impl CommitStatus {
     /// The status of `report`'s commit; `None` without a commit.
-    pub fn of(report: &Report, target_url: Option<&str>) -> Option<Self> {
+    pub(crate) fn of(report: &Report, target_url: Option<&str>) -> Option<Self> {
         let commit = report.source.commit.clone()?;
         let s = &report.summary;
         let needs_a_human = report.has_errors()
@@ -96,7 +96,7 @@ impl CommitStatus {
 
     /// What identifies what was sent (the receiver is sent it again only
     /// when this changes).
-    pub fn mark(&self) -> String {
+    pub(crate) fn mark(&self) -> String {
         format!(
             "{} {:?} {} {}",
             self.commit,
@@ -108,7 +108,7 @@ impl CommitStatus {
 
     /// The request body for the forge `format`, the status named
     /// `context`.
-    pub fn body(&self, format: NotifyFormat, context: &str) -> String {
+    pub(crate) fn body(&self, format: NotifyFormat, context: &str) -> String {
         let state = match (format, self.state) {
             (_, Outcome::Success) => "success",
             (_, Outcome::Pending) => "pending",
@@ -137,6 +137,6 @@ impl CommitStatus {
 /// (`https://api.github.com/repos/OWNER/REPO`,
 /// `https://gitlab.example/api/v4/projects/ID`,
 /// `https://gitea.example/api/v1/repos/OWNER/REPO`).
-pub fn url(repository: &str, commit: &str) -> String {
+pub(crate) fn url(repository: &str, commit: &str) -> String {
     format!("{}/statuses/{commit}", repository.trim_end_matches('/'))
 }

@@ -17,7 +17,7 @@ use crate::status::report::Report;
 
 /// One receiver, built from its `[[notify]]` entry (secrets read).
 #[derive(Clone)]
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub name: String,
     /// Never logged: a receiver URL can be a secret.
     url: String,
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Receiver {
 
 /// How a delivery round went.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Delivered {
+pub(crate) struct Delivered {
     pub sent: usize,
     /// Failed this time, tried again later.
     pub failed: usize,
@@ -75,13 +75,13 @@ fn backoff(attempts: u32) -> Duration {
 /// `resolved:<event>`: it supersedes the firing alert of that event and
 /// subject still waiting, so a late retry of the firing one never lands
 /// after it.
-pub use crate::journal::store::RESOLVED_PREFIX;
+pub(crate) use crate::journal::store::RESOLVED_PREFIX;
 
 /// The event a commit status is queued under.
-pub use crate::journal::store::COMMIT_STATUS_EVENT as COMMIT_STATUS;
+pub(crate) use crate::journal::store::COMMIT_STATUS_EVENT as COMMIT_STATUS;
 
 /// The receivers of one agent and the HTTP client that reaches them.
-pub struct Notifier {
+pub(crate) struct Notifier {
     receivers: Vec<Receiver>,
     client: reqwest::Client,
     warn_before: Duration,
@@ -97,7 +97,7 @@ type Firing = (Vec<Value>, Option<SystemTime>);
 
 impl Notifier {
     /// The receivers `config` names, or `None` when it names none.
-    pub fn from_config(config: &Config) -> Result<Option<Self>, ConfigError> {
+    pub(crate) fn from_config(config: &Config) -> Result<Option<Self>, ConfigError> {
         if config.notify.is_empty() {
             return Ok(None);
         }
@@ -171,7 +171,7 @@ impl Notifier {
     /// started and a resolved alert for each that ended; commit-status
     /// receivers the fleet's state when it differs from the one they were
     /// last sent.
-    pub fn record(
+    pub(crate) fn record(
         &self,
         store: &StateStore,
         report: &Report,
@@ -341,7 +341,7 @@ impl Notifier {
     /// again later (5 s, doubling, at most 5 minutes apart); a message
     /// older than a day, or for a receiver no longer configured, is given
     /// up and logged.
-    pub async fn deliver_due(
+    pub(crate) async fn deliver_due(
         &self,
         store: &Arc<StateStore>,
         now: SystemTime,
@@ -482,7 +482,7 @@ async fn send(
 /// The running agent's deliveries: whenever the status writer queues
 /// messages (`wake`), or the next queued one falls due, sends what is due.
 /// Ends when `stop` turns true.
-pub async fn run(
+pub(crate) async fn run(
     notifier: Arc<Notifier>,
     store: Arc<StateStore>,
     wake: Arc<tokio::sync::Notify>,

@@ -15,10 +15,10 @@
 //!   the receiver's `timeout`, retried with backoff.
 //! * Payloads carry what the report says, never a credential.
 
-pub mod alertmanager;
-pub mod commit_status;
-pub mod deliver;
-pub mod payload;
+pub(crate) mod alertmanager;
+pub(crate) mod commit_status;
+pub(crate) mod deliver;
+pub(crate) mod payload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -29,7 +29,7 @@ use crate::engine::{DriftOrigin, State};
 
 /// Something that holds about one subject until it does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Condition {
+pub(crate) enum Condition {
     Drift,
     OverrideExpiring,
     OverrideExpired,
@@ -64,7 +64,7 @@ impl Condition {
     ];
 
     /// Its name in the state store.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Condition::Drift => "drift",
             Condition::OverrideExpiring => "override-expiring",
@@ -80,12 +80,12 @@ impl Condition {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
 
     /// The event its start is notified as.
-    pub fn event(self) -> NotifyEvent {
+    pub(crate) fn event(self) -> NotifyEvent {
         match self {
             Condition::Drift => NotifyEvent::DriftDetected,
             Condition::OverrideExpiring => NotifyEvent::OverrideExpiring,
@@ -104,14 +104,14 @@ impl Condition {
 
 /// The subject of the source's conditions (resource names are never
 /// empty).
-pub const SOURCE: &str = "";
+pub(crate) const SOURCE: &str = "";
 /// The subject of the agent's own conditions (a suspension): never a
 /// resource's name (those are DNS labels).
-pub const AGENT: &str = "(agent)";
+pub(crate) const AGENT: &str = "(agent)";
 
 /// What a notification is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition {
+pub(crate) struct Transition {
     pub event: NotifyEvent,
     /// The resource, or [`SOURCE`].
     pub subject: String,
@@ -121,13 +121,13 @@ pub struct Transition {
 
 impl Transition {
     /// The condition whose start this is (`None` for `recovered`).
-    pub fn started(&self) -> Option<Condition> {
+    pub(crate) fn started(&self) -> Option<Condition> {
         Condition::ALL.into_iter().find(|c| c.event() == self.event)
     }
 }
 
 /// The conditions of `report` at `now`, by `(subject, condition)`.
-pub fn conditions(
+pub(crate) fn conditions(
     report: &Report,
     now: SystemTime,
     warn_before: Duration,
@@ -189,7 +189,7 @@ pub fn conditions(
 /// to the next stage). A subject gone from the report (a removed
 /// declaration, released) is forgotten without a message, except a
 /// stalled deletion, which recovered: the database is gone.
-pub fn transitions(
+pub(crate) fn transitions(
     before: &BTreeSet<(String, String)>,
     now: &BTreeSet<(String, Condition)>,
     report: &Report,
@@ -233,7 +233,7 @@ pub fn transitions(
 }
 
 /// The conditions as the state store keeps them.
-pub fn stored(now: &BTreeSet<(String, Condition)>) -> BTreeSet<(String, String)> {
+pub(crate) fn stored(now: &BTreeSet<(String, Condition)>) -> BTreeSet<(String, String)> {
     now.iter()
         .map(|(s, c)| (s.clone(), c.as_str().to_string()))
         .collect()

@@ -10,10 +10,10 @@ use crate::config::notify::{NotifyEvent, NotifyFormat};
 use crate::status::report::{Report, ResourceReport};
 
 /// The header a signed body carries.
-pub const SIGNATURE_HEADER: &str = "X-Tend-Signature";
+pub(crate) const SIGNATURE_HEADER: &str = "X-Tend-Signature";
 
 /// `sha256=<hex HMAC-SHA256 of body with secret>`.
-pub fn signature(secret: &[u8], body: &[u8]) -> String {
+pub(crate) fn signature(secret: &[u8], body: &[u8]) -> String {
     let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
         Ok(mac) => mac,
         // HMAC takes keys of any length: unreachable, and a wrong
@@ -42,7 +42,7 @@ fn resource<'a>(report: &'a Report, t: &Transition) -> Option<&'a ResourceReport
 }
 
 /// tend's JSON payload of `t` (docs/reports.md, "Notifications").
-pub fn json_payload(t: &Transition, report: &Report) -> Value {
+pub(crate) fn json_payload(t: &Transition, report: &Report) -> Value {
     let r = resource(report, t);
     let mut body = json!({
         "event": t.event.as_str(),
@@ -90,7 +90,7 @@ pub fn json_payload(t: &Transition, report: &Report) -> Value {
 }
 
 /// One line saying what happened.
-pub fn headline(t: &Transition, report: &Report) -> String {
+pub(crate) fn headline(t: &Transition, report: &Report) -> String {
     let r = resource(report, t);
     let who = if t.subject == SOURCE {
         "the source".to_string()
@@ -148,7 +148,7 @@ pub fn headline(t: &Transition, report: &Report) -> String {
 
 /// What follows the headline: the source's error, an override's reason,
 /// or the resource's reason.
-pub fn detail(t: &Transition, report: &Report) -> String {
+pub(crate) fn detail(t: &Transition, report: &Report) -> String {
     match (resource(report, t), t.event) {
         (_, NotifyEvent::SourceError) => report
             .source
@@ -168,7 +168,7 @@ pub fn detail(t: &Transition, report: &Report) -> String {
 
 /// A Slack incoming-webhook message (`text` for notifications, `blocks`
 /// for the channel).
-pub fn slack_payload(t: &Transition, report: &Report) -> Value {
+pub(crate) fn slack_payload(t: &Transition, report: &Report) -> Value {
     let headline = headline(t, report);
     let detail = detail(t, report);
     let commit = report.source.commit.as_deref().unwrap_or("none");
@@ -189,7 +189,7 @@ pub fn slack_payload(t: &Transition, report: &Report) -> Value {
 
 /// The body of a transition for a webhook receiver of `format` (JSON or
 /// Slack; the other formats are not sent transitions as such).
-pub fn body(format: NotifyFormat, t: &Transition, report: &Report) -> String {
+pub(crate) fn body(format: NotifyFormat, t: &Transition, report: &Report) -> String {
     let value = match format {
         NotifyFormat::Slack => slack_payload(t, report),
         _ => json_payload(t, report),

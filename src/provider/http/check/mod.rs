@@ -8,7 +8,7 @@
 mod probe;
 mod rules;
 
-pub use rules::run;
+pub(crate) use rules::run;
 
 use std::time::{Duration, Instant};
 
@@ -19,14 +19,14 @@ use super::wire::{self, IDEMPOTENCY_KEY, Operation};
 
 /// One rule's verdict.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub rule: &'static str,
     pub outcome: Outcome,
 }
 
 /// What became of one rule.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// It holds: what was seen.
     Pass(String),
     /// It does not: why.

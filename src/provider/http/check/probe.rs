@@ -33,7 +33,7 @@ const IMMUTABLE: &[Candidate] = &[
 
 /// The fields the checks use against one server.
 #[derive(Debug, Clone, Default)]
-pub struct Probe {
+pub(super) struct Probe {
     /// A mutable field and its created and changed values.
     pub mutable: Option<(String, Value, Value)>,
     /// An immutable field and its created and attempted values.
@@ -46,7 +46,7 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn from_capabilities(doc: &CapabilitiesDoc) -> Self {
+    pub(super) fn from_capabilities(doc: &CapabilitiesDoc) -> Self {
         let mutability = |name: &str| doc.fields.get(name).map(String::as_str);
         let mutable = MUTABLE
             .iter()
@@ -84,7 +84,7 @@ impl Probe {
 
     /// A create's fields: the required ones, the mutable field's first
     /// value and the immutable field's.
-    pub fn create_fields(&self) -> Value {
+    pub(super) fn create_fields(&self) -> Value {
         let mut fields = serde_json::Map::new();
         for (name, value) in &self.required {
             fields.insert(name.clone(), value.clone());
@@ -100,7 +100,7 @@ impl Probe {
 
     /// The same create with the mutable field's other value (a different
     /// request under the same key); `None` without a mutable field.
-    pub fn other_create_fields(&self) -> Option<Value> {
+    pub(super) fn other_create_fields(&self) -> Option<Value> {
         let (name, _, b) = self.mutable.as_ref()?;
         let mut fields = self.create_fields();
         fields[name.as_str()] = b.clone();

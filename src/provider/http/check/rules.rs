@@ -11,7 +11,7 @@ use super::probe::Probe;
 use super::{Checker, Reply, Verdict, skipped, verdict};
 
 /// Runs every check against the server at `base` (the URL before `/v1`).
-pub async fn run(base: &str, token: Option<String>) -> Result<Vec<Verdict>, String> {
+pub(crate) async fn run(base: &str, token: Option<String>) -> Result<Vec<Verdict>, String> {
     let client = super::super::super::tls::http_client_for(base)
         .timeout(Duration::from_secs(30))
         .redirect(reqwest::redirect::Policy::none())

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 
+use super::command_error::CommandError;
 use super::{exit, session};
 use crate::control::Request;
 use crate::journal::StateStore;
@@ -69,23 +70,24 @@ pub(super) fn run(config_path: &Path, command: &DeletionsCommand) -> io::Result<
 }
 
 /// Names of removed declarations whose deletion tend will attempt.
-fn pending_deletions(store: &StateStore) -> Result<Vec<crate::journal::TombstoneRow>, String> {
+fn pending_deletions(
+    store: &StateStore,
+) -> Result<Vec<crate::journal::TombstoneRow>, CommandError> {
     Ok(store
-        .tombstones()
-        .map_err(|e| e.to_string())?
+        .tombstones()?
         .into_iter()
         .filter_map(Result::ok)
         .filter(|t| t.last.spec.deletion_policy == DeletionPolicy::Delete)
         .collect())
 }
 
-fn list(store: &StateStore) -> Result<String, String> {
+fn list(store: &StateStore) -> Result<String, CommandError> {
     let pending = pending_deletions(store)?;
     if pending.is_empty() {
         return Ok("(no pending deletions)\n".into());
     }
-    let held = store.held_deletions().map_err(|e| e.to_string())?;
-    let approvals = store.approvals().map_err(|e| e.to_string())?;
+    let held = store.held_deletions()?;
+    let approvals = store.approvals()?;
     let mut out = String::new();
     for t in pending {
         let status = match (held.get(&t.name), approvals.get(&t.name)) {

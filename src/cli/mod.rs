@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod apply;
+mod command_error;
 mod completions;
 mod config_check;
 mod deletions;

@@ -16,6 +16,7 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use super::command_error::CommandError;
 use super::{exit, session};
 use crate::config::Config;
 use crate::control::{Answer, Request, actions, client};
@@ -103,7 +104,7 @@ fn directly(config: &Config, request: &Request) -> io::Result<Answer> {
         declarations: accepted
             .as_ref()
             .map(Option::as_deref)
-            .map_err(Clone::clone),
+            .map_err(|e| e as &(dyn std::error::Error + Send + Sync)),
         now: std::time::SystemTime::now(),
         by,
         by_agent: false,
@@ -140,12 +141,10 @@ fn who_am_i() -> String {
 /// dir's Git data without fetching and without the source's credentials.
 pub(super) fn accepted_declarations(
     config: &Config,
-) -> Result<Option<std::sync::Arc<crate::source::Snapshot>>, String> {
-    let settings =
-        crate::source::tracker::SourceSettings::offline(config).map_err(|e| e.to_string())?;
-    Source::open(&config.state_dir, settings, Access::ReadOnly)
-        .and_then(Source::accepted_snapshot)
-        .map_err(|e| e.to_string())
+) -> Result<Option<std::sync::Arc<crate::source::Snapshot>>, CommandError> {
+    let settings = crate::source::tracker::SourceSettings::offline(config)?;
+    Ok(Source::open(&config.state_dir, settings, Access::ReadOnly)
+        .and_then(Source::accepted_snapshot)?)
 }
 
 /// Prints what the agent (or this command) answered; its exit code.

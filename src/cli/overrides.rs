@@ -9,6 +9,7 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 
+use super::command_error::CommandError;
 use super::exit;
 use crate::config::Config;
 use crate::control::Request;
@@ -122,13 +123,13 @@ fn run_list(config_path: &Path) -> io::Result<u8> {
 /// Whether `name` is a declaration of `snapshot` or a resource of the
 /// state (a removed declaration whose database tend still owns counts:
 /// pausing its deletion is a fair emergency).
-fn is_known(name: &str, snapshot: &Snapshot, store: &StateStore) -> Result<bool, String> {
+fn is_known(name: &str, snapshot: &Snapshot, store: &StateStore) -> Result<bool, CommandError> {
     Ok(crate::reconcile::inputs::declared(snapshot, name).is_some()
-        || store.knows_resource(name).map_err(|e| e.to_string())?)
+        || store.knows_resource(name)?)
 }
 
-fn list(config: &Config, store: &StateStore) -> Result<String, String> {
-    let rows = store.local_overrides().map_err(|e| e.to_string())?;
+fn list(config: &Config, store: &StateStore) -> Result<String, CommandError> {
+    let rows = store.local_overrides()?;
     if rows.is_empty() {
         return Ok("(no local overrides)\n".into());
     }
@@ -138,7 +139,7 @@ fn list(config: &Config, store: &StateStore) -> Result<String, String> {
         let _ = writeln!(
             io::stderr(),
             "tend override: cannot tell orphaned overrides apart: {}",
-            esc(&e)
+            esc(&e.to_string())
         );
         None
     });

@@ -7,6 +7,7 @@ use std::path::Path;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use super::command_error::CommandError;
 use super::exit;
 use crate::config::{Config, ProviderConfig};
 use crate::provider::sandbox::{SandboxDatabase, SandboxProvider};
@@ -58,7 +59,7 @@ fn open(
     config: &Config,
     config_path: &Path,
     target: &SandboxTarget,
-) -> Result<SandboxProvider, String> {
+) -> Result<SandboxProvider, CommandError> {
     let sandboxes: Vec<&String> = config
         .providers
         .iter()
@@ -68,13 +69,18 @@ fn open(
     let name = match (&target.provider, sandboxes.as_slice()) {
         (Some(n), _) if sandboxes.contains(&n) => n.clone(),
         (Some(n), _) => {
-            return Err(format!(
+            return Err(CommandError::Refused(format!(
                 "`{n}` is not a sandbox provider in {}",
                 config_path.display()
-            ));
+            )));
         }
         (None, [one]) => (*one).clone(),
-        (None, []) => return Err(format!("no sandbox provider in {}", config_path.display())),
+        (None, []) => {
+            return Err(CommandError::Refused(format!(
+                "no sandbox provider in {}",
+                config_path.display()
+            )));
+        }
         (None, _) => return Err("several sandbox providers: pass --provider".into()),
     };
     match &config.providers[&name] {
@@ -84,7 +90,9 @@ fn open(
             c.provisioning_delay,
             c.faults.clone(),
         )),
-        _ => Err(format!("`{name}` is not a sandbox provider")),
+        _ => Err(CommandError::Refused(format!(
+            "`{name}` is not a sandbox provider"
+        ))),
     }
 }
 
@@ -123,9 +131,13 @@ pub(super) fn run(config_path: &Path, command: &SandboxCommand) -> io::Result<u8
     }
 }
 
-fn list(config: &Config, config_path: &Path, target: &SandboxTarget) -> Result<String, String> {
+fn list(
+    config: &Config,
+    config_path: &Path,
+    target: &SandboxTarget,
+) -> Result<String, CommandError> {
     let sandbox = open(config, config_path, target)?.read_only();
-    let state = sandbox.load().map_err(|e| e.to_string())?;
+    let state = sandbox.load()?;
     let mut out = String::new();
     for (name, db) in &state.databases {
         let owner = db
@@ -146,15 +158,15 @@ fn list(config: &Config, config_path: &Path, target: &SandboxTarget) -> Result<S
     Ok(out)
 }
 
-fn edit(config: &Config, config_path: &Path, args: &EditArgs) -> Result<String, String> {
+fn edit(config: &Config, config_path: &Path, args: &EditArgs) -> Result<String, CommandError> {
     let sandbox = open(config, config_path, &args.target)?;
-    let mut state = sandbox.load().map_err(|e| e.to_string())?;
+    let mut state = sandbox.load()?;
     if !state.databases.contains_key(&args.name) {
         if !args.create {
-            return Err(format!(
+            return Err(CommandError::Refused(format!(
                 "no database `{}` (pass --create to make one)",
                 args.name
-            ));
+            )));
         }
         let id = format!("sbx-manual-{}", state.databases.len() + 1);
         state.databases.insert(
@@ -191,16 +203,19 @@ fn edit(config: &Config, config_path: &Path, args: &EditArgs) -> Result<String, 
             db.labels.insert(key.to_string(), value.to_string());
         }
     }
-    sandbox.save(&state).map_err(|e| e.to_string())?;
+    sandbox.save(&state)?;
     Ok(format!("edited {}\n", args.name))
 }
 
-fn drop_db(config: &Config, config_path: &Path, args: &DropArgs) -> Result<String, String> {
+fn drop_db(config: &Config, config_path: &Path, args: &DropArgs) -> Result<String, CommandError> {
     let sandbox = open(config, config_path, &args.target)?;
-    let mut state = sandbox.load().map_err(|e| e.to_string())?;
+    let mut state = sandbox.load()?;
     if state.databases.remove(&args.name).is_none() {
-        return Err(format!("no database `{}`", args.name));
+        return Err(CommandError::Refused(format!(
+            "no database `{}`",
+            args.name
+        )));
     }
-    sandbox.save(&state).map_err(|e| e.to_string())?;
+    sandbox.save(&state)?;
     Ok(format!("dropped {}\n", args.name))
 }

@@ -26,9 +26,14 @@ pub enum ConfigError {
     /// The file parses but a value is wrong.
     #[error("invalid configuration {path}: {message}")]
     Invalid { path: PathBuf, message: String },
-    /// A provider's settings do not make a working provider.
-    #[error("[providers.{provider}]: {message}")]
-    Provider { provider: String, message: String },
+    /// A provider's settings do not make a working provider. (The
+    /// provider's own error, boxed, as for `Trust`.)
+    #[error("[providers.{provider}]: {source}")]
+    Provider {
+        provider: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The signers file or keyring of `[source] verify` cannot be used.
     /// (The source's own error, boxed: the configuration sits below the
     /// source and does not name its types.)

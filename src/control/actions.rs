@@ -25,7 +25,7 @@ pub(crate) struct Context<'a> {
     pub store: &'a StateStore,
     /// The declarations names are checked against (the agent's snapshot,
     /// or the last accepted commit's); `Err`: why they cannot be read.
-    pub declarations: Result<Option<&'a Snapshot>, String>,
+    pub declarations: Result<Option<&'a Snapshot>, &'a (dyn std::error::Error + Send + Sync)>,
     pub now: SystemTime,
     /// Who asked: `uid 0 (pid 4242)`.
     pub by: String,
@@ -58,9 +58,28 @@ pub(crate) fn carry_out(request: &Request, ctx: &Context<'_>) -> Answer {
     }
 }
 
-/// A state error as a refusal.
-fn state(e: crate::journal::StateError) -> String {
-    e.to_string()
+/// Why a request is refused: what is wrong with it, or the state's own
+/// failure (kept as the cause).
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// What is wrong with the request, and what to do instead.
+    #[error("{0}")]
+    Request(String),
+    /// The state could not be read or written.
+    #[error(transparent)]
+    State(#[from] crate::journal::StateError),
+}
+
+impl From<String> for Refusal {
+    fn from(text: String) -> Self {
+        Refusal::Request(text)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(text: &str) -> Self {
+        Refusal::Request(text.to_string())
+    }
 }
 
 /// What is known of a name.
@@ -74,8 +93,8 @@ enum Name {
     Unchecked(String),
 }
 
-fn check_name(ctx: &Context<'_>, name: &str) -> Result<Name, String> {
-    if ctx.store.knows_resource(name).map_err(state)? {
+fn check_name(ctx: &Context<'_>, name: &str) -> Result<Name, Refusal> {
+    if ctx.store.knows_resource(name)? {
         return Ok(Name::Known);
     }
     Ok(match &ctx.declarations {
@@ -104,7 +123,7 @@ fn check_name(ctx: &Context<'_>, name: &str) -> Result<Name, String> {
         ),
         Err(e) => Name::Unchecked(format!(
             "the last accepted commit cannot be read ({}), so the name cannot be checked",
-            esc(e)
+            esc(&e.to_string())
         )),
     })
 }
@@ -112,11 +131,11 @@ fn check_name(ctx: &Context<'_>, name: &str) -> Result<Name, String> {
 /// Refuses a name the declarations are known not to have (one that cannot
 /// be checked is let through: the command changes nothing for a name
 /// nothing has).
-fn refuse_unknown(ctx: &Context<'_>, name: &str) -> Result<(), String> {
+fn refuse_unknown(ctx: &Context<'_>, name: &str) -> Result<(), Refusal> {
     match check_name(ctx, name)? {
-        Name::Unknown(why) => Err(format!(
+        Name::Unknown(why) => Err(Refusal::Request(format!(
             "{why}; check the name (`tend plan` lists every resource)"
-        )),
+        ))),
         Name::Known | Name::Unchecked(_) => Ok(()),
     }
 }
@@ -126,13 +145,13 @@ fn override_set(
     name: &str,
     annotations: &BTreeMap<String, String>,
     force: bool,
-) -> Result<String, String> {
+) -> Result<String, Refusal> {
     // Never stored, even with --force: no declaration can have this name.
     if !is_dns_label(name) {
-        return Err(format!(
+        return Err(Refusal::Request(format!(
             "`{}` cannot be a declaration's name: metadata.name is a lowercase DNS label (a-z, 0-9 and `-`, at most 63 characters)",
             esc(name)
-        ));
+        )));
     }
     let unknown = match check_name(ctx, name)? {
         Name::Known => None,
@@ -141,19 +160,17 @@ fn override_set(
     if let Some(why) = &unknown
         && !force
     {
-        return Err(format!(
+        return Err(Refusal::Request(format!(
             "{why}. Check the name (`tend plan` lists every resource); to set it anyway, add --force"
-        ));
+        )));
     }
     // The same rules as annotations in Git: a typo is refused, never
     // stored; said in the command's flags, not in annotation names.
     let parsed = parse_override_strings(annotations).map_err(|m| in_flags(&m))?;
     let Some(spec) = parsed.overrides else {
-        return Err("give --pause or --ignore-fields".into());
+        return Err(Refusal::from("give --pause or --ignore-fields"));
     };
-    ctx.store
-        .set_local_override(name, annotations, ctx.now)
-        .map_err(state)?;
+    ctx.store.set_local_override(name, annotations, ctx.now)?;
     let mut out = format!(
         "set a local override on {name} (reported as source local until Git carries an override){}\n",
         if ctx.by_agent {
@@ -205,22 +222,23 @@ fn in_flags(message: &str) -> String {
     })
 }
 
-fn override_clear(ctx: &Context<'_>, name: &str) -> Result<String, String> {
-    Ok(match ctx.store.clear_local_override(name).map_err(state)? {
+fn override_clear(ctx: &Context<'_>, name: &str) -> Result<String, Refusal> {
+    Ok(match ctx.store.clear_local_override(name)? {
         true => format!("cleared the local override of {}\n", esc(name)),
         false => format!("{} has no local override\n", esc(name)),
     })
 }
 
-fn approve(ctx: &Context<'_>, names: &[String], reason: &str) -> Result<String, String> {
+fn approve(ctx: &Context<'_>, names: &[String], reason: &str) -> Result<String, Refusal> {
     let reason = reason.trim();
     if reason.is_empty() {
-        return Err("--reason must say why (a ticket, a change request)".into());
+        return Err(Refusal::from(
+            "--reason must say why (a ticket, a change request)",
+        ));
     }
     let pending: Vec<String> = ctx
         .store
-        .tombstones()
-        .map_err(state)?
+        .tombstones()?
         .into_iter()
         .filter_map(Result::ok)
         .filter(|t| t.last.spec.deletion_policy == DeletionPolicy::Delete)
@@ -232,16 +250,14 @@ fn approve(ctx: &Context<'_>, names: &[String], reason: &str) -> Result<String, 
         .map(String::as_str)
         .collect();
     if !unknown.is_empty() {
-        return Err(format!(
+        return Err(Refusal::Request(format!(
             "no removed declaration with deletionPolicy Delete is named {}: `tend deletions list` shows the pending deletions",
             esc(&unknown.join(", "))
-        ));
+        )));
     }
     let mut out = String::new();
     for name in names {
-        ctx.store
-            .approve_deletion(name, reason, ctx.now)
-            .map_err(state)?;
+        ctx.store.approve_deletion(name, reason, ctx.now)?;
         out.push_str(&format!(
             "approved the deletion of {}: {}\n",
             esc(name),
@@ -251,9 +267,9 @@ fn approve(ctx: &Context<'_>, names: &[String], reason: &str) -> Result<String, 
     Ok(out)
 }
 
-fn reset_attempts(ctx: &Context<'_>, name: &str) -> Result<String, String> {
+fn reset_attempts(ctx: &Context<'_>, name: &str) -> Result<String, Refusal> {
     refuse_unknown(ctx, name)?;
-    Ok(match ctx.store.reset_attempts(name).map_err(state)? {
+    Ok(match ctx.store.reset_attempts(name)? {
         true => format!(
             "forgot the failed update attempts of {}: the next cycle tries its fields again\n",
             esc(name)
@@ -262,7 +278,7 @@ fn reset_attempts(ctx: &Context<'_>, name: &str) -> Result<String, String> {
     })
 }
 
-fn reconcile(ctx: &Context<'_>, names: &[String]) -> Result<String, String> {
+fn reconcile(ctx: &Context<'_>, names: &[String]) -> Result<String, Refusal> {
     if !ctx.by_agent && names.is_empty() {
         return Err(
             "no agent is running on this state, so nothing reconciles continuously: `tend apply` runs one cycle now, `systemctl start tend` starts the agent"
@@ -276,7 +292,7 @@ fn reconcile(ctx: &Context<'_>, names: &[String]) -> Result<String, String> {
     // its failure is forgotten, and the next cycle sends it again.
     let mut out = String::new();
     for name in names {
-        if ctx.store.clear_failure(name).map_err(state)? {
+        if ctx.store.clear_failure(name)? {
             out.push_str(&format!(
                 "{}: the refused operation is sent again (a new attempt)\n",
                 esc(name)
@@ -301,10 +317,12 @@ fn suspend(
     reason: &str,
     expires: Option<&str>,
     on_expiry: Option<&str>,
-) -> Result<String, String> {
+) -> Result<String, Refusal> {
     let reason = reason.trim();
     if reason.is_empty() {
-        return Err("--reason must say why (an incident, a change freeze)".into());
+        return Err(Refusal::from(
+            "--reason must say why (an incident, a change freeze)",
+        ));
     }
     let expires = match expires
         .map(crate::model::overrides::parse_expiry)
@@ -318,10 +336,10 @@ fn suspend(
         None | Some("hold") => OnExpiry::Hold,
         Some("resume") => OnExpiry::Resume,
         Some(other) => {
-            return Err(format!(
+            return Err(Refusal::Request(format!(
                 "--on-expiry must be hold or resume, found `{}`",
                 esc(other)
-            ));
+            )));
         }
     };
     let suspension = Suspension {
@@ -331,8 +349,8 @@ fn suspend(
         on_expiry,
         by: ctx.by.clone(),
     };
-    let replaced = ctx.store.suspension().map_err(state)?.is_some();
-    ctx.store.set_suspension(&suspension).map_err(state)?;
+    let replaced = ctx.store.suspension()?.is_some();
+    ctx.store.set_suspension(&suspension)?;
     Ok(format!(
         "{}suspended: {}\n",
         if replaced {
@@ -344,8 +362,8 @@ fn suspend(
     ))
 }
 
-fn resume(ctx: &Context<'_>) -> Result<String, String> {
-    Ok(match ctx.store.clear_suspension().map_err(state)? {
+fn resume(ctx: &Context<'_>) -> Result<String, Refusal> {
+    Ok(match ctx.store.clear_suspension()? {
         true => format!(
             "resumed: {}\n",
             if ctx.by_agent {

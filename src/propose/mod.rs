@@ -23,6 +23,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+use crate::cause::Cause;
 use crate::engine::{Drift, DriftOrigin};
 use crate::model::overrides::{
     IGNORE_FIELDS, OVERRIDE_EXPIRES, OVERRIDE_ON_EXPIRY, OVERRIDE_REASON, PAUSED,
@@ -488,21 +489,27 @@ pub(crate) fn unified_diff(p: &Proposal) -> String {
         .to_string()
 }
 
-/// The file `path` at `commit` of the source's local Git data.
-pub(crate) fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, String> {
+/// The file `path` at `commit` of the source's local Git data. The error
+/// keeps libgit2's (or the UTF-8 decoder's) as its cause.
+pub(crate) fn file_at(repo_dir: &Path, commit: &str, path: &str) -> Result<String, Cause> {
     crate::source::libgit2();
-    let repo = git2::Repository::open_bare(repo_dir).map_err(|e| e.message().to_string())?;
+    let git = |e: git2::Error| Cause::git(&e);
+    let repo = git2::Repository::open_bare(repo_dir).map_err(git)?;
     let commit = git2::Oid::from_str(commit)
         .and_then(|id| repo.find_commit(id))
-        .map_err(|e| e.message().to_string())?;
+        .map_err(git)?;
     let entry = commit
         .tree()
         .and_then(|t| t.get_path(Path::new(path)))
-        .map_err(|e| format!("{path} at {}: {}", commit.id(), e.message()))?;
-    let blob = repo
-        .find_blob(entry.id())
-        .map_err(|e| e.message().to_string())?;
-    String::from_utf8(blob.content().to_vec()).map_err(|_| format!("{path} is not UTF-8"))
+        .map_err(|e| {
+            Cause::explained(
+                format!("{path} at {}: {}", commit.id(), e.message()),
+                Cause::git(&e),
+            )
+        })?;
+    let blob = repo.find_blob(entry.id()).map_err(git)?;
+    String::from_utf8(blob.content().to_vec())
+        .map_err(|e| Cause::explained(format!("{path} is not UTF-8"), e))
 }
 
 /// The commit message of a proposal branch.

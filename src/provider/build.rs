@@ -12,6 +12,23 @@ use super::sandbox::SandboxProvider;
 use crate::clock::Clock;
 use crate::config::{ConfigError, ProviderConfig, secret};
 
+/// Why a provider's settings do not make a working provider.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// `url` of a PostgreSQL provider does not parse.
+    #[error("invalid postgres url: {0}")]
+    PostgresUrl(#[source] tokio_postgres::Error),
+    /// `tls_ca_file` cannot be used.
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    /// `endpoint` of an HTTP provider is not an HTTP URL.
+    #[error("endpoint `{0}` is not an http:// or https:// URL")]
+    Endpoint(String),
+    /// reqwest cannot build the client (its TLS backend failed to start).
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(#[source] reqwest::Error),
+}
+
 /// Whether a built provider may change what it stands for. Only the
 /// sandbox keeps its data on this host (in the state dir), so only it
 /// differs: a reader's sandbox is read, never written.
@@ -60,9 +77,9 @@ pub(crate) fn build(
             };
             PostgresProvider::new(settings)
                 .map(|p| AnyProvider::Postgres(Box::new(p)))
-                .map_err(|message| ConfigError::Provider {
+                .map_err(|source| ConfigError::Provider {
                     provider: name.to_string(),
-                    message,
+                    source: Box::new(source),
                 })
         }
         ProviderConfig::Http(c) => {
@@ -83,9 +100,9 @@ pub(crate) fn build(
             };
             HttpProvider::new(settings)
                 .map(|p| AnyProvider::Http(Box::new(p)))
-                .map_err(|message| ConfigError::Provider {
+                .map_err(|source| ConfigError::Provider {
                     provider: name.to_string(),
-                    message,
+                    source: Box::new(source),
                 })
         }
     }

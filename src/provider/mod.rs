@@ -13,6 +13,7 @@ pub use crate::model::operation::{ChangeRequest, OperationId, ProviderError};
 pub(crate) use crate::model::setting_list;
 
 pub(crate) mod build;
+pub(crate) use build::SetupError;
 pub(crate) mod http;
 pub(crate) mod postgres;
 pub(crate) mod sandbox;

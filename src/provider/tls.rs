@@ -6,7 +6,7 @@
 //! for `sslmode=require`, the connection is encrypted but the server is not
 //! authenticated (the docs say so and recommend a CA file).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The most a CA bundle may hold (the system bundle is ~220 KiB).
@@ -43,31 +43,69 @@ pub fn http_client_for(url: &str) -> reqwest::ClientBuilder {
     }
 }
 
+/// Why a TLS connector cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// rustls refused the protocol versions (a build without them).
+    #[error("TLS setup: {0}")]
+    Setup(#[source] rustls::Error),
+    /// The CA file cannot be read.
+    #[error("cannot read tls_ca_file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CA file is not PEM.
+    #[error("tls_ca_file {}: {source}", path.display())]
+    Pem {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A certificate in the CA file is refused as a root.
+    #[error("tls_ca_file {}: {source}", path.display())]
+    Root {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    /// The CA file holds no certificate.
+    #[error("tls_ca_file {} holds no certificate", path.display())]
+    Empty { path: PathBuf },
+}
+
 /// The connector for a provider: verifying against `ca_file` when given.
-pub(crate) fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
+pub(crate) fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?;
+        .map_err(TlsError::Setup)?;
     let config = match ca_file {
         Some(file) => {
+            let path = || file.to_path_buf();
             let mut roots = RootCertStore::empty();
             let bytes = match crate::config::secret::preloaded(file) {
                 Some(bytes) => bytes.to_vec(),
-                None => crate::files::read_regular(file, MAX_CA_BYTES)
-                    .map_err(|e| format!("cannot read tls_ca_file {}: {e}", file.display()))?,
+                None => crate::files::read_regular(file, MAX_CA_BYTES).map_err(|source| {
+                    TlsError::Read {
+                        path: path(),
+                        source,
+                    }
+                })?,
             };
             for cert in CertificateDer::pem_slice_iter(&bytes) {
-                let cert = cert.map_err(|e| format!("tls_ca_file {}: {e}", file.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("tls_ca_file {}: {e}", file.display()))?;
+                let cert = cert.map_err(|source| TlsError::Pem {
+                    path: path(),
+                    source,
+                })?;
+                roots.add(cert).map_err(|source| TlsError::Root {
+                    path: path(),
+                    source,
+                })?;
             }
             if roots.is_empty() {
-                return Err(format!(
-                    "tls_ca_file {} holds no certificate",
-                    file.display()
-                ));
+                return Err(TlsError::Empty { path: path() });
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }

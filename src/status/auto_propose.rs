@@ -11,10 +11,28 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::report::{Report, ResourceReport};
+use crate::cause::Cause;
 use crate::engine::Drift;
 use crate::propose::branch::{BranchOutcome, ProposalBranch, ProposalBranchError, branch_name};
 use crate::propose::{ProposeError, propose};
-use crate::source::transport;
+use crate::source::{SourceError, transport};
+
+/// Why a resource's proposal branch could not be kept.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AutoProposeError {
+    /// No proposal can be made from the drift or the declaration.
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+    /// The declaration's file cannot be read at the commit.
+    #[error(transparent)]
+    Declaration(#[from] Cause),
+    /// The branch could not be written or deleted.
+    #[error(transparent)]
+    Branch(#[from] ProposalBranchError),
+    /// The remote's proposal branches could not be listed.
+    #[error(transparent)]
+    Remote(#[from] SourceError),
+}
 
 /// What one round did.
 #[derive(Debug, Default)]
@@ -23,8 +41,9 @@ pub(crate) struct AutoOutcome {
     pub pushed: Vec<(String, BranchOutcome)>,
     /// Branches deleted (the declaration caught up).
     pub deleted: Vec<String>,
-    /// What could not be proposed, by resource.
-    pub errors: Vec<(String, String)>,
+    /// What could not be proposed, by resource (none for listing the
+    /// remote's branches).
+    pub errors: Vec<(String, AutoProposeError)>,
 }
 
 /// Keeps the proposal branches of one agent.
@@ -112,14 +131,14 @@ impl AutoPropose {
                         Ok(false) => {}
                         Err(e) => {
                             failed = true;
-                            out.errors.push((name.clone(), e.to_string()));
+                            out.errors.push((name.clone(), e.into()));
                         }
                     }
                 }
             }
             Err(e) => {
                 failed = true;
-                out.errors.push((String::new(), e));
+                out.errors.push((String::new(), e.into()));
             }
         }
         if !failed {
@@ -132,7 +151,7 @@ impl AutoPropose {
         &self,
         r: &ResourceReport,
         commit: &str,
-    ) -> Result<Option<BranchOutcome>, String> {
+    ) -> Result<Option<BranchOutcome>, AutoProposeError> {
         let drift: Vec<Drift> = r
             .drift
             .iter()
@@ -147,7 +166,7 @@ impl AutoPropose {
         let selected = match crate::propose::selected(&r.name, &drift, None) {
             Ok(s) => s,
             Err(ProposeError::NothingToPropose { .. }) => return Ok(None),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         let text = crate::propose::file_at(&self.target.repo_dir, commit, &r.file)?;
         let reasons: Vec<String> = r
@@ -163,17 +182,16 @@ impl AutoPropose {
             &selected,
             &BTreeMap::new(),
             &reasons,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let message = crate::propose::commit_message(&proposal, &self.target.agent_id, commit);
         self.target
             .push(&proposal, commit, &message)
             .map(Some)
-            .map_err(|e: ProposalBranchError| e.to_string())
+            .map_err(AutoProposeError::from)
     }
 
     /// The resources that have a proposal branch at the remote.
-    fn existing(&self) -> Result<BTreeSet<String>, String> {
+    fn existing(&self) -> Result<BTreeSet<String>, SourceError> {
         transport::fetch_branches(
             &self.target.repo_dir,
             &self.target.url,
@@ -182,6 +200,5 @@ impl AutoPropose {
             "refs/tend/propose/heads/",
         )
         .map(|names| names.into_iter().collect())
-        .map_err(|e| e.to_string())
     }
 }

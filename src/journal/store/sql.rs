@@ -127,8 +127,8 @@ pub enum SqlError {
     #[error("invalid [state] url: {0}")]
     Url(#[source] tokio_postgres::Error),
     /// The `[state] tls_ca_file` cannot be used.
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(#[from] crate::provider::tls::TlsError),
     /// The PostgreSQL session's runtime or thread could not be started.
     #[error("cannot start the state session's {what}: {source}")]
     Start {

@@ -37,7 +37,9 @@ use serde_json::Value;
 
 use crate::model::Mutability;
 
-use super::{Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError};
+use super::{
+    Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError, SetupError,
+};
 pub(crate) use classify::classify;
 use listing::Listed;
 use wire::{CreateDatabase, Database, IDEMPOTENCY_KEY, Operation, UpdateDatabase};
@@ -135,13 +137,10 @@ struct Answer {
 }
 
 impl HttpProvider {
-    pub fn new(settings: HttpSettings) -> Result<Self, String> {
+    pub fn new(settings: HttpSettings) -> Result<Self, SetupError> {
         let base = settings.endpoint.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(format!(
-                "endpoint `{}` is not an http:// or https:// URL",
-                settings.endpoint
-            ));
+            return Err(SetupError::Endpoint(settings.endpoint));
         }
         let client = super::tls::http_client_for(&settings.endpoint)
             .timeout(settings.timeout)
@@ -150,7 +149,7 @@ impl HttpProvider {
             // A redirect would carry the bearer token elsewhere.
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(SetupError::HttpClient)?;
         Ok(HttpProvider {
             settings,
             client,

@@ -23,7 +23,9 @@ use tokio_postgres::Client;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::setting_list::POSTGRES_LIST_SETTINGS;
-use super::{Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError};
+use super::{
+    Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError, SetupError,
+};
 
 /// Fields this provider observes and manages.
 pub(crate) const POSTGRES_FIELDS: &[&str] = &[
@@ -292,11 +294,9 @@ fn catalog_error(resource: &str, e: tokio_postgres::Error) -> ProviderError {
 }
 
 impl PostgresProvider {
-    pub fn new(settings: PostgresSettings) -> Result<Self, String> {
-        let mut config: tokio_postgres::Config = settings
-            .url
-            .parse()
-            .map_err(|e| format!("invalid postgres url: {e}"))?;
+    pub fn new(settings: PostgresSettings) -> Result<Self, SetupError> {
+        let mut config: tokio_postgres::Config =
+            settings.url.parse().map_err(SetupError::PostgresUrl)?;
         if let Some(password) = &settings.password {
             config.password(password.as_bytes());
         }

@@ -24,6 +24,7 @@ use super::{
     Capabilities, ChangeRequest, OWNER_AGENT_LABEL, Observation, OperationId, Provider,
     ProviderError, ResourceStatus,
 };
+use crate::cause::Cause;
 use crate::clock::{Clock, SystemClock};
 use crate::config::FaultConfig;
 use crate::model::hash::sha256_hex;
@@ -101,13 +102,22 @@ impl SandboxState {
     }
 }
 
-/// Sandbox errors outside the provider contract (its storage).
+/// Sandbox errors outside the provider contract (its storage), each with
+/// the SQLite, I/O or JSON error that caused it.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("sandbox state {path}: {message}")]
-    Storage { path: PathBuf, message: String },
-    #[error("sandbox state {path} is corrupt: {message}; move it away to start an empty sandbox")]
-    Corrupt { path: PathBuf, message: String },
+    #[error("sandbox state {path}: {source}")]
+    Storage {
+        path: PathBuf,
+        #[source]
+        source: Cause,
+    },
+    #[error("sandbox state {path} is corrupt: {source}; move it away to start an empty sandbox")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: Cause,
+    },
 }
 
 /// A sandbox provider over its directory in the state dir: one SQLite
@@ -176,10 +186,10 @@ impl SandboxProvider {
         self.dir.join("sandbox.db")
     }
 
-    fn storage_err(&self, e: impl std::fmt::Display) -> SandboxError {
+    fn storage_err(&self, e: impl std::error::Error + Send + Sync + 'static) -> SandboxError {
         SandboxError::Storage {
             path: self.db_path(),
-            message: e.to_string(),
+            source: Cause::new(e),
         }
     }
 

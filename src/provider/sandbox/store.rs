@@ -9,6 +9,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
+use crate::cause::Cause;
+
 use super::{RecordedOperation, SandboxDatabase, SandboxError, SandboxProvider, SandboxState};
 
 /// The sandbox file's two tables: a JSON body per key.
@@ -106,7 +108,12 @@ impl SandboxProvider {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 // An unreadable old sandbox must not look empty (tend would
                 // create everything again).
-                Err(e) => return Err(self.storage_err(format!("{}: {e}", dir.display()))),
+                Err(e) => {
+                    return Err(SandboxError::Storage {
+                        path: dir,
+                        source: Cause::new(e),
+                    });
+                }
             };
             let mut rows = Vec::new();
             for entry in entries.flatten() {
@@ -114,22 +121,22 @@ impl SandboxProvider {
                 if path.extension().is_none_or(|e| e != "json") {
                     continue;
                 }
-                let corrupt = |message: String| SandboxError::Corrupt {
+                let corrupt = |source: Cause| SandboxError::Corrupt {
                     path: path.clone(),
-                    message,
+                    source,
                 };
-                let bytes = fs::read(&path).map_err(|e| corrupt(e.to_string()))?;
+                let bytes = fs::read(&path).map_err(|e| corrupt(Cause::new(e)))?;
                 let stem = path
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_default();
                 let row = if table == "databases" {
                     let file: DatabaseFile =
-                        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+                        serde_json::from_slice(&bytes).map_err(|e| corrupt(Cause::new(e)))?;
                     (file.name, self.encode(&file.database)?)
                 } else {
                     let op: RecordedOperation =
-                        serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+                        serde_json::from_slice(&bytes).map_err(|e| corrupt(Cause::new(e)))?;
                     (stem, self.encode(&op)?)
                 };
                 rows.push(row);
@@ -170,7 +177,9 @@ impl SandboxProvider {
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, SandboxError> {
         let guard = self.conn()?;
-        let conn = guard.as_ref().ok_or_else(|| self.storage_err("not open"))?;
+        let conn = guard
+            .as_ref()
+            .ok_or_else(|| self.storage_err(std::io::Error::other("not open")))?;
         f(conn).map_err(|e| self.storage_err(e))
     }
 
@@ -181,7 +190,7 @@ impl SandboxProvider {
     ) -> Result<T, SandboxError> {
         serde_json::from_str(body).map_err(|e| SandboxError::Corrupt {
             path: self.db_path(),
-            message: format!("{what}: {e}"),
+            source: Cause::explained(format!("{what}: {e}"), e),
         })
     }
 

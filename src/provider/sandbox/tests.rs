@@ -86,6 +86,27 @@ fn a_sandbox_in_the_old_file_layout_is_imported_once() {
 }
 
 #[test]
+fn a_corrupt_file_is_named_and_keeps_the_json_error_as_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sandbox").join("s");
+    fs::create_dir_all(root.join("databases")).unwrap();
+    let file = root.join("databases").join("6f7264657273.json");
+    fs::write(&file, "{not json").unwrap();
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+    let error = sandbox.load().unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.starts_with(&format!("sandbox state {} is corrupt: ", file.display()))
+            && message.ends_with("; move it away to start an empty sandbox"),
+        "{message}"
+    );
+    let cause = std::error::Error::source(&error).expect("a cause");
+    let json = std::error::Error::source(cause).expect("the underlying error");
+    assert!(json.is::<serde_json::Error>(), "{json:?}");
+    assert!(file.exists(), "a corrupt file is left where it was");
+}
+
+#[test]
 fn stale_reads_show_the_state_before_a_recent_write() {
     let dir = tempfile::tempdir().unwrap();
     let faults = FaultConfig {

@@ -17,6 +17,7 @@ use crate::status::Report;
 use crate::status::files::ReportFiles;
 use crate::status::notify::deliver::Notifier;
 use crate::status::publish::StatusPublisher;
+use crate::status::report::AppliedReport;
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
@@ -27,17 +28,16 @@ pub struct ApplyArgs {
 
 /// One line per operation that did not simply finish; whether any failed.
 fn print_operations(err: &mut impl Write, operations: &[Executed]) -> io::Result<bool> {
-    let done = operations
-        .iter()
-        .filter(|o| o.outcome == OpOutcome::Done)
-        .count();
-    writeln!(err, "{} operations, {done} done", operations.len())?;
-    let mut failed = false;
+    let counts = applied(operations);
+    writeln!(
+        err,
+        "{} operations, {} done",
+        counts.operations, counts.done
+    )?;
     for op in operations {
         if op.outcome == OpOutcome::Done {
             continue;
         }
-        failed |= matches!(op.outcome, OpOutcome::Failed(_) | OpOutcome::Refused(_));
         let short = op.id.0.get(..12).unwrap_or(&op.id.0);
         writeln!(
             err,
@@ -47,7 +47,17 @@ fn print_operations(err: &mut impl Write, operations: &[Executed]) -> io::Result
             op.outcome.describe()
         )?;
     }
-    Ok(failed)
+    Ok(counts.failed > 0)
+}
+
+/// The counts of `operations` the printed report carries.
+fn applied(operations: &[Executed]) -> AppliedReport {
+    let count = |f: fn(&OpOutcome) -> bool| operations.iter().filter(|o| f(&o.outcome)).count();
+    AppliedReport {
+        operations: operations.len(),
+        done: count(|o| *o == OpOutcome::Done),
+        failed: count(|o| matches!(o, OpOutcome::Failed(_) | OpOutcome::Refused(_))),
+    }
 }
 
 pub(super) fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
@@ -90,6 +100,10 @@ pub(super) fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> 
         if let Some(failure) = &published.branch_report {
             report.status_branch = Some(failure.clone());
         }
+        // What this cycle ran, for scripts reading `--format json` (after
+        // publishing: the files and the branch stay as they were when
+        // nothing ran).
+        report.applied = Some(applied(operations));
         let code = print_report_and_code(&args.output, &report, failed);
         tracing::debug!("report printed");
         super::heap::release_at_exit(report);

@@ -43,6 +43,23 @@ pub struct Report {
     /// change is held. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended: Option<SuspensionReport>,
+    /// What the cycle of `tend apply` ran: its printed report only (the
+    /// report files and the status branch do not carry it, so a cycle
+    /// with nothing to do leaves them as they were). Absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<AppliedReport>,
+}
+
+/// The operations one `tend apply` cycle ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedReport {
+    /// Operations run (each an intent journalled and sent).
+    pub operations: usize,
+    /// Those the provider confirmed done.
+    pub done: usize,
+    /// Those failed or refused (the resources say why).
+    pub failed: usize,
 }
 
 /// `tend suspend` as the report shows it.
@@ -463,6 +480,7 @@ pub(crate) fn empty_report(config: &Config, agent_id: &str, now: SystemTime) -> 
         orphaned_overrides: Vec::new(),
         status_branch: None,
         suspended: None,
+        applied: None,
     }
 }
 
@@ -508,6 +526,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             .suspension
             .as_ref()
             .map(|s| SuspensionReport::of(s, plan.now)),
+        applied: None,
     }
 }
 

@@ -106,7 +106,7 @@ fn apply_over_10000_declarations() {
     let cold = apply(dir.path(), false);
     assert_eq!(cold.code, 0, "{}", cold.stderr);
     assert_eq!(
-        support::operation_counts(&cold.stderr),
+        support::bench::operation_counts(&cold.stderr),
         Some((declarations, declarations)),
         "{}",
         cold.stderr
@@ -136,7 +136,7 @@ fn apply_over_10000_declarations() {
     for run in &runs {
         assert_eq!(run.code, 0, "{}", run.stderr);
         assert_eq!(
-            support::operation_counts(&run.stderr),
+            support::bench::operation_counts(&run.stderr),
             Some((0, 0)),
             "{}",
             run.stderr
@@ -190,7 +190,7 @@ fn apply_over_10000_declarations() {
         let run = apply(dir.path(), false);
         assert_eq!(run.code, 0, "{}", run.stderr);
         assert_eq!(
-            support::operation_counts(&run.stderr),
+            support::bench::operation_counts(&run.stderr),
             Some((1, 1)),
             "{}",
             run.stderr

@@ -115,7 +115,7 @@ fn plan_over_1000_databases_and_creating_200() {
     let fleet = config(dir.path(), &repo, &server, "fleet");
     let made = TendCommand::new(&["--config", &fleet, "apply"]).expect_code(0);
     assert_eq!(
-        support::operation_counts(&made.stderr),
+        support::bench::operation_counts(&made.stderr),
         Some((managed, managed)),
         "{}",
         made.stderr
@@ -272,7 +272,7 @@ fn plan_over_1000_databases_and_creating_200() {
         let run = TendCommand::new(&["--config", &burst, "apply"]).expect_code(0);
         took.push(t.elapsed());
         assert_eq!(
-            support::operation_counts(&run.stderr),
+            support::bench::operation_counts(&run.stderr),
             Some((create, create)),
             "{}",
             run.stderr

@@ -2,16 +2,11 @@
 //! each reproduced against the real binary.
 
 use crate::support;
+use crate::support::tend;
 
 use support::TendCommand;
 use support::config::TendConfig;
 use support::git::{TestRepo, manifest};
-
-fn tend(config: &str, args: &[&str], code: i32) -> support::RunOutput {
-    let mut all = vec!["--config", config];
-    all.extend(args);
-    TendCommand::new(&all).expect_code(code)
-}
 
 fn state_of(config: &str, name: &str) -> (String, String) {
     let plan = tend(config, &["plan", "--format", "json"], 0).json();

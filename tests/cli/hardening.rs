@@ -3,6 +3,7 @@
 //! the finding against the real binary.
 
 use crate::support;
+use crate::support::tend;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -293,8 +294,10 @@ fn override_set_works_every_time_beside_a_long_apply() {
     TendConfig::new(dir.path(), &repo.url())
         .sandbox("rate_limit", "10000")
         .write();
-    let after = TendCommand::new(&["--config", &config, "apply"]).expect_code(2);
-    assert!(after.stdout.contains("40 overridden"), "{}", after.stdout);
+    let after = TendCommand::new(&["--config", &config, "apply", "--format", "json"])
+        .expect_code(2)
+        .json();
+    assert_eq!(after["summary"]["overridden"], 40, "{after:#}");
     let list = TendCommand::new(&["--config", &config, "override", "list"]).expect_code(0);
     assert_eq!(list.stdout.lines().count(), 40, "{}", list.stdout);
 }
@@ -450,12 +453,6 @@ fn the_lock_never_follows_a_symlink_and_the_state_dir_must_be_private() {
     assert!(!state.join("state.db").exists());
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
     TendCommand::new(&["--config", &config, "apply"]).expect_code(0);
-}
-
-fn tend(config: &str, args: &[&str], code: i32) -> support::RunOutput {
-    let mut all = vec!["--config", config];
-    all.extend(args);
-    TendCommand::new(&all).expect_code(code)
 }
 
 #[test]
@@ -842,30 +839,34 @@ fn validate_and_the_agent_both_skip_symlinks_and_say_so() {
         "{}",
         run.stderr
     );
-    let run = TendCommand::new(&["validate", &repo.path().display().to_string()]).expect_code(0);
-    assert_eq!(
-        support::validate_counts(&run.stdout),
-        Some((1, 0)),
-        "{}",
-        run.stdout
-    );
+    let validate = |path: &str| {
+        let run = TendCommand::new(&["validate", "--format", "json", path]).expect_code(0);
+        assert!(
+            !run.stdout.contains("root:") && !run.stderr.contains("root:"),
+            "{}\n{}",
+            run.stdout,
+            run.stderr
+        );
+        run.json()
+    };
+    let skipped = |report: &serde_json::Value, file: &str| {
+        report["warnings"].as_array().is_some_and(|w| {
+            w.iter()
+                .any(|w| w.as_str().is_some_and(|w| w.contains(file)))
+        })
+    };
+    let report = validate(&repo.path().display().to_string());
+    assert_eq!(report["declarations"], 1, "{report:#}");
+    assert_eq!(report["errors"], serde_json::json!([]), "{report:#}");
     assert!(
-        run.stderr.contains("passwd.yaml: a symbolic link")
-            && run.stderr.contains("outside.yaml: a symbolic link"),
-        "{}",
-        run.stderr
+        skipped(&report, "passwd.yaml: a symbolic link")
+            && skipped(&report, "outside.yaml: a symbolic link"),
+        "{report:#}"
     );
-    assert!(!run.stderr.contains("root:"), "{}", run.stderr);
     // Named on the command line, a linked file is skipped all the same.
-    let linked = repo.path().join("passwd.yaml").display().to_string();
-    let run = TendCommand::new(&["validate", &linked]).expect_code(0);
-    assert!(run.stderr.contains("a symbolic link"), "{}", run.stderr);
-    assert_eq!(
-        support::validate_counts(&run.stdout).map(|(d, _)| d),
-        Some(0),
-        "{}",
-        run.stdout
-    );
+    let report = validate(&repo.path().join("passwd.yaml").display().to_string());
+    assert_eq!(report["declarations"], 0, "{report:#}");
+    assert!(skipped(&report, "a symbolic link"), "{report:#}");
 }
 
 #[test]

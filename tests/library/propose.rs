@@ -6,6 +6,7 @@ use crate::support;
 
 use support::TendCommand;
 use support::config::TendConfig;
+use support::fixture::Fixture;
 use support::git::{TestRepo, git};
 
 /// Comments, flow and block style, quoted and plain values, two documents.
@@ -35,35 +36,28 @@ spec:
         work_mem: 4MB
 ";
 
-struct Env {
-    repo: TestRepo,
-    dir: tempfile::TempDir,
-    config: String,
+/// A [`Fixture`] whose agent (`prop-agent`) has applied its declarations.
+struct Env(Fixture);
+
+impl std::ops::Deref for Env {
+    type Target = Fixture;
+    fn deref(&self) -> &Fixture {
+        &self.0
+    }
 }
 
 impl Env {
     fn new(files: &[(&str, &str)], change: impl FnOnce(TendConfig) -> TendConfig) -> Self {
-        let repo = TestRepo::new();
-        for (f, t) in files {
-            repo.write(f, t);
-        }
-        repo.commit("declarations");
-        let dir = tempfile::tempdir().unwrap();
-        let config = change(
-            TendConfig::new(dir.path(), &repo.url()).top("agent_id", Some("\"prop-agent\"")),
-        )
-        .write()
-        .display()
-        .to_string();
-        let env = Env { repo, dir, config };
+        let env = Env(Fixture::with_config(files, |c| {
+            change(c.top("agent_id", Some("\"prop-agent\"")))
+        }));
         env.tend(&["apply"], 0);
         env
     }
 
+    /// `tend` with its default logging (the fixture's logs warnings only).
     fn tend(&self, args: &[&str], code: i32) -> support::RunOutput {
-        let mut all = vec!["--config", self.config.as_str()];
-        all.extend_from_slice(args);
-        TendCommand::new(&all).expect_code(code)
+        support::tend(self.config_path(), args, code)
     }
 
     fn edit(&self, name: &str, sets: &[&str]) {

@@ -61,7 +61,7 @@ fn setup(server_args: &[&str], declarations: &[(&str, &str)]) -> Setup {
 
 impl Setup {
     fn apply(&self, code: i32) -> support::RunOutput {
-        TendCommand::new(&["--config", &self.config, "apply"])
+        TendCommand::new(&["--config", &self.config, "apply", "--format", "json"])
             .current_dir(self.dir.path())
             .expect_code(code)
     }
@@ -86,7 +86,7 @@ fn creates_observes_and_corrects_through_the_contract() {
     let s = setup(&[], &[("analytics", "db-small")]);
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -102,7 +102,7 @@ fn creates_observes_and_corrects_through_the_contract() {
     s.repo.commit("bigger");
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -127,14 +127,14 @@ fn writes_confirmed_by_their_answers_are_not_listed_again() {
     );
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((3, 3)),
         "{}",
         run.stderr
     );
     assert_eq!(s.server.count("creates"), 3, "{}", s.server.stats());
     assert_eq!(s.server.count("lists"), 1, "{}", s.server.stats());
-    assert!(run.stdout.contains("3 in sync"), "{}", run.stdout);
+    assert_eq!(run.json()["summary"]["inSync"], 3, "{}", run.stdout);
 
     // A create whose operation outlasts operation_timeout is sent but not
     // confirmed: the report is made from a second listing.
@@ -293,7 +293,7 @@ fn a_response_lost_after_commit_makes_exactly_one_database() {
     s.server.faults(json!({"dropResponses": 1}));
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -349,7 +349,7 @@ fn a_412_is_observed_again_and_never_overwritten_blindly() {
     // the ETag of what it saw.
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -367,7 +367,7 @@ fn a_429_is_honoured_with_its_retry_after() {
     let run = s.apply(0);
     let took = started.elapsed();
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -386,7 +386,7 @@ fn server_errors_are_retried_with_backoff_until_they_pass() {
     s.server.faults(json!({"errorCalls": 3}));
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -409,7 +409,7 @@ fn a_stale_read_after_a_write_does_not_cause_a_second_write() {
     s.server.faults(json!({"staleReadsMs": 1500}));
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -418,7 +418,7 @@ fn a_stale_read_after_a_write_does_not_cause_a_second_write() {
     // Later cycles (still reading stale copies for a moment) write nothing.
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((0, 0)),
         "{}",
         run.stderr
@@ -440,7 +440,7 @@ fn a_unicode_database_name_is_created_and_found_again() {
     s.repo.commit("café");
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -457,7 +457,7 @@ fn a_unicode_database_name_is_created_and_found_again() {
         run.stderr
     );
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((0, 0)),
         "{}",
         run.stderr
@@ -512,11 +512,11 @@ fn only_the_fields_the_server_manages_are_sent_and_others_are_refused_at_plan() 
     s.repo.write("ledger.yaml", small);
     s.repo.write("sized.yaml", &dbaas("sized", "db-small"));
     s.repo.commit("two declarations");
-    let run = TendCommand::new(&["--config", &s.config, "apply"])
+    let run = TendCommand::new(&["--config", &s.config, "apply", "--format", "json"])
         .current_dir(s.dir.path())
         .expect_code(1);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "only ledger is created: {}",
         run.stderr
@@ -620,7 +620,7 @@ fn a_slow_asynchronous_operation_is_polled_to_completion() {
     s.server.faults(json!({"operationDelayMs": 1500}));
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr
@@ -681,7 +681,7 @@ fn two_hundred_fifty_databases_are_observed_over_pages() {
     let s = setup(&[], &declarations);
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((250, 250)),
         "{}",
         run.stderr
@@ -696,7 +696,7 @@ fn two_hundred_fifty_databases_are_observed_over_pages() {
     assert!(first["nextPageToken"].is_string());
     let run = s.apply(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((0, 0)),
         "{}",
         run.stderr
@@ -965,11 +965,17 @@ fn the_reference_server_keeps_databases_and_keys_across_a_restart() {
     assert_eq!(after["id"], before["id"]);
     assert_eq!(after["etag"], before["etag"]);
     // tend's next cycle finds everything as it left it: no operation.
-    let run = TendCommand::new(&["--config", &path.display().to_string(), "apply"])
-        .current_dir(dir.path())
-        .expect_code(0);
+    let run = TendCommand::new(&[
+        "--config",
+        &path.display().to_string(),
+        "apply",
+        "--format",
+        "json",
+    ])
+    .current_dir(dir.path())
+    .expect_code(0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((0, 0)),
         "{}",
         run.stderr

@@ -50,9 +50,9 @@ fn tend_converges_against_a_second_independent_server() {
         all.extend_from_slice(args);
         TendCommand::new(&all).expect_code(code)
     };
-    let run = tend(&["apply"], 0);
+    let run = tend(&["apply", "--format", "json"], 0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "{}",
         run.stderr

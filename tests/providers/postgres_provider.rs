@@ -747,9 +747,9 @@ fn a_setting_declared_in_another_case_than_the_server_stores_is_in_sync() {
         "cased.yaml",
         "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: cased\nspec:\n  parameters:\n    Work_Mem: 64MB\n    datestyle: 'ISO, DMY'\n",
     )]);
-    let run = env.tend(&["apply"], 0);
+    let run = env.tend(&["apply", "--format", "json"], 0);
     assert_eq!(
-        support::operation_counts(&run.stderr),
+        support::applied(&run.json()),
         Some((1, 1)),
         "created and confirmed: {}",
         run.stderr
@@ -762,9 +762,9 @@ fn a_setting_declared_in_another_case_than_the_server_stores_is_in_sync() {
     let plan = env.plan(0);
     let cased = resource(&plan, "cased");
     assert_eq!(cased["state"], "InSync", "{cased:#}");
-    let again = env.tend(&["apply"], 0);
+    let again = env.tend(&["apply", "--format", "json"], 0);
     assert_eq!(
-        support::operation_counts(&again.stderr),
+        support::applied(&again.json()),
         Some((0, 0)),
         "nothing to correct: {}",
         again.stderr

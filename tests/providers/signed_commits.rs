@@ -205,7 +205,7 @@ impl Agent {
             .unwrap_or_else(|e| panic!("no JSON report ({e}): {stderr}"));
         (
             out.status.code().unwrap_or(-1),
-            support::operation_counts(&stderr),
+            support::applied(&report),
             report,
         )
     }

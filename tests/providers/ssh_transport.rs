@@ -76,9 +76,10 @@ impl Setup {
 fn clones_and_polls_over_ssh_with_a_deploy_key() {
     let s = setup();
     let config = s.config(&s.sshd.keyscan(false), &s.sshd.deploy_key);
-    let applied = TendCommand::new(&["--config", &config, "apply"]).expect_code(0);
+    let applied =
+        TendCommand::new(&["--config", &config, "apply", "--format", "json"]).expect_code(0);
     assert_eq!(
-        support::operation_counts(&applied.stderr),
+        support::applied(&applied.json()),
         Some((1, 1)),
         "{}\n{}",
         applied.stderr,

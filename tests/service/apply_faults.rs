@@ -9,59 +9,65 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::TendCommand;
-use support::git::{TestRepo, manifest};
+use support::fixture::Fixture;
+use support::git::manifest;
 use tend::testing::journal::{Intent, IntentState, StateStore};
-use tend::testing::provider::sandbox::{SandboxProvider, SandboxState};
+use tend::testing::provider::sandbox::SandboxState;
 
-struct Env {
-    repo: TestRepo,
-    dir: tempfile::TempDir,
+/// A [`Fixture`] whose sandbox faults and `[reconcile]` settings each test
+/// sets as TOML lines (`lose_responses = 1`).
+struct Env(Fixture);
+
+impl std::ops::Deref for Env {
+    type Target = Fixture;
+    fn deref(&self) -> &Fixture {
+        &self.0
+    }
 }
 
 impl Env {
     fn new(files: &[(String, String)]) -> Self {
-        let repo = TestRepo::new();
-        for (file, text) in files {
-            repo.write(file, text);
-        }
-        repo.commit("declarations");
-        let env = Env {
-            repo,
-            dir: tempfile::tempdir().unwrap(),
-        };
+        let env = Env(Fixture::new(files));
         env.configure("", "");
         env
     }
 
-    /// Rewrites the config: `faults` lines go under [providers.sandbox.faults],
-    /// `reconcile` lines under [reconcile].
+    /// Rewrites the config from the fixture's default: `faults` lines go
+    /// under [providers.sandbox.faults], `reconcile` lines under
+    /// [reconcile] (with `deletion_delay = "0s"` unless given).
     fn configure(&self, faults: &str, reconcile: &str) {
-        std::fs::write(
-            self.config(),
-            format!(
-                "agent_id = \"fault-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\n[reconcile]\nretry_min_delay = \"50ms\"\ndeletion_delay = \"0s\"\n{reconcile}\n[providers.sandbox]\nkind = \"sandbox\"\n[providers.sandbox.faults]\n{faults}\n",
-                self.repo.url()
-            ),
-        )
-        .unwrap();
+        let pairs = |lines: &str| -> Vec<(String, String)> {
+            lines
+                .lines()
+                .map(|line| {
+                    let (key, value) = line
+                        .split_once(" = ")
+                        .unwrap_or_else(|| panic!("not `key = value`: {line}"));
+                    (key.to_string(), value.to_string())
+                })
+                .collect()
+        };
+        let mut config = self.0.config.clone().reconcile("deletion_delay", "\"0s\"");
+        for (key, value) in pairs(faults) {
+            config = config.faults(&key, &value);
+        }
+        for (key, value) in pairs(reconcile) {
+            config = config.reconcile(&key, &value);
+        }
+        config.write();
     }
 
     fn config(&self) -> PathBuf {
-        self.dir.path().join("tend.toml")
-    }
-
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
+        self.config_path()
     }
 
     fn apply(&self, code: i32) -> support::RunOutput {
-        TendCommand::new(&["--config", &self.config().display().to_string(), "apply"])
-            .env("TEND_LOG", "warn")
-            .expect_code(code)
+        self.tend(&["apply"], code)
     }
 
-    fn sandbox(&self) -> SandboxProvider {
-        SandboxProvider::new("sandbox", &self.state(), Duration::ZERO, Default::default())
+    /// `tend apply --format json`: its report.
+    fn apply_json(&self, code: i32) -> serde_json::Value {
+        self.0.apply(code)
     }
 
     fn sandbox_state(&self) -> SandboxState {
@@ -168,14 +174,14 @@ fn a_write_whose_later_reads_are_stale_is_never_sent_twice() {
     env.configure("stale_reads = \"2s\"", "confirm_timeout = \"500ms\"");
     // Done, and in sync in the report: the cycle reports from the write's
     // own answer (the newest observation there is), not from a stale read.
-    let first = env.apply(0);
-    assert_eq!(
-        support::operation_counts(&first.stderr),
-        Some((1, 1)),
-        "{}",
-        first.stderr
-    );
-    assert!(first.stdout.contains("orders  InSync"), "{}", first.stdout);
+    let first = env.apply_json(0);
+    assert_eq!(support::applied(&first), Some((1, 1)), "{first:#}");
+    assert_eq!(first["resources"][0]["name"], "orders", "{first:#}");
+    assert_eq!(first["resources"][0]["state"], "InSync", "{first:#}");
+    // The counts are the printed report's alone: the files stay as they
+    // were when a later apply runs nothing.
+    let latest = std::fs::read_to_string(env.state().join("reports/latest.json")).unwrap();
+    assert!(!latest.contains("\"applied\""), "{latest}");
     // The next cycle reads the old value (stale), and must not write again.
     let plan = TendCommand::new(&[
         "--config",
@@ -188,13 +194,8 @@ fn a_write_whose_later_reads_are_stale_is_never_sent_twice() {
     .json();
     let reason = plan["resources"][0]["reason"].as_str().unwrap();
     assert!(reason.contains("older than"), "{plan:#}");
-    let second = env.apply(2);
-    assert_eq!(
-        support::operation_counts(&second.stderr),
-        Some((0, 0)),
-        "{}",
-        second.stderr
-    );
+    let second = env.apply_json(2);
+    assert_eq!(support::applied(&second), Some((0, 0)), "{second:#}");
     std::thread::sleep(Duration::from_millis(2200));
     env.apply(0);
 
@@ -230,17 +231,17 @@ fn a_database_missing_from_a_lagging_listing_is_not_created_again() {
     );
     env.apply(0);
     // The listing lags the create: orders is not in it.
-    let second = env.apply(2);
-    assert_eq!(
-        support::operation_counts(&second.stderr),
-        Some((0, 0)),
-        "{}",
-        second.stderr
-    );
+    let second = env.apply_json(2);
+    assert_eq!(support::applied(&second), Some((0, 0)), "{second:#}");
+    let orders = second["resources"]
+        .as_array()
+        .and_then(|all| all.iter().find(|r| r["name"] == "orders"))
+        .unwrap_or_else(|| panic!("no orders: {second:#}"));
     assert!(
-        second.stdout.contains("may lag writes by 30s"),
-        "{}",
-        second.stdout
+        orders["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("may lag writes by 30s")),
+        "{orders:#}"
     );
     // Removed and restored while the listing still lags: the tombstone is
     // not forgotten on an absence tend cannot trust, so the restored

@@ -4,78 +4,57 @@
 
 use crate::support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::TendCommand;
 use support::config::TendConfig;
 use support::daemon::Daemon;
+use support::fixture::Fixture;
 use support::git::{TestRepo, free_port, manifest};
 use tend::testing::provider::sandbox::SandboxProvider;
 
 const SECRET: &str = "hunter2-webhook-secret";
 
+/// A [`Fixture`] with `tend run`'s port.
 struct Env {
-    repo: TestRepo,
-    dir: tempfile::TempDir,
-    config: TendConfig,
+    fixture: Fixture,
     port: u16,
+}
+
+impl std::ops::Deref for Env {
+    type Target = Fixture;
+    fn deref(&self) -> &Fixture {
+        &self.fixture
+    }
 }
 
 impl Env {
     /// One declaration (`orders`), a one-hour poll and resync, a webhook
     /// secret.
     fn new(change: impl FnOnce(TendConfig) -> TendConfig) -> Self {
-        let repo = TestRepo::new();
-        repo.write("orders.yaml", &manifest("orders", 10));
-        repo.commit("orders");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("webhook-secret"), format!("{SECRET}\n")).unwrap();
         let port = free_port();
-        let config = change(
-            TendConfig::new(dir.path(), &repo.url())
-                .source("interval", "\"1h\"")
-                .reconcile("resync", "\"1h\"")
-                .reconcile("drift_grace", "\"10m\"")
-                .server("listen", &format!("\"127.0.0.1:{port}\""))
-                .server("webhook_secret_file", "\"webhook-secret\""),
-        );
-        config.write();
-        Env {
-            repo,
-            dir,
-            config,
-            port,
-        }
-    }
-
-    fn config_path(&self) -> PathBuf {
-        self.dir.path().join("tend.toml")
+        let fixture = Fixture::with_config(&[("orders.yaml", manifest("orders", 10))], |c| {
+            change(
+                c.source("interval", "\"1h\"")
+                    .reconcile("resync", "\"1h\"")
+                    .reconcile("drift_grace", "\"10m\"")
+                    .server("listen", &format!("\"127.0.0.1:{port}\""))
+                    .server("webhook_secret_file", "\"webhook-secret\""),
+            )
+        });
+        std::fs::write(
+            fixture.dir.path().join("webhook-secret"),
+            format!("{SECRET}\n"),
+        )
+        .unwrap();
+        Env { fixture, port }
     }
 
     fn start(&self, env: &[(&str, &str)]) -> Daemon {
         let daemon = Daemon::start(&self.config_path(), self.port, env);
         daemon.wait_ready();
         daemon
-    }
-
-    fn sandbox(&self) -> SandboxProvider {
-        SandboxProvider::new(
-            "sandbox",
-            &self.config.state_dir(),
-            Duration::ZERO,
-            Default::default(),
-        )
-    }
-
-    fn limit_at_provider(&self, name: &str) -> Value {
-        self.sandbox()
-            .load()
-            .unwrap()
-            .databases
-            .get(name)
-            .map_or(Value::Null, |db| db.fields["connectionLimit"].clone())
     }
 
     fn edit_limit(&self, name: &str, limit: i64) {

@@ -6,6 +6,7 @@
 //! the provider never sees a second database or a second operation.
 
 use crate::support;
+use crate::support::tend;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -148,12 +149,6 @@ impl Group {
 
 fn state_url(port: u16) -> String {
     format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable")
-}
-
-fn tend(config: &std::path::Path, args: &[&str], code: i32) -> support::RunOutput {
-    let mut all = vec!["--config", config.to_str().unwrap()];
-    all.extend_from_slice(args);
-    support::TendCommand::new(&all).expect_code(code)
 }
 
 fn leads(d: &Daemon) -> bool {

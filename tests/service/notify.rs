@@ -11,28 +11,36 @@ use sha2::Sha256;
 use support::TendCommand;
 use support::config::TendConfig;
 use support::daemon::Daemon;
-use support::git::{TestRepo, free_port, manifest};
+use support::fixture::Fixture;
+use support::git::{free_port, manifest};
 use support::receiver::{Answer, Receiver};
 
 const SECRET: &str = "notify-signing-secret";
 
-struct Env {
-    repo: TestRepo,
-    dir: tempfile::TempDir,
+/// A [`Fixture`] with a signing secret, configured per test with its
+/// receiver.
+struct Env(Fixture);
+
+impl std::ops::Deref for Env {
+    type Target = Fixture;
+    fn deref(&self) -> &Fixture {
+        &self.0
+    }
 }
 
 impl Env {
     fn new() -> Self {
-        let repo = TestRepo::new();
-        repo.write("orders.yaml", &manifest("orders", 10));
-        repo.commit("orders");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("notify-secret"), format!("{SECRET}\n")).unwrap();
-        Env { repo, dir }
+        let fixture = Fixture::new(&[("orders.yaml", manifest("orders", 10))]);
+        std::fs::write(
+            fixture.dir.path().join("notify-secret"),
+            format!("{SECRET}\n"),
+        )
+        .unwrap();
+        Env(fixture)
     }
 
     fn config(&self, receiver: &Receiver, change: impl FnOnce(TendConfig) -> TendConfig) -> String {
-        change(TendConfig::new(self.dir.path(), &self.repo.url()).notify(&[
+        change(self.config.clone().notify(&[
             ("name", "\"oncall\""),
             ("url", &format!("\"{}\"", receiver.url())),
             ("secret_file", "\"notify-secret\""),

@@ -10,90 +10,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::TendCommand;
-use support::config::TendConfig;
-use support::git::{TestRepo, manifest};
-use tend::testing::provider::sandbox::SandboxProvider;
+use support::fixture::{Fixture, resource};
+use support::git::manifest;
 
-struct Env {
-    repo: TestRepo,
-    dir: tempfile::TempDir,
-    config: TendConfig,
-}
-
-impl Env {
-    fn new(files: &[(String, String)]) -> Self {
-        let repo = TestRepo::new();
-        for (file, text) in files {
-            repo.write(file, text);
-        }
-        repo.commit("declarations");
-        let dir = tempfile::tempdir().unwrap();
-        let config = TendConfig::new(dir.path(), &repo.url());
-        config.write();
-        Env { repo, dir, config }
-    }
-
-    fn configure(&mut self, change: impl FnOnce(TendConfig) -> TendConfig) {
-        self.config = change(self.config.clone());
-        self.config.write();
-    }
-
-    fn config_path(&self) -> String {
-        self.dir.path().join("tend.toml").display().to_string()
-    }
-
-    fn tend(&self, args: &[&str], code: i32) -> support::RunOutput {
-        let config = self.config_path();
-        let mut all = vec!["--config", config.as_str()];
-        all.extend_from_slice(args);
-        TendCommand::new(&all)
-            .env("TEND_LOG", "warn")
-            .expect_code(code)
-    }
-
-    fn apply(&self, code: i32) -> Value {
-        self.tend(&["apply", "--format", "json"], code).json()
-    }
-
-    fn plan(&self, code: i32) -> Value {
-        self.tend(&["plan", "--format", "json"], code).json()
-    }
-
-    fn state_db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open(self.state().join("state.db")).unwrap()
-    }
-
-    fn state(&self) -> PathBuf {
-        self.config.state_dir()
-    }
-
-    fn sandbox(&self) -> SandboxProvider {
-        SandboxProvider::new("sandbox", &self.state(), Duration::ZERO, Default::default())
-    }
-
-    fn databases(&self) -> Vec<String> {
-        self.sandbox()
-            .load()
-            .unwrap()
-            .databases
-            .keys()
-            .cloned()
-            .collect()
-    }
-
-    fn limit_at_provider(&self, name: &str) -> Value {
-        self.sandbox().load().unwrap().databases[name].fields["connectionLimit"].clone()
-    }
-}
-
-fn resource<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap_or_else(|| panic!("no resource {name} in {report:#}"))
-}
+/// Each test's repository, directory and configuration.
+type Env = Fixture;
 
 fn decl(name: &str, limit: u32) -> (String, String) {
     (format!("{name}.yaml"), manifest(name, limit))
@@ -796,7 +717,7 @@ fn renamed_declaration(name: &str, adopt: bool) -> String {
 /// A rename of `metadata.name` under `deletionPolicy: Delete` (same
 /// `databaseName`): `orders` → `ledger`.
 fn renamed_env() -> (Env, String) {
-    let mut env = Env::new(&[("orders.yaml".into(), renamed_declaration("orders", false))]);
+    let mut env = Env::new(&[("orders.yaml", renamed_declaration("orders", false))]);
     env.configure(|c| c.reconcile("deletion_delay", "\"0s\""));
     env.apply(0);
     let id = env.sandbox().load().unwrap().databases["orders_db"]

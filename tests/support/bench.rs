@@ -72,3 +72,15 @@ pub fn durations(log: &str, message: &str) -> Vec<f64> {
         })
         .collect()
 }
+
+/// The counts of `tend apply`'s `N operations, M done` line on stderr (the
+/// whole line, so `10 operations` never passes for `0 operations`). The
+/// benchmarks time the command as an operator runs it, with the text
+/// report; the tests read `--format json` (`support::applied`).
+pub fn operation_counts(stderr: &str) -> Option<(usize, usize)> {
+    stderr.lines().find_map(|line| {
+        let (total, rest) = line.trim().split_once(" operations, ")?;
+        let done = rest.strip_suffix(" done")?;
+        Some((total.parse().ok()?, done.parse().ok()?))
+    })
+}

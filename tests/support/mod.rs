@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod dice;
 pub mod docs;
+pub mod fixture;
 pub mod git;
 pub mod hostile_http;
 pub mod minimal_dbaas;
@@ -276,26 +277,21 @@ impl RunOutput {
     }
 }
 
-/// The counts of `tend apply`'s `N operations, M done` line (the whole
-/// line, so `10 operations` never passes for `0 operations`).
-pub fn operation_counts(stderr: &str) -> Option<(usize, usize)> {
-    stderr.lines().find_map(|line| {
-        let (total, rest) = line.trim().split_once(" operations, ")?;
-        let done = rest.strip_suffix(" done")?;
-        Some((total.parse().ok()?, done.parse().ok()?))
-    })
+/// `tend --config CONFIG ARGS`, which must exit `code` (default logging).
+pub fn tend(config: impl AsRef<Path>, args: &[&str], code: i32) -> RunOutput {
+    let config = config.as_ref().display().to_string();
+    let mut all = vec!["--config", config.as_str()];
+    all.extend_from_slice(args);
+    TendCommand::new(&all).expect_code(code)
 }
 
-/// The count `validate` prints: `N declarations, M errors` (whole line).
-pub fn validate_counts(stdout: &str) -> Option<(usize, usize)> {
-    stdout.lines().find_map(|line| {
-        let (decls, rest) = line.trim().split_once(' ')?;
-        let rest = rest
-            .strip_prefix("declarations, ")
-            .or_else(|| rest.strip_prefix("declaration, "))?;
-        let (errors, _) = rest.split_once(' ')?;
-        Some((decls.parse().ok()?, errors.parse().ok()?))
-    })
+/// What `tend apply --format json` ran: `(operations, done)` from its
+/// report's `applied` (`None` when the report has none: a run without
+/// `--format json` fails the test's assertion instead of passing it).
+pub fn applied(report: &serde_json::Value) -> Option<(usize, usize)> {
+    let applied = report.get("applied")?;
+    let count = |key: &str| applied[key].as_u64().and_then(|n| usize::try_from(n).ok());
+    Some((count("operations")?, count("done")?))
 }
 
 /// `tend provider check URL` (with `--token-file` holding `token`).

@@ -48,6 +48,9 @@ pub enum ConfigError {
         setting: String,
         path: PathBuf,
         message: String,
+        /// The I/O error behind it, when there is one.
+        #[source]
+        cause: Option<std::io::Error>,
     },
 }
 

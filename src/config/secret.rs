@@ -39,29 +39,31 @@ pub(crate) fn preloaded(path: &Path) -> Option<&'static [u8]> {
 /// Missing, unreadable, empty or oversized files are configuration errors
 /// naming the setting and the path, never the content.
 pub(crate) fn read(setting: &str, path: &Path) -> Result<String, ConfigError> {
-    let fail = |message: String| ConfigError::Secret {
+    let failed = |message: String, cause: Option<std::io::Error>| ConfigError::Secret {
         setting: setting.to_string(),
         path: path.to_path_buf(),
         message,
+        cause,
     };
+    let fail = |message: String| failed(message, None);
     if let Some(bytes) = preloaded(path) {
         return check(bytes.to_vec(), fail);
     }
     let file = crate::files::open_regular(path).map_err(|e| {
         if super::credential_path(path).is_some() {
-            fail(format!(
+            failed(format!(
                 "cannot open it: CREDENTIALS_DIRECTORY is not set (systemd sets it inside the service, from LoadCredential=) and {} does not exist (no tend.service is running); outside the service, point it at the directory holding the same files, e.g. `sudo CREDENTIALS_DIRECTORY=/etc/tend/secrets tend …` (docs/operations.md)",
                 super::RUNNING_SERVICE_CREDENTIALS
-            ))
+            ), Some(e))
         } else {
-            fail(format!("cannot open it: {e}"))
+            failed(format!("cannot open it: {e}"), Some(e))
         }
     })?;
     warn_if_world_readable(setting, path);
     let mut bytes = Vec::new();
     file.take(MAX_SECRET_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+        .map_err(|e| failed(format!("cannot read it: {e}"), Some(e)))?;
     check(bytes, fail)
 }
 
@@ -166,6 +168,25 @@ impl super::Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_secret_file_keeps_the_io_error_as_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let err = read("token_file", &missing).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "token_file = {}: cannot open it: No such file or directory (os error 2)",
+                missing.display()
+            )
+        );
+        let cause = std::error::Error::source(&err).expect("a cause");
+        let io = cause
+            .downcast_ref::<std::io::Error>()
+            .expect("an I/O error");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+    }
 
     #[test]
     fn secrets_are_bounded_and_never_empty() {

@@ -53,9 +53,14 @@ pub(crate) enum StatusBranchError {
     },
     /// `agent.yaml` on the branch cannot be read.
     #[error(
-        "status branch `{branch}` has an agent.yaml tend cannot read ({message}): tend does not write a branch it cannot prove is its own. Fix or delete agent.yaml there"
+        "status branch `{branch}` has an agent.yaml tend cannot read ({cause}): tend does not write a branch it cannot prove is its own. Fix or delete agent.yaml there"
     )]
-    UnreadableAgentFile { branch: String, message: String },
+    UnreadableAgentFile {
+        branch: String,
+        /// The YAML error.
+        #[source]
+        cause: crate::cause::Cause,
+    },
     /// Fetching or pushing failed.
     #[error("status branch `{branch}`: {source}")]
     Remote {
@@ -267,7 +272,7 @@ impl StatusBranch {
         let agent: AgentFile = serde_norway::from_slice(blob.content()).map_err(|e| {
             StatusBranchError::UnreadableAgentFile {
                 branch: self.branch.clone(),
-                message: e.to_string(),
+                cause: crate::cause::Cause::new(e),
             }
         })?;
         if agent.agent_id != self.agent_id {

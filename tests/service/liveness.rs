@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::config::TendConfig;
 use support::daemon::Daemon;
+use support::fixture::Fixture;
 use support::git::{TestRepo, free_port, manifest};
 
 fn mkfifo(path: &Path) {
@@ -18,26 +19,32 @@ fn mkfifo(path: &Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
 }
 
+/// A [`Fixture`] with `tend run`'s port.
 struct Env {
-    repo: TestRepo,
-    dir: tempfile::TempDir,
+    fixture: Fixture,
     port: u16,
+}
+
+impl std::ops::Deref for Env {
+    type Target = Fixture;
+    fn deref(&self) -> &Fixture {
+        &self.fixture
+    }
 }
 
 impl Env {
     fn new() -> Self {
-        let repo = TestRepo::new();
-        repo.write("orders.yaml", &manifest("orders", 10));
-        repo.commit("orders");
         Env {
-            repo,
-            dir: tempfile::tempdir().unwrap(),
+            fixture: Fixture::new(&[("orders.yaml", manifest("orders", 10))]),
             port: free_port(),
         }
     }
 
+    /// The configuration with a listener and a webhook secret, written.
     fn config(&self) -> std::path::PathBuf {
-        TendConfig::new(self.dir.path(), &self.repo.url())
+        self.fixture
+            .config
+            .clone()
             .server("listen", &format!("\"127.0.0.1:{}\"", self.port))
             .server("webhook_secret_file", "\"webhook-secret\"")
             .write()

@@ -11,40 +11,32 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use support::TendCommand;
-use support::config::TendConfig;
 use support::daemon::Daemon;
-use support::git::{TestRepo, free_port, manifest};
+use support::fixture::Fixture;
+use support::git::{free_port, manifest};
 
 const TOKEN: &str = "reports-token-5b1e";
 
+/// A [`Fixture`] with a reports token, and `tend run` started on it.
 struct Env {
-    _repo: TestRepo,
-    dir: tempfile::TempDir,
+    fixture: Fixture,
     daemon: Daemon,
 }
 
 impl Env {
     fn start(min_interval: &str) -> Self {
-        let repo = TestRepo::new();
-        repo.write("orders.yaml", &manifest("orders", 10));
-        repo.commit("orders");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
         let port = free_port();
-        let config = TendConfig::new(dir.path(), &repo.url())
-            .source("interval", "\"1h\"")
-            .reconcile("resync", "\"1h\"")
-            .server("listen", &format!("\"127.0.0.1:{port}\""))
-            .server("token_file", "\"token\"")
-            .server("reconcile_min_interval", &format!("\"{min_interval}\""))
-            .write();
-        let daemon = Daemon::start(&config, port, &[]);
+        let fixture = Fixture::with_config(&[("orders.yaml", manifest("orders", 10))], |c| {
+            c.source("interval", "\"1h\"")
+                .reconcile("resync", "\"1h\"")
+                .server("listen", &format!("\"127.0.0.1:{port}\""))
+                .server("token_file", "\"token\"")
+                .server("reconcile_min_interval", &format!("\"{min_interval}\""))
+        });
+        std::fs::write(fixture.dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
+        let daemon = Daemon::start(&fixture.config_path(), port, &[]);
         daemon.wait_ready();
-        Env {
-            _repo: repo,
-            dir,
-            daemon,
-        }
+        Env { fixture, daemon }
     }
 
     fn with_token(&self, method: &str, path: &str) -> support::daemon::Response {
@@ -88,7 +80,7 @@ fn with_a_token_file_the_reports_and_reconcile_need_the_bearer_token() {
     });
 
     // `tend status` reads the token from the configuration.
-    let config = env.dir.path().join("tend.toml").display().to_string();
+    let config = env.fixture.config_path().display().to_string();
     let status = TendCommand::new(&["--config", &config, "status"]).expect_code(0);
     assert!(
         status.stdout.contains("orders") && !status.stderr.contains("401"),

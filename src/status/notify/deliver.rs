@@ -114,6 +114,7 @@ impl Notifier {
                             setting,
                             path: file.clone(),
                             message,
+                            cause: None,
                         }
                     })?;
                     url

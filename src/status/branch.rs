@@ -25,7 +25,7 @@ use std::time::Duration;
 use backon::BackoffBuilder;
 use git2::{Oid, Repository, Signature};
 
-use super::branch_files::{AgentFile, STATUS_FORMAT};
+use super::branch_files::{AgentFile, FileContent, STATUS_FORMAT};
 use crate::source::SourceError;
 use crate::source::auth::Credentials;
 use crate::source::transport::{self, PushOutcome};
@@ -93,6 +93,10 @@ pub(crate) enum Published {
     Unchanged,
     /// A commit was pushed.
     Committed(String),
+    /// Nothing was written: files were [`FileContent::Kept`], and the tip
+    /// is no longer the commit they were kept from (someone else pushed).
+    /// Render every file and publish again.
+    NeedsEveryFile,
 }
 
 /// The status branch of one agent.
@@ -168,10 +172,13 @@ impl StatusBranch {
 
     /// Puts `files` on the branch with `message`, as described in the
     /// module docs.
+    /// Publishes `files`. `base`: the commit [`FileContent::Kept`] files
+    /// are kept from (the tip tend last published).
     pub(crate) fn publish(
         &self,
-        files: &BTreeMap<String, Vec<u8>>,
+        files: &BTreeMap<String, FileContent>,
         message: &str,
+        base: Option<&str>,
     ) -> Result<Published, StatusBranchError> {
         let mut delays = backon::ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(100))
@@ -181,7 +188,7 @@ impl StatusBranch {
             .build();
         let mut refused = 0;
         loop {
-            match self.try_publish(files, message)? {
+            match self.try_publish(files, message, base)? {
                 Attempt::Done(published) => return Ok(published),
                 Attempt::Refused(why) => {
                     refused += 1;
@@ -206,8 +213,9 @@ impl StatusBranch {
 
     fn try_publish(
         &self,
-        files: &BTreeMap<String, Vec<u8>>,
+        files: &BTreeMap<String, FileContent>,
         message: &str,
+        base: Option<&str>,
     ) -> Result<Attempt, StatusBranchError> {
         let tip = transport::fetch_branch(
             &self.repo_dir,
@@ -226,7 +234,14 @@ impl StatusBranch {
         if let Some(parent) = &parent {
             self.check_owner(&repo, &parent.tree().map_err(|e| self.git(e))?)?;
         }
-        let tree_id = self.build_tree(&repo, parent.as_ref(), files)?;
+        // A kept file is what `base` holds: only over `base` itself.
+        let keeps = files.values().any(|f| *f == FileContent::Kept);
+        if keeps && parent.as_ref().map(|p| p.id().to_string()).as_deref() != base {
+            return Ok(Attempt::Done(Published::NeedsEveryFile));
+        }
+        let Some(tree_id) = self.build_tree(&repo, parent.as_ref(), files)? else {
+            return Ok(Attempt::Done(Published::NeedsEveryFile));
+        };
         if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
             return Ok(Attempt::Done(Published::Unchanged));
         }
@@ -299,12 +314,14 @@ impl StatusBranch {
     /// `status/` whose files are all unchanged keeps its tree; so a change
     /// of one resource writes one blob, its shard's tree, `status/` (one
     /// entry per shard) and the root.
+    /// The root tree holding `files`; `None` when a kept file is not in
+    /// `parent` (it must then be rendered).
     fn build_tree(
         &self,
         repo: &Repository,
         parent: Option<&git2::Commit<'_>>,
-        files: &BTreeMap<String, Vec<u8>>,
-    ) -> Result<Oid, StatusBranchError> {
+        files: &BTreeMap<String, FileContent>,
+    ) -> Result<Option<Oid>, StatusBranchError> {
         let base = match parent {
             Some(p) => Some(p.tree().map_err(|e| self.git(e))?),
             None => None,
@@ -319,13 +336,17 @@ impl StatusBranch {
                 }
             }
         }
-        let mut shards: BTreeMap<&str, BTreeMap<&str, &[u8]>> = BTreeMap::new();
-        for (path, bytes) in files {
+        let mut shards: BTreeMap<&str, BTreeMap<&str, &FileContent>> = BTreeMap::new();
+        for (path, content) in files {
             match path.strip_prefix("status/").and_then(|p| p.split_once('/')) {
                 Some((shard, name)) => {
-                    shards.entry(shard).or_default().insert(name, bytes);
+                    shards.entry(shard).or_default().insert(name, content);
                 }
                 None => {
+                    // Only the resources' files are ever kept.
+                    let FileContent::Bytes(bytes) = content else {
+                        return Ok(None);
+                    };
                     let name = Path::new(path)
                         .file_name()
                         .and_then(|n| n.to_str())
@@ -350,7 +371,9 @@ impl StatusBranch {
                 .and_then(|s| s.get_name(shard))
                 .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
                 .and_then(|e| repo.find_tree(e.id()).ok());
-            let id = self.shard_tree(repo, old.as_ref(), wanted)?;
+            let Some(id) = self.shard_tree(repo, old.as_ref(), wanted)? else {
+                return Ok(None);
+            };
             status
                 .insert(shard, id, 0o040000)
                 .map_err(|e| self.git(e))?;
@@ -360,32 +383,38 @@ impl StatusBranch {
             root.insert("status", id, 0o040000)
                 .map_err(|e| self.git(e))?;
         }
-        root.write().map_err(|e| self.git(e))
+        root.write().map(Some).map_err(|e| self.git(e))
     }
 
     /// One shard of `status/` holding exactly `wanted`: `old` itself when
     /// it holds the same files, else `old` with what changed.
+    /// `None` when a kept file is not in `old`.
     fn shard_tree(
         &self,
         repo: &Repository,
         old: Option<&git2::Tree<'_>>,
-        wanted: &BTreeMap<&str, &[u8]>,
-    ) -> Result<Oid, StatusBranchError> {
-        let ids = wanted
-            .iter()
-            .map(|(name, bytes)| {
-                Oid::hash_object(git2::ObjectType::Blob, bytes)
-                    .map(|id| (*name, id))
-                    .map_err(|e| self.git(e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        wanted: &BTreeMap<&str, &FileContent>,
+    ) -> Result<Option<Oid>, StatusBranchError> {
+        let mut ids = Vec::with_capacity(wanted.len());
+        for (name, content) in wanted {
+            let id = match content {
+                FileContent::Bytes(bytes) => {
+                    Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?
+                }
+                FileContent::Kept => match old.and_then(|o| o.get_name(name)) {
+                    Some(entry) => entry.id(),
+                    None => return Ok(None),
+                },
+            };
+            ids.push((*name, id));
+        }
         if let Some(old) = old
             && old.len() == ids.len()
             && ids
                 .iter()
                 .all(|(name, id)| old.get_name(name).is_some_and(|e| e.id() == *id))
         {
-            return Ok(old.id());
+            return Ok(Some(old.id()));
         }
         let mut builder = repo.treebuilder(old).map_err(|e| self.git(e))?;
         if let Some(old) = old {
@@ -396,19 +425,19 @@ impl StatusBranch {
                 }
             }
         }
-        for ((name, id), bytes) in ids.iter().zip(wanted.values()) {
+        for ((name, id), content) in ids.iter().zip(wanted.values()) {
             let present = builder
                 .get(name)
                 .map_err(|e| self.git(e))?
                 .is_some_and(|e| e.id() == *id);
-            if !present {
+            if !present && let FileContent::Bytes(bytes) = content {
                 let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
                 builder
                     .insert(name, blob, 0o100644)
                     .map_err(|e| self.git(e))?;
             }
         }
-        builder.write().map_err(|e| self.git(e))
+        builder.write().map(Some).map_err(|e| self.git(e))
     }
 
     /// The blob of `bytes`: `old`'s when it is already that (nothing

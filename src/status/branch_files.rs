@@ -109,15 +109,48 @@ const SHARD_DIGITS: usize = 2;
 const HEADER: &str =
     "# Written by tend from what it observed; do not edit (the next change replaces it).\n";
 
+/// A path's content on the branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FileContent {
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// What the commit the inputs were last rendered for holds at this
+    /// path: this resource's inputs are the same, so its file is too.
+    Kept,
+}
+
+/// What a resource's file is a function of: a digest of its fields as
+/// the file shows them, its `decidedFrom` as the state remembers it, and
+/// the source commit. Equal inputs render equal bytes.
+pub(crate) type Inputs = [u8; 32];
+
+/// The branch's files as [`render`] made them.
+pub(crate) struct Rendered {
+    /// Every file, by path.
+    pub files: BTreeMap<String, FileContent>,
+    /// Each resource's digest and `decidedFrom` as they are now.
+    pub decided: DecidedFrom,
+    /// Each resource's inputs, for the next render.
+    pub inputs: HashMap<String, Inputs>,
+}
+
 /// Every file of the branch, by path, and each resource's digest and
 /// `decidedFrom` as they are now (`decided`: as they were, from the state).
+///
+/// `previous`: each resource's inputs when its file was last rendered for
+/// the branch's tip. A resource whose inputs are the same is
+/// [`FileContent::Kept`], not rendered again: a change to one resource of
+/// 100,000 renders one YAML file, not 100,000 (the running agent keeps
+/// `previous` between cycles; a one-shot command has none).
 pub(crate) fn render(
     report: &Report,
     last_operations: &HashMap<String, LastOperation>,
     decided: &DecidedFrom,
-) -> (BTreeMap<String, Vec<u8>>, DecidedFrom) {
+    previous: Option<&HashMap<String, Inputs>>,
+) -> Rendered {
     let mut files = BTreeMap::new();
     let mut decided_now = DecidedFrom::new();
+    let mut inputs = HashMap::with_capacity(report.resources.len());
     for r in &report.resources {
         let op = last_operations.get(&r.name).map(|o| OperationFile {
             id: &o.id,
@@ -144,6 +177,16 @@ pub(crate) fn render(
             acts_at: r.acts_at.as_deref(),
             propose: r.propose.as_deref(),
         };
+        let was = decided.get(&r.name);
+        let key = inputs_of(&file, was, report.source.commit.as_deref());
+        inputs.insert(r.name.clone(), key);
+        if let Some(was) = was
+            && previous.and_then(|p| p.get(&r.name)) == Some(&key)
+        {
+            files.insert(file_name(&r.name), FileContent::Kept);
+            decided_now.insert(r.name.clone(), was.clone());
+            continue;
+        }
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
         let digest = crate::model::hash::sha256_hex(yaml.as_bytes());
         let commit = match (decided.get(&r.name), report.source.commit.as_deref()) {
@@ -159,7 +202,7 @@ pub(crate) fn render(
         };
         files.insert(
             file_name(&r.name),
-            format!("{HEADER}{decided_from}{yaml}").into_bytes(),
+            FileContent::Bytes(format!("{HEADER}{decided_from}{yaml}").into_bytes()),
         );
         if let Some(commit) = commit {
             decided_now.insert(r.name.clone(), (digest, commit));
@@ -171,9 +214,55 @@ pub(crate) fn render(
         status_format: STATUS_FORMAT,
     };
     let yaml = serde_norway::to_string(&agent).unwrap_or_default();
-    files.insert("agent.yaml".into(), format!("{HEADER}{yaml}").into_bytes());
-    files.insert("SUMMARY.md".into(), summary(report).into_bytes());
-    (files, decided_now)
+    files.insert(
+        "agent.yaml".into(),
+        FileContent::Bytes(format!("{HEADER}{yaml}").into_bytes()),
+    );
+    files.insert(
+        "SUMMARY.md".into(),
+        FileContent::Bytes(summary(report).into_bytes()),
+    );
+    Rendered {
+        files,
+        decided: decided_now,
+        inputs,
+    }
+}
+
+/// The [`Inputs`] of `file`: its fields (as JSON, several times cheaper
+/// to write than the YAML the branch holds), what the state remembers of
+/// its `decidedFrom`, and the source commit.
+fn inputs_of(
+    file: &ResourceFile<'_>,
+    decided: Option<&(String, String)>,
+    commit: Option<&str>,
+) -> Inputs {
+    use sha2::Digest;
+    struct Hashing(sha2::Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hashing = Hashing(sha2::Sha256::new());
+    // Writing into a hasher cannot fail; a value that does not serialise
+    // would render as an error line, and must not match another's inputs.
+    if serde_json::to_writer(&mut hashing, file).is_err() {
+        hashing.0.update(b"\0unserialisable");
+    }
+    for part in [
+        decided.map_or("", |d| d.0.as_str()),
+        decided.map_or("", |d| d.1.as_str()),
+        commit.unwrap_or(""),
+    ] {
+        hashing.0.update(b"\0");
+        hashing.0.update(part.as_bytes());
+    }
+    hashing.0.finalize().into()
 }
 
 /// Orders resources for a reviewer: what needs a human first.

@@ -10,11 +10,13 @@
 //! * An unchanged fleet costs no network: the branch is fetched and
 //!   compared only when the files differ from the last ones published.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
+use super::branch_files::{Inputs, Rendered, render};
 use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
 use super::report::{Report, StatusBranchReport};
@@ -60,6 +62,10 @@ pub(crate) struct StatusPublisher {
     published_content: Option<String>,
     /// Since when the branch has been failing.
     failing_since: Option<SystemTime>,
+    /// The commit this process last published, and each resource's
+    /// inputs then: over that tip, a resource whose inputs are the same is
+    /// not rendered again.
+    rendered: Option<(String, HashMap<String, Inputs>)>,
 }
 
 impl StatusPublisher {
@@ -98,6 +104,7 @@ impl StatusPublisher {
             published: None,
             published_content: None,
             failing_since,
+            rendered: None,
         }
     }
 
@@ -241,8 +248,31 @@ impl StatusPublisher {
             }),
             None => Default::default(),
         };
-        let (files, decided_now) = super::branch_files::render(report, &last_operations, &decided);
-        let published = branch.publish(&files, &commit_message(report))?;
+        // Over the commit this process last published, only what changed
+        // is rendered; over any other tip (someone else's push, a first
+        // publication) every file is, and checked against the branch.
+        let base = self
+            .rendered
+            .take()
+            .filter(|(commit, _)| tip.as_deref() == Some(commit.as_str()));
+        let message = commit_message(report);
+        let mut rendered = render(
+            report,
+            &last_operations,
+            &decided,
+            base.as_ref().map(|(_, inputs)| inputs),
+        );
+        let base_commit = base.as_ref().map(|(commit, _)| commit.as_str());
+        let mut published = branch.publish(&rendered.files, &message, base_commit)?;
+        if matches!(published, Published::NeedsEveryFile) {
+            rendered = render(report, &last_operations, &decided, None);
+            published = branch.publish(&rendered.files, &message, None)?;
+        }
+        let Rendered {
+            decided: decided_now,
+            inputs,
+            ..
+        } = rendered;
         // Remembered once the files are on the branch (a failed push keeps
         // the old commits, which the next attempt still finds).
         if let Some(store) = &self.store
@@ -251,10 +281,13 @@ impl StatusPublisher {
             tracing::warn!("status branch: cannot remember what each file was decided from: {e}");
         }
         // The key of what the branch holds now.
-        let key = match &published {
-            Published::Committed(id) => key_at(Some(id)),
-            Published::Unchanged => key,
+        let (key, now_at) = match &published {
+            Published::Committed(id) => (key_at(Some(id)), Some(id.clone())),
+            Published::Unchanged => (key, tip.clone()),
+            // (Not after a publication with every file; nothing to keep.)
+            Published::NeedsEveryFile => (key, None),
         };
+        self.rendered = now_at.map(|commit| (commit, inputs));
         if let Some(file) = &self.key_file
             && let Err(e) = super::files::write_atomically(file, format!("{key}\n").as_bytes())
         {
@@ -267,7 +300,7 @@ impl StatusPublisher {
         self.published_content = Some(content);
         Ok(match published {
             Published::Committed(id) => Some(id),
-            Published::Unchanged => None,
+            Published::Unchanged | Published::NeedsEveryFile => None,
         })
     }
 }

@@ -775,3 +775,76 @@ fn a_release_is_shown_once_and_a_restored_declaration_is_offered_adoption() {
         .clone();
     assert_eq!(orders["state"], "InSync", "{orders:#}");
 }
+
+/// The running agent renders only the files whose resource changed over
+/// the commit it last published, and a file someone edited by hand on the
+/// branch is put right with the next change (every file is rendered again
+/// over a commit that is not the agent's).
+#[test]
+fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let port = support::git::free_port();
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"run-agent\""))
+        .status("branch", "\"tend-status\"")
+        .source("interval", "\"100ms\"")
+        .reconcile("resync", "\"100ms\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(&config, port, &[]);
+    daemon.wait_ready();
+    let (orders, billing) = (status_file("orders"), status_file("billing"));
+    let wait_for_commits = |n: usize, what: &str| {
+        daemon.wait_for(what, std::time::Duration::from_secs(10), || {
+            remote
+                .git(&["rev-list", "--count", "tend-status"])
+                .parse::<usize>()
+                .is_ok_and(|c| c == n)
+        });
+    };
+    wait_for_commits(1, "the first status commit");
+    let billing_first = remote.show(&billing);
+    let push_orders = |limit: u32| {
+        remote.repo.write("orders.yaml", &manifest("orders", limit));
+        let commit = remote.repo.commit(&format!("orders: {limit}"));
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+        commit
+    };
+    let second = push_orders(11);
+    wait_for_commits(2, "a second status commit");
+    assert!(
+        remote.show(&orders).contains(&second),
+        "{}",
+        remote.show(&orders)
+    );
+    assert_eq!(
+        remote.show(&billing),
+        billing_first,
+        "billing did not change"
+    );
+
+    // Someone edits billing's file on the branch.
+    let clone = remote.clone_status("by-hand");
+    std::fs::write(clone.join(&billing), "state: Edited by hand\n").unwrap();
+    git(&clone, &["commit", "-qam", "edited by hand"]);
+    git(&clone, &["push", "-q", "origin", "tend-status"]);
+    assert!(remote.show(&billing).contains("Edited by hand"));
+
+    // The next change is written over their commit, with billing's file
+    // as tend renders it.
+    let third = push_orders(12);
+    wait_for_commits(4, "a status commit over the hand edit");
+    assert!(
+        remote.show(&orders).contains(&third),
+        "{}",
+        remote.show(&orders)
+    );
+    assert_eq!(
+        remote.show(&billing),
+        billing_first,
+        "the hand edit is put right"
+    );
+}

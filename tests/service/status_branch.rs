@@ -797,10 +797,9 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     let (orders, billing) = (status_file("orders"), status_file("billing"));
     let wait_for_commits = |n: usize, what: &str| {
         daemon.wait_for(what, std::time::Duration::from_secs(10), || {
-            remote
-                .git(&["rev-list", "--count", "tend-status"])
-                .parse::<usize>()
-                .is_ok_and(|c| c == n)
+            support::git::git_if_any(&remote.bare, &["rev-list", "--count", "tend-status"])
+                .and_then(|c| c.parse::<usize>().ok())
+                == Some(n)
         });
     };
     wait_for_commits(1, "the first status commit");

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
-use super::branch_files::{Inputs, Rendered, render};
+use super::branch_files::{FileContent, Inputs, Rendered, render};
 use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
 use super::report::{Report, StatusBranchReport};
@@ -268,6 +268,15 @@ impl StatusPublisher {
             rendered = render(report, &last_operations, &decided, None);
             published = branch.publish(&rendered.files, &message, None)?;
         }
+        let kept = rendered
+            .files
+            .values()
+            .filter(|f| **f == FileContent::Kept)
+            .count();
+        tracing::debug!(
+            "status branch: {} resource files rendered, {kept} kept",
+            report.resources.len() - kept
+        );
         let Rendered {
             decided: decided_now,
             inputs,

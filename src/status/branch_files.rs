@@ -120,8 +120,8 @@ pub(crate) enum FileContent {
 }
 
 /// What a resource's file is a function of: a digest of its fields as
-/// the file shows them, its `decidedFrom` as the state remembers it, and
-/// the source commit. Equal inputs render equal bytes.
+/// the file shows them, and its `decidedFrom` as the state remembers it
+/// (or, without one, the source commit). Equal inputs render equal bytes.
 pub(crate) type Inputs = [u8; 32];
 
 /// The branch's files as [`render`] made them.
@@ -230,8 +230,8 @@ pub(crate) fn render(
 }
 
 /// The [`Inputs`] of `file`: its fields (as JSON, several times cheaper
-/// to write than the YAML the branch holds), what the state remembers of
-/// its `decidedFrom`, and the source commit.
+/// to write than the YAML the branch holds), and what the state remembers
+/// of its `decidedFrom` (or, without it, the source commit).
 fn inputs_of(
     file: &ResourceFile<'_>,
     decided: Option<&(String, String)>,
@@ -254,11 +254,14 @@ fn inputs_of(
     if serde_json::to_writer(&mut hashing, file).is_err() {
         hashing.0.update(b"\0unserialisable");
     }
-    for part in [
-        decided.map_or("", |d| d.0.as_str()),
-        decided.map_or("", |d| d.1.as_str()),
-        commit.unwrap_or(""),
-    ] {
+    // The source commit shows in the file only when the state remembers
+    // no `decidedFrom` for it (a later commit that changes nothing for the
+    // resource leaves its file as it is).
+    let parts = match decided {
+        Some((digest, from)) => [digest.as_str(), from.as_str(), ""],
+        None => ["", "", commit.unwrap_or("")],
+    };
+    for part in parts {
         hashing.0.update(b"\0");
         hashing.0.update(part.as_bytes());
     }

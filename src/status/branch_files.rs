@@ -178,14 +178,17 @@ pub(crate) fn render(
             propose: r.propose.as_deref(),
         };
         let was = decided.get(&r.name);
-        let key = inputs_of(&file, was, report.source.commit.as_deref());
-        inputs.insert(r.name.clone(), key);
-        if let Some(was) = was
-            && previous.and_then(|p| p.get(&r.name)) == Some(&key)
-        {
-            files.insert(file_name(&r.name), FileContent::Kept);
-            decided_now.insert(r.name.clone(), was.clone());
-            continue;
+        let source_commit = report.source.commit.as_deref();
+        // As the last render stored them: with the `decidedFrom` it
+        // remembered, which is what the state gives now.
+        if let Some(was) = was {
+            let key = inputs_of(&file, Some(was), source_commit);
+            if previous.and_then(|p| p.get(&r.name)) == Some(&key) {
+                files.insert(file_name(&r.name), FileContent::Kept);
+                decided_now.insert(r.name.clone(), was.clone());
+                inputs.insert(r.name.clone(), key);
+                continue;
+            }
         }
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
         let digest = crate::model::hash::sha256_hex(yaml.as_bytes());
@@ -207,6 +210,12 @@ pub(crate) fn render(
         if let Some(commit) = commit {
             decided_now.insert(r.name.clone(), (digest, commit));
         }
+        // What the next render compares: these fields, with the
+        // `decidedFrom` remembered from this one.
+        inputs.insert(
+            r.name.clone(),
+            inputs_of(&file, decided_now.get(&r.name), source_commit),
+        );
     }
     let agent = AgentFile {
         agent_id: report.agent.id.clone(),

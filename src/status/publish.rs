@@ -234,6 +234,7 @@ impl StatusPublisher {
             self.published_content = Some(content);
             return Ok(None);
         }
+        let started = std::time::Instant::now();
         let last_operations = match &self.store {
             Some(store) => store.last_operations().unwrap_or_else(|e| {
                 tracing::warn!("status branch: cannot read the last operations: {e}");
@@ -256,6 +257,7 @@ impl StatusPublisher {
             .take()
             .filter(|(commit, _)| tip.as_deref() == Some(commit.as_str()));
         let message = commit_message(report);
+        let read = started.elapsed();
         let mut rendered = render(
             report,
             &last_operations,
@@ -263,6 +265,7 @@ impl StatusPublisher {
             base.as_ref().map(|(_, inputs)| inputs),
         );
         let base_commit = base.as_ref().map(|(commit, _)| commit.as_str());
+        let made = started.elapsed();
         let mut published = branch.publish(&rendered.files, &message, base_commit)?;
         if matches!(published, Published::NeedsEveryFile) {
             rendered = render(report, &last_operations, &decided, None);
@@ -274,8 +277,10 @@ impl StatusPublisher {
             .filter(|f| **f == FileContent::Kept)
             .count();
         tracing::debug!(
-            "status branch: {} resource files rendered, {kept} kept",
-            report.resources.len() - kept
+            "status branch: {} resource files rendered, {kept} kept; the state read in {read:?}, the files made in {:?}, published in {:?}",
+            report.resources.len() - kept,
+            made - read,
+            started.elapsed() - made
         );
         let Rendered {
             decided: decided_now,

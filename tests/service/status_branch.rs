@@ -816,7 +816,7 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     let second = push_orders(11);
     wait_for_commits(2, "a second status commit");
     assert_eq!(
-        rendered("status branch: 1 resource files rendered, 1 kept"),
+        rendered("status branch: 1 resource files rendered, 1 kept;"),
         1,
         "only orders' file is rendered over the agent's own commit:\n{}",
         daemon.log()
@@ -844,7 +844,7 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     let third = push_orders(12);
     wait_for_commits(4, "a status commit over the hand edit");
     assert_eq!(
-        rendered("status branch: 2 resource files rendered, 0 kept"),
+        rendered("status branch: 2 resource files rendered, 0 kept;"),
         2,
         "the first commit and the one over the hand edit render every file:\n{}",
         daemon.log()

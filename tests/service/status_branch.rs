@@ -102,6 +102,23 @@ impl Remote {
             .unwrap()
     }
 
+    /// `tend run` as agent `run-agent`, polling and resyncing every
+    /// 100 ms, ready.
+    fn run_agent(&self) -> support::daemon::Daemon {
+        let url = format!("file://{}", self.bare.display());
+        let port = support::git::free_port();
+        let config = TendConfig::new(self.dir.path(), &url)
+            .top("agent_id", Some("\"run-agent\""))
+            .status("branch", "\"tend-status\"")
+            .source("interval", "\"100ms\"")
+            .reconcile("resync", "\"100ms\"")
+            .server("listen", &format!("\"127.0.0.1:{port}\""))
+            .write();
+        let daemon = support::daemon::Daemon::start(&config, port, &[]);
+        daemon.wait_ready();
+        daemon
+    }
+
     fn latest(&self) -> serde_json::Value {
         let path = self.dir.path().join("state/reports/latest.json");
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
@@ -564,17 +581,7 @@ fn the_status_branch_may_not_be_the_tracked_branch() {
 #[test]
 fn the_running_agent_commits_on_changes_only() {
     let remote = Remote::new();
-    let url = format!("file://{}", remote.bare.display());
-    let port = support::git::free_port();
-    let config = TendConfig::new(remote.dir.path(), &url)
-        .top("agent_id", Some("\"run-agent\""))
-        .status("branch", "\"tend-status\"")
-        .source("interval", "\"100ms\"")
-        .reconcile("resync", "\"100ms\"")
-        .server("listen", &format!("\"127.0.0.1:{port}\""))
-        .write();
-    let daemon = support::daemon::Daemon::start(&config, port, &[]);
-    daemon.wait_ready();
+    let daemon = remote.run_agent();
     let commits = || {
         let out = std::process::Command::new("git")
             .args(["rev-list", "--count", "tend-status"])
@@ -783,17 +790,7 @@ fn a_release_is_shown_once_and_a_restored_declaration_is_offered_adoption() {
 #[test]
 fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     let remote = Remote::new();
-    let url = format!("file://{}", remote.bare.display());
-    let port = support::git::free_port();
-    let config = TendConfig::new(remote.dir.path(), &url)
-        .top("agent_id", Some("\"run-agent\""))
-        .status("branch", "\"tend-status\"")
-        .source("interval", "\"100ms\"")
-        .reconcile("resync", "\"100ms\"")
-        .server("listen", &format!("\"127.0.0.1:{port}\""))
-        .write();
-    let daemon = support::daemon::Daemon::start(&config, port, &[]);
-    daemon.wait_ready();
+    let daemon = remote.run_agent();
     let (orders, billing) = (status_file("orders"), status_file("billing"));
     let wait_for_commits = |n: usize, what: &str| {
         daemon.wait_for(what, std::time::Duration::from_secs(10), || {

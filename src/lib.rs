@@ -1,18 +1,18 @@
 //! tend: a GitOps pull agent for `ManagedDatabase` declarations.
 //!
-//! [`model`] (declarations, and the observations and calls the engine
-//! and the providers share) · [`config`] · [`source`] (the Git branch) ·
-//! [`provider`] (where databases live) · [`engine`] (the pure decision
+//! `model` (declarations, and the observations and calls the engine
+//! and the providers share) · `config` · `source` (the Git branch) ·
+//! `provider` (where databases live) · `engine` (the pure decision
 //! core: it depends on `model`, `time` and `sabotage` only) ·
-//! [`reconcile`] (the one reconcile path: inputs, routing, observation,
-//! planning, effects) · [`executor`] (operations, journalled)
-//! · [`journal`] (the state store) · [`memories`] (what the agent
-//! remembers of each resource between cycles, cached) · [`propose`] (handing a change made
-//! at the provider back to Git) · [`agent`] (the long-lived agent the
-//! commands open) · [`status`] (reports) · [`cli`] (commands) · [`clock`]
-//! and [`time`] (time, injected and overflow-safe) · [`escape`] (outside
-//! text made safe for a terminal) · [`sabotage`] (deliberate bugs, test
-//! builds only) · [`process`] (exit codes, the heap, acting as the state
+//! `reconcile` (the one reconcile path: inputs, routing, observation,
+//! planning, effects) · `executor` (operations, journalled)
+//! · `journal` (the state store) · `memories` (what the agent
+//! remembers of each resource between cycles, cached) · `propose` (handing a change made
+//! at the provider back to Git) · `agent` (the long-lived agent the
+//! commands open) · `status` (reports) · `cli` (commands) · `clock`
+//! and `time` (time, injected and overflow-safe) · `escape` (outside
+//! text made safe for a terminal) · `sabotage` (deliberate bugs, test
+//! builds only) · `process` (exit codes, the heap, acting as the state
 //! dir's owner).
 //!
 //! Every module is private to the crate, and its items are `pub(crate)`

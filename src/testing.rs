@@ -77,7 +77,8 @@ pub mod propose {
     pub use crate::propose::propose;
 }
 
-/// Where databases live: the provider contract and the three providers.
+/// Where databases live: the provider contract, the PostgreSQL and sandbox
+/// providers, and the HTTP provider's fields and wire types.
 pub mod provider {
     pub use crate::provider::{
         Capabilities, ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation,
@@ -95,7 +96,7 @@ pub mod provider {
         pub use crate::provider::postgres::{PostgresProvider, PostgresSettings};
     }
 
-    /// The sandbox provider (a JSON file of databases).
+    /// The sandbox provider (a SQLite file of databases in the state dir).
     pub mod sandbox {
         pub use crate::provider::sandbox::{
             SANDBOX_FIELDS, SandboxDatabase, SandboxProvider, SandboxState,

@@ -60,20 +60,20 @@ pub fn setup() -> Option<()> {
 /// The argument of the `return` action configured at `point` when it
 /// fires (`Some("")` for a bare `return`); `None` when nothing is.
 #[cfg(test_hooks)]
-pub fn fired(point: &str) -> Option<String> {
+pub(crate) fn fired(point: &str) -> Option<String> {
     fail::eval(point, |arg| arg.unwrap_or_default())
 }
 
 /// Without `test-hooks`: never.
 #[cfg(not(test_hooks))]
 #[inline(always)]
-pub fn fired(_point: &str) -> Option<String> {
+pub(crate) fn fired(_point: &str) -> Option<String> {
     None
 }
 
 /// A point where a test may stop the process: `pause` (sleep until
 /// killed) or `until-resumed` (until the test removes the file).
-pub fn stop_point(point: &'static str) {
+pub(crate) fn stop_point(point: &'static str) {
     if let Some(how) = fired(point) {
         stop(point, &how);
     }
@@ -83,7 +83,7 @@ pub fn stop_point(point: &'static str) {
 /// `crash`, which stops the operation as if the process had died there:
 /// the agent drains (no new operation starts), and the panic's payload is
 /// a [`SimulatedCrash`] its task contains. One call per commit point.
-pub fn commit_point(point: &'static str, draining: &AtomicBool) {
+pub(crate) fn commit_point(point: &'static str, draining: &AtomicBool) {
     let Some(how) = fired(point) else {
         return;
     };

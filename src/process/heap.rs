@@ -55,6 +55,6 @@ pub unsafe fn one_arena() {
 /// freeing it: for the large results of a one-shot command, right before
 /// the process exits. Nothing with a side effect on drop (files, locks,
 /// connections) may be passed here.
-pub fn release_at_exit<T>(value: T) {
+pub(crate) fn release_at_exit<T>(value: T) {
     std::mem::forget(value);
 }

@@ -89,8 +89,9 @@ pub(crate) enum StatusBranchError {
 /// What a publication did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Published {
-    /// The files were already on the branch.
-    Unchanged,
+    /// The files were already on the branch, at this tip (the one this
+    /// attempt fetched, which may be newer than one fetched before).
+    Unchanged(String),
     /// A commit was pushed.
     Committed(String),
     /// Nothing was written: files were [`FileContent::Kept`], and the tip
@@ -242,8 +243,8 @@ impl StatusBranch {
         let Some(tree_id) = self.build_tree(&repo, parent.as_ref(), files)? else {
             return Ok(Attempt::Done(Published::NeedsEveryFile));
         };
-        if parent.as_ref().is_some_and(|p| p.tree_id() == tree_id) {
-            return Ok(Attempt::Done(Published::Unchanged));
+        if let Some(parent) = parent.as_ref().filter(|p| p.tree_id() == tree_id) {
+            return Ok(Attempt::Done(Published::Unchanged(parent.id().to_string())));
         }
         let tree = repo.find_tree(tree_id).map_err(|e| self.git(e))?;
         let signature = Signature::now(&format!("tend ({})", self.agent_id), "tend@localhost")

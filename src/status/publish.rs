@@ -267,9 +267,16 @@ impl StatusPublisher {
         let base_commit = base.as_ref().map(|(commit, _)| commit.as_str());
         let made = started.elapsed();
         let mut published = branch.publish(&rendered.files, &message, base_commit)?;
+        // (The tip moved under kept files: rendered whole and published
+        // again, so such a cycle may push up to twice `attempts` times.)
         if matches!(published, Published::NeedsEveryFile) {
             rendered = render(report, &last_operations, &decided, None);
             published = branch.publish(&rendered.files, &message, None)?;
+            if matches!(published, Published::NeedsEveryFile) {
+                // Cannot happen with no kept file; nothing was written,
+                // so nothing is remembered as published.
+                return Ok(None);
+            }
         }
         let kept = rendered
             .files
@@ -296,9 +303,10 @@ impl StatusPublisher {
         }
         // The key of what the branch holds now.
         let (key, now_at) = match &published {
-            Published::Committed(id) => (key_at(Some(id)), Some(id.clone())),
-            Published::Unchanged => (key, tip.clone()),
-            // (Not after a publication with every file; nothing to keep.)
+            Published::Committed(id) | Published::Unchanged(id) => {
+                (key_at(Some(id)), Some(id.clone()))
+            }
+            // (Returned above.)
             Published::NeedsEveryFile => (key, None),
         };
         self.rendered = now_at.map(|commit| (commit, inputs));
@@ -314,7 +322,7 @@ impl StatusPublisher {
         self.published_content = Some(content);
         Ok(match published {
             Published::Committed(id) => Some(id),
-            Published::Unchanged | Published::NeedsEveryFile => None,
+            Published::Unchanged(_) | Published::NeedsEveryFile => None,
         })
     }
 }

@@ -110,8 +110,8 @@ impl SandboxProvider {
                 // create everything again).
                 Err(e) => {
                     return Err(SandboxError::Storage {
-                        path: dir,
-                        source: Cause::new(e),
+                        path: self.db_path(),
+                        source: Cause::explained(format!("{}: {e}", dir.display()), e),
                     });
                 }
             };

@@ -809,14 +809,19 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
             .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
         commit
     };
-    let rendered = |what: &str| daemon.log().matches(what).count();
+    // The line is logged once the commit is pushed: waited for, then
+    // counted exactly.
+    let logged = |line: &str, times: usize, why: &str| {
+        let count = || daemon.log().matches(line).count();
+        daemon.wait_for(why, std::time::Duration::from_secs(10), || count() >= times);
+        assert_eq!(count(), times, "{why}:\n{}", daemon.log());
+    };
     let second = push_orders(11);
     wait_for_commits(2, "a second status commit");
-    assert_eq!(
-        rendered("status branch: 1 resource files rendered, 1 kept;"),
+    logged(
+        "status branch: 1 resource files rendered, 1 kept;",
         1,
-        "only orders' file is rendered over the agent's own commit:\n{}",
-        daemon.log()
+        "only orders' file is rendered over the agent's own commit",
     );
     assert!(
         remote.show(&orders).contains(&second),
@@ -840,11 +845,10 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     // as tend renders it.
     let third = push_orders(12);
     wait_for_commits(4, "a status commit over the hand edit");
-    assert_eq!(
-        rendered("status branch: 2 resource files rendered, 0 kept;"),
+    logged(
+        "status branch: 2 resource files rendered, 0 kept;",
         2,
-        "the first commit and the one over the hand edit render every file:\n{}",
-        daemon.log()
+        "the first commit and the one over the hand edit render every file",
     );
     assert!(
         remote.show(&orders).contains(&third),

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use support::TendCommand;
+use support::config::TendConfig;
 use support::git::TestRepo;
 
 const ORDERS: &str = "apiVersion: tend.dev/v1alpha1
@@ -25,15 +26,10 @@ fn setup(dir: &Path) -> (TestRepo, String) {
     let repo = TestRepo::new();
     repo.write("databases/orders.yaml", ORDERS);
     repo.commit("orders");
-    let config = dir.join("tend.toml");
-    fs::write(
-        &config,
-        format!(
-            "agent_id = \"e2e-agent\"\nstate_dir = \"state\"\n[source]\nurl = \"{}\"\npath = \"databases\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
-            repo.url()
-        ),
-    )
-    .unwrap();
+    let config = TendConfig::new(dir, &repo.url())
+        .top("agent_id", Some("\"e2e-agent\""))
+        .source("path", "\"databases\"")
+        .write();
     (repo, config.display().to_string())
 }
 

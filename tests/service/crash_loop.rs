@@ -31,6 +31,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+use support::config::TendConfig;
 use support::dice::Dice;
 use support::git::TestRepo;
 use support::postgres::Postgres;
@@ -89,13 +90,19 @@ enum Fleet {
 type Seen = BTreeMap<String, (String, u32)>;
 
 impl Fleet {
-    fn provider_section(&self) -> String {
+    /// `config` with this fleet's provider, `main`.
+    fn provider(&self, config: TendConfig) -> TendConfig {
+        let config = config
+            .without_section("providers.sandbox")
+            .section("providers.main", "max_concurrency", "4")
+            .section("providers.main", "rate_limit", "1000");
         match self {
-            Fleet::Postgres(pg) => format!(
-                "[providers.main]\nkind = \"postgres\"\nurl = \"{}\"\nmax_concurrency = 4\nrate_limit = 1000\n",
-                pg.url()
-            ),
-            Fleet::Sandbox => "[providers.main]\nkind = \"sandbox\"\nmax_concurrency = 4\nrate_limit = 1000\n[providers.main.faults]\nnames_not_unique = true\n".into(),
+            Fleet::Postgres(pg) => config
+                .section("providers.main", "kind", "\"postgres\"")
+                .section("providers.main", "url", &format!("\"{}\"", pg.url())),
+            Fleet::Sandbox => config
+                .section("providers.main", "kind", "\"sandbox\"")
+                .section("providers.main.faults", "names_not_unique", "true"),
         }
     }
 
@@ -280,17 +287,23 @@ fn crash_loop(process: Process) {
     }
     repo.commit("declarations");
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tend.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "agent_id = \"crash-agent\"\nstate_dir = \"state\"\n[server]\nlisten = \"127.0.0.1:{}\"\n[source]\nurl = \"{}\"\ninterval = \"200ms\"\n[status]\nbranch = \"\"\n[reconcile]\ndeletion_delay = \"0s\"\nmax_deletions = 100\nmax_deletion_percent = 100\nretry_min_delay = \"50ms\"\nmax_retries = 2\nconfirm_timeout = \"5s\"\nmax_concurrency = 4\n{}",
-            support::git::free_port(),
-            repo.url(),
-            fleet.provider_section()
-        ),
-    )
-    .unwrap();
+    let config = fleet
+        .provider(
+            TendConfig::new(dir.path(), &repo.url())
+                .top("agent_id", Some("\"crash-agent\""))
+                .server(
+                    "listen",
+                    &format!("\"127.0.0.1:{}\"", support::git::free_port()),
+                )
+                .source("interval", "\"200ms\"")
+                .reconcile("deletion_delay", "\"0s\"")
+                .reconcile("max_deletions", "100")
+                .reconcile("max_deletion_percent", "100")
+                .reconcile("max_retries", "2")
+                .reconcile("confirm_timeout", "\"5s\"")
+                .reconcile("max_concurrency", "4"),
+        )
+        .write();
     fleet.make_foreign(&config);
     let state = dir.path().join("state/state.db");
     let marker = dir.path().join("paused");

@@ -172,9 +172,8 @@ impl StatusBranch {
     }
 
     /// Puts `files` on the branch with `message`, as described in the
-    /// module docs.
-    /// Publishes `files`. `base`: the commit [`FileContent::Kept`] files
-    /// are kept from (the tip tend last published).
+    /// module docs. `base`: the commit [`FileContent::Kept`] files are kept
+    /// from (the tip tend last published).
     pub(crate) fn publish(
         &self,
         files: &BTreeMap<String, FileContent>,

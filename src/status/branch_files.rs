@@ -121,8 +121,18 @@ pub(crate) enum FileContent {
 
 /// What a resource's file is a function of: a digest of its fields as
 /// the file shows them, and its `decidedFrom` as the state remembers it
-/// (or, without one, the source commit). Equal inputs render equal bytes.
-pub(crate) type Inputs = [u8; 32];
+/// (or, without one, the source commit). Equal digests render equal bytes.
+pub(crate) type InputsDigest = [u8; 32];
+
+/// What [`render`] knows of the last render, and whether to digest this
+/// one's inputs for the next.
+pub(crate) enum Inputs<'a> {
+    /// A one-shot publication: nothing is kept, nothing is digested.
+    Forget,
+    /// The running agent: the last render's digests, over the commit it
+    /// published (`None`: every file is rendered).
+    Keep(Option<&'a HashMap<String, InputsDigest>>),
+}
 
 /// The branch's files as [`render`] made them.
 pub(crate) struct Rendered {
@@ -130,27 +140,33 @@ pub(crate) struct Rendered {
     pub files: BTreeMap<String, FileContent>,
     /// Each resource's digest and `decidedFrom` as they are now.
     pub decided: DecidedFrom,
-    /// Each resource's inputs, for the next render.
-    pub inputs: HashMap<String, Inputs>,
+    /// Each resource's inputs, for the next render (empty with
+    /// [`Inputs::Forget`]).
+    pub inputs: HashMap<String, InputsDigest>,
 }
 
 /// Every file of the branch, by path, and each resource's digest and
 /// `decidedFrom` as they are now (`decided`: as they were, from the state).
 ///
-/// `previous`: each resource's inputs when its file was last rendered for
-/// the branch's tip. A resource whose inputs are the same is
+/// `inputs`: [`Inputs::Forget`] for a one-shot publication (no input is
+/// digested), else each resource's inputs when its file was last rendered
+/// for the branch's tip. A resource whose inputs are the same is
 /// [`FileContent::Kept`], not rendered again: a change to one resource of
-/// 100,000 renders one YAML file, not 100,000 (the running agent keeps
-/// `previous` between cycles; a one-shot command has none).
+/// 100,000 renders one YAML file, not 100,000.
 pub(crate) fn render(
     report: &Report,
     last_operations: &HashMap<String, LastOperation>,
     decided: &DecidedFrom,
-    previous: Option<&HashMap<String, Inputs>>,
+    previous: Inputs<'_>,
 ) -> Rendered {
+    let (keep, previous) = match previous {
+        Inputs::Forget => (false, None),
+        Inputs::Keep(previous) => (true, previous),
+    };
     let mut files = BTreeMap::new();
     let mut decided_now = DecidedFrom::new();
-    let mut inputs = HashMap::with_capacity(report.resources.len());
+    let mut inputs = HashMap::new();
+    let mut json = Vec::new();
     for r in &report.resources {
         let op = last_operations.get(&r.name).map(|o| OperationFile {
             id: &o.id,
@@ -181,15 +197,19 @@ pub(crate) fn render(
         let source_commit = report.source.commit.as_deref();
         // As the last render stored them: with the `decidedFrom` it
         // remembered, which is what the state gives now.
-        if let Some(was) = was {
-            let key = inputs_of(&file, Some(was), source_commit);
-            if previous.and_then(|p| p.get(&r.name)) == Some(&key) {
-                files.insert(file_name(&r.name), FileContent::Kept);
-                decided_now.insert(r.name.clone(), was.clone());
-                inputs.insert(r.name.clone(), key);
-                continue;
+        let key = match (previous, was) {
+            (Some(previous), Some(was)) => {
+                let key = inputs_of(&mut json, &file, Some(was), source_commit);
+                if previous.get(&r.name) == Some(&key) {
+                    files.insert(file_name(&r.name), FileContent::Kept);
+                    decided_now.insert(r.name.clone(), was.clone());
+                    inputs.insert(r.name.clone(), key);
+                    continue;
+                }
+                Some(key)
             }
-        }
+            _ => None,
+        };
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
         let digest = crate::model::hash::sha256_hex(yaml.as_bytes());
         let commit = match (decided.get(&r.name), report.source.commit.as_deref()) {
@@ -211,11 +231,16 @@ pub(crate) fn render(
             decided_now.insert(r.name.clone(), (digest, commit));
         }
         // What the next render compares: these fields, with the
-        // `decidedFrom` remembered from this one.
-        inputs.insert(
-            r.name.clone(),
-            inputs_of(&file, decided_now.get(&r.name), source_commit),
-        );
+        // `decidedFrom` remembered from this one (the digest above, when
+        // that did not change).
+        if keep {
+            let now = decided_now.get(&r.name);
+            let key = match key {
+                Some(key) if now == was => key,
+                _ => inputs_of(&mut json, &file, now, source_commit),
+            };
+            inputs.insert(r.name.clone(), key);
+        }
     }
     let agent = AgentFile {
         agent_id: report.agent.id.clone(),
@@ -238,31 +263,25 @@ pub(crate) fn render(
     }
 }
 
-/// The [`Inputs`] of `file`: its fields (as JSON, several times cheaper
-/// to write than the YAML the branch holds), and what the state remembers
+/// The [`InputsDigest`] of `file`: its fields (as JSON, written into
+/// `json`, a buffer reused from one resource to the next: several times
+/// cheaper than the YAML the branch holds), and what the state remembers
 /// of its `decidedFrom` (or, without it, the source commit).
 fn inputs_of(
+    json: &mut Vec<u8>,
     file: &ResourceFile<'_>,
     decided: Option<&(String, String)>,
     commit: Option<&str>,
-) -> Inputs {
+) -> InputsDigest {
     use sha2::Digest;
-    struct Hashing(sha2::Sha256);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.update(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+    json.clear();
+    // A value that does not serialise would render as an error line, and
+    // must not match another's inputs.
+    if serde_json::to_writer(&mut *json, file).is_err() {
+        json.extend_from_slice(b"\0unserialisable");
     }
-    let mut hashing = Hashing(sha2::Sha256::new());
-    // Writing into a hasher cannot fail; a value that does not serialise
-    // would render as an error line, and must not match another's inputs.
-    if serde_json::to_writer(&mut hashing, file).is_err() {
-        hashing.0.update(b"\0unserialisable");
-    }
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(&json[..]);
     // The source commit shows in the file only when the state remembers
     // no `decidedFrom` for it (a later commit that changes nothing for the
     // resource leaves its file as it is).
@@ -271,10 +290,10 @@ fn inputs_of(
         None => ["", "", commit.unwrap_or("")],
     };
     for part in parts {
-        hashing.0.update(b"\0");
-        hashing.0.update(part.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(part.as_bytes());
     }
-    hashing.0.finalize().into()
+    hasher.finalize().into()
 }
 
 /// Orders resources for a reviewer: what needs a human first.

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
-use super::branch_files::{FileContent, Inputs, Rendered, render};
+use super::branch_files::{FileContent, Inputs, InputsDigest, Rendered, render};
 use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
 use super::report::{Report, StatusBranchReport};
@@ -62,10 +62,13 @@ pub(crate) struct StatusPublisher {
     published_content: Option<String>,
     /// Since when the branch has been failing.
     failing_since: Option<SystemTime>,
+    /// Whether this publisher publishes again (the running agent's): only
+    /// then are the resources' inputs digested and kept.
+    keeps_renders: bool,
     /// The commit this process last published, and each resource's
     /// inputs then: over that tip, a resource whose inputs are the same is
     /// not rendered again.
-    rendered: Option<(String, HashMap<String, Inputs>)>,
+    rendered: Option<(String, HashMap<String, InputsDigest>)>,
 }
 
 impl StatusPublisher {
@@ -104,7 +107,25 @@ impl StatusPublisher {
             published: None,
             published_content: None,
             failing_since,
+            keeps_renders: false,
             rendered: None,
+        }
+    }
+
+    /// The same publisher, publishing again and again (the running
+    /// agent's status writer): each status commit renders only the files
+    /// whose resource changed since the commit it last published.
+    pub(crate) fn keeping_renders(mut self) -> Self {
+        self.keeps_renders = true;
+        self
+    }
+
+    /// What a render is told of `base`, the last render's digests.
+    fn inputs<'a>(&self, base: Option<&'a HashMap<String, InputsDigest>>) -> Inputs<'a> {
+        if self.keeps_renders {
+            Inputs::Keep(base)
+        } else {
+            Inputs::Forget
         }
     }
 
@@ -262,7 +283,7 @@ impl StatusPublisher {
             report,
             &last_operations,
             &decided,
-            base.as_ref().map(|(_, inputs)| inputs),
+            self.inputs(base.as_ref().map(|(_, digests)| digests)),
         );
         let base_commit = base.as_ref().map(|(commit, _)| commit.as_str());
         let made = started.elapsed();
@@ -270,7 +291,7 @@ impl StatusPublisher {
         // (The tip moved under kept files: rendered whole and published
         // again, so such a cycle may push up to twice `attempts` times.)
         if matches!(published, Published::NeedsEveryFile) {
-            rendered = render(report, &last_operations, &decided, None);
+            rendered = render(report, &last_operations, &decided, self.inputs(None));
             published = branch.publish(&rendered.files, &message, None)?;
             if matches!(published, Published::NeedsEveryFile) {
                 // Cannot happen with no kept file; nothing was written,
@@ -309,7 +330,9 @@ impl StatusPublisher {
             // (Returned above.)
             Published::NeedsEveryFile => (key, None),
         };
-        self.rendered = now_at.map(|commit| (commit, inputs));
+        self.rendered = now_at
+            .filter(|_| self.keeps_renders)
+            .map(|commit| (commit, inputs));
         if let Some(file) = &self.key_file
             && let Err(e) = super::files::write_atomically(file, format!("{key}\n").as_bytes())
         {

@@ -36,11 +36,12 @@ const RETRY_FAILED: Duration = Duration::from_secs(60);
 /// every change until `stop` turns true.
 pub(crate) async fn run(
     board: Arc<StatusBoard>,
-    mut publisher: StatusPublisher,
+    publisher: StatusPublisher,
     metrics: Arc<Metrics>,
     deliveries: Arc<tokio::sync::Notify>,
     stop: tokio_util::sync::CancellationToken,
 ) {
+    let mut publisher = publisher.keeping_renders();
     let mut changes = board.subscribe();
     let mut last_error: Option<String> = None;
     let mut last_published: Option<tokio::time::Instant> = None;

@@ -816,22 +816,26 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
         daemon.wait_for(why, std::time::Duration::from_secs(10), || count() >= times);
         assert_eq!(count(), times, "{why}:\n{}", daemon.log());
     };
-    let second = push_orders(11);
-    wait_for_commits(2, "a second status commit");
-    logged(
+    // A change: pushed, its status commit waited for, the files rendered
+    // counted; orders' file names the new commit, billing's is as tend
+    // rendered it first.
+    let change = |limit: u32, commits: usize, rendered: &str, times: usize, why: &str| {
+        let commit = push_orders(limit);
+        wait_for_commits(commits, why);
+        logged(rendered, times, why);
+        assert!(
+            remote.show(&orders).contains(&commit),
+            "{}",
+            remote.show(&orders)
+        );
+        assert_eq!(remote.show(&billing), billing_first, "{why}");
+    };
+    change(
+        11,
+        2,
         "status branch: 1 resource files rendered, 1 kept;",
         1,
         "only orders' file is rendered over the agent's own commit",
-    );
-    assert!(
-        remote.show(&orders).contains(&second),
-        "{}",
-        remote.show(&orders)
-    );
-    assert_eq!(
-        remote.show(&billing),
-        billing_first,
-        "billing did not change"
     );
 
     // Someone edits billing's file on the branch.
@@ -841,23 +845,13 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     git(&clone, &["push", "-q", "origin", "tend-status"]);
     assert!(remote.show(&billing).contains("Edited by hand"));
 
-    // The next change is written over their commit, with billing's file
-    // as tend renders it.
-    let third = push_orders(12);
-    wait_for_commits(4, "a status commit over the hand edit");
-    logged(
+    // The next change is written over their commit, every file rendered
+    // again: the hand edit is put right.
+    change(
+        12,
+        4,
         "status branch: 2 resource files rendered, 0 kept;",
         2,
         "the first commit and the one over the hand edit render every file",
-    );
-    assert!(
-        remote.show(&orders).contains(&third),
-        "{}",
-        remote.show(&orders)
-    );
-    assert_eq!(
-        remote.show(&billing),
-        billing_first,
-        "the hand edit is put right"
     );
 }

@@ -60,10 +60,7 @@ impl Fixture {
     /// `tend --config … ARGS` (logging warnings only), to adjust before
     /// running.
     pub fn command(&self, args: &[&str]) -> TendCommand {
-        let config = self.config_path().display().to_string();
-        let mut all = vec!["--config", config.as_str()];
-        all.extend_from_slice(args);
-        TendCommand::new(&all).env("TEND_LOG", "warn")
+        TendCommand::configured(self.config_path(), args).env("TEND_LOG", "warn")
     }
 
     /// `tend --config … ARGS`, which must exit `code`.

@@ -132,6 +132,14 @@ impl TendCommand {
         }
     }
 
+    /// `tend --config CONFIG ARGS`.
+    pub fn configured(config: impl AsRef<Path>, args: &[&str]) -> Self {
+        let config = config.as_ref().display().to_string();
+        let mut all = vec!["--config", config.as_str()];
+        all.extend_from_slice(args);
+        TendCommand::new(&all)
+    }
+
     /// Kills it and fails the test if it runs longer than `limit` (a
     /// command that hangs on hostile input must fail, not stall the run).
     pub fn within(mut self, limit: std::time::Duration) -> Self {
@@ -279,10 +287,7 @@ impl RunOutput {
 
 /// `tend --config CONFIG ARGS`, which must exit `code` (default logging).
 pub fn tend(config: impl AsRef<Path>, args: &[&str], code: i32) -> RunOutput {
-    let config = config.as_ref().display().to_string();
-    let mut all = vec!["--config", config.as_str()];
-    all.extend_from_slice(args);
-    TendCommand::new(&all).expect_code(code)
+    TendCommand::configured(config, args).expect_code(code)
 }
 
 /// What `tend apply --format json` ran: `(operations, done)` from its

@@ -5,6 +5,7 @@
 //! time, from its decision's `act_at`. One worker per provider, so a slow
 //! provider never delays another's resources.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -43,8 +44,61 @@ enum Wake {
     /// Everything of the provider.
     Full,
     /// These resources fell due.
-    Due(std::collections::BTreeSet<String>),
+    Due(BTreeSet<String>),
+    /// The source moved to another commit.
+    Commit,
     Stop,
+}
+
+/// What the worker reconciled last, to tell a new commit's changes from.
+#[derive(Default)]
+struct Reconciled {
+    /// The snapshot of the last cycle that finished (`None`: none yet).
+    snapshot: Option<Arc<Snapshot>>,
+    /// Whether a cycle over every resource of the provider finished: the
+    /// board holds a whole part that a partial report can update.
+    whole: bool,
+}
+
+impl Reconciled {
+    /// The resources of `provider` a cycle over `snapshot` must decide
+    /// besides `names`: none when the snapshot is the one reconciled, the
+    /// declarations it changed otherwise. `None`: every resource (nothing
+    /// whole was reconciled yet, or a declaration of the provider was
+    /// removed: a removal's tombstone, release and rename are a whole
+    /// cycle's work).
+    fn scope_over(
+        &self,
+        provider: &str,
+        config: &crate::config::Config,
+        snapshot: &Snapshot,
+        mut names: BTreeSet<String>,
+    ) -> Option<(BTreeSet<String>, bool)> {
+        let before = self.snapshot.as_deref().filter(|_| self.whole)?;
+        if std::ptr::eq(before, snapshot) {
+            return Some((names, false));
+        }
+        // A declaration whose provider cannot be named is every provider's
+        // concern (each reports it, and one of them may manage it).
+        let concerns =
+            |d: &crate::model::Declaration| match crate::reconcile::routing::provider_name_of(
+                config,
+                &d.manifest,
+            ) {
+                Ok(named) => named == provider,
+                Err(_) => true,
+            };
+        for change in snapshot.changes_since(before) {
+            let ours = change.before.is_some_and(concerns) || change.after.is_some_and(concerns);
+            if !ours {
+                continue;
+            }
+            // Removed: a whole cycle.
+            change.after?;
+            names.insert(change.name.to_string());
+        }
+        Some((names, true))
+    }
 }
 
 /// Runs until told to stop.
@@ -68,41 +122,57 @@ pub(crate) async fn run(
     // Cycles in a row that could not observe the provider: the next one
     // comes after a backoff (seconds at first), not at the next `observe`.
     let mut failing = 0u32;
+    // A commit wakes the worker for the declarations it changed, not for
+    // the whole fleet: at 100,000 declarations a whole cycle per provider
+    // for a one-file commit is most of the time to its status commit.
+    let mut reconciled = Reconciled::default();
     metrics.provider_known(&provider);
     loop {
         let wake = next_wake(&provider, &agent, &mut inputs, &mut queue, next_full).await;
-        let scope = match wake {
+        let names = match wake {
             Wake::Stop => return,
-            Wake::Full => {
-                next_full = Instant::now() + every;
-                Scope::Provider {
-                    provider: provider.clone(),
-                    names: None,
-                }
-            }
-            Wake::Due(names) => Scope::Provider {
-                provider: provider.clone(),
-                names: Some(names),
-            },
+            Wake::Full => None,
+            Wake::Due(names) => Some(names),
+            Wake::Commit => Some(BTreeSet::new()),
         };
         let Some(snapshot) = inputs.snapshots.borrow_and_update().clone() else {
             continue;
+        };
+        // Whatever woke it, a cycle over a snapshot the worker has not
+        // reconciled decides that snapshot's changes too.
+        let names = names
+            .and_then(|names| reconciled.scope_over(&provider, agent.config(), &snapshot, names));
+        let kind = match &names {
+            None => {
+                next_full = Instant::now() + every;
+                "full"
+            }
+            Some((_, true)) => "change",
+            Some((_, false)) => "due",
+        };
+        let scope = Scope::Provider {
+            provider: provider.clone(),
+            names: names.map(|(names, _)| names),
         };
         super::hooks::wedge_point().await;
         inputs.heartbeats.beat(&provider, true);
         // Read ahead (and shared with the other workers): usually ready.
         agent.finish_preload(preload.take()).await;
-        let retry = cycle(
+        let (done, retry) = cycle(
             &provider,
             &agent,
             &board,
             &metrics,
             &snapshot,
-            &scope,
+            (&scope, kind),
             &mut queue,
             &mut failing,
         )
         .await;
+        if done {
+            reconciled.whole |= kind == "full";
+            reconciled.snapshot = Some(snapshot);
+        }
         if let Some(retry) = retry {
             next_full = next_full.min(Instant::now() + retry);
         }
@@ -139,7 +209,7 @@ async fn next_wake(
                 if changed.is_err() {
                     return Wake::Stop;
                 }
-                return Wake::Full;
+                return Wake::Commit;
             }
             _ = inputs.resync.changed(), if has_snapshot => return Wake::Full,
             _ = tokio::time::sleep_until(next_full.into()), if has_snapshot => return Wake::Full,
@@ -161,7 +231,8 @@ fn observe_backoff(failing: u32) -> Duration {
 }
 
 /// One reconcile (with the memories read while the worker waited), its
-/// report and its metrics. Returns how soon to try
+/// report and its metrics; `kind` names the scope (`full`, `change`,
+/// `due`). Returns whether the reconcile finished, and how soon to try
 /// again when the provider could not be observed (`failing` counts such
 /// cycles in a row).
 #[allow(clippy::too_many_arguments)]
@@ -171,14 +242,22 @@ async fn cycle(
     board: &StatusBoard,
     metrics: &Metrics,
     snapshot: &Arc<Snapshot>,
-    scope: &Scope,
+    (scope, kind): (&Scope, &str),
     queue: &mut DueQueue,
     failing: &mut u32,
-) -> Option<Duration> {
+) -> (bool, Option<Duration>) {
     let started = Instant::now();
-    let full = matches!(scope, Scope::Provider { names: None, .. });
-    let kind = if full { "full" } else { "due" };
-    tracing::debug!(provider, scope = kind, "cycle starts");
+    let names = match scope {
+        Scope::Provider { names, .. } => names.as_ref(),
+        _ => None,
+    };
+    let full = names.is_none();
+    tracing::debug!(
+        provider,
+        scope = kind,
+        "cycle starts{}",
+        names.map_or(String::new(), |n| format!(" over {} resources", n.len()))
+    );
     let ahead = CycleInputs { listing: None };
     match reconcile_with(agent, snapshot, Mode::Apply, scope, ahead).await {
         Ok(outcome) => {
@@ -273,7 +352,7 @@ async fn cycle(
                     crate::time::duration(retry)
                 );
             }
-            board.publish(provider, report, !full);
+            board.publish(provider, report, names);
             metrics.cycle(provider, kind, observed, started.elapsed().as_secs_f64());
             if observed {
                 let now = SystemTime::now()
@@ -288,7 +367,7 @@ async fn cycle(
                 "cycle done in {:?}",
                 started.elapsed()
             );
-            retry
+            (true, retry)
         }
         Err(e) => {
             if let ReconcileError::State { finished, .. } = &e {
@@ -302,7 +381,7 @@ async fn cycle(
                 "cycle failed: {e}; tried again in {}",
                 crate::time::duration(retry)
             );
-            Some(retry)
+            (false, Some(retry))
         }
     }
 }

@@ -90,13 +90,12 @@ pub(crate) fn provider_name_of<'c>(
 
 /// [`provider_name_of`], and whether that provider manages every field the
 /// declaration sets.
-pub(crate) fn provider_of<'c>(
-    config: &'c Config,
-    manifest: &ManagedDatabase,
-) -> Result<&'c str, String> {
-    let name = provider_name_of(config, manifest)?;
+pub(crate) fn provider_of<'c>(config: &'c Config, decl: &Declaration) -> Result<&'c str, String> {
+    let name = provider_name_of(config, &decl.manifest)?;
+    // The normalised spec has the fields the manifest sets (and the
+    // database name): no second serialisation of the spec per cycle.
     if config.providers[name].kind() == ProviderKind::Postgres
-        && let Ok(Value::Object(spec)) = serde_json::to_value(&manifest.spec)
+        && let Value::Object(spec) = &decl.normalized_spec
     {
         let dbaas: Vec<&str> = crate::model::FIELDS
             .iter()
@@ -169,11 +168,15 @@ impl<'s> Routing<'s> {
             }
             _ => false,
         };
+        // A declaration out of scope is still checked for its provider:
+        // every cycle reports the fleet's declaration problems, so a
+        // cycle over some names (due times, a commit's changes) never
+        // drops another declaration's error from the merged report.
         for decl in &snapshot.declarations.declarations {
-            if !scope.contains(decl.name()) || elsewhere(decl) {
+            if elsewhere(decl) {
                 continue;
             }
-            match provider_of(config, &decl.manifest) {
+            match provider_of(config, decl) {
                 Ok(provider) if !scope.admits(decl.name(), provider) => {}
                 Ok(provider) => {
                     let db = decl.manifest.database_name();

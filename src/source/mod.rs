@@ -16,6 +16,7 @@
 //! them on `spawn_blocking` (a `Repository` is not `Sync`).
 
 pub(crate) mod auth;
+pub(crate) mod changes;
 pub(crate) mod fetch;
 pub(crate) mod parse_cache;
 pub(crate) mod reader_repo;

@@ -99,19 +99,28 @@ impl StatusBoard {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A worker's report of `provider`. `partial`: it covers only some of
-    /// the provider's resources (the due ones), which replace their earlier
-    /// entries; otherwise it replaces the provider's report.
-    pub(crate) fn publish(&self, provider: &str, report: Report, partial: bool) {
+    /// A worker's report of `provider`. `partial`: the names it covers (the
+    /// due ones, or the declarations a commit changed), which replace their
+    /// earlier entries (a name the report no longer holds, such as a
+    /// declaration that moved to another provider, leaves the part);
+    /// `None`: it replaces the provider's report.
+    pub(crate) fn publish(
+        &self,
+        provider: &str,
+        report: Report,
+        partial: Option<&std::collections::BTreeSet<String>>,
+    ) {
         let mut inner = self.lock();
         // Dropped first, so the part below is usually the only reference
         // and is changed in place.
         inner.merged = None;
         let part = match (partial, inner.parts.remove(provider)) {
-            (true, Some(old)) => {
+            (Some(names), Some(old)) => {
                 let mut old = Arc::unwrap_or_clone(old);
+                let reported: std::collections::HashSet<&str> =
+                    report.resources.iter().map(|r| r.name.as_str()).collect();
                 old.resources
-                    .retain(|r| !report.resources.iter().any(|n| n.name == r.name));
+                    .retain(|r| !names.contains(&r.name) && !reported.contains(r.name.as_str()));
                 old.resources.extend(report.resources);
                 old.resources.sort_by(|a, b| a.name.cmp(&b.name));
                 // The report is made now: a due-time cycle's report must not
@@ -119,7 +128,10 @@ impl StatusBoard {
                 // "EXPIRED at 10:43 (in 39s)" under "report made 10:42").
                 old.generated_at = report.generated_at;
                 old.source = report.source;
+                // Whatever its scope, a cycle reports the fleet's
+                // declaration errors and orphaned overrides whole.
                 old.errors = report.errors;
+                old.orphaned_overrides = report.orphaned_overrides;
                 old.suspended = report.suspended;
                 old.summary = super::report::Summary::of(&old.resources, old.errors.len());
                 Arc::new(old)
@@ -207,23 +219,62 @@ mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
 
-    #[test]
-    fn a_partial_report_is_dated_when_it_was_made() {
+    /// A configuration, a time and an empty board.
+    fn setting() -> (crate::config::Config, SystemTime, StatusBoard) {
         let config = crate::config::Config::parse(
             "[source]\nurl = \"/nowhere\"\n[providers.sandbox]\nkind = \"sandbox\"\n",
             std::path::Path::new("/etc/tend/tend.toml"),
         )
         .unwrap();
         let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let board = StatusBoard::default();
+        (config, then, StatusBoard::default())
+    }
+
+    #[test]
+    fn a_partial_report_is_dated_when_it_was_made() {
+        let (config, then, board) = setting();
         let full = crate::status::report::empty_report(&config, "agent", then);
-        board.publish("sandbox", full, false);
+        board.publish("sandbox", full, None);
         let later = then + Duration::from_secs(40);
         let due = crate::status::report::empty_report(&config, "agent", later);
         let made = due.generated_at.clone();
-        board.publish("sandbox", due, true);
+        board.publish("sandbox", due, Some(&Default::default()));
         let latest = board.latest().unwrap();
         assert_eq!(latest.generated_at, made);
         assert_ne!(made, crate::time::rfc3339(then));
+    }
+
+    fn resource(name: &str) -> Arc<super::super::report::ResourceReport> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "name": name, "file": format!("{name}.yaml"), "state": "InSync",
+                "action": "None", "reason": "", "drift": [],
+            }))
+            .expect("a resource report"),
+        )
+    }
+
+    #[test]
+    fn a_partial_report_replaces_the_names_it_covers_and_drops_those_it_no_longer_holds() {
+        let (config, then, board) = setting();
+        let mut full = crate::status::report::empty_report(&config, "agent", then);
+        full.resources = ["billing", "ledger", "orders"].map(resource).to_vec();
+        board.publish("sandbox", full, None);
+        // `ledger` moved to another provider; `orders` changed; `billing`
+        // was not in the cycle's scope.
+        let mut change = crate::status::report::empty_report(&config, "agent", then);
+        let mut orders = (*resource("orders")).clone();
+        orders.reason = "changed".into();
+        change.resources = vec![Arc::new(orders)];
+        let names = ["ledger", "orders"].map(String::from).into();
+        board.publish("sandbox", change, Some(&names));
+        let latest = board.latest().unwrap();
+        let held: Vec<(&str, &str)> = latest
+            .resources
+            .iter()
+            .map(|r| (r.name.as_str(), r.reason.as_str()))
+            .collect();
+        assert_eq!(held, [("billing", ""), ("orders", "changed")]);
+        assert_eq!(latest.summary.total, 2);
     }
 }

@@ -1050,3 +1050,86 @@ fn the_mass_deletion_guard_counts_the_removals_at_every_provider_together() {
         "a provider's worker deleted its share of a mass deletion"
     );
 }
+
+/// The cycles `tend_cycles_total` counts for `provider` over `scope`.
+fn cycles(daemon: &Daemon, provider: &str, scope: &str) -> f64 {
+    let text = daemon.get("/metrics").unwrap().body;
+    text.lines()
+        .filter(|l| {
+            l.starts_with("tend_cycles_total{")
+                && l.contains(&format!("provider=\"{provider}\""))
+                && l.contains(&format!("scope=\"{scope}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A commit is reconciled by cycles over the declarations it changed: the
+/// provider whose declaration changed decides that one, the other decides
+/// none, and neither runs a cycle over its whole part of the fleet. The
+/// report still holds every resource, the new commit, and the error of a
+/// declaration no cycle decided. A removal is a whole cycle's work at its
+/// provider alone.
+#[test]
+fn a_commit_wakes_only_the_declarations_it_changed() {
+    let env = Env::new(|c| c.section("providers.other", "kind", "\"sandbox\""));
+    env.repo
+        .write("orders.yaml", &with_provider("orders", "sandbox", 10));
+    env.repo
+        .write("ledger.yaml", &with_provider("ledger", "other", 10));
+    env.repo
+        .write("stray.yaml", &with_provider("stray", "nowhere", 10));
+    env.repo.commit("two providers and a stray declaration");
+    let daemon = env.start(&[]);
+    let in_sync =
+        |report: &Value, name: &str| resource(report, name).is_some_and(|r| r["state"] == "InSync");
+    daemon.wait_for("both resources in sync", Duration::from_secs(10), || {
+        let report = daemon.status();
+        in_sync(&report, "orders") && in_sync(&report, "ledger")
+    });
+    let full = |provider: &str| cycles(&daemon, provider, "full");
+    let (sandbox_full, other_full) = (full("sandbox"), full("other"));
+    assert!(sandbox_full >= 1.0 && other_full >= 1.0);
+
+    env.repo
+        .write("orders.yaml", &with_provider("orders", "sandbox", 12));
+    let commit = env.repo.commit("orders: 12");
+    daemon.wait_for("the commit reconciled", Duration::from_secs(10), || {
+        let report = daemon.status();
+        report["source"]["commit"] == commit.as_str()
+            && in_sync(&report, "orders")
+            && cycles(&daemon, "other", "change") >= 1.0
+    });
+    assert_eq!(env.limit_at_provider("orders"), json!(12));
+    assert_eq!(cycles(&daemon, "sandbox", "change"), 1.0);
+    assert_eq!(full("sandbox"), sandbox_full, "{}", daemon.log());
+    assert_eq!(full("other"), other_full, "{}", daemon.log());
+    let log = daemon.log();
+    let starts = |provider: &str, over: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains(&format!("provider=\"{provider}\""))
+                    || l.contains(&format!("provider={provider}"))
+            })
+            .filter(|l| l.contains(&format!("cycle starts over {over}")))
+            .count()
+    };
+    assert_eq!(starts("sandbox", "1 resources"), 1, "{log}");
+    assert_eq!(starts("other", "0 resources"), 1, "{log}");
+    let report = daemon.status();
+    assert!(in_sync(&report, "ledger"), "{report:#}");
+    let errors = report["errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(
+            |e| e["file"] == "stray.yaml" && e["message"].as_str().unwrap().contains("nowhere")
+        ),
+        "{report:#}"
+    );
+
+    env.repo.remove("ledger.yaml");
+    env.repo.commit("ledger removed");
+    daemon.wait_for("the removal's whole cycle", Duration::from_secs(10), || {
+        full("other") > other_full
+    });
+    assert_eq!(full("sandbox"), sandbox_full, "{}", daemon.log());
+}

@@ -292,6 +292,29 @@ mod tests {
     }
 
     #[test]
+    fn a_status_commit_s_writes_leave_the_memories_read_in_use() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
+        let cache = MemoryCache::default();
+        cache.retain();
+        let first = cache.current(&store)?;
+        let decided: crate::journal::DecidedFrom = [(
+            "orders".to_string(),
+            ("digest".to_string(), "c0ffee".to_string()),
+        )]
+        .into();
+        store.record_status_decided(&Default::default(), &decided)?;
+        store.record_notifications(&Default::default(), &[], &[], std::time::SystemTime::now())?;
+        assert_eq!(store.status_decided()?, decided, "written");
+        let again = cache.current(&store)?;
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the status commit's writes made every memory be read again"
+        );
+        Ok(())
+    }
+
+    #[test]
     fn a_one_shot_cache_hands_its_read_ahead_to_one_cycle_alone() -> Outcome {
         let dir = tempfile::tempdir()?;
         let store = store(&dir)?;

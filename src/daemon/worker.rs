@@ -155,6 +155,7 @@ pub(crate) async fn run(
             names: names.map(|(names, _)| names),
         };
         super::hooks::wedge_point().await;
+        let running = board.cycle_running();
         inputs.heartbeats.beat(&provider, true);
         // Read ahead (and shared with the other workers): usually ready.
         agent.finish_preload(preload.take()).await;
@@ -169,6 +170,7 @@ pub(crate) async fn run(
             &mut failing,
         )
         .await;
+        drop(running);
         if done {
             reconciled.whole |= kind == "full";
             reconciled.snapshot = Some(snapshot);

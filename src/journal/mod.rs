@@ -22,8 +22,9 @@ pub use store::{
     Applied, Fence, Intent, IntentState, LeaseHolder, PgStateSettings, Release, StateStore,
 };
 pub(crate) use store::{
-    Approval, BackendKind, CorruptRow, DecidedFrom, HeldLease, LastOperation, LocalOverride,
-    OverrideSeen, PendingNotification, QueuedNotification, StoredMemories, TombstoneRow, Tx,
+    Approval, BackendKind, CorruptRow, DecidedFrom, HeldLease, LastOperation, LastOperations,
+    LocalOverride, OverrideSeen, PendingNotification, QueuedNotification, StoredMemories,
+    TombstoneRow, Tx,
 };
 
 use std::sync::Arc;

@@ -423,13 +423,30 @@ fn read_declarations(
     Some(count)
 }
 
+/// One file's parse results as [`store`] writes them: borrowed from its
+/// [`FileContents`], or gathered from a snapshot's declarations.
+pub(crate) struct FileView<'a> {
+    /// In the file's order.
+    pub declarations: Vec<&'a Declaration>,
+    pub diagnostics: &'a [Diagnostic],
+}
+
+impl<'a> From<&'a FileContents> for FileView<'a> {
+    fn from(contents: &'a FileContents) -> Self {
+        FileView {
+            declarations: contents.declarations.iter().collect(),
+            diagnostics: &contents.diagnostics,
+        }
+    }
+}
+
 /// Replaces the cache with the parse results of `tree` (at source path
 /// `path`).
 pub(crate) fn store<'a>(
     file: &Path,
     path: &str,
     tree: Oid,
-    files: impl ExactSizeIterator<Item = (&'a str, Oid, &'a FileContents)>,
+    files: impl ExactSizeIterator<Item = (&'a str, Oid, FileView<'a>)>,
 ) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(files.len() * 512);
     let header = Header {
@@ -447,7 +464,7 @@ pub(crate) fn store<'a>(
             blob: blob.to_string(),
             declarations: contents
                 .declarations
-                .iter()
+                .into_iter()
                 .map(|d| DeclarationOut {
                     manifest: &d.manifest,
                     line: d.line,
@@ -495,7 +512,7 @@ mod tests {
             file,
             path,
             tree(),
-            entries.iter().map(|(p, o, c)| (p.as_str(), *o, c)),
+            entries.iter().map(|(p, o, c)| (p.as_str(), *o, c.into())),
         )
         .unwrap();
     }

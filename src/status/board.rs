@@ -83,6 +83,9 @@ pub(crate) struct StatusBoard {
     inner: Mutex<Inner>,
     /// Bumped at every change, for whoever waits on one.
     changes: watch::Sender<u64>,
+    /// How many workers are in a cycle: the status writer waits for the
+    /// cycles a commit started to end (up to a bound) before it writes.
+    running: watch::Sender<usize>,
 }
 
 impl Default for StatusBoard {
@@ -90,7 +93,17 @@ impl Default for StatusBoard {
         StatusBoard {
             inner: Mutex::default(),
             changes: watch::Sender::new(0),
+            running: watch::Sender::new(0),
         }
+    }
+}
+
+/// A worker's cycle, counted by the board while it is held.
+pub(crate) struct RunningCycle<'b>(&'b StatusBoard);
+
+impl Drop for RunningCycle<'_> {
+    fn drop(&mut self) {
+        self.0.running.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -211,6 +224,17 @@ impl StatusBoard {
     /// Notified at every change.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// Counts a cycle as running until the guard is dropped.
+    pub(crate) fn cycle_running(&self) -> RunningCycle<'_> {
+        self.running.send_modify(|n| *n += 1);
+        RunningCycle(self)
+    }
+
+    /// How many cycles are running, watched.
+    pub(crate) fn running_cycles(&self) -> watch::Receiver<usize> {
+        self.running.subscribe()
     }
 }
 

@@ -21,7 +21,7 @@ use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
 use super::report::{Report, StatusBranchReport};
 use crate::agent::Agent;
-use crate::journal::StateStore;
+use crate::journal::{DecidedFrom, LastOperations, StateStore};
 use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
@@ -69,6 +69,13 @@ pub(crate) struct StatusPublisher {
     /// inputs then: over that tip, a resource whose inputs are the same is
     /// not rendered again.
     rendered: Option<(String, HashMap<String, InputsDigest>)>,
+    /// The running agent's: each resource's last operation, brought up to
+    /// date at each status commit instead of read whole.
+    last_operations: Option<LastOperations>,
+    /// The running agent's: what each file was decided from as this
+    /// publisher last recorded it (it alone writes it while it runs), so
+    /// it is not read back at every status commit. `None`: read it.
+    decided: Option<DecidedFrom>,
 }
 
 impl StatusPublisher {
@@ -108,6 +115,8 @@ impl StatusPublisher {
             published_content: None,
             failing_since,
             keeps_renders: false,
+            last_operations: None,
+            decided: None,
             rendered: None,
         }
     }
@@ -117,6 +126,7 @@ impl StatusPublisher {
     /// whose resource changed since the commit it last published.
     pub(crate) fn keeping_renders(mut self) -> Self {
         self.keeps_renders = true;
+        self.last_operations = Some(LastOperations::default());
         self
     }
 
@@ -224,11 +234,11 @@ impl StatusPublisher {
         // the running agent does not fetch the branch while its files stay
         // the same (a file someone edited there is put right with the next
         // change).
-        let finished = self
+        let mark = self
             .store
             .as_ref()
-            .and_then(|s| s.finished_operations_mark().ok())
-            .unwrap_or_default();
+            .and_then(|s| s.finished_operations_mark().ok());
+        let finished = mark.unwrap_or_default();
         let content = format!(
             "{}\n{finished:?}\n{}\n{}\n{}",
             super::files::report_digest(report),
@@ -256,19 +266,27 @@ impl StatusPublisher {
             return Ok(None);
         }
         let started = std::time::Instant::now();
-        let last_operations = match &self.store {
-            Some(store) => store.last_operations().unwrap_or_else(|e| {
+        let whole = |store: &StateStore| {
+            store.last_operations().unwrap_or_else(|e| {
+                tracing::warn!("status branch: cannot read the last operations: {e}");
+                Default::default()
+            })
+        };
+        let last_operations = match (&self.store, self.last_operations.as_mut(), mark) {
+            (Some(store), Some(kept), Some(mark)) => kept.take(store, mark).unwrap_or_else(|e| {
                 tracing::warn!("status branch: cannot read the last operations: {e}");
                 Default::default()
             }),
-            None => Default::default(),
+            (Some(store), _, _) => whole(store),
+            (None, _, _) => Default::default(),
         };
-        let decided = match &self.store {
-            Some(store) => store.status_decided().unwrap_or_else(|e| {
+        let decided = match (self.decided.take(), &self.store) {
+            (Some(kept), _) => kept,
+            (None, Some(store)) => store.status_decided().unwrap_or_else(|e| {
                 tracing::warn!("status branch: cannot read what each file was decided from: {e}");
                 Default::default()
             }),
-            None => Default::default(),
+            (None, None) => Default::default(),
         };
         // Over the commit this process last published, only what changed
         // is rendered; over any other tip (someone else's push, a first
@@ -317,10 +335,17 @@ impl StatusPublisher {
         } = rendered;
         // Remembered once the files are on the branch (a failed push keeps
         // the old commits, which the next attempt still finds).
-        if let Some(store) = &self.store
-            && let Err(e) = store.record_status_decided(&decided, &decided_now)
-        {
-            tracing::warn!("status branch: cannot remember what each file was decided from: {e}");
+        if let Some(store) = &self.store {
+            match store.record_status_decided(&decided, &decided_now) {
+                Ok(()) if self.keeps_renders => self.decided = Some(decided_now),
+                Ok(()) => {}
+                Err(e) => tracing::warn!(
+                    "status branch: cannot remember what each file was decided from: {e}"
+                ),
+            }
+        }
+        if let Some(kept) = self.last_operations.as_mut() {
+            kept.put_back(last_operations);
         }
         // The key of what the branch holds now.
         let (key, now_at) = match &published {

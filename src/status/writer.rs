@@ -4,8 +4,10 @@
 //! # Guarantees
 //! * Reconciliation never waits for it: workers publish to the board and
 //!   go on; this task writes on the blocking pool, and a burst of
-//!   publications (every provider finishing a cycle) is one write, at most
-//!   one a second; the last change is always written.
+//!   publications (every provider finishing a cycle) is one write, made
+//!   once the cycles running end (or after a bound); publications start
+//!   at most one a second, sooner when they are quick; the last change is
+//!   always written.
 //! * A failure is logged once per distinct error and shows in the report;
 //!   it is retried at the next change, or a minute later when nothing
 //!   changes. It never stops the agent.
@@ -19,11 +21,19 @@ use crate::telemetry::Metrics;
 
 /// How long the writer waits after a change for the ones that follow it.
 const COALESCE: Duration = Duration::from_millis(200);
-/// The least time between two publications: a fleet of 10,000 resources
-/// renders megabytes, and cycles that follow each other closely (due
-/// times, webhooks) must not spend their cores on reports no one reads in
-/// between. The last change is always published.
-const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// How long it then waits, at most, for the cycles still running to end:
+/// a commit starts one cycle per provider, and a report written before the
+/// slowest (the one the commit changed a declaration at, which calls its
+/// provider) is followed by a second publication, which at 100,000
+/// resources costs seconds.
+const SETTLE: Duration = Duration::from_secs(3);
+/// The least time between the starts of two publications is twice the
+/// last one's length, within these bounds: cycles that follow each other
+/// closely (due times, webhooks) must not spend more than a third of the
+/// cores on reports no one reads in between. The last change is always
+/// published.
+const MIN_INTERVAL: Duration = Duration::from_millis(200);
+const MAX_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What heads the reports the running agent writes.
 pub(crate) const TITLE: &str = "tend run";
@@ -43,8 +53,10 @@ pub(crate) async fn run(
 ) {
     let mut publisher = publisher.keeping_renders();
     let mut changes = board.subscribe();
+    let mut running = board.running_cycles();
     let mut last_error: Option<String> = None;
-    let mut last_published: Option<tokio::time::Instant> = None;
+    // When the last publication may be followed by the next.
+    let mut next_allowed: Option<tokio::time::Instant> = None;
     loop {
         let failing = publisher.failing();
         tokio::select! {
@@ -57,11 +69,16 @@ pub(crate) async fn run(
             _ = stop.cancelled() => return,
         }
         tokio::time::sleep(COALESCE).await;
-        if let Some(last) = last_published {
-            tokio::time::sleep_until(last + MIN_INTERVAL).await;
+        tokio::select! {
+            _ = running.wait_for(|n| *n == 0) => {}
+            _ = tokio::time::sleep(SETTLE) => {}
+            _ = stop.cancelled() => return,
+        }
+        if let Some(at) = next_allowed {
+            tokio::time::sleep_until(at).await;
         }
         changes.borrow_and_update();
-        last_published = Some(tokio::time::Instant::now());
+        let started = tokio::time::Instant::now();
         panic_point();
         let Some(report) = board.latest() else {
             continue;
@@ -71,6 +88,8 @@ pub(crate) async fn run(
             (publisher, outcome)
         })
         .await;
+        let took = started.elapsed();
+        next_allowed = Some(started + (took * 2).clamp(MIN_INTERVAL, MAX_INTERVAL));
         let outcome = match published {
             Ok((returned, outcome)) => {
                 publisher = returned;

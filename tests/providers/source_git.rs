@@ -510,6 +510,74 @@ fn a_long_running_writer_keeps_parse_results_on_disk_and_still_parses_only_chang
     assert_eq!(declarations(&third), declarations(&second));
 }
 
+/// Between two commits the running agent copies the parse results from
+/// its snapshot instead of reading the disk cache again: with that file
+/// gone, still only the changed file is parsed, into exactly what a fresh
+/// parse gives. A snapshot with a diagnostic is not copied: a name
+/// declared in two files is dropped from both, and the copy that stays
+/// must come back when the other goes.
+#[test]
+fn a_long_running_writer_copies_parse_results_from_its_snapshot() {
+    let repo = repo_with(&[("db/a.yaml", "a", 1), ("db/b.yaml", "b", 2)]);
+    let state = tempfile::tempdir().unwrap();
+    let mut source = open(state.path(), settings(&repo.url(), "main", "db")).parses_on_disk();
+    let now = SystemTime::now();
+    assert_eq!(names(&source.poll(now)), ["a", "b"]);
+    assert_eq!(source.parse_count(), 2);
+    // (Written on a thread of its own: renamed into place when done.)
+    let written = Instant::now();
+    let cache = loop {
+        let found = walk(state.path())
+            .into_iter()
+            .find(|p| p.ends_with("parse-cache.jsonl"));
+        match found {
+            Some(cache) => break cache,
+            None if written.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            None => panic!("no parse cache was written on disk"),
+        }
+    };
+    std::fs::remove_file(&cache).unwrap();
+
+    repo.write("db/b.yaml", &manifest("b", 20));
+    repo.commit("b: 20");
+    let second = source.poll(now);
+    assert_eq!(source.parse_count(), 3, "only the changed file is parsed");
+    let fresh_state = tempfile::tempdir().unwrap();
+    let fresh = open(fresh_state.path(), settings(&repo.url(), "main", "db")).poll(now);
+    assert_eq!(declarations(&second), declarations(&fresh));
+
+    repo.write("db/copy.yaml", &manifest("a", 1));
+    repo.commit("a declared twice");
+    assert_eq!(names(&source.poll(now)), ["b"]);
+    repo.remove("db/copy.yaml");
+    repo.commit("the copy removed");
+    let fourth = source.poll(now);
+    assert_eq!(names(&fourth), ["a", "b"], "the copy that stayed is back");
+    // What the running writer left on disk (written beside, finished when
+    // it goes) is a next process's whole parse.
+    drop(source);
+    let mut next = open(state.path(), settings(&repo.url(), "main", "db"));
+    let reread = next.poll(now);
+    assert_eq!(next.parse_count(), 0, "a file parsed again");
+    assert_eq!(declarations(&reread), declarations(&fourth));
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
 /// A shallow first fetch (`depth = 1`) accepts the later commits that
 /// descend from it: the shallow boundary is not a rewind. Over git:// and
 /// smart HTTP, with three later commits; then a real rewind is still

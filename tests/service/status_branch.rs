@@ -105,15 +105,25 @@ impl Remote {
     /// `tend run` as agent `run-agent`, polling and resyncing every
     /// 100 ms, ready.
     fn run_agent(&self) -> support::daemon::Daemon {
+        self.run_agent_with(|c| c)
+    }
+
+    /// [`Remote::run_agent`] with its configuration changed by `change`.
+    fn run_agent_with(
+        &self,
+        change: impl FnOnce(TendConfig) -> TendConfig,
+    ) -> support::daemon::Daemon {
         let url = format!("file://{}", self.bare.display());
         let port = support::git::free_port();
-        let config = TendConfig::new(self.dir.path(), &url)
-            .top("agent_id", Some("\"run-agent\""))
-            .status("branch", "\"tend-status\"")
-            .source("interval", "\"100ms\"")
-            .reconcile("resync", "\"100ms\"")
-            .server("listen", &format!("\"127.0.0.1:{port}\""))
-            .write();
+        let config = change(
+            TendConfig::new(self.dir.path(), &url)
+                .top("agent_id", Some("\"run-agent\""))
+                .status("branch", "\"tend-status\"")
+                .source("interval", "\"100ms\"")
+                .reconcile("resync", "\"100ms\"")
+                .server("listen", &format!("\"127.0.0.1:{port}\"")),
+        )
+        .write();
         let daemon = support::daemon::Daemon::start(&config, port, &[]);
         daemon.wait_ready();
         daemon
@@ -853,5 +863,70 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
         "status branch: 2 resource files rendered, 0 kept;",
         2,
         "the first commit and the one over the hand edit render every file",
+    );
+}
+
+/// A commit whose change at one provider takes its time (its call is
+/// answered 429 with a 1.5 s Retry-After) is one status commit, written once that provider's cycle
+/// ends: not a first one, set off by the other provider's quick cycle,
+/// that names the new commit without the new database, then a second.
+#[test]
+fn a_commit_is_one_status_commit_written_when_its_cycles_end() {
+    let remote = Remote::new();
+    let declared = |name: &str, provider: &str| {
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  provider: {provider}\n  connectionLimit: 5\n"
+        )
+    };
+    let push = |message: &str| {
+        remote.repo.commit(message);
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    };
+    remote
+        .repo
+        .write("orders.yaml", &declared("orders", "sandbox"));
+    remote
+        .repo
+        .write("billing.yaml", &declared("billing", "sandbox"));
+    push("two databases at one provider");
+    let daemon = remote.run_agent_with(|c| {
+        c.reconcile("resync", "\"1h\"")
+            .section("providers.slow", "kind", "\"sandbox\"")
+            .section("providers.slow.faults", "rate_limit_calls", "1")
+            .section("providers.slow.faults", "retry_after", "\"1500ms\"")
+    });
+    let head = remote.repo.head();
+    daemon.wait_for(
+        "the first status commit",
+        std::time::Duration::from_secs(10),
+        || {
+            support::git::git_if_any(&remote.bare, &["show", "tend-status:SUMMARY.md"])
+                .is_some_and(|summary| summary.contains(&head))
+        },
+    );
+    let before = remote.status_commits();
+
+    remote
+        .repo
+        .write("ledger.yaml", &declared("ledger", "slow"));
+    push("a database at the slow provider");
+    let ledger = status_file("ledger");
+    daemon.wait_for(
+        "the new database on the status branch",
+        std::time::Duration::from_secs(15),
+        || {
+            support::git::git_if_any(&remote.bare, &["show", &format!("tend-status:{ledger}")])
+                .is_some_and(|f| f.contains("InSync"))
+        },
+    );
+    // Time for a publication that would follow.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        remote.status_commits(),
+        before + 1,
+        "{}",
+        remote.git(&["log", "--format=%s", "tend-status"])
     );
 }

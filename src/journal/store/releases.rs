@@ -86,7 +86,7 @@ impl StateStore {
         if names.is_empty() || !self.has_table("releases")? {
             return Ok(());
         }
-        self.write(|tx| {
+        self.write_aside(|tx| {
             for name in names {
                 tx.exec(
                     "UPDATE releases SET shown = 1 WHERE name = ?1",

@@ -39,7 +39,7 @@ const FORMAT: u32 = 3;
 /// time of the running executable. Parsing rules can change between two
 /// builds of one version; a cache from any other build is ignored. Without
 /// an executable to identify, nothing is ever reused.
-fn build_id() -> &'static str {
+pub(crate) fn build_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         let exe = std::env::current_exe().and_then(std::fs::metadata);

@@ -7,6 +7,7 @@ pub(crate) mod branch;
 pub(crate) mod branch_files;
 pub(crate) mod files;
 pub(crate) mod html;
+pub(crate) mod kept_renders;
 pub(crate) mod notify;
 pub(crate) mod publish;
 pub mod render;

@@ -67,8 +67,15 @@ pub(crate) struct StatusPublisher {
     keeps_renders: bool,
     /// The commit this process last published, and each resource's
     /// inputs then: over that tip, a resource whose inputs are the same is
-    /// not rendered again.
+    /// not rendered again. Read from `renders_file` at the first
+    /// publication (what the last process kept), written there when the
+    /// publisher goes.
     rendered: Option<(String, HashMap<String, InputsDigest>)>,
+    /// `status-inputs` in the state dir (with a state).
+    renders_file: Option<std::path::PathBuf>,
+    /// Whether `renders_file` was read, and whether it holds `rendered`.
+    renders_loaded: bool,
+    renders_saved: bool,
     /// The running agent's: each resource's last operation, brought up to
     /// date at each status commit instead of read whole.
     last_operations: Option<LastOperations>,
@@ -115,6 +122,11 @@ impl StatusPublisher {
             published_content: None,
             failing_since,
             keeps_renders: false,
+            renders_file: agent
+                .store()
+                .map(|_| super::kept_renders::path(&config.state_dir)),
+            renders_loaded: false,
+            renders_saved: true,
             last_operations: None,
             decided: None,
             rendered: None,
@@ -132,7 +144,7 @@ impl StatusPublisher {
 
     /// What a render is told of `base`, the last render's digests.
     fn inputs<'a>(&self, base: Option<&'a HashMap<String, InputsDigest>>) -> Inputs<'a> {
-        if self.keeps_renders {
+        if self.keeps_renders || self.renders_file.is_some() {
             Inputs::Keep(base)
         } else {
             Inputs::Forget
@@ -291,6 +303,13 @@ impl StatusPublisher {
         // Over the commit this process last published, only what changed
         // is rendered; over any other tip (someone else's push, a first
         // publication) every file is, and checked against the branch.
+        if !self.renders_loaded {
+            self.renders_loaded = true;
+            self.rendered = self
+                .renders_file
+                .as_deref()
+                .and_then(super::kept_renders::load);
+        }
         let base = self
             .rendered
             .take()
@@ -356,8 +375,9 @@ impl StatusPublisher {
             Published::NeedsEveryFile => (key, None),
         };
         self.rendered = now_at
-            .filter(|_| self.keeps_renders)
+            .filter(|_| !inputs.is_empty())
             .map(|commit| (commit, inputs));
+        self.renders_saved = false;
         if let Some(file) = &self.key_file
             && let Err(e) = super::files::write_atomically(file, format!("{key}\n").as_bytes())
         {
@@ -372,6 +392,33 @@ impl StatusPublisher {
             Published::Committed(id) => Some(id),
             Published::Unchanged(_) | Published::NeedsEveryFile => None,
         })
+    }
+}
+
+/// What was rendered is kept for the next process when the publisher goes
+/// (once, not at every status commit: at 100,000 resources the file is
+/// 8 MB). A process killed before leaves an older file, for an older
+/// commit: the next renders every file once.
+impl Drop for StatusPublisher {
+    fn drop(&mut self) {
+        if self.renders_saved {
+            return;
+        }
+        if let Some(file) = &self.renders_file {
+            let written = match &self.rendered {
+                Some((commit, inputs)) => super::kept_renders::store(file, commit, inputs),
+                None => match std::fs::remove_file(file) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                },
+            };
+            if let Err(e) = written {
+                tracing::warn!(
+                    "status branch: cannot keep what was rendered in {}: {e}; the next process renders every file",
+                    file.display()
+                );
+            }
+        }
     }
 }
 

@@ -930,3 +930,55 @@ fn a_commit_is_one_status_commit_written_when_its_cycles_end() {
         remote.git(&["log", "--format=%s", "tend-status"])
     );
 }
+
+/// What one `tend apply` rendered is kept for the next: a one-declaration
+/// change renders that resource's file alone, the other kept from the tip
+/// (and, with the kept digests gone, every file again, to the same tree).
+#[test]
+fn a_one_shot_apply_renders_only_what_changed_since_the_last_one() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "status-agent");
+    let debug_apply = || {
+        TendCommand::new(&["--config", &config, "apply"])
+            .env("TEND_LOG", "tend=debug")
+            .expect_code(0)
+    };
+    let rendered = |run: &support::RunOutput| {
+        run.stderr
+            .lines()
+            .find(|l| l.contains("resource files rendered"))
+            .map(|l| l.split("status branch: ").nth(1).unwrap_or(l).to_string())
+            .unwrap_or_else(|| panic!("no render in\n{}", run.stderr))
+    };
+    let first = debug_apply();
+    assert!(rendered(&first).starts_with("2 resource files rendered, 0 kept"));
+    let kept = remote.dir.path().join("state/status-inputs");
+    assert!(kept.exists(), "the digests were not kept");
+
+    let change = |limit: u32| {
+        remote.repo.write("orders.yaml", &manifest("orders", limit));
+        remote.repo.commit(&format!("orders: {limit}"));
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    };
+    change(20);
+    let second = debug_apply();
+    assert!(
+        rendered(&second).starts_with("1 resource files rendered, 1 kept"),
+        "{}",
+        rendered(&second)
+    );
+    // The rendered file is decided from the new commit; the kept one is
+    // the one the tip held.
+    let head = remote.repo.head();
+    assert!(remote.show(&status_file("orders")).contains(&head));
+    assert!(!remote.show(&status_file("billing")).contains(&head));
+
+    std::fs::remove_file(&kept).unwrap();
+    change(30);
+    let third = debug_apply();
+    assert!(rendered(&third).starts_with("2 resource files rendered, 0 kept"));
+    assert_eq!(remote.status_commits(), 3);
+}

@@ -1,0 +1,110 @@
+//! The status branch's render digests, kept in the state dir between
+//! processes (`status-inputs`): the next process (`tend apply` from a
+//! timer, a restarted agent) renders only the resources whose inputs
+//! changed since the commit they were rendered for, not every file.
+//!
+//! # Invariants
+//! * Only a cache: a missing, unreadable or damaged file, one written by
+//!   another build of tend (whose files may render differently), or one
+//!   for another commit than the branch's tip, is ignored, and every file
+//!   is rendered.
+//! * A digest is the render's own ([`super::branch_files::InputsDigest`]):
+//!   a damaged one matches no resource's inputs, so its file is rendered.
+//! * The file is replaced atomically, so a crash leaves the old digests
+//!   (for an older commit: ignored) or the new ones.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::branch_files::InputsDigest;
+
+/// What the first line starts with (bumped when the layout changes).
+const MAGIC: &str = "tend-status-inputs 1";
+
+/// The file in the state dir.
+pub(crate) fn path(state_dir: &Path) -> PathBuf {
+    state_dir.join("status-inputs")
+}
+
+/// The commit the digests were rendered for, and each resource's digest;
+/// `None` when the file is missing, damaged or another build's.
+pub(crate) fn load(file: &Path) -> Option<(String, HashMap<String, InputsDigest>)> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let mut lines = text.lines();
+    let header = lines.next()?.strip_prefix(MAGIC)?.strip_prefix(' ')?;
+    let (commit, build) = header.split_once(' ')?;
+    if build != crate::source::parse_cache::build_id() {
+        return None;
+    }
+    let mut inputs = HashMap::new();
+    for line in lines {
+        let (hex, name) = line.split_once(' ')?;
+        inputs.insert(name.to_string(), digest(hex)?);
+    }
+    Some((commit.to_string(), inputs))
+}
+
+/// Writes the digests rendered for `commit` (a name that would not fit
+/// one line is left out: its file is rendered next time).
+pub(crate) fn store(
+    file: &Path,
+    commit: &str,
+    inputs: &HashMap<String, InputsDigest>,
+) -> std::io::Result<()> {
+    let build = crate::source::parse_cache::build_id();
+    let mut text = String::with_capacity(inputs.len() * 96);
+    let _ = writeln!(text, "{MAGIC} {commit} {build}");
+    for (name, digest) in inputs {
+        if name.contains(['\n', '\r']) {
+            continue;
+        }
+        for byte in digest {
+            let _ = write!(text, "{byte:02x}");
+        }
+        let _ = writeln!(text, " {name}");
+    }
+    super::files::write_atomically(file, text.as_bytes())
+}
+
+/// 32 bytes from 64 hexadecimal digits.
+fn digest(hex: &str) -> Option<InputsDigest> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_come_back_as_written_and_a_damaged_file_reads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path());
+        assert!(load(&file).is_none(), "no file");
+        let inputs: HashMap<String, InputsDigest> = [
+            ("orders".to_string(), [7u8; 32]),
+            ("billing".to_string(), [255u8; 32]),
+        ]
+        .into();
+        store(&file, "c0ffee", &inputs).unwrap();
+        assert_eq!(load(&file), Some(("c0ffee".to_string(), inputs)));
+
+        let text = std::fs::read_to_string(&file).unwrap();
+        for damaged in [
+            text.replacen("tend-status-inputs 1", "tend-status-inputs 2", 1),
+            text.replacen(crate::source::parse_cache::build_id(), "0.0.1 1 1", 1),
+            text.replacen(" orders", "orders", 1),
+            text.replacen("07", "zz", 1),
+        ] {
+            std::fs::write(&file, damaged).unwrap();
+            assert_eq!(load(&file), None);
+        }
+    }
+}

@@ -19,7 +19,7 @@ use super::branch::{Published, StatusBranch, StatusBranchError};
 use super::branch_files::{FileContent, Inputs, InputsDigest, Rendered, render};
 use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
-use super::report::{Report, StatusBranchReport};
+use super::report::{Report, ResourceReport, StatusBranchReport};
 use crate::agent::Agent;
 use crate::journal::{DecidedFrom, LastOperations, StateStore};
 use crate::propose::branch::ProposalBranch;
@@ -71,6 +71,9 @@ pub(crate) struct StatusPublisher {
     /// publication (what the last process kept), written there when the
     /// publisher goes.
     rendered: Option<(String, HashMap<String, InputsDigest>)>,
+    /// The running agent's: the report entries of that render, to know
+    /// an entry that is the same object at the next.
+    rendered_entries: Option<SameEntries>,
     /// `status-inputs` in the state dir (with a state).
     renders_file: Option<std::path::PathBuf>,
     /// Whether `renders_file` was read, and whether it holds `rendered`.
@@ -125,6 +128,7 @@ impl StatusPublisher {
             renders_file: agent
                 .store()
                 .map(|_| super::kept_renders::path(&config.state_dir)),
+            rendered_entries: None,
             renders_loaded: false,
             renders_saved: true,
             last_operations: None,
@@ -143,9 +147,13 @@ impl StatusPublisher {
     }
 
     /// What a render is told of `base`, the last render's digests.
-    fn inputs<'a>(&self, base: Option<&'a HashMap<String, InputsDigest>>) -> Inputs<'a> {
+    fn inputs<'a>(
+        &self,
+        base: Option<&'a HashMap<String, InputsDigest>>,
+        unchanged: &'a super::branch_files::Unchanged<'a>,
+    ) -> Inputs<'a> {
         if self.keeps_renders || self.renders_file.is_some() {
-            Inputs::Keep(base)
+            Inputs::Keep(base, unchanged)
         } else {
             Inputs::Forget
         }
@@ -284,14 +292,20 @@ impl StatusPublisher {
                 Default::default()
             })
         };
-        let last_operations = match (&self.store, self.last_operations.as_mut(), mark) {
-            (Some(store), Some(kept), Some(mark)) => kept.take(store, mark).unwrap_or_else(|e| {
-                tracing::warn!("status branch: cannot read the last operations: {e}");
-                Default::default()
-            }),
-            (Some(store), _, _) => whole(store),
-            (None, _, _) => Default::default(),
-        };
+        let (last_operations, operations_changed) =
+            match (&self.store, self.last_operations.as_mut(), mark) {
+                (Some(store), Some(kept), Some(mark)) => {
+                    kept.take(store, mark).unwrap_or_else(|e| {
+                        tracing::warn!("status branch: cannot read the last operations: {e}");
+                        Default::default()
+                    })
+                }
+                (Some(store), _, _) => (whole(store), None),
+                (None, _, _) => Default::default(),
+            };
+        // Entries known unchanged only over what this publisher recorded
+        // itself (a `decidedFrom` read back may differ from it).
+        let recorded = self.decided.is_some();
         let decided = match (self.decided.take(), &self.store) {
             (Some(kept), _) => kept,
             (None, Some(store)) => store.status_decided().unwrap_or_else(|e| {
@@ -314,13 +328,20 @@ impl StatusPublisher {
             .rendered
             .take()
             .filter(|(commit, _)| tip.as_deref() == Some(commit.as_str()));
+        let entries = self.rendered_entries.take().filter(|_| recorded);
+        let unchanged = |r: &Arc<ResourceReport>| {
+            entries.as_ref().is_some_and(|e| e.holds(r))
+                && operations_changed
+                    .as_ref()
+                    .is_some_and(|changed| !changed.contains(&r.name))
+        };
         let message = commit_message(report);
         let read = started.elapsed();
         let mut rendered = render(
             report,
             &last_operations,
             &decided,
-            self.inputs(base.as_ref().map(|(_, digests)| digests)),
+            self.inputs(base.as_ref().map(|(_, digests)| digests), &unchanged),
         );
         let base_commit = base.as_ref().map(|(commit, _)| commit.as_str());
         let made = started.elapsed();
@@ -328,7 +349,12 @@ impl StatusPublisher {
         // (The tip moved under kept files: rendered whole and published
         // again, so such a cycle may push up to twice `attempts` times.)
         if matches!(published, Published::NeedsEveryFile) {
-            rendered = render(report, &last_operations, &decided, self.inputs(None));
+            rendered = render(
+                report,
+                &last_operations,
+                &decided,
+                self.inputs(None, &super::branch_files::none_unchanged),
+            );
             published = branch.publish(&rendered.files, &message, None)?;
             if matches!(published, Published::NeedsEveryFile) {
                 // Cannot happen with no kept file; nothing was written,
@@ -377,6 +403,11 @@ impl StatusPublisher {
         self.rendered = now_at
             .filter(|_| !inputs.is_empty())
             .map(|commit| (commit, inputs));
+        self.rendered_entries = self
+            .rendered
+            .as_ref()
+            .filter(|_| self.keeps_renders)
+            .map(|_| SameEntries::of(&report.resources));
         self.renders_saved = false;
         if let Some(file) = &self.key_file
             && let Err(e) = super::files::write_atomically(file, format!("{key}\n").as_bytes())
@@ -392,6 +423,29 @@ impl StatusPublisher {
             Published::Committed(id) => Some(id),
             Published::Unchanged(_) | Published::NeedsEveryFile => None,
         })
+    }
+}
+
+/// The report entries a render was made from, known by address: the
+/// board shares an entry that did not change between reports (the same
+/// `Arc`), and an entry never changes once published. The weak references
+/// keep each address from being reused while it is known here.
+struct SameEntries {
+    addresses: std::collections::HashSet<usize>,
+    _pinned: Vec<std::sync::Weak<ResourceReport>>,
+}
+
+impl SameEntries {
+    fn of(entries: &[Arc<ResourceReport>]) -> Self {
+        SameEntries {
+            addresses: entries.iter().map(|r| Arc::as_ptr(r) as usize).collect(),
+            _pinned: entries.iter().map(Arc::downgrade).collect(),
+        }
+    }
+
+    /// Whether `entry` is one of them.
+    fn holds(&self, entry: &Arc<ResourceReport>) -> bool {
+        self.addresses.contains(&(Arc::as_ptr(entry) as usize))
     }
 }
 

@@ -864,6 +864,22 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
         2,
         "the first commit and the one over the hand edit render every file",
     );
+
+    // A change that finishes no operation (the declaration moved to
+    // another file): its file is still rendered, the other kept.
+    remote.repo.remove("orders.yaml");
+    remote.repo.write("db/orders.yaml", &manifest("orders", 12));
+    remote.repo.commit("orders moved");
+    remote
+        .repo
+        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    wait_for_commits(5, "the move's status commit");
+    logged(
+        "status branch: 1 resource files rendered, 1 kept;",
+        2,
+        "only orders' file is rendered for the move",
+    );
+    assert!(remote.show(&orders).contains("db/orders.yaml"));
 }
 
 /// A commit whose change at one provider takes its time (its call is

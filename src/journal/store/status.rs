@@ -2,7 +2,7 @@
 //! finished operation and the commit its status file was decided from
 //! (the status branch shows both), and the notifications.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
 use super::sql::args;
@@ -81,6 +81,10 @@ fn finished_row(r: &super::sql::Row) -> Result<(String, LastOperation), super::s
     ))
 }
 
+/// What [`LastOperations::take`] returns: every resource's last operation,
+/// and the resources whose last operation changed (`None`: any may have).
+pub(crate) type Taken = (HashMap<String, LastOperation>, Option<HashSet<String>>);
+
 /// Every resource's last finished operation as the running agent's status
 /// writer keeps it between status commits: brought up to date from the
 /// operations finished since it was read, instead of a read over the whole
@@ -102,16 +106,19 @@ impl LastOperations {
     /// (no operation pruned, none finished with an older time); otherwise,
     /// or when they were not given back, all of them, as
     /// [`StateStore::last_operations`] does.
+    /// Also returns the resources whose last operation changed since the
+    /// operations were last given back (`None`: any may have).
     pub(crate) fn take(
         &mut self,
         store: &StateStore,
         mark: (i64, i64),
-    ) -> Result<HashMap<String, LastOperation>, StateError> {
+    ) -> Result<Taken, StateError> {
         let kept = self.mark.take();
         let mut operations = std::mem::take(&mut self.operations);
+        let mut changed = HashSet::new();
         if kept == Some(mark) {
             self.taken_at = Some(mark);
-            return Ok(operations);
+            return Ok((operations, Some(changed)));
         }
         let incremental = match kept {
             Some((count, newest)) if mark.0 >= count && mark.1 >= newest => {
@@ -134,14 +141,19 @@ impl LastOperations {
                             > (was.finished_at, std::cmp::Reverse(&was.id))
                     });
                     if newer {
+                        changed.insert(name.clone());
                         operations.insert(name, op);
                     }
                 }
             }
-            None => operations = store.last_operations()?,
+            None => {
+                operations = store.last_operations()?;
+                self.taken_at = Some(mark);
+                return Ok((operations, None));
+            }
         }
         self.taken_at = Some(mark);
-        Ok(operations)
+        Ok((operations, Some(changed)))
     }
 
     /// Keeps `operations`, as [`Self::take`] returned them, for the next.
@@ -405,13 +417,21 @@ mod tests {
     }
 
     /// Takes the kept operations at the store's mark, checks them against
-    /// a whole read, and gives them back.
-    fn same_as_whole(kept: &mut LastOperations, store: &StateStore) -> Outcome {
+    /// a whole read, gives them back, and says which changed (`None`: read
+    /// whole).
+    fn same_as_whole(
+        kept: &mut LastOperations,
+        store: &StateStore,
+    ) -> Result<Option<Vec<String>>, Box<dyn std::error::Error>> {
         let mark = store.finished_operations_mark()?;
-        let taken = kept.take(store, mark)?;
+        let (taken, changed) = kept.take(store, mark)?;
         assert_eq!(taken, store.last_operations()?);
         kept.put_back(taken);
-        Ok(())
+        Ok(changed.map(|c| {
+            let mut c: Vec<String> = c.into_iter().collect();
+            c.sort();
+            c
+        }))
     }
 
     #[test]
@@ -421,24 +441,28 @@ mod tests {
         let mut kept = LastOperations::default();
         finished(&store, "op-1", "orders", 1_000)?;
         finished(&store, "op-2", "billing", 1_000)?;
-        same_as_whole(&mut kept, &store)?;
+        assert_eq!(same_as_whole(&mut kept, &store)?, None, "a first read");
+        assert_eq!(same_as_whole(&mut kept, &store)?, Some(vec![]));
         // Newer, and two in the same millisecond (the lower id is the one).
         finished(&store, "op-4", "orders", 2_000)?;
         finished(&store, "op-3", "orders", 2_000)?;
-        same_as_whole(&mut kept, &store)?;
+        assert_eq!(
+            same_as_whole(&mut kept, &store)?,
+            Some(vec!["orders".to_string()])
+        );
         assert_eq!(store.last_operations()?["orders"].id, "op-3");
         // Finished with an older time (a clock stepped back): read whole.
         finished(&store, "op-0", "ledger", 500)?;
-        same_as_whole(&mut kept, &store)?;
+        assert_eq!(same_as_whole(&mut kept, &store)?, None);
         // Pruned: read whole.
         finished(&store, "op-5", "orders", 3_000)?;
         store.prune_journal(UNIX_EPOCH + Duration::from_millis(10_000), 1)?;
-        same_as_whole(&mut kept, &store)?;
+        assert_eq!(same_as_whole(&mut kept, &store)?, None);
         // Not given back: the next take reads whole.
         let mark = store.finished_operations_mark()?;
         let _lost = kept.take(&store, mark)?;
         finished(&store, "op-6", "billing", 4_000)?;
-        same_as_whole(&mut kept, &store)?;
+        assert_eq!(same_as_whole(&mut kept, &store)?, None);
         Ok(())
     }
 }

@@ -63,14 +63,18 @@ struct Reconciled {
 impl Reconciled {
     /// The resources of `provider` a cycle over `snapshot` must decide
     /// besides `names`: none when the snapshot is the one reconciled, the
-    /// declarations it changed otherwise. `None`: every resource (nothing
-    /// whole was reconciled yet, or a declaration of the provider was
-    /// removed: a removal's tombstone, release and rename are a whole
-    /// cycle's work).
+    /// declarations it changed otherwise: those that name the provider,
+    /// name none it has, or that its last report holds (a re-declared
+    /// name whose removal it was deciding). `None`: every resource
+    /// (nothing whole was reconciled yet, or the commit removed a
+    /// declaration anywhere: a removal's tombstone is decided where the
+    /// resource is managed, which may not be where it was declared, and
+    /// its release and rename are a whole cycle's work).
     fn scope_over(
         &self,
         provider: &str,
         config: &crate::config::Config,
+        board: &StatusBoard,
         snapshot: &Snapshot,
         mut names: BTreeSet<String>,
     ) -> Option<(BTreeSet<String>, bool)> {
@@ -89,13 +93,14 @@ impl Reconciled {
                 Err(_) => true,
             };
         for change in snapshot.changes_since(before) {
-            let ours = change.before.is_some_and(concerns) || change.after.is_some_and(concerns);
-            if !ours {
-                continue;
-            }
             // Removed: a whole cycle.
             change.after?;
-            names.insert(change.name.to_string());
+            let ours = change.before.is_some_and(concerns)
+                || change.after.is_some_and(concerns)
+                || board.holds(provider, change.name);
+            if ours {
+                names.insert(change.name.to_string());
+            }
         }
         Some((names, true))
     }
@@ -140,8 +145,9 @@ pub(crate) async fn run(
         };
         // Whatever woke it, a cycle over a snapshot the worker has not
         // reconciled decides that snapshot's changes too.
-        let names = names
-            .and_then(|names| reconciled.scope_over(&provider, agent.config(), &snapshot, names));
+        let names = names.and_then(|names| {
+            reconciled.scope_over(&provider, agent.config(), &board, &snapshot, names)
+        });
         let kind = match &names {
             None => {
                 next_full = Instant::now() + every;

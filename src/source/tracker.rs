@@ -399,6 +399,10 @@ impl Source {
         let later =
             store && self.reread_disk_cache && contents.iter().all(|c| c.diagnostics.is_empty());
         if store && !later {
+            // After the one being written beside (the newest is last).
+            if let Some(writing) = self.cache_writing.take() {
+                let _ = writing.join();
+            }
             let entries = files
                 .iter()
                 .zip(&contents)

@@ -226,6 +226,15 @@ impl StatusBoard {
         self.changes.subscribe()
     }
 
+    /// Whether `provider`'s last report holds a resource named `name`.
+    pub(crate) fn holds(&self, provider: &str, name: &str) -> bool {
+        self.lock().parts.get(provider).is_some_and(|part| {
+            part.resources
+                .binary_search_by(|r| r.name.as_str().cmp(name))
+                .is_ok()
+        })
+    }
+
     /// Counts a cycle as running until the guard is dropped.
     pub(crate) fn cycle_running(&self) -> RunningCycle<'_> {
         self.running.send_modify(|n| *n += 1);

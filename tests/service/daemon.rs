@@ -1068,8 +1068,9 @@ fn cycles(daemon: &Daemon, provider: &str, scope: &str) -> f64 {
 /// provider whose declaration changed decides that one, the other decides
 /// none, and neither runs a cycle over its whole part of the fleet. The
 /// report still holds every resource, the new commit, and the error of a
-/// declaration no cycle decided. A removal is a whole cycle's work at its
-/// provider alone.
+/// declaration no cycle decided. A removal is a whole cycle's work at
+/// every provider (it is decided where the resource is managed, which may
+/// not be where it was declared).
 #[test]
 fn a_commit_wakes_only_the_declarations_it_changed() {
     let env = Env::new(|c| c.section("providers.other", "kind", "\"sandbox\""));
@@ -1094,11 +1095,14 @@ fn a_commit_wakes_only_the_declarations_it_changed() {
     env.repo
         .write("orders.yaml", &with_provider("orders", "sandbox", 12));
     let commit = env.repo.commit("orders: 12");
+    // (The merged report names the newest commit as soon as one part
+    // does: both providers' cycles are waited for, not the report.)
     daemon.wait_for("the commit reconciled", Duration::from_secs(10), || {
         let report = daemon.status();
         report["source"]["commit"] == commit.as_str()
-            && in_sync(&report, "orders")
+            && cycles(&daemon, "sandbox", "change") >= 1.0
             && cycles(&daemon, "other", "change") >= 1.0
+            && in_sync(&report, "orders")
     });
     assert_eq!(env.limit_at_provider("orders"), json!(12));
     assert_eq!(cycles(&daemon, "sandbox", "change"), 1.0);
@@ -1130,10 +1134,24 @@ fn a_commit_wakes_only_the_declarations_it_changed() {
         "{report:#}"
     );
 
-    env.repo.remove("ledger.yaml");
-    env.repo.commit("ledger removed");
-    daemon.wait_for("the removal's whole cycle", Duration::from_secs(10), || {
-        full("other") > other_full
+    // `ledger` declared at the other provider than the one that manages
+    // it, then removed: its removal is decided where it is managed.
+    env.repo
+        .write("ledger.yaml", &with_provider("ledger", "sandbox", 10));
+    let moved = env.repo.commit("ledger: declared at the other provider");
+    daemon.wait_for("the move reconciled", Duration::from_secs(10), || {
+        daemon.status()["source"]["commit"] == moved.as_str()
     });
-    assert_eq!(full("sandbox"), sandbox_full, "{}", daemon.log());
+    let (sandbox_full, other_full) = (full("sandbox"), full("other"));
+    env.repo.remove("ledger.yaml");
+    let removed = env.repo.commit("ledger removed");
+    daemon.wait_for(
+        "the removal's whole cycles, at every provider",
+        Duration::from_secs(10),
+        || full("other") > other_full && full("sandbox") > sandbox_full,
+    );
+    daemon.wait_for("the removal reported", Duration::from_secs(10), || {
+        let report = daemon.status();
+        report["source"]["commit"] == removed.as_str() && resource(&report, "ledger").is_some()
+    });
 }

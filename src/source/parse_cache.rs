@@ -487,6 +487,28 @@ pub(crate) fn store<'a>(
     crate::files::write_atomically(file, &out)
 }
 
+/// [`store`], logged: a failure is a warning, since it costs the next
+/// process some parsing, nothing else. `when` ends the debug line.
+pub(crate) fn store_logged<'a>(
+    file: &Path,
+    path: &str,
+    tree: Oid,
+    files: impl ExactSizeIterator<Item = (&'a str, Oid, FileView<'a>)>,
+    when: &str,
+) {
+    let started = std::time::Instant::now();
+    match store(file, path, tree, files) {
+        Ok(()) => tracing::debug!(
+            "source: parse cache written in {:?}{when}",
+            started.elapsed()
+        ),
+        Err(e) => tracing::warn!(
+            "cannot write the parse cache {}: {e}; the next process parses every file",
+            file.display()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

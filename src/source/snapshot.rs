@@ -22,6 +22,54 @@ pub struct Snapshot {
     pub declarations: DeclarationSet,
 }
 
+impl Snapshot {
+    /// The files (path order) with their declarations (file order), when
+    /// the declarations are exactly what the files parse to alone: a
+    /// snapshot with any diagnostic gives `None`, since a diagnostic may be
+    /// one file's view of another (a name declared in two files drops
+    /// both copies, and the file that keeps its bytes would come back
+    /// without its own).
+    pub(crate) fn per_file(&self) -> Option<Vec<(&str, Oid, Vec<&crate::model::Declaration>)>> {
+        if !self.declarations.diagnostics.is_empty() {
+            return None;
+        }
+        let mut by_file: std::collections::HashMap<&Path, Vec<&crate::model::Declaration>> =
+            std::collections::HashMap::with_capacity(self.files.len());
+        for decl in &self.declarations.declarations {
+            by_file.entry(decl.file.as_path()).or_default().push(decl);
+        }
+        let files = self
+            .files
+            .iter()
+            .map(|(path, blob)| {
+                let mut declarations = by_file.remove(Path::new(path)).unwrap_or_default();
+                declarations.sort_by_key(|d| (d.line, d.column));
+                (path.as_str(), *blob, declarations)
+            })
+            .collect();
+        Some(files)
+    }
+
+    /// The parse results it was built from, copied ([`Snapshot::per_file`]).
+    pub(crate) fn parse_results(&self) -> Option<super::parse_cache::ParsedTree> {
+        let files = self
+            .per_file()?
+            .into_iter()
+            .map(|(path, blob, declarations)| {
+                let contents = crate::model::load::FileContents {
+                    declarations: declarations.into_iter().cloned().collect(),
+                    diagnostics: Vec::new(),
+                };
+                (
+                    path.to_string(),
+                    super::parse_cache::object_id(blob),
+                    contents,
+                )
+            });
+        Some(super::parse_cache::ParsedTree::from_contents(None, files))
+    }
+}
+
 /// The tree under `path` in `commit` (its id names every declaration file
 /// below it, so an unchanged id means unchanged declarations) and the
 /// commit's time.

@@ -407,7 +407,7 @@ impl Source {
                 .iter()
                 .zip(&contents)
                 .map(|((path, blob), c)| (path.as_str(), *blob, c.into()));
-            self.store_parses(tree_id, entries);
+            parse_cache::store_logged(&self.cache_file, &self.settings.path, tree_id, entries, "");
         }
         // The parse results are kept even when the snapshot is refused, so a
         // fix that touches one file re-parses only that file. A one-shot
@@ -443,22 +443,6 @@ impl Source {
         Ok(true)
     }
 
-    /// Writes the parse cache; a failure is a warning.
-    fn store_parses<'a>(
-        &self,
-        tree: Oid,
-        entries: impl ExactSizeIterator<Item = (&'a str, Oid, parse_cache::FileView<'a>)>,
-    ) {
-        let started = std::time::Instant::now();
-        match parse_cache::store(&self.cache_file, &self.settings.path, tree, entries) {
-            Ok(()) => tracing::debug!("source: parse cache written in {:?}", started.elapsed()),
-            Err(e) => tracing::warn!(
-                "cannot write the parse cache {}: {e}; the next process parses every file",
-                self.cache_file.display()
-            ),
-        }
-    }
-
     /// Writes the parse cache of `snapshot` on a thread of its own, after
     /// the one writing the previous one (so the newest is written last).
     /// A snapshot whose set has a diagnostic (a name declared twice, known
@@ -466,21 +450,17 @@ impl Source {
     /// are no longer known, and an older cache costs parsing, nothing else.
     fn store_parses_later(&mut self, tree: Oid, snapshot: Arc<Snapshot>) {
         let previous = self.cache_writing.take();
-        let this = StoreTarget {
-            file: self.cache_file.clone(),
-            path: self.settings.path.clone(),
-        };
+        let (file, path) = (self.cache_file.clone(), self.settings.path.clone());
         let spawned = std::thread::Builder::new()
             .name("tend-parse-cache".into())
             .spawn(move || {
                 if let Some(previous) = previous {
                     let _ = previous.join();
                 }
-                let Some(files) = per_file(&snapshot) else {
+                let Some(files) = snapshot.per_file() else {
                     tracing::debug!("source: parse cache not written for a set with diagnostics");
                     return;
                 };
-                let started = std::time::Instant::now();
                 let entries = files.into_iter().map(|(path, blob, declarations)| {
                     let view = parse_cache::FileView {
                         declarations,
@@ -488,16 +468,7 @@ impl Source {
                     };
                     (path, blob, view)
                 });
-                match parse_cache::store(&this.file, &this.path, tree, entries) {
-                    Ok(()) => tracing::debug!(
-                        "source: parse cache written in {:?}, beside the cycles",
-                        started.elapsed()
-                    ),
-                    Err(e) => tracing::warn!(
-                        "cannot write the parse cache {}: {e}; the next process parses every file",
-                        this.file.display()
-                    ),
-                }
+                parse_cache::store_logged(&file, &path, tree, entries, ", beside the cycles");
             });
         match spawned {
             Ok(handle) => self.cache_writing = Some(handle),
@@ -626,7 +597,10 @@ impl Source {
     /// the process) the parse cache read beside the fetch.
     fn take_previous_parses(&mut self, started: std::time::Instant) -> ParsedTree {
         let copied = || {
-            let parses = self.last_good.as_deref().and_then(parses_of)?;
+            let parses = self
+                .last_good
+                .as_deref()
+                .and_then(Snapshot::parse_results)?;
             tracing::debug!(
                 "source: parse results of {} files copied from the last snapshot in {:?}",
                 parses.files.len(),
@@ -759,51 +733,4 @@ impl Drop for Source {
             let _ = writing.join();
         }
     }
-}
-
-/// Where a parse cache is written.
-struct StoreTarget {
-    file: PathBuf,
-    path: String,
-}
-
-/// A snapshot's files (path order) with their declarations (file order),
-/// when its declarations are exactly what its files parse to alone: a
-/// snapshot with any diagnostic gives `None`, since a diagnostic may be
-/// one file's view of another (a name declared in two files drops both
-/// copies, and the file that keeps its bytes would come back without its
-/// own).
-fn per_file(snapshot: &Snapshot) -> Option<Vec<(&str, Oid, Vec<&crate::model::Declaration>)>> {
-    if !snapshot.declarations.diagnostics.is_empty() {
-        return None;
-    }
-    let mut by_file: HashMap<&Path, Vec<&crate::model::Declaration>> =
-        HashMap::with_capacity(snapshot.files.len());
-    for decl in &snapshot.declarations.declarations {
-        by_file.entry(decl.file.as_path()).or_default().push(decl);
-    }
-    let files = snapshot
-        .files
-        .iter()
-        .map(|(path, blob)| {
-            let mut declarations = by_file.remove(Path::new(path)).unwrap_or_default();
-            declarations.sort_by_key(|d| (d.line, d.column));
-            (path.as_str(), *blob, declarations)
-        })
-        .collect();
-    Some(files)
-}
-
-/// The parse results a snapshot was built from, copied ([`per_file`]).
-fn parses_of(snapshot: &Snapshot) -> Option<ParsedTree> {
-    let files = per_file(snapshot)?
-        .into_iter()
-        .map(|(path, blob, declarations)| {
-            let contents = FileContents {
-                declarations: declarations.into_iter().cloned().collect(),
-                diagnostics: Vec::new(),
-            };
-            (path.to_string(), object_id(blob), contents)
-        });
-    Some(ParsedTree::from_contents(None, files))
 }

@@ -286,23 +286,15 @@ impl StatusPublisher {
             return Ok(None);
         }
         let started = std::time::Instant::now();
-        let whole = |store: &StateStore| {
-            store.last_operations().unwrap_or_else(|e| {
-                tracing::warn!("status branch: cannot read the last operations: {e}");
-                Default::default()
-            })
+        let taken = match (&self.store, self.last_operations.as_mut(), mark) {
+            (Some(store), Some(kept), Some(mark)) => kept.take(store, mark),
+            (Some(store), _, _) => store.last_operations().map(|all| (all, None)),
+            (None, _, _) => Ok(Default::default()),
         };
-        let (last_operations, operations_changed) =
-            match (&self.store, self.last_operations.as_mut(), mark) {
-                (Some(store), Some(kept), Some(mark)) => {
-                    kept.take(store, mark).unwrap_or_else(|e| {
-                        tracing::warn!("status branch: cannot read the last operations: {e}");
-                        Default::default()
-                    })
-                }
-                (Some(store), _, _) => (whole(store), None),
-                (None, _, _) => Default::default(),
-            };
+        let (last_operations, operations_changed) = taken.unwrap_or_else(|e| {
+            tracing::warn!("status branch: cannot read the last operations: {e}");
+            Default::default()
+        });
         // Entries known unchanged only over what this publisher recorded
         // itself (a `decidedFrom` read back may differ from it).
         let recorded = self.decided.is_some();

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use serde_json::Value;
 
 use crate::engine::Memory;
-use crate::journal::{StateError, StateStore, StoredMemories};
+use crate::journal::{MemoriesSince, StateError, StateStore, StoredMemories};
 use crate::model::{ManagedDatabase, SpecHash};
 use crate::source::Snapshot;
 
@@ -72,6 +72,35 @@ impl SharedMemories {
                 .map(|(name, memory)| (name, Arc::new(memory)))
                 .collect(),
             freshness: stored.freshness,
+            existed,
+            derived: Mutex::default(),
+        }
+    }
+
+    /// `last` with the memories of `names` as read again (a name not in
+    /// `memories` has none left): the state's writes since `last` changed
+    /// those rows alone. Moved out of `last` when no cycle holds it any
+    /// more, else copied (the memories themselves are shared).
+    fn with_changes(
+        last: Arc<SharedMemories>,
+        names: Vec<String>,
+        mut changed: HashMap<String, Memory>,
+        freshness: crate::journal::store::Freshness,
+    ) -> SharedMemories {
+        let mut memories = match Arc::try_unwrap(last) {
+            Ok(own) => own.memories,
+            Err(shared) => shared.memories.clone(),
+        };
+        for name in names {
+            match changed.remove(&name) {
+                Some(memory) => memories.insert(name, Arc::new(memory)),
+                None => memories.remove(&name),
+            };
+        }
+        let existed = memories.values().filter(|m| m.existed).count();
+        SharedMemories {
+            memories,
+            freshness: Some(freshness),
             existed,
             derived: Mutex::default(),
         }
@@ -229,10 +258,22 @@ impl MemoryCache {
         store: &StateStore,
     ) -> Result<Arc<SharedMemories>, StateError> {
         let now = store.freshness()?;
-        match last.take() {
-            Some(read) if read.freshness() == Some(now) => Ok(read),
-            _ => Ok(Arc::new(SharedMemories::new(store.read_memories()?))),
-        }
+        let read = match last.take() {
+            Some(read) if read.freshness() == Some(now) => return Ok(read),
+            // Brought up to date when the state can say what changed.
+            Some(read) if let Some(since) = read.freshness() => {
+                match store.read_memories_since(since)? {
+                    MemoriesSince::Whole(stored) => SharedMemories::new(stored),
+                    MemoriesSince::Changed {
+                        names,
+                        memories,
+                        freshness,
+                    } => SharedMemories::with_changes(read, names, memories, freshness),
+                }
+            }
+            _ => SharedMemories::new(store.read_memories()?),
+        };
+        Ok(Arc::new(read))
     }
 
     /// The memories as the state holds them now: the last read if nothing
@@ -311,6 +352,99 @@ mod tests {
             Arc::ptr_eq(&first, &again),
             "the status commit's writes made every memory be read again"
         );
+        Ok(())
+    }
+
+    /// A resource applied, as a confirmed create records it.
+    fn applied(store: &StateStore, name: &str) -> Result<(), StateError> {
+        let (manifest, fields) = (serde_json::json!({}), BTreeMap::new());
+        let hash = SpecHash("spec-1".into());
+        let applied = crate::journal::Applied {
+            provider: "sandbox",
+            database_name: name,
+            file: "fleet.yaml",
+            manifest: &manifest,
+            spec_hash: &hash,
+            fields: &fields,
+            commit: Some("c0ffee"),
+            external_id: name,
+        };
+        store.write(|tx| tx.record_applied(name, &applied, std::time::SystemTime::now()))
+    }
+
+    /// Each memory of `read`, as a whole read returns them.
+    fn held(read: &SharedMemories) -> HashMap<String, Memory> {
+        let memories = read.memories.iter();
+        memories.map(|(n, m)| (n.clone(), (**m).clone())).collect()
+    }
+
+    #[test]
+    fn after_its_own_writes_the_agent_reads_again_only_the_rows_they_changed() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
+        let cache = MemoryCache::default();
+        cache.retain();
+        for name in ["billing", "ledger", "orders", "payments"] {
+            applied(&store, name)?;
+        }
+        let first = cache.current(&store)?;
+        let now = std::time::SystemTime::now();
+        // A change of each table a memory is read from; `payments` is left.
+        store.write(|tx| {
+            tx.sync_drift("orders", &["owner".into()], now)?;
+            let different = ("owner".into(), "app".into(), "ops".into());
+            tx.record_attempts("orders", &[different])?;
+            let failure = crate::engine::OperationFailure {
+                operation_id: "op-1".into(),
+                kind: "update".into(),
+                spec_hash: SpecHash("spec-1".into()),
+                observed: "seen".into(),
+                message: "refused".into(),
+                at: now,
+            };
+            tx.record_failure("ledger", &failure)?;
+            tx.forget("billing")
+        })?;
+        let request = serde_json::json!({});
+        let spec = SpecHash("spec-2".into());
+        store.begin_intent("op-2", "ledger", "update", &spec, 1, &request, now)?;
+        applied(&store, "accounts")?;
+        // An upsert over a row noted already (its conflict policy is the
+        // notes' too).
+        applied(&store, "accounts")?;
+        let after = cache.current(&store)?;
+        // What another connection reads whole.
+        let reader = StateStore::open(dir.path(), false)?.ok_or("no state")?;
+        assert_eq!(held(&after), reader.read_memories()?.memories);
+        assert!(
+            after
+                .memories
+                .get("orders")
+                .is_some_and(|m| m.drift_first_seen.len() == 1)
+        );
+        assert!(
+            after
+                .memories
+                .get("ledger")
+                .is_some_and(|m| m.unconfirmed_write)
+        );
+        assert!(!after.memories.contains_key("billing"));
+        assert_eq!(after.existed, 4);
+        // Read again from the rows changed alone: the unchanged memory is
+        // the one read before.
+        let unchanged = |a: &SharedMemories, b: &SharedMemories| {
+            Arc::ptr_eq(&a.memories["payments"], &b.memories["payments"])
+        };
+        assert!(unchanged(&first, &after), "every memory was read again");
+        // Another connection's write is not noted here: read whole.
+        let other = self::store(&dir)?;
+        other.write(|tx| tx.sync_drift("payments", &["owner".into()], now))?;
+        let whole = cache.current(&store)?;
+        assert!(
+            !unchanged(&after, &whole),
+            "another writer's change was missed"
+        );
+        assert_eq!(held(&whole), reader.read_memories()?.memories);
         Ok(())
     }
 

@@ -23,8 +23,8 @@ pub use store::{
 };
 pub(crate) use store::{
     Approval, BackendKind, CorruptRow, DecidedFrom, HeldLease, LastOperation, LastOperations,
-    LocalOverride, OverrideSeen, PendingNotification, QueuedNotification, StoredMemories,
-    TombstoneRow, Tx,
+    LocalOverride, MemoriesSince, OverrideSeen, PendingNotification, QueuedNotification,
+    StoredMemories, TombstoneRow, Tx,
 };
 
 use std::sync::Arc;

@@ -13,6 +13,7 @@ mod migrations;
 pub(crate) mod postgres;
 mod read;
 mod releases;
+mod row_changes;
 pub(crate) mod sql;
 mod status;
 mod suspension;
@@ -22,7 +23,7 @@ pub(crate) use lease::HeldLease;
 pub use lease::{Fence, LeaseHolder};
 pub use postgres::PgStateSettings;
 pub(crate) use read::{
-    Approval, CorruptRow, LocalOverride, OverrideSeen, StoredMemories, TombstoneRow,
+    Approval, CorruptRow, LocalOverride, MemoriesSince, OverrideSeen, StoredMemories, TombstoneRow,
 };
 pub use read::{Intent, IntentState};
 pub use releases::Release;
@@ -137,6 +138,12 @@ pub struct StateStore {
     /// Set when a write was refused by the fence: this agent lost its
     /// lease and must stop acting.
     fenced: std::sync::atomic::AtomicBool,
+    /// Whether this connection notes the resources its writes change
+    /// ([`row_changes`]).
+    tracks_rows: std::sync::atomic::AtomicBool,
+    /// The freshness of the last read of the memories, which took the
+    /// names noted before it.
+    last_memory_read: Mutex<Option<Freshness>>,
 }
 
 /// Identifies a moment of the database's content: this store's writes
@@ -172,6 +179,8 @@ impl StateStore {
             writes: std::sync::atomic::AtomicU64::new(0),
             fence: Mutex::new(None),
             fenced: std::sync::atomic::AtomicBool::new(false),
+            tracks_rows: std::sync::atomic::AtomicBool::new(false),
+            last_memory_read: Mutex::new(None),
         }
     }
 
@@ -338,6 +347,7 @@ impl StateStore {
         let store = Self::wrap(Backend::Sqlite(conn), path.display().to_string());
         if writer {
             store.migrate_sqlite()?;
+            store.track_memory_rows()?;
         }
         Ok(Some(store))
     }

@@ -9,8 +9,9 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+use super::row_changes::Covered;
 use super::sql::{Row, SqlError, SqlValue, args};
-use super::{BackendKind, StateStore, time};
+use super::{BackendKind, Freshness, StateStore, time};
 use crate::engine::{FailedAttempts, HeldDeletion, Memory};
 use crate::journal::StateError;
 use crate::model::{ManagedDatabase, SpecHash};
@@ -135,6 +136,20 @@ pub struct StoredMemories {
     pub freshness: Option<super::Freshness>,
 }
 
+/// A read of the memories made from the one before it.
+#[derive(Debug)]
+pub enum MemoriesSince {
+    /// Every resource's.
+    Whole(StoredMemories),
+    /// Those of the resources whose rows changed since: `names`; a name
+    /// without an entry in `memories` has no memory left.
+    Changed {
+        names: Vec<String>,
+        memories: HashMap<String, Memory>,
+        freshness: Freshness,
+    },
+}
+
 const INTENT_COLUMNS: &str = "op_id, name, kind, spec_hash, generation, request, state, attempts, last_error, created_ms, updated_ms";
 
 fn intent_row(r: &Row) -> Result<Result<Intent, CorruptRow>, SqlError> {
@@ -190,19 +205,66 @@ impl StateStore {
     /// queries: a cycle over thousands of resources must not pay queries
     /// for each.
     pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
-        let freshness = self.freshness()?;
+        let (freshness, _) = self.begin_memory_read(None)?;
+        self.read_memories_covered(freshness, Covered::All, None)
+    }
+
+    /// The memories as they are now, read from the last read (whose
+    /// freshness is `since`) when the state can say which resources
+    /// changed since (this process's own writes, on SQLite; see
+    /// [`super::row_changes`]), else whole.
+    pub fn read_memories_since(&self, since: Freshness) -> Result<MemoriesSince, StateError> {
+        let (freshness, noted) = self.begin_memory_read(Some(since))?;
+        match noted {
+            Some(count) if count <= super::row_changes::MAX_CHANGED => {
+                let names =
+                    self.map_rows("SELECT name FROM temp.memory_rows_to_read", &[], |r| {
+                        r.get::<String>(0)
+                    })?;
+                let read = self.read_memories_covered(freshness, Covered::Noted, Some(count))?;
+                Ok(MemoriesSince::Changed {
+                    names,
+                    memories: read.memories,
+                    freshness,
+                })
+            }
+            _ => Ok(MemoriesSince::Whole(self.read_memories_covered(
+                freshness,
+                Covered::All,
+                None,
+            )?)),
+        }
+    }
+
+    /// The memories of the resources `covered`, labelled `freshness`
+    /// (taken before any row is read: a write meanwhile makes the next
+    /// read look again). `count`: how many resources, when known.
+    fn read_memories_covered(
+        &self,
+        freshness: Freshness,
+        covered: Covered,
+        count: Option<usize>,
+    ) -> Result<StoredMemories, StateError> {
         // Sized once, and filled row by row: at 10,000 resources, growing
         // it left the old tables behind at every doubling, and a list of
         // the rows beside it doubled the read's peak.
-        let count = match self.row("SELECT count(*) FROM resources", &[])? {
-            Some(row) => row.get::<i64>(0).map_err(|e| self.err(e))?,
-            None => 0,
+        let count = match count {
+            Some(count) => count,
+            None => match self.row("SELECT count(*) FROM resources", &[])? {
+                Some(row) => {
+                    usize::try_from(row.get::<i64>(0).map_err(|e| self.err(e))?).unwrap_or(0)
+                }
+                None => 0,
+            },
         };
-        let mut out: HashMap<String, Memory> =
-            HashMap::with_capacity(usize::try_from(count).unwrap_or(0));
+        let mut out: HashMap<String, Memory> = HashMap::with_capacity(count);
+        let in_covered = |prefix: &str, column: &str| covered.filter(prefix, column);
         self.conn()
             .each(
-                "SELECT name, applied_spec_hash, applied_commit, existed, last_write_ms, database_name, provider FROM resources",
+                &format!(
+                    "SELECT name, applied_spec_hash, applied_commit, existed, last_write_ms, database_name, provider FROM resources{}",
+                    in_covered("WHERE", "name")
+                ),
                 &[],
                 &mut |r| {
                     out.insert(
@@ -222,7 +284,10 @@ impl StateStore {
             )
             .map_err(|e| self.err(e))?;
         for (name, field, seen) in self.map_rows(
-            "SELECT name, field, first_seen_ms FROM drift_seen",
+            &format!(
+                "SELECT name, field, first_seen_ms FROM drift_seen{}",
+                in_covered("WHERE", "name")
+            ),
             &[],
             |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)),
         )? {
@@ -238,10 +303,13 @@ impl StateStore {
         // extension). A refused update changed nothing tend must own:
         // what it left is what was there (drift of its own origin).
         for name in self.map_rows(
-            "SELECT DISTINCT i.name FROM intents i LEFT JOIN resources r ON r.name = i.name \
-             WHERE (i.state = 'pending' OR (i.state = 'failed' AND (i.kind = 'create' OR i.last_error LIKE 'superseded:%'))) \
-             AND i.kind IN ('create', 'update') \
-             AND (r.name IS NULL OR r.applied_spec_hash IS NULL OR i.created_ms >= r.updated_ms)",
+            &format!(
+                "SELECT DISTINCT i.name FROM intents i LEFT JOIN resources r ON r.name = i.name \
+                 WHERE (i.state = 'pending' OR (i.state = 'failed' AND (i.kind = 'create' OR i.last_error LIKE 'superseded:%'))) \
+                 AND i.kind IN ('create', 'update') \
+                 AND (r.name IS NULL OR r.applied_spec_hash IS NULL OR i.created_ms >= r.updated_ms){}",
+                in_covered("AND", "i.name")
+            ),
             &[],
             |r| r.get::<String>(0),
         )? {
@@ -255,7 +323,10 @@ impl StateStore {
             "NULL, NULL"
         };
         for (name, field, attempts) in self.map_rows(
-            &format!("SELECT name, field, count, {values} FROM attempts"),
+            &format!(
+                "SELECT name, field, count, {values} FROM attempts{}",
+                in_covered("WHERE", "name")
+            ),
             &[],
             |r| {
                 // An unreadable value counts against nothing (the field is
@@ -285,7 +356,10 @@ impl StateStore {
         // Format 7: operations the provider refused for good.
         if self.has_table("failures")? {
             for (name, failure) in self.map_rows(
-                "SELECT name, op_id, kind, spec_hash, observed, message, failed_ms FROM failures",
+                &format!(
+                    "SELECT name, op_id, kind, spec_hash, observed, message, failed_ms FROM failures{}",
+                    in_covered("WHERE", "name")
+                ),
                 &[],
                 |r| {
                     Ok((

@@ -76,12 +76,16 @@ impl ContentHasher {
         }
     }
 
-    fn finish(mut self) -> String {
+    fn finish(self) -> String {
+        let digest = self.finish_bytes();
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn finish_bytes(mut self) -> [u8; 32] {
         if !self.line.is_empty() {
             self.line_done();
         }
-        let digest = self.hasher.finalize();
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        self.hasher.finalize().into()
     }
 }
 
@@ -95,16 +99,16 @@ pub(crate) fn content_digest(json: &[u8]) -> String {
     hasher.finish()
 }
 
-/// The [`content_digest`] of `report` as `latest.json` would hold it,
-/// computed without writing it.
-pub(crate) fn report_digest(report: &Report) -> String {
+/// The [`content_digest`] of `value`'s pretty JSON, computed without
+/// writing it.
+pub(crate) fn value_digest(value: &impl serde::Serialize) -> [u8; 32] {
     let mut tee = Tee {
         file: io::sink(),
         hasher: ContentHasher::default(),
     };
-    let _ = serde_json::to_writer_pretty(&mut tee, report);
+    let _ = serde_json::to_writer_pretty(&mut tee, value);
     let _ = tee.write_all(b"\n");
-    tee.hasher.finish()
+    tee.hasher.finish_bytes()
 }
 
 /// Writes what it is given to a file and to a [`ContentHasher`].

@@ -12,6 +12,7 @@ pub(crate) mod notify;
 pub(crate) mod publish;
 pub mod render;
 pub(crate) mod report;
+pub(crate) mod report_digest;
 pub(crate) mod writer;
 
 pub(crate) use report::Report;

@@ -86,6 +86,9 @@ pub(crate) struct StatusPublisher {
     /// publisher last recorded it (it alone writes it while it runs), so
     /// it is not read back at every status commit. `None`: read it.
     decided: Option<DecidedFrom>,
+    /// Each report entry's digest, kept while the entry is the same
+    /// object (the running agent's; a one-shot publisher digests once).
+    report_digests: super::report_digest::ReportDigests,
 }
 
 impl StatusPublisher {
@@ -134,6 +137,7 @@ impl StatusPublisher {
             last_operations: None,
             decided: None,
             rendered: None,
+            report_digests: Default::default(),
         }
     }
 
@@ -259,9 +263,16 @@ impl StatusPublisher {
             .as_ref()
             .and_then(|s| s.finished_operations_mark().ok());
         let finished = mark.unwrap_or_default();
+        let digested = std::time::Instant::now();
+        let report_digest = self.report_digests.digest(report);
+        tracing::debug!(
+            "status branch: the report digested in {:?}, {} entries written out",
+            digested.elapsed(),
+            self.report_digests.digested()
+        );
         let content = format!(
             "{}\n{finished:?}\n{}\n{}\n{}",
-            super::files::report_digest(report),
+            report_digest,
             branch.url,
             branch.branch,
             env!("CARGO_PKG_VERSION")

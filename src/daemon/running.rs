@@ -202,6 +202,7 @@ impl Running {
         };
         let status = tasks.spawn(status_writer(&agent, shared, &restart));
         let mut workers = JoinSet::new();
+        let changes = Arc::new(crate::source::KeptChanges::default());
         for provider in agent.runtimes().keys() {
             workers.spawn(worker::run(
                 provider.clone(),
@@ -213,6 +214,7 @@ impl Running {
                     resync: shared.resync.subscribe(),
                     stop: stop_rx.clone(),
                     heartbeats: shared.heartbeats.clone(),
+                    changes: changes.clone(),
                 },
             ));
         }

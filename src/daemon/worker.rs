@@ -30,6 +30,8 @@ pub(crate) struct WorkerInputs {
     pub stop: tokio_util::sync::CancellationToken,
     /// Where the worker says it is alive.
     pub heartbeats: Arc<Heartbeats>,
+    /// A commit's changes, merged once for every worker.
+    pub changes: Arc<crate::source::KeptChanges>,
 }
 
 /// The soonest a resource just decided is due again.
@@ -75,11 +77,11 @@ impl Reconciled {
         provider: &str,
         config: &crate::config::Config,
         board: &StatusBoard,
-        snapshot: &Snapshot,
+        (snapshot, kept): (&Arc<Snapshot>, &crate::source::KeptChanges),
         mut names: BTreeSet<String>,
     ) -> Option<(BTreeSet<String>, bool)> {
-        let before = self.snapshot.as_deref().filter(|_| self.whole)?;
-        if std::ptr::eq(before, snapshot) {
+        let before = self.snapshot.as_ref().filter(|_| self.whole)?;
+        if Arc::ptr_eq(before, snapshot) {
             return Some((names, false));
         }
         // A declaration whose provider cannot be named is every provider's
@@ -92,7 +94,8 @@ impl Reconciled {
                 Ok(named) => named == provider,
                 Err(_) => true,
             };
-        for change in snapshot.changes_since(before) {
+        for at in kept.between(before, snapshot).iter() {
+            let change = snapshot.change_at(before, *at);
             // Removed: a whole cycle.
             change.after?;
             let ours = change.before.is_some_and(concerns)
@@ -146,7 +149,8 @@ pub(crate) async fn run(
         // Whatever woke it, a cycle over a snapshot the worker has not
         // reconciled decides that snapshot's changes too.
         let names = names.and_then(|names| {
-            reconciled.scope_over(&provider, agent.config(), &board, &snapshot, names)
+            let over = (&snapshot, inputs.changes.as_ref());
+            reconciled.scope_over(&provider, agent.config(), &board, over, names)
         });
         let kind = match &names {
             None => {

@@ -158,9 +158,11 @@ mod tests {
         let text = format!(
             "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\n  annotations:\n    x: y\n{annotations}spec:\n  owner: app\n  connectionLimit: {limit}\n"
         );
-        DeclarationSet::from_files(vec![parse_file(Path::new("o.yaml"), text.as_bytes())])
-            .declarations
-            .remove(0)
+        std::sync::Arc::unwrap_or_clone(
+            DeclarationSet::from_files(vec![parse_file(Path::new("o.yaml"), text.as_bytes())])
+                .declarations
+                .remove(0),
+        )
     }
 
     /// Under a freeze nothing is sent, so a retry time (soon in the past

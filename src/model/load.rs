@@ -4,6 +4,7 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -67,7 +68,10 @@ impl Declaration {
 /// What one file holds.
 #[derive(Debug, Clone, Default)]
 pub struct FileContents {
-    pub declarations: Vec<Declaration>,
+    /// Shared: a snapshot's declarations are the parse results' own, and
+    /// the next snapshot takes over those of the files that kept their
+    /// bytes without copying them.
+    pub declarations: Vec<Arc<Declaration>>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -113,7 +117,7 @@ pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
             DocumentOutcome::Declaration(decl, (line, column)) => {
                 seen_document = true;
                 let (spec_hash, normalized_spec) = decl.0.spec_hash_and_value();
-                out.declarations.push(Declaration {
+                out.declarations.push(Arc::new(Declaration {
                     manifest: decl.0,
                     file: file.to_path_buf(),
                     line,
@@ -121,7 +125,7 @@ pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
                     annotations: decl.1,
                     spec_hash,
                     normalized_spec,
-                });
+                }));
             }
             DocumentOutcome::Problems(problems) => {
                 seen_document = true;
@@ -314,7 +318,7 @@ impl std::hash::Hash for DatabaseKey<'_> {
 #[derive(Debug, Clone, Default)]
 pub struct DeclarationSet {
     /// Sorted by name; names are unique.
-    pub declarations: Vec<Declaration>,
+    pub declarations: Vec<Arc<Declaration>>,
     /// Sorted by file, line, column.
     pub diagnostics: Vec<Diagnostic>,
     /// Files read.
@@ -342,7 +346,7 @@ impl DeclarationSet {
     /// copy) and the slow path that reports duplicates on both sides, kept
     /// together so the two cannot disagree.
     pub fn from_parsed(
-        declarations: Vec<Declaration>,
+        declarations: Vec<Arc<Declaration>>,
         mut diagnostics: Vec<Diagnostic>,
         files: usize,
     ) -> Self {
@@ -367,7 +371,7 @@ impl DeclarationSet {
                 files: count,
             };
         }
-        let mut all: Vec<Option<Declaration>> = declarations.into_iter().map(Some).collect();
+        let mut all: Vec<Option<Arc<Declaration>>> = declarations.into_iter().map(Some).collect();
         let mut declarations = Vec::with_capacity(all.len());
         // Sorted through an index (thousands of declarations are not moved
         // around); runs of one name are duplicates.

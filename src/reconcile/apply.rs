@@ -170,7 +170,7 @@ async fn replay_pending(
                 .declarations
                 .declarations
                 .iter()
-                .map(|d| (d.name(), d))
+                .map(|d| (d.name(), d.as_ref()))
                 .collect();
             let paused: HashSet<&str> = inputs
                 .local_overrides

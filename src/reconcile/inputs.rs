@@ -71,7 +71,7 @@ pub(crate) fn declared<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s Dec
     let list = &snapshot.declarations.declarations;
     list.binary_search_by(|d| d.name().cmp(name))
         .ok()
-        .map(|i| &list[i])
+        .map(|i| list[i].as_ref())
 }
 
 impl Inputs {

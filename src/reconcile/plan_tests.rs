@@ -18,9 +18,11 @@ fn declaration(annotations: &str) -> Declaration {
     let text = format!(
         "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: orders\n  annotations:\n    x: y\n{annotations}spec:\n  connectionLimit: 10\n"
     );
-    DeclarationSet::from_files(vec![parse_file(Path::new("orders.yaml"), text.as_bytes())])
-        .declarations
-        .remove(0)
+    std::sync::Arc::unwrap_or_clone(
+        DeclarationSet::from_files(vec![parse_file(Path::new("orders.yaml"), text.as_bytes())])
+            .declarations
+            .remove(0),
+    )
 }
 
 fn caps() -> Capabilities {

@@ -29,6 +29,7 @@ pub(crate) mod wake;
 use crate::config::redacted_url;
 use std::time::Duration;
 
+pub(crate) use changes::KeptChanges;
 pub use snapshot::Snapshot;
 pub(crate) use tracker::SourceFailure;
 pub use tracker::{PollOutcome, Source};

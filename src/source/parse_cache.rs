@@ -23,6 +23,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use git2::Oid;
 use serde::{Deserialize, Serialize};
@@ -68,7 +69,7 @@ pub struct ParsedTree {
     /// files with the same bytes, so they need not even be listed again.
     pub tree: Option<ObjectId>,
     pub files: Vec<ParsedFile>,
-    pub declarations: Vec<Declaration>,
+    pub declarations: Vec<Arc<Declaration>>,
 }
 
 impl ParsedTree {
@@ -295,7 +296,7 @@ fn read(bytes: &[u8], path: &str) -> Result<Option<ParsedTree>, serde_json::Erro
 /// What a run of lines holds.
 struct Lines {
     files: Vec<ParsedFile>,
-    declarations: Vec<Declaration>,
+    declarations: Vec<Arc<Declaration>>,
     /// Every entry was usable.
     complete: bool,
     /// Entries read, usable or not.
@@ -399,7 +400,7 @@ fn checked_entry(line: &[u8]) -> Option<&[u8]> {
 fn read_declarations(
     file: &Path,
     declarations: Vec<DeclarationIn>,
-    out: &mut Vec<Declaration>,
+    out: &mut Vec<Arc<Declaration>>,
 ) -> Option<usize> {
     let count = declarations.len();
     let mut read = Vec::with_capacity(count);
@@ -409,7 +410,7 @@ fn read_declarations(
         // interpretation of either.
         let annotations = parse_annotations(&d.manifest.metadata.annotations).ok()?;
         let normalized_spec = normalized_spec_value(&d.manifest);
-        read.push(Declaration {
+        read.push(Arc::new(Declaration {
             manifest: d.manifest,
             file: file.to_path_buf(),
             line: d.line,
@@ -417,7 +418,7 @@ fn read_declarations(
             annotations,
             spec_hash: d.spec_hash,
             normalized_spec,
-        });
+        }));
     }
     out.append(&mut read);
     Some(count)
@@ -434,7 +435,7 @@ pub(crate) struct FileView<'a> {
 impl<'a> From<&'a FileContents> for FileView<'a> {
     fn from(contents: &'a FileContents) -> Self {
         FileView {
-            declarations: contents.declarations.iter().collect(),
+            declarations: contents.declarations.iter().map(Arc::as_ref).collect(),
             diagnostics: &contents.diagnostics,
         }
     }

@@ -1,6 +1,7 @@
 //! A snapshot: one commit's declarations, read from its tree (no work tree).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use git2::{ObjectType, Oid, Repository};
@@ -29,11 +30,14 @@ impl Snapshot {
     /// one file's view of another (a name declared in two files drops
     /// both copies, and the file that keeps its bytes would come back
     /// without its own).
-    pub(crate) fn per_file(&self) -> Option<Vec<(&str, Oid, Vec<&crate::model::Declaration>)>> {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn per_file(
+        &self,
+    ) -> Option<Vec<(&str, Oid, Vec<&Arc<crate::model::Declaration>>)>> {
         if !self.declarations.diagnostics.is_empty() {
             return None;
         }
-        let mut by_file: std::collections::HashMap<&Path, Vec<&crate::model::Declaration>> =
+        let mut by_file: std::collections::HashMap<&Path, Vec<&Arc<crate::model::Declaration>>> =
             std::collections::HashMap::with_capacity(self.files.len());
         for decl in &self.declarations.declarations {
             by_file.entry(decl.file.as_path()).or_default().push(decl);
@@ -50,7 +54,8 @@ impl Snapshot {
         Some(files)
     }
 
-    /// The parse results it was built from, copied ([`Snapshot::per_file`]).
+    /// The parse results it was built from ([`Snapshot::per_file`]),
+    /// sharing its declarations.
     pub(crate) fn parse_results(&self) -> Option<super::parse_cache::ParsedTree> {
         let files = self
             .per_file()?

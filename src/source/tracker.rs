@@ -463,7 +463,7 @@ impl Source {
                 };
                 let entries = files.into_iter().map(|(path, blob, declarations)| {
                     let view = parse_cache::FileView {
-                        declarations,
+                        declarations: declarations.into_iter().map(Arc::as_ref).collect(),
                         diagnostics: &[],
                     };
                     (path, blob, view)

@@ -31,7 +31,7 @@ fn declaration(extra_annotations: &str, spec: &str) -> Declaration {
     let set =
         DeclarationSet::from_files(vec![parse_file(Path::new("orders.yaml"), text.as_bytes())]);
     assert!(set.diagnostics.is_empty(), "{:?}", set.diagnostics);
-    set.declarations.into_iter().next().unwrap()
+    std::sync::Arc::unwrap_or_clone(set.declarations.into_iter().next().unwrap())
 }
 
 fn caps() -> Capabilities {

@@ -60,7 +60,9 @@ fn declarations(outcome: &PollOutcome) -> Vec<tend::testing::model::Declaration>
         .unwrap()
         .declarations
         .declarations
-        .clone()
+        .iter()
+        .map(|d| (**d).clone())
+        .collect()
 }
 
 #[test]

@@ -204,7 +204,10 @@ impl StateStore {
                 )?;
             }
             for (name, (digest, commit)) in current {
-                if previous.get(name) != Some(&(digest.clone(), commit.clone())) {
+                let same = previous
+                    .get(name)
+                    .is_some_and(|(was, at)| was == digest && at == commit);
+                if !same {
                     tx.exec(
                         "INSERT INTO status_decided (name, digest, commit_id) VALUES (?1, ?2, ?3) \
                          ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, commit_id = excluded.commit_id",

@@ -120,6 +120,10 @@ pub struct Source {
     /// The on-disk cache being written beside the cycles (the running
     /// agent).
     cache_writing: Option<std::thread::JoinHandle<()>>,
+    /// The last snapshot's parse results, made by that thread beside the
+    /// cycles (the running agent): the next commit takes them instead of
+    /// copying them on its own path.
+    parses_made: Arc<std::sync::Mutex<Option<ParsedTree>>>,
     /// Keep parse results in memory for the next poll (false for
     /// [`Source::poll_once`] and [`Source::parses_on_disk`]).
     retain_parses: bool,
@@ -205,6 +209,7 @@ impl Source {
             cache_loaded: false,
             cache_loading,
             cache_writing: None,
+            parses_made: Arc::default(),
             retain_parses: true,
             reread_disk_cache: false,
             last_good: None,
@@ -230,6 +235,15 @@ impl Source {
     /// How many files were parsed since this `Source` was opened.
     pub fn parse_count(&self) -> u64 {
         self.parses
+    }
+
+    /// Whether the running writer's thread has made the last snapshot's
+    /// parse results for the next commit (and they were not taken yet).
+    pub fn parse_results_made(&self) -> bool {
+        self.parses_made
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// The last accepted commit (persisted).
@@ -289,11 +303,13 @@ impl Source {
         }
     }
 
-    /// For a long-running writer (`tend run`): parse results are not kept
-    /// in memory between polls (that copy would double the memory the
-    /// snapshot's declarations take); a new head reads the parse cache the
-    /// writer keeps on disk instead, which costs tens of milliseconds at
-    /// 10,000 files, once per new commit.
+    /// For a long-running writer (`tend run`): the parse cache on disk is
+    /// written beside the cycles, on a thread of its own, which then makes
+    /// the snapshot's parse results for the next commit (they share the
+    /// snapshot's declarations: what they add is the list of files). A
+    /// commit that comes before that thread is done copies them from the
+    /// snapshot; a snapshot with a diagnostic has none, and the next head
+    /// reads the parse cache on disk.
     pub fn parses_on_disk(mut self) -> Self {
         if self.access == Access::Writer {
             self.retain_parses = false;
@@ -451,24 +467,37 @@ impl Source {
     fn store_parses_later(&mut self, tree: Oid, snapshot: Arc<Snapshot>) {
         let previous = self.cache_writing.take();
         let (file, path) = (self.cache_file.clone(), self.settings.path.clone());
+        let made = self.parses_made.clone();
         let spawned = std::thread::Builder::new()
             .name("tend-parse-cache".into())
             .spawn(move || {
+                // The parse results, for the next commit's poll: made from
+                // the snapshot's own declarations (shared, not copied).
+                let parses = snapshot.parse_results();
+                drop(snapshot);
                 if let Some(previous) = previous {
                     let _ = previous.join();
                 }
-                let Some(files) = snapshot.per_file() else {
+                let Some(parses) = parses else {
                     tracing::debug!("source: parse cache not written for a set with diagnostics");
                     return;
                 };
-                let entries = files.into_iter().map(|(path, blob, declarations)| {
+                let mut declarations = parses.declarations.as_slice();
+                let entries = parses.files.iter().map(|f| {
+                    let (own, rest) = declarations.split_at(f.declarations.min(declarations.len()));
+                    declarations = rest;
                     let view = parse_cache::FileView {
-                        declarations: declarations.into_iter().map(Arc::as_ref).collect(),
-                        diagnostics: &[],
+                        declarations: own.iter().map(Arc::as_ref).collect(),
+                        diagnostics: &f.diagnostics,
                     };
-                    (path, blob, view)
+                    (
+                        f.path.as_str(),
+                        Oid::from_bytes(&f.blob).unwrap_or(Oid::ZERO_SHA1),
+                        view,
+                    )
                 });
                 parse_cache::store_logged(&file, &path, tree, entries, ", beside the cycles");
+                *made.lock().unwrap_or_else(|p| p.into_inner()) = Some(parses);
             });
         match spawned {
             Ok(handle) => self.cache_writing = Some(handle),
@@ -608,11 +637,31 @@ impl Source {
             );
             Some(parses)
         };
+        let made = || {
+            let parses = self
+                .parses_made
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()?;
+            tracing::debug!(
+                "source: parse results of {} files made beside the cycles",
+                parses.files.len()
+            );
+            Some(parses)
+        };
         match self.cache.take() {
             Some(previous) => previous,
-            // The running agent keeps no parse results beside its
-            // snapshot; copying the snapshot's costs a fraction of reading
-            // the disk cache again (0.78 s at 100,000 files).
+            // The running agent's writer thread made them from the last
+            // snapshot (any snapshot's results are good for reuse: each
+            // file's are keyed by its path and blob).
+            None if self.reread_disk_cache
+                && let Some(parses) = made() =>
+            {
+                parses
+            }
+            // Not made yet (a commit right after the last): copying the
+            // snapshot's costs a fraction of reading the disk cache again
+            // (0.78 s at 100,000 files).
             None if self.reread_disk_cache
                 && let Some(parses) = copied() =>
             {

@@ -512,14 +512,15 @@ fn a_long_running_writer_keeps_parse_results_on_disk_and_still_parses_only_chang
     assert_eq!(declarations(&third), declarations(&second));
 }
 
-/// Between two commits the running agent copies the parse results from
-/// its snapshot instead of reading the disk cache again: with that file
-/// gone, still only the changed file is parsed, into exactly what a fresh
-/// parse gives. A snapshot with a diagnostic is not copied: a name
+/// Between two commits the running agent takes the parse results its
+/// cache writer made from the last snapshot (or copies them from the
+/// snapshot, when that thread is not done) instead of reading the disk
+/// cache again: with that file gone, still only the changed file is
+/// parsed, into exactly what a fresh parse gives. A snapshot with a diagnostic is not copied: a name
 /// declared in two files is dropped from both, and the copy that stays
 /// must come back when the other goes.
 #[test]
-fn a_long_running_writer_copies_parse_results_from_its_snapshot() {
+fn a_long_running_writer_takes_parse_results_made_beside_its_cycles() {
     let repo = repo_with(&[("db/a.yaml", "a", 1), ("db/b.yaml", "b", 2)]);
     let state = tempfile::tempdir().unwrap();
     let mut source = open(state.path(), settings(&repo.url(), "main", "db")).parses_on_disk();
@@ -533,11 +534,11 @@ fn a_long_running_writer_copies_parse_results_from_its_snapshot() {
             .into_iter()
             .find(|p| p.ends_with("parse-cache.jsonl"));
         match found {
-            Some(cache) => break cache,
-            None if written.elapsed() < Duration::from_secs(10) => {
+            Some(cache) if source.parse_results_made() => break cache,
+            _ if written.elapsed() < Duration::from_secs(10) => {
                 std::thread::sleep(Duration::from_millis(20))
             }
-            None => panic!("no parse cache was written on disk"),
+            _ => panic!("no parse cache was written on disk, or no parse results made"),
         }
     };
     std::fs::remove_file(&cache).unwrap();
@@ -546,6 +547,10 @@ fn a_long_running_writer_copies_parse_results_from_its_snapshot() {
     repo.commit("b: 20");
     let second = source.poll(now);
     assert_eq!(source.parse_count(), 3, "only the changed file is parsed");
+    assert!(
+        !source.parse_results_made(),
+        "the results made were not taken"
+    );
     let fresh_state = tempfile::tempdir().unwrap();
     let fresh = open(fresh_state.path(), settings(&repo.url(), "main", "db")).poll(now);
     assert_eq!(declarations(&second), declarations(&fresh));

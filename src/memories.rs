@@ -344,7 +344,11 @@ mod tests {
             ("digest".to_string(), "c0ffee".to_string()),
         )]
         .into();
-        store.record_status_decided(&Default::default(), &decided)?;
+        let changes: Vec<_> = decided
+            .iter()
+            .map(|(n, v)| (n.clone(), Some(v.clone())))
+            .collect();
+        store.record_status_decided(&changes)?;
         store.record_notifications(&Default::default(), &[], &[], std::time::SystemTime::now())?;
         assert_eq!(store.status_decided()?, decided, "written");
         let again = cache.current(&store)?;

@@ -94,9 +94,9 @@ pub(crate) enum Published {
     Unchanged(String),
     /// A commit was pushed.
     Committed(String),
-    /// Nothing was written: files were [`FileContent::Kept`], and the tip
-    /// is no longer the commit they were kept from (someone else pushed).
-    /// Render every file and publish again.
+    /// Nothing was written: the files were what changed over a commit,
+    /// and the tip is no longer that commit (someone else pushed). Render
+    /// every file and publish again.
     NeedsEveryFile,
 }
 
@@ -172,8 +172,9 @@ impl StatusBranch {
     }
 
     /// Puts `files` on the branch with `message`, as described in the
-    /// module docs. `base`: the commit [`FileContent::Kept`] files are kept
-    /// from (the tip tend last published).
+    /// module docs. `base`: the commit `files` are the changes over (the
+    /// tip tend last published): a resource's file they do not name is
+    /// kept as that commit holds it. `None`: `files` are every file.
     pub(crate) fn publish(
         &self,
         files: &BTreeMap<String, FileContent>,
@@ -234,12 +235,12 @@ impl StatusBranch {
         if let Some(parent) = &parent {
             self.check_owner(&repo, &parent.tree().map_err(|e| self.git(e))?)?;
         }
-        // A kept file is what `base` holds: only over `base` itself.
-        let keeps = files.values().any(|f| *f == FileContent::Kept);
-        if keeps && parent.as_ref().map(|p| p.id().to_string()).as_deref() != base {
+        // Changes over `base` apply to `base` itself only.
+        if base.is_some() && parent.as_ref().map(|p| p.id().to_string()).as_deref() != base {
             return Ok(Attempt::Done(Published::NeedsEveryFile));
         }
-        let Some(tree_id) = self.build_tree(&repo, parent.as_ref(), files)? else {
+        let over_base = base.is_some();
+        let Some(tree_id) = self.build_tree(&repo, parent.as_ref(), files, over_base)? else {
             return Ok(Attempt::Done(Published::NeedsEveryFile));
         };
         if let Some(parent) = parent.as_ref().filter(|p| p.tree_id() == tree_id) {
@@ -314,13 +315,16 @@ impl StatusBranch {
     /// `status/` whose files are all unchanged keeps its tree; so a change
     /// of one resource writes one blob, its shard's tree, `status/` (one
     /// entry per shard) and the root.
-    /// The root tree holding `files`; `None` when a kept file is not in
-    /// `parent` (it must then be rendered).
+    /// The root tree holding `files` (`over_base`: the changes over
+    /// `parent`'s resource files, whose shards no change touches are kept
+    /// whole); `None` when `parent` has no `status/` to change (every
+    /// file must then be rendered).
     fn build_tree(
         &self,
         repo: &Repository,
         parent: Option<&git2::Commit<'_>>,
         files: &BTreeMap<String, FileContent>,
+        over_base: bool,
     ) -> Result<Option<Oid>, StatusBranchError> {
         let base = match parent {
             Some(p) => Some(p.tree().map_err(|e| self.git(e))?),
@@ -343,7 +347,7 @@ impl StatusBranch {
                     shards.entry(shard).or_default().insert(name, content);
                 }
                 None => {
-                    // Only the resources' files are ever kept.
+                    // Only the resources' files are ever kept or removed.
                     let FileContent::Bytes(bytes) = content else {
                         return Ok(None);
                     };
@@ -364,19 +368,28 @@ impl StatusBranch {
             .and_then(|b| b.get_name("status"))
             .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
             .and_then(|e| repo.find_tree(e.id()).ok());
-        let mut status = repo.treebuilder(None).map_err(|e| self.git(e))?;
+        if over_base && old_status.is_none() {
+            return Ok(None);
+        }
+        let start = old_status.as_ref().filter(|_| over_base);
+        let mut status = repo.treebuilder(start).map_err(|e| self.git(e))?;
         for (shard, wanted) in &shards {
             let old = old_status
                 .as_ref()
                 .and_then(|s| s.get_name(shard))
                 .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
                 .and_then(|e| repo.find_tree(e.id()).ok());
-            let Some(id) = self.shard_tree(repo, old.as_ref(), wanted)? else {
-                return Ok(None);
+            let id = if over_base {
+                self.shard_changed(repo, old.as_ref(), wanted)?
+            } else {
+                Some(self.shard_tree(repo, old.as_ref(), wanted)?)
             };
-            status
-                .insert(shard, id, 0o040000)
-                .map_err(|e| self.git(e))?;
+            match id {
+                Some(id) => status.insert(shard, id, 0o040000).map(|_| ()),
+                None if old.is_some() => status.remove(shard),
+                None => Ok(()),
+            }
+            .map_err(|e| self.git(e))?;
         }
         if !status.is_empty() {
             let id = status.write().map_err(|e| self.git(e))?;
@@ -386,27 +399,65 @@ impl StatusBranch {
         root.write().map(Some).map_err(|e| self.git(e))
     }
 
-    /// One shard of `status/` holding exactly `wanted`: `old` itself when
-    /// it holds the same files, else `old` with what changed.
-    /// `None` when a kept file is not in `old`.
-    fn shard_tree(
+    /// One shard of `status/`, `old`, with the changes `wanted` made to
+    /// it; `None` when no file is left in it.
+    fn shard_changed(
         &self,
         repo: &Repository,
         old: Option<&git2::Tree<'_>>,
         wanted: &BTreeMap<&str, &FileContent>,
     ) -> Result<Option<Oid>, StatusBranchError> {
-        let mut ids = Vec::with_capacity(wanted.len());
+        let mut builder = repo.treebuilder(old).map_err(|e| self.git(e))?;
         for (name, content) in wanted {
-            let id = match content {
+            match content {
                 FileContent::Bytes(bytes) => {
-                    Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?
+                    let id =
+                        Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
+                    let present = builder
+                        .get(name)
+                        .map_err(|e| self.git(e))?
+                        .is_some_and(|e| e.id() == id);
+                    if !present {
+                        let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
+                        builder
+                            .insert(name, blob, 0o100644)
+                            .map_err(|e| self.git(e))?;
+                    }
                 }
-                FileContent::Kept => match old.and_then(|o| o.get_name(name)) {
-                    Some(entry) => entry.id(),
-                    None => return Ok(None),
-                },
-            };
-            ids.push((*name, id));
+                FileContent::Removed => {
+                    if builder.get(name).map_err(|e| self.git(e))?.is_some() {
+                        builder.remove(name).map_err(|e| self.git(e))?;
+                    }
+                }
+            }
+        }
+        if builder.is_empty() {
+            return Ok(None);
+        }
+        builder.write().map(Some).map_err(|e| self.git(e))
+    }
+
+    /// One shard of `status/` holding exactly the files of `wanted`:
+    /// `old` itself when it holds the same files, else `old` with what
+    /// changed.
+    fn shard_tree(
+        &self,
+        repo: &Repository,
+        old: Option<&git2::Tree<'_>>,
+        wanted: &BTreeMap<&str, &FileContent>,
+    ) -> Result<Oid, StatusBranchError> {
+        let wanted: BTreeMap<&str, &FileContent> = wanted
+            .iter()
+            .filter(|(_, content)| !matches!(content, FileContent::Removed))
+            .map(|(name, content)| (*name, *content))
+            .collect();
+        let mut ids = Vec::with_capacity(wanted.len());
+        for (name, content) in &wanted {
+            if let FileContent::Bytes(bytes) = content {
+                let id =
+                    Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
+                ids.push((*name, id));
+            }
         }
         if let Some(old) = old
             && old.len() == ids.len()
@@ -414,7 +465,7 @@ impl StatusBranch {
                 .iter()
                 .all(|(name, id)| old.get_name(name).is_some_and(|e| e.id() == *id))
         {
-            return Ok(Some(old.id()));
+            return Ok(old.id());
         }
         let mut builder = repo.treebuilder(old).map_err(|e| self.git(e))?;
         if let Some(old) = old {
@@ -437,7 +488,7 @@ impl StatusBranch {
                     .map_err(|e| self.git(e))?;
             }
         }
-        builder.write().map(Some).map_err(|e| self.git(e))
+        builder.write().map_err(|e| self.git(e))
     }
 
     /// The blob of `bytes`: `old`'s when it is already that (nothing

@@ -121,9 +121,9 @@ const HEADER: &str =
 pub(crate) enum FileContent {
     /// These bytes.
     Bytes(Vec<u8>),
-    /// What the commit the inputs were last rendered for holds at this
-    /// path: this resource's inputs are the same, so its file is too.
-    Kept,
+    /// No file (a resource no longer reported), over the commit the
+    /// inputs were last rendered for.
+    Removed,
 }
 
 /// What a resource's file is a function of: a digest of its fields as
@@ -139,8 +139,10 @@ pub(crate) enum Inputs<'a> {
     /// The last render's digests, over the commit it published (`None`:
     /// every file is rendered), and which report entries are known to be
     /// unchanged since (the same object, with the same last operation):
-    /// their digests are taken as they were, not computed again.
-    Keep(Option<&'a HashMap<String, InputsDigest>>, &'a Unchanged<'a>),
+    /// their digests are taken as they were, not computed again. The
+    /// digests are brought up to date in place: a resource kept costs
+    /// nothing.
+    Keep(Option<HashMap<String, InputsDigest>>, &'a Unchanged<'a>),
 }
 
 /// Whether a report entry is known unchanged since the last render.
@@ -153,23 +155,32 @@ pub(crate) fn none_unchanged(_: &Arc<ResourceReport>) -> bool {
 
 /// The branch's files as [`render`] made them.
 pub(crate) struct Rendered {
-    /// Every file, by path.
+    /// The files, by path: every file, or (`over_base`) only those that
+    /// differ from the commit the last render's digests were made for.
     pub files: BTreeMap<String, FileContent>,
-    /// Each resource's digest and `decidedFrom` as they are now.
-    pub decided: DecidedFrom,
+    /// Whether `files` is what changed over that commit: a resource's
+    /// file not named in it is that commit's. At 100,000 resources a
+    /// one-resource change then names one file, not 100,000.
+    pub over_base: bool,
+    /// What changed of each resource's digest and `decidedFrom`: the new
+    /// value, or `None` when the state should remember none.
+    pub decided: Vec<(String, Option<(String, String)>)>,
     /// Each resource's inputs, for the next render (empty with
     /// [`Inputs::Forget`]).
     pub inputs: HashMap<String, InputsDigest>,
+    /// How many resource files were rendered (the others are kept).
+    pub rendered: usize,
 }
 
-/// Every file of the branch, by path, and each resource's digest and
-/// `decidedFrom` as they are now (`decided`: as they were, from the state).
+/// The branch's files, by path, and what changed of each resource's
+/// digest and `decidedFrom` (`decided`: as they were, from the state).
 ///
 /// `inputs`: [`Inputs::Forget`] for a one-shot publication (no input is
 /// digested), else each resource's inputs when its file was last rendered
-/// for the branch's tip. A resource whose inputs are the same is
-/// [`FileContent::Kept`], not rendered again: a change to one resource of
-/// 100,000 renders one YAML file, not 100,000.
+/// for the branch's tip. Over those, only what changed is named: a
+/// resource whose inputs are the same is kept as the tip holds it, and a
+/// resource no longer reported is [`FileContent::Removed`]. A change to
+/// one resource of 100,000 renders one YAML file and names it alone.
 pub(crate) fn render(
     report: &Report,
     last_operations: &HashMap<String, LastOperation>,
@@ -180,23 +191,29 @@ pub(crate) fn render(
         Inputs::Forget => (false, None, &none_unchanged),
         Inputs::Keep(previous, unchanged) => (true, previous, unchanged),
     };
+    // Over the last render's commit, its digests are this render's: a
+    // resource kept is left as it is there.
+    let over_base = previous.is_some();
+    let mut inputs = previous.unwrap_or_default();
+    let had_inputs = inputs.len();
     let mut files = BTreeMap::new();
-    let mut decided_now = DecidedFrom::new();
-    let mut inputs = HashMap::new();
+    let mut changes = Vec::new();
+    let (mut found_decided, mut found_inputs, mut rendered) = (0, 0, 0);
     let mut json = Vec::new();
     for r in &report.resources {
         let was = decided.get(&r.name);
+        found_decided += usize::from(was.is_some());
+        let before = if over_base {
+            inputs.get(&r.name).copied()
+        } else {
+            None
+        };
+        found_inputs += usize::from(before.is_some());
         // The same entry as at the last render, with the same last
         // operation and `decidedFrom`: its inputs are the same (at
         // 100,000 resources, digesting them all again costs most of a
         // status commit).
-        if let (Some(previous), Some(was)) = (previous, was)
-            && let Some(key) = previous.get(&r.name)
-            && unchanged(r)
-        {
-            files.insert(file_name(&r.name), FileContent::Kept);
-            decided_now.insert(r.name.clone(), was.clone());
-            inputs.insert(r.name.clone(), *key);
+        if before.is_some() && was.is_some() && unchanged(r) {
             continue;
         }
         let op = last_operations.get(&r.name).map(|o| OperationFile {
@@ -227,22 +244,20 @@ pub(crate) fn render(
         let source_commit = report.source.commit.as_deref();
         // As the last render stored them: with the `decidedFrom` it
         // remembered, which is what the state gives now.
-        let key = match (previous, was) {
-            (Some(previous), Some(was)) => {
+        let key = match (before, was) {
+            (Some(before), Some(was)) => {
                 let key = inputs_of(&mut json, &file, Some(was), source_commit);
-                if previous.get(&r.name) == Some(&key) {
-                    files.insert(file_name(&r.name), FileContent::Kept);
-                    decided_now.insert(r.name.clone(), was.clone());
-                    inputs.insert(r.name.clone(), key);
+                if before == key {
                     continue;
                 }
                 Some(key)
             }
             _ => None,
         };
+        rendered += 1;
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
         let digest = crate::model::hash::sha256_hex(yaml.as_bytes());
-        let commit = match (decided.get(&r.name), report.source.commit.as_deref()) {
+        let commit = match (was, report.source.commit.as_deref()) {
             (Some((was, commit)), _) if *was == digest => Some(commit.clone()),
             (_, Some(now)) => Some(now.to_string()),
             (_, None) => None,
@@ -257,20 +272,41 @@ pub(crate) fn render(
             file_name(&r.name),
             FileContent::Bytes(format!("{HEADER}{decided_from}{yaml}").into_bytes()),
         );
-        if let Some(commit) = commit {
-            decided_now.insert(r.name.clone(), (digest, commit));
-        }
+        let now = commit.map(|commit| (digest, commit));
         // What the next render compares: these fields, with the
         // `decidedFrom` remembered from this one (the digest above, when
         // that did not change).
         if keep {
-            let now = decided_now.get(&r.name);
             let key = match key {
-                Some(key) if now == was => key,
-                _ => inputs_of(&mut json, &file, now, source_commit),
+                Some(key) if now.as_ref() == was => key,
+                _ => inputs_of(&mut json, &file, now.as_ref(), source_commit),
             };
             inputs.insert(r.name.clone(), key);
         }
+        if now.as_ref() != was {
+            changes.push((r.name.clone(), now));
+        }
+    }
+    // Resources no longer reported: their files go, and so does what the
+    // state remembers of them (looked for only when some are missing).
+    if found_inputs < had_inputs || found_decided < decided.len() {
+        let reported: std::collections::HashSet<&str> =
+            report.resources.iter().map(|r| r.name.as_str()).collect();
+        if found_inputs < had_inputs {
+            inputs.retain(|name, _| {
+                let stays = reported.contains(name.as_str());
+                if !stays {
+                    files.insert(file_name(name), FileContent::Removed);
+                }
+                stays
+            });
+        }
+        let mut gone: Vec<&String> = decided
+            .keys()
+            .filter(|name| !reported.contains(name.as_str()))
+            .collect();
+        gone.sort();
+        changes.extend(gone.into_iter().map(|name| (name.clone(), None)));
     }
     let agent = AgentFile {
         agent_id: report.agent.id.clone(),
@@ -288,8 +324,10 @@ pub(crate) fn render(
     );
     Rendered {
         files,
-        decided: decided_now,
-        inputs,
+        over_base,
+        decided: changes,
+        inputs: if keep { inputs } else { HashMap::new() },
+        rendered,
     }
 }
 
@@ -485,7 +523,94 @@ fn more_not_listed(out: &mut String, more: usize, what: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::file_name;
+    use super::*;
+
+    /// A report of `entries` (name, reason) at commit `c1`.
+    fn report(entries: &[(&str, &str)]) -> Report {
+        let mut report: Report = serde_json::from_value(serde_json::json!({
+            "formatVersion": 1, "generatedAt": "2027-01-15T08:00:00Z",
+            "agent": {"id": "agent", "version": "0"},
+            "source": {"url": "/repo", "branch": "main", "commit": "c1"},
+            "summary": super::super::report::Summary::default(),
+            "resources": [], "errors": [],
+        }))
+        .expect("a report");
+        report.resources = entries
+            .iter()
+            .map(|(name, reason)| {
+                Arc::new(
+                    serde_json::from_value(serde_json::json!({
+                        "name": name, "file": format!("{name}.yaml"), "state": "InSync",
+                        "action": "None", "reason": reason, "drift": [],
+                    }))
+                    .expect("a resource report"),
+                )
+            })
+            .collect();
+        report
+    }
+
+    #[test]
+    fn over_the_last_render_only_what_changed_is_named() {
+        let none = HashMap::new();
+        let first = report(&[("billing", ""), ("ledger", ""), ("orders", "")]);
+        let whole = render(
+            &first,
+            &none,
+            &DecidedFrom::new(),
+            Inputs::Keep(None, &none_unchanged),
+        );
+        assert!(!whole.over_base);
+        assert_eq!(whole.rendered, 3);
+        assert_eq!(
+            whole.files.len(),
+            5,
+            "three resources, agent.yaml, SUMMARY.md"
+        );
+        let decided: DecidedFrom = whole
+            .decided
+            .iter()
+            .map(|(name, now)| (name.clone(), now.clone().expect("a decidedFrom")))
+            .collect();
+        // `orders` changed, `ledger` went, `payments` came, `billing` stayed.
+        let second = report(&[("billing", ""), ("orders", "drifted"), ("payments", "")]);
+        let over = render(
+            &second,
+            &none,
+            &decided,
+            Inputs::Keep(Some(whole.inputs), &none_unchanged),
+        );
+        assert!(over.over_base);
+        assert_eq!(over.rendered, 2);
+        let named: Vec<(&str, bool)> = over
+            .files
+            .iter()
+            .map(|(path, content)| (path.as_str(), matches!(content, FileContent::Removed)))
+            .collect();
+        let expected = [
+            (file_name("ledger"), true),
+            (file_name("orders"), false),
+            (file_name("payments"), false),
+            ("SUMMARY.md".to_string(), false),
+            ("agent.yaml".to_string(), false),
+        ];
+        let mut expected: Vec<(&str, bool)> =
+            expected.iter().map(|(p, r)| (p.as_str(), *r)).collect();
+        expected.sort();
+        assert_eq!(named, expected);
+        let mut keys: Vec<&str> = over.inputs.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["billing", "orders", "payments"]);
+        let changed: Vec<(&str, bool)> = over
+            .decided
+            .iter()
+            .map(|(name, now)| (name.as_str(), now.is_some()))
+            .collect();
+        assert_eq!(
+            changed,
+            [("orders", true), ("payments", true), ("ledger", false)]
+        );
+    }
 
     #[test]
     fn a_name_never_leaves_the_status_directory() {

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
-use super::branch_files::{FileContent, Inputs, InputsDigest, Rendered, render};
+use super::branch_files::{Inputs, InputsDigest, Rendered, render};
 use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
 use super::report::{Report, ResourceReport, StatusBranchReport};
@@ -153,7 +153,7 @@ impl StatusPublisher {
     /// What a render is told of `base`, the last render's digests.
     fn inputs<'a>(
         &self,
-        base: Option<&'a HashMap<String, InputsDigest>>,
+        base: Option<HashMap<String, InputsDigest>>,
         unchanged: &'a super::branch_files::Unchanged<'a>,
     ) -> Inputs<'a> {
         if self.keeps_renders || self.renders_file.is_some() {
@@ -327,10 +327,14 @@ impl StatusPublisher {
                 .as_deref()
                 .and_then(super::kept_renders::load);
         }
-        let base = self
+        let (base_commit, base_digests) = match self
             .rendered
             .take()
-            .filter(|(commit, _)| tip.as_deref() == Some(commit.as_str()));
+            .filter(|(commit, _)| tip.as_deref() == Some(commit.as_str()))
+        {
+            Some((commit, digests)) => (Some(commit), Some(digests)),
+            None => (None, None),
+        };
         let entries = self.rendered_entries.take().filter(|_| recorded);
         let unchanged = |r: &Arc<ResourceReport>| {
             entries.as_ref().is_some_and(|e| e.holds(r))
@@ -344,12 +348,13 @@ impl StatusPublisher {
             report,
             &last_operations,
             &decided,
-            self.inputs(base.as_ref().map(|(_, digests)| digests), &unchanged),
+            self.inputs(base_digests, &unchanged),
         );
-        let base_commit = base.as_ref().map(|(commit, _)| commit.as_str());
+        // Only what changed over that commit, or every file.
+        let over = base_commit.as_deref().filter(|_| rendered.over_base);
         let made = started.elapsed();
-        let mut published = branch.publish(&rendered.files, &message, base_commit)?;
-        // (The tip moved under kept files: rendered whole and published
+        let mut published = branch.publish(&rendered.files, &message, over)?;
+        // (The tip moved under the changes: rendered whole and published
         // again, so such a cycle may push up to twice `attempts` times.)
         if matches!(published, Published::NeedsEveryFile) {
             rendered = render(
@@ -360,32 +365,37 @@ impl StatusPublisher {
             );
             published = branch.publish(&rendered.files, &message, None)?;
             if matches!(published, Published::NeedsEveryFile) {
-                // Cannot happen with no kept file; nothing was written,
-                // so nothing is remembered as published.
+                // Cannot happen with every file; nothing was written, so
+                // nothing is remembered as published.
                 return Ok(None);
             }
         }
-        let kept = rendered
-            .files
-            .values()
-            .filter(|f| **f == FileContent::Kept)
-            .count();
         tracing::debug!(
-            "status branch: {} resource files rendered, {kept} kept; the state read in {read:?}, the files made in {:?}, published in {:?}",
-            report.resources.len() - kept,
+            "status branch: {} resource files rendered, {} kept; the state read in {read:?}, the files made in {:?}, published in {:?}",
+            rendered.rendered,
+            report.resources.len() - rendered.rendered,
             made - read,
             started.elapsed() - made
         );
         let Rendered {
-            decided: decided_now,
+            decided: changes,
             inputs,
             ..
         } = rendered;
         // Remembered once the files are on the branch (a failed push keeps
         // the old commits, which the next attempt still finds).
         if let Some(store) = &self.store {
-            match store.record_status_decided(&decided, &decided_now) {
-                Ok(()) if self.keeps_renders => self.decided = Some(decided_now),
+            match store.record_status_decided(&changes) {
+                Ok(()) if self.keeps_renders => {
+                    let mut decided = decided;
+                    for (name, now) in changes {
+                        match now {
+                            Some(now) => decided.insert(name, now),
+                            None => decided.remove(&name),
+                        };
+                    }
+                    self.decided = Some(decided);
+                }
                 Ok(()) => {}
                 Err(e) => tracing::warn!(
                     "status branch: cannot remember what each file was decided from: {e}"

@@ -190,29 +190,23 @@ impl StateStore {
     /// are forgotten), writing only the rows that changed.
     pub fn record_status_decided(
         &self,
-        previous: &DecidedFrom,
-        current: &DecidedFrom,
+        changes: &[(String, Option<(String, String)>)],
     ) -> Result<(), StateError> {
-        if previous == current {
+        if changes.is_empty() {
             return Ok(());
         }
         self.write_aside(|tx| {
-            for name in previous.keys().filter(|n| !current.contains_key(*n)) {
-                tx.exec(
-                    "DELETE FROM status_decided WHERE name = ?1",
-                    args![name],
-                )?;
-            }
-            for (name, (digest, commit)) in current {
-                let same = previous
-                    .get(name)
-                    .is_some_and(|(was, at)| was == digest && at == commit);
-                if !same {
-                    tx.exec(
+            for (name, now) in changes {
+                match now {
+                    None => tx.exec(
+                        "DELETE FROM status_decided WHERE name = ?1",
+                        args![name],
+                    )?,
+                    Some((digest, commit)) => tx.exec(
                         "INSERT INTO status_decided (name, digest, commit_id) VALUES (?1, ?2, ?3) \
                          ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, commit_id = excluded.commit_id",
                         args![name, digest, commit],
-                    )?;
+                    )?,
                 }
             }
             Ok(())

@@ -43,6 +43,9 @@ pub struct SharedMemories {
     /// it decided from instead of copying them.
     memories: HashMap<String, Arc<Memory>>,
     freshness: Option<crate::journal::store::Freshness>,
+    /// Which read of the state they are (a read is brought up to date
+    /// only from the store's last).
+    number: u64,
     /// How many resources tend saw exist (the deletion guard's base).
     existed: usize,
     /// What was derived over the fleet, and the snapshot it was derived
@@ -72,6 +75,7 @@ impl SharedMemories {
                 .map(|(name, memory)| (name, Arc::new(memory)))
                 .collect(),
             freshness: stored.freshness,
+            number: stored.number,
             existed,
             derived: Mutex::default(),
         }
@@ -85,7 +89,7 @@ impl SharedMemories {
         last: Arc<SharedMemories>,
         names: Vec<String>,
         mut changed: HashMap<String, Memory>,
-        freshness: crate::journal::store::Freshness,
+        (freshness, number): (crate::journal::store::Freshness, u64),
     ) -> SharedMemories {
         let mut memories = match Arc::try_unwrap(last) {
             Ok(own) => own.memories,
@@ -101,6 +105,7 @@ impl SharedMemories {
         SharedMemories {
             memories,
             freshness: Some(freshness),
+            number,
             existed,
             derived: Mutex::default(),
         }
@@ -170,6 +175,7 @@ impl Memories {
         Memories::over(Arc::new(SharedMemories::new(StoredMemories {
             memories,
             freshness: None,
+            number: 0,
         })))
     }
 
@@ -262,13 +268,14 @@ impl MemoryCache {
             Some(read) if read.freshness() == Some(now) => return Ok(read),
             // Brought up to date when the state can say what changed.
             Some(read) if let Some(since) = read.freshness() => {
-                match store.read_memories_since(since)? {
+                match store.read_memories_since((since, read.number))? {
                     MemoriesSince::Whole(stored) => SharedMemories::new(stored),
                     MemoriesSince::Changed {
                         names,
                         memories,
                         freshness,
-                    } => SharedMemories::with_changes(read, names, memories, freshness),
+                        number,
+                    } => SharedMemories::with_changes(read, names, memories, (freshness, number)),
                 }
             }
             _ => SharedMemories::new(store.read_memories()?),
@@ -304,6 +311,33 @@ mod tests {
     use crate::journal::effects::{Effect, commit};
 
     type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+    #[test]
+    fn a_read_not_the_store_s_last_is_not_brought_up_to_date() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
+        let cache = MemoryCache::default();
+        cache.retain();
+        for name in ["orders", "payments"] {
+            applied(&store, name)?;
+        }
+        let first = cache.current(&store)?;
+        // Another read at the same freshness takes the notes after it.
+        store.read_memories()?;
+        let now = std::time::SystemTime::now();
+        store.write(|tx| tx.sync_drift("orders", &["owner".into()], now))?;
+        let after = cache.current(&store)?;
+        assert!(
+            !Arc::ptr_eq(&first.memories["payments"], &after.memories["payments"]),
+            "brought up to date from a read that was not the last"
+        );
+        assert!(
+            after.memories["orders"]
+                .drift_first_seen
+                .contains_key("owner")
+        );
+        Ok(())
+    }
 
     fn store(dir: &tempfile::TempDir) -> Result<StateStore, Box<dyn std::error::Error>> {
         StateStore::open(dir.path(), true)?.ok_or_else(|| "no state store was made".into())

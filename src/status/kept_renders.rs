@@ -45,20 +45,25 @@ pub(crate) fn load(file: &Path) -> Option<(String, HashMap<String, InputsDigest>
     Some((commit.to_string(), inputs))
 }
 
-/// Writes the digests rendered for `commit` (a name that would not fit
-/// one line is left out: its file is rendered next time).
+/// Writes the digests rendered for `commit`. Digests with a name that
+/// would not fit one line (a damaged state's) are not kept at all, and the
+/// file goes: over the commit, the next render names only what changed,
+/// and a resource the file left out would never have its file removed.
 pub(crate) fn store(
     file: &Path,
     commit: &str,
     inputs: &HashMap<String, InputsDigest>,
 ) -> std::io::Result<()> {
+    if inputs.keys().any(|name| name.contains(['\n', '\r'])) {
+        return match std::fs::remove_file(file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
     let build = crate::source::parse_cache::build_id();
     let mut text = String::with_capacity(inputs.len() * 96);
     let _ = writeln!(text, "{MAGIC} {commit} {build}");
     for (name, digest) in inputs {
-        if name.contains(['\n', '\r']) {
-            continue;
-        }
         for byte in digest {
             let _ = write!(text, "{byte:02x}");
         }
@@ -106,5 +111,19 @@ mod tests {
             std::fs::write(&file, damaged).unwrap();
             assert_eq!(load(&file), None);
         }
+    }
+
+    #[test]
+    fn digests_with_a_name_that_does_not_fit_a_line_are_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = path(dir.path());
+        let fine: HashMap<String, InputsDigest> = [("orders".to_string(), [7u8; 32])].into();
+        store(&file, "c0ffee", &fine).unwrap();
+        // Left out, its file would never be removed over the commit.
+        let mut damaged = fine.clone();
+        damaged.insert("a\nb".to_string(), [1u8; 32]);
+        store(&file, "c0ffee", &damaged).unwrap();
+        assert_eq!(load(&file), None, "kept without one of its resources");
+        assert!(!file.exists());
     }
 }

@@ -141,9 +141,10 @@ pub struct StateStore {
     /// Whether this connection notes the resources its writes change
     /// ([`row_changes`]).
     tracks_rows: std::sync::atomic::AtomicBool,
-    /// The freshness of the last read of the memories, which took the
-    /// names noted before it.
-    last_memory_read: Mutex<Option<Freshness>>,
+    /// The last read of the memories, which took the names noted before
+    /// it: its freshness and its number (each read takes the next, so two
+    /// reads at one freshness are told apart).
+    last_memory_read: Mutex<Option<(Freshness, u64)>>,
 }
 
 /// Identifies a moment of the database's content: this store's writes

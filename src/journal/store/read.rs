@@ -134,6 +134,9 @@ pub struct StoredMemories {
     pub memories: HashMap<String, Memory>,
     /// When they were read (`None`: unknown, never reused).
     pub freshness: Option<super::Freshness>,
+    /// Which read of the store's they are (see
+    /// [`StateStore::read_memories_since`]).
+    pub number: u64,
 }
 
 /// A read of the memories made from the one before it.
@@ -147,6 +150,7 @@ pub enum MemoriesSince {
         names: Vec<String>,
         memories: HashMap<String, Memory>,
         freshness: Freshness,
+        number: u64,
     },
 }
 
@@ -205,43 +209,49 @@ impl StateStore {
     /// queries: a cycle over thousands of resources must not pay queries
     /// for each.
     pub fn read_memories(&self) -> Result<StoredMemories, StateError> {
-        let (freshness, _) = self.begin_memory_read(None)?;
-        self.read_memories_covered(freshness, Covered::All, None)
+        let (freshness, number, _) = self.begin_memory_read(None)?;
+        self.read_memories_covered((freshness, number), Covered::All, None)
     }
 
-    /// The memories as they are now, read from the last read (whose
-    /// freshness is `since`) when the state can say which resources
+    /// The memories as they are now, read from the last read (`since`: its
+    /// freshness and number) when the state can say which resources
     /// changed since (this process's own writes, on SQLite; see
     /// [`super::row_changes`]), else whole.
-    pub fn read_memories_since(&self, since: Freshness) -> Result<MemoriesSince, StateError> {
-        let (freshness, noted) = self.begin_memory_read(Some(since))?;
+    pub fn read_memories_since(
+        &self,
+        since: (Freshness, u64),
+    ) -> Result<MemoriesSince, StateError> {
+        let (freshness, number, noted) = self.begin_memory_read(Some(since))?;
         match noted {
             Some(count) if count <= super::row_changes::MAX_CHANGED => {
                 let names =
                     self.map_rows("SELECT name FROM temp.memory_rows_to_read", &[], |r| {
                         r.get::<String>(0)
                     })?;
-                let read = self.read_memories_covered(freshness, Covered::Noted, Some(count))?;
+                let covered = Covered::Noted;
+                let read = self.read_memories_covered((freshness, number), covered, Some(count))?;
                 Ok(MemoriesSince::Changed {
                     names,
                     memories: read.memories,
                     freshness,
+                    number,
                 })
             }
             _ => Ok(MemoriesSince::Whole(self.read_memories_covered(
-                freshness,
+                (freshness, number),
                 Covered::All,
                 None,
             )?)),
         }
     }
 
-    /// The memories of the resources `covered`, labelled `freshness`
-    /// (taken before any row is read: a write meanwhile makes the next
-    /// read look again). `count`: how many resources, when known.
+    /// The memories of the resources `covered`, labelled with the read's
+    /// freshness (taken before any row is read: a write meanwhile makes
+    /// the next read look again) and number. `count`: how many resources,
+    /// when known.
     fn read_memories_covered(
         &self,
-        freshness: Freshness,
+        (freshness, number): (Freshness, u64),
         covered: Covered,
         count: Option<usize>,
     ) -> Result<StoredMemories, StateError> {
@@ -381,6 +391,7 @@ impl StateStore {
         Ok(StoredMemories {
             memories: out,
             freshness: Some(freshness),
+            number,
         })
     }
 

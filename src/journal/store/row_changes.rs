@@ -20,8 +20,8 @@
 //!   after it) or left for the next read. No name is lost between two
 //!   reads.
 //! * Only the read that took the names out last may be brought up to
-//!   date from what was noted since (the store remembers its freshness):
-//!   anything older reads whole.
+//!   date from what was noted since (the store remembers its freshness
+//!   and its number): anything older reads whole.
 //! * PostgreSQL has no `TEMP` triggers on another session's tables; its
 //!   state is read whole after any write, as before.
 
@@ -113,40 +113,51 @@ impl StateStore {
         if present.len() != TRACKED.len() {
             return Ok(());
         }
-        self.conn()
-            .batch(&tracking_sql(&present))
-            .map_err(|e| self.err(e))?;
+        // Only a saving: a connection that cannot carry the notes reads
+        // the memories whole, as it always did.
+        if let Err(e) = self.conn().batch(&tracking_sql(&present)) {
+            tracing::warn!(
+                "state {}: cannot note the resources each write changes ({}); every read of the memories is whole",
+                self.location,
+                self.err(e)
+            );
+            return Ok(());
+        }
         self.tracks_rows
             .store(true, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
-    /// Starts a read of the memories: its freshness, and the names noted
-    /// since the last one moved to `memory_rows_to_read` (how many), when
-    /// the read can be brought up to date from `since` (the freshness of
-    /// the last read). `None` names: the read must be whole (not tracked,
-    /// another connection wrote, or `since` is not the last read).
+    /// Starts a read of the memories: its freshness and number, and the
+    /// names noted since the last read moved to `memory_rows_to_read`
+    /// (how many), when this read can be brought up to date from `since`
+    /// (the freshness and number of the read it follows). `None` names:
+    /// the read must be whole (not tracked, another connection wrote, or
+    /// `since` is not the last read).
     pub(super) fn begin_memory_read(
         &self,
-        since: Option<Freshness>,
-    ) -> Result<(Freshness, Option<usize>), StateError> {
+        since: Option<(Freshness, u64)>,
+    ) -> Result<(Freshness, u64, Option<usize>), StateError> {
         let now = self.freshness()?;
-        if !self.tracks_rows.load(std::sync::atomic::Ordering::SeqCst) {
-            return Ok((now, None));
-        }
         let mut last = self
             .last_memory_read
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let number = last.map_or(1, |(_, n)| n + 1);
         let current = since.is_some()
             && *last == since
-            && since.is_some_and(|s| s.data_version == now.data_version);
-        // Taken out whatever follows: a whole read covers them too.
+            && since.is_some_and(|(s, _)| s.data_version == now.data_version);
+        *last = Some((now, number));
+        if !self.tracks_rows.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok((now, number, None));
+        }
+        // Taken out whatever follows: a whole read covers them too. (On an
+        // error this read is still the last: a read from an older one is
+        // whole.)
         let conn = self.conn();
         let noted = take_noted(&conn).map_err(|e| self.err(e))?;
         drop(conn);
-        *last = Some(now);
-        Ok((now, current.then_some(noted)))
+        Ok((now, number, current.then_some(noted)))
     }
 }
 

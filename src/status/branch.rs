@@ -413,16 +413,7 @@ impl StatusBranch {
                 FileContent::Bytes(bytes) => {
                     let id =
                         Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
-                    let present = builder
-                        .get(name)
-                        .map_err(|e| self.git(e))?
-                        .is_some_and(|e| e.id() == id);
-                    if !present {
-                        let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
-                        builder
-                            .insert(name, blob, 0o100644)
-                            .map_err(|e| self.git(e))?;
-                    }
+                    self.put_blob(repo, &mut builder, name, id, bytes)?;
                 }
                 FileContent::Removed => {
                     if builder.get(name).map_err(|e| self.git(e))?.is_some() {
@@ -437,33 +428,28 @@ impl StatusBranch {
         builder.write().map(Some).map_err(|e| self.git(e))
     }
 
-    /// One shard of `status/` holding exactly the files of `wanted`:
-    /// `old` itself when it holds the same files, else `old` with what
-    /// changed.
+    /// One shard of `status/` holding exactly the files of `wanted` (a
+    /// whole render's: every one has its bytes): `old` itself when it
+    /// holds the same files, else `old` with what changed.
     fn shard_tree(
         &self,
         repo: &Repository,
         old: Option<&git2::Tree<'_>>,
         wanted: &BTreeMap<&str, &FileContent>,
     ) -> Result<Oid, StatusBranchError> {
-        let wanted: BTreeMap<&str, &FileContent> = wanted
-            .iter()
-            .filter(|(_, content)| !matches!(content, FileContent::Removed))
-            .map(|(name, content)| (*name, *content))
-            .collect();
-        let mut ids = Vec::with_capacity(wanted.len());
-        for (name, content) in &wanted {
+        let mut files = Vec::with_capacity(wanted.len());
+        for (name, content) in wanted {
             if let FileContent::Bytes(bytes) = content {
                 let id =
                     Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
-                ids.push((*name, id));
+                files.push((*name, id, bytes.as_slice()));
             }
         }
         if let Some(old) = old
-            && old.len() == ids.len()
-            && ids
+            && old.len() == files.len()
+            && files
                 .iter()
-                .all(|(name, id)| old.get_name(name).is_some_and(|e| e.id() == *id))
+                .all(|(name, id, _)| old.get_name(name).is_some_and(|e| e.id() == *id))
         {
             return Ok(old.id());
         }
@@ -471,24 +457,38 @@ impl StatusBranch {
         if let Some(old) = old {
             for entry in old.iter() {
                 let name = entry.name().unwrap_or_default().to_string();
-                if !wanted.contains_key(name.as_str()) {
+                if !matches!(wanted.get(name.as_str()), Some(FileContent::Bytes(_))) {
                     builder.remove(&name).map_err(|e| self.git(e))?;
                 }
             }
         }
-        for ((name, id), content) in ids.iter().zip(wanted.values()) {
-            let present = builder
-                .get(name)
-                .map_err(|e| self.git(e))?
-                .is_some_and(|e| e.id() == *id);
-            if !present && let FileContent::Bytes(bytes) = content {
-                let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
-                builder
-                    .insert(name, blob, 0o100644)
-                    .map_err(|e| self.git(e))?;
-            }
+        for (name, id, bytes) in files {
+            self.put_blob(repo, &mut builder, name, id, bytes)?;
         }
         builder.write().map_err(|e| self.git(e))
+    }
+
+    /// Puts the blob of `bytes` (whose id is `id`) at `name`, unless it is
+    /// there already (nothing written then).
+    fn put_blob(
+        &self,
+        repo: &Repository,
+        builder: &mut git2::TreeBuilder<'_>,
+        name: &str,
+        id: Oid,
+        bytes: &[u8],
+    ) -> Result<(), StatusBranchError> {
+        let present = builder
+            .get(name)
+            .map_err(|e| self.git(e))?
+            .is_some_and(|e| e.id() == id);
+        if !present {
+            let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
+            builder
+                .insert(name, blob, 0o100644)
+                .map_err(|e| self.git(e))?;
+        }
+        Ok(())
     }
 
     /// The blob of `bytes`: `old`'s when it is already that (nothing

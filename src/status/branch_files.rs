@@ -326,7 +326,7 @@ pub(crate) fn render(
         files,
         over_base,
         decided: changes,
-        inputs: if keep { inputs } else { HashMap::new() },
+        inputs,
         rendered,
     }
 }

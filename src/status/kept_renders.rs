@@ -88,9 +88,11 @@ fn digest(hex: &str) -> Option<InputsDigest> {
 mod tests {
     use super::*;
 
+    type Outcome = Result<(), Box<dyn std::error::Error>>;
+
     #[test]
-    fn digests_come_back_as_written_and_a_damaged_file_reads_as_none() {
-        let dir = tempfile::tempdir().unwrap();
+    fn digests_come_back_as_written_and_a_damaged_file_reads_as_none() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let file = path(dir.path());
         assert!(load(&file).is_none(), "no file");
         let inputs: HashMap<String, InputsDigest> = [
@@ -98,32 +100,34 @@ mod tests {
             ("billing".to_string(), [255u8; 32]),
         ]
         .into();
-        store(&file, "c0ffee", &inputs).unwrap();
+        store(&file, "c0ffee", &inputs)?;
         assert_eq!(load(&file), Some(("c0ffee".to_string(), inputs)));
 
-        let text = std::fs::read_to_string(&file).unwrap();
+        let text = std::fs::read_to_string(&file)?;
         for damaged in [
             text.replacen("tend-status-inputs 1", "tend-status-inputs 2", 1),
             text.replacen(crate::source::parse_cache::build_id(), "0.0.1 1 1", 1),
             text.replacen(" orders", "orders", 1),
             text.replacen("07", "zz", 1),
         ] {
-            std::fs::write(&file, damaged).unwrap();
+            std::fs::write(&file, damaged)?;
             assert_eq!(load(&file), None);
         }
+        Ok(())
     }
 
     #[test]
-    fn digests_with_a_name_that_does_not_fit_a_line_are_not_kept() {
-        let dir = tempfile::tempdir().unwrap();
+    fn digests_with_a_name_that_does_not_fit_a_line_are_not_kept() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let file = path(dir.path());
         let fine: HashMap<String, InputsDigest> = [("orders".to_string(), [7u8; 32])].into();
-        store(&file, "c0ffee", &fine).unwrap();
+        store(&file, "c0ffee", &fine)?;
         // Left out, its file would never be removed over the commit.
         let mut damaged = fine.clone();
         damaged.insert("a\nb".to_string(), [1u8; 32]);
-        store(&file, "c0ffee", &damaged).unwrap();
+        store(&file, "c0ffee", &damaged)?;
         assert_eq!(load(&file), None, "kept without one of its resources");
         assert!(!file.exists());
+        Ok(())
     }
 }

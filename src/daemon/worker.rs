@@ -152,6 +152,15 @@ pub(crate) async fn run(
             let over = (&snapshot, inputs.changes.as_ref());
             reconciled.scope_over(&provider, agent.config(), &board, over, names)
         });
+        // A commit that changed none of the provider's declarations moves
+        // its report to the commit: a cycle would decide nothing.
+        if let (Some((names, true)), Some(before)) = (&names, &reconciled.snapshot)
+            && names.is_empty()
+            && move_part(&provider, &agent, &board, before, &snapshot)
+        {
+            reconciled.snapshot = Some(snapshot);
+            continue;
+        }
         let kind = match &names {
             None => {
                 next_full = Instant::now() + every;
@@ -194,6 +203,42 @@ pub(crate) async fn run(
         inputs.heartbeats.beat(&provider, false);
         metrics.queue_depth(&provider, queue.len());
     }
+}
+
+/// Moves `provider`'s report from `before` to `after`, a commit that
+/// changed none of its declarations (see [`crate::status::board::PartMove`]).
+/// Returns `false` when the board holds no report of it to move.
+fn move_part(
+    provider: &str,
+    agent: &Agent,
+    board: &StatusBoard,
+    before: &Snapshot,
+    after: &Snapshot,
+) -> bool {
+    let declared = |name: &str| crate::reconcile::inputs::declared(after, name).is_some();
+    let moved = board.advance(
+        provider,
+        crate::status::board::PartMove {
+            source: crate::status::report::SourceInfo::of(
+                agent.config(),
+                Some(after.commit.clone()),
+                Some(after.commit_time),
+            ),
+            // Dated as a cycle's report is, by the agent's clock.
+            generated_at: crate::time::rfc3339(agent.clock().now()),
+            errors_before: &before.declarations.diagnostics,
+            errors_after: &after.declarations.diagnostics,
+            declared: &declared,
+        },
+    );
+    if moved {
+        tracing::debug!(
+            provider,
+            commit = %after.commit,
+            "the commit changes none of the provider's declarations: its report moves to it without a cycle"
+        );
+    }
+    moved
 }
 
 /// Waits for the next reason to reconcile.

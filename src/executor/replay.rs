@@ -2,7 +2,7 @@
 //! id, or superseded when the repository has overtaken it (the verdict is
 //! the decision core's, [`crate::engine::intents::verdict`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::SystemTime;
 
 use super::operation::PlannedOperation;
@@ -23,14 +23,15 @@ pub(crate) struct Replay {
 impl Replay {
     /// Sorts pending intents by their verdict against the current
     /// declarations and this host's pauses.
-    pub(crate) fn sort(
+    /// `declared`: the current declaration of a name.
+    pub(crate) fn sort<'d>(
         pending: Vec<PlannedOperation>,
-        declarations: &HashMap<&str, &Declaration>,
+        declared: impl Fn(&str) -> Option<&'d Declaration>,
         paused_locally: &HashSet<&str>,
     ) -> Self {
         let mut out = Replay::default();
         for op in pending {
-            let declared = declarations.get(op.name.as_str()).copied();
+            let declared = declared(op.name.as_str());
             match verdict(
                 op.kind,
                 &op.spec_hash,

@@ -25,8 +25,9 @@ pub(crate) mod tls;
 /// * `create`, `update` and `delete` are idempotent per [`OperationId`]: the
 ///   same id with the same request returns the original result; the same id
 ///   with a different request is a `Permanent` error.
-/// * `observe_all` returns every database carrying this agent's marker plus
-///   the ones named.
+/// * `observe_all` returns the databases named that exist (a cycle names
+///   every resource it decides: a cycle over one name observes one
+///   database, not every database carrying tend's marker).
 ///
 /// Futures are `Send`, so the executor can run operations as tasks.
 pub trait Provider: Send + Sync + 'static {

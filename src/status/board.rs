@@ -77,6 +77,65 @@ fn with_status_branch(
     Arc::new(report)
 }
 
+/// What a commit changes in the report of a provider none of whose
+/// declarations it changed (nor removed any declaration: a removal is
+/// every provider's whole cycle). Everything a cycle over no names would
+/// say, derived without one:
+/// * the entries stay as they are (a cycle over no names decides none);
+/// * the source names the new commit, and the report is dated now;
+/// * the files that fail to parse are the new snapshot's: a cycle reports
+///   its snapshot's parse errors and then the routing errors of the
+///   declarations it passes over, which the commit did not change (a
+///   changed one that names this provider, or none it has, is this
+///   worker's to decide);
+/// * an orphaned override whose name the commit declares is no longer
+///   orphaned (a commit that removes nothing makes no new orphan);
+/// * the suspension is the state's, which a commit does not change.
+pub(crate) struct PartMove<'a> {
+    /// The new commit's source, as a cycle over it would report it.
+    pub source: super::report::SourceInfo,
+    /// Now (RFC 3339).
+    pub generated_at: String,
+    /// The parse errors of the snapshot the part was decided over.
+    pub errors_before: &'a [crate::model::Diagnostic],
+    /// The parse errors of the new snapshot.
+    pub errors_after: &'a [crate::model::Diagnostic],
+    /// Whether the new snapshot declares a name.
+    pub declared: &'a dyn Fn(&str) -> bool,
+}
+
+impl PartMove<'_> {
+    fn apply(self, part: &mut Report) {
+        use super::report::ErrorReport;
+        type Key = (String, usize, usize, String);
+        let key = |e: ErrorReport| (e.file, e.line, e.column, e.message);
+        // The old snapshot's parse errors, each taken out once; what is
+        // left are the routing errors.
+        let mut before: std::collections::HashMap<Key, usize> = std::collections::HashMap::new();
+        for e in self.errors_before.iter().map(ErrorReport::from) {
+            *before.entry(key(e)).or_default() += 1;
+        }
+        let old = std::mem::take(&mut part.errors);
+        part.errors = self.errors_after.iter().map(ErrorReport::from).collect();
+        for e in old {
+            let k = key(e.clone());
+            match before.get_mut(&k) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => part.errors.push(e),
+            }
+        }
+        part.orphaned_overrides
+            .retain(|o| !(self.declared)(&o.name));
+        part.source = self.source;
+        part.generated_at = self.generated_at;
+        part.summary = super::report::Summary::of(&part.resources, part.errors.len());
+    }
+}
+
+/// Up to how many changed names a merged report is patched rather than
+/// merged again.
+const PATCHED_AT_MOST: usize = 1_000;
+
 /// Shared between the workers (writers) and the server (reader).
 #[derive(Debug)]
 pub(crate) struct StatusBoard {
@@ -124,12 +183,21 @@ impl StatusBoard {
         partial: Option<&std::collections::BTreeSet<String>>,
     ) {
         let mut inner = self.lock();
-        // Dropped first, so the part below is usually the only reference
+        // Taken first, so the part below is usually the only reference
         // and is changed in place.
-        inner.merged = None;
+        let merged = inner.merged.take();
+        // The names whose merged entry may change (`None`: any).
+        let mut covered: Option<Vec<String>> = None;
         let part = match (partial, inner.parts.remove(provider)) {
             (Some(names), Some(old)) => {
                 let mut old = Arc::unwrap_or_clone(old);
+                covered = Some(
+                    names
+                        .iter()
+                        .cloned()
+                        .chain(report.resources.iter().map(|r| r.name.clone()))
+                        .collect(),
+                );
                 let reported: std::collections::HashSet<&str> =
                     report.resources.iter().map(|r| r.name.as_str()).collect();
                 old.resources
@@ -152,8 +220,74 @@ impl StatusBoard {
             _ => Arc::new(report),
         };
         inner.parts.insert(provider.to_string(), part);
+        if let (Some(merged), Some(covered)) = (merged, covered) {
+            Self::patch_merged(&mut inner, merged, covered);
+        }
         drop(inner);
         self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Brings the last merged report up to date with the parts where only
+    /// the entries of `covered` may have changed (a partial report, a
+    /// moved part), instead of merging the whole fleet again: at 100,000
+    /// resources on 10 providers a merge took 130 ms of every commit's
+    /// path to its status commit. Each covered name's entry is the one the
+    /// merge would keep (the first part, in provider order, that holds
+    /// it). Many names, or one part, are merged again when asked for.
+    fn patch_merged(inner: &mut Inner, merged: Arc<Report>, mut covered: Vec<String>) {
+        if inner.parts.len() < 2 || covered.len() > PATCHED_AT_MOST {
+            return;
+        }
+        covered.sort_unstable();
+        covered.dedup();
+        let mut report = Arc::unwrap_or_clone(merged);
+        let find = |resources: &[Arc<super::report::ResourceReport>], name: &str| {
+            resources.binary_search_by(|r| r.name.as_str().cmp(name))
+        };
+        for name in &covered {
+            let held = inner.parts.values().find_map(|part| {
+                find(&part.resources, name)
+                    .ok()
+                    .map(|i| part.resources[i].clone())
+            });
+            match (find(&report.resources, name), held) {
+                (Ok(i), Some(entry)) => report.resources[i] = entry,
+                (Ok(i), None) => {
+                    report.resources.remove(i);
+                }
+                (Err(i), Some(entry)) => report.resources.insert(i, entry),
+                (Err(_), None) => {}
+            }
+        }
+        let parts: Vec<&Report> = inner.parts.values().map(Arc::as_ref).collect();
+        report.merge_fields(&parts);
+        inner.merged = Some(with_status_branch(
+            with_source(Arc::new(report), &inner.source),
+            &inner.status_branch,
+        ));
+    }
+
+    /// Moves `provider`'s part to a commit that changed none of the
+    /// declarations its worker decides (see [`PartMove`]), without a
+    /// cycle: at 100,000 declarations on 10 providers, nine cycles over no
+    /// names took most of the two cores a one-file commit's own cycle
+    /// waited for. Returns `false` when the board holds no part of
+    /// `provider` (the worker then runs its cycle).
+    pub(crate) fn advance(&self, provider: &str, moved: PartMove<'_>) -> bool {
+        let mut inner = self.lock();
+        let Some(old) = inner.parts.remove(provider) else {
+            return false;
+        };
+        let merged = inner.merged.take();
+        let mut part = Arc::unwrap_or_clone(old);
+        moved.apply(&mut part);
+        inner.parts.insert(provider.to_string(), Arc::new(part));
+        if let Some(merged) = merged {
+            Self::patch_merged(&mut inner, merged, Vec::new());
+        }
+        drop(inner);
+        self.changes.send_modify(|n| *n += 1);
+        true
     }
 
     /// Forgets every worker's report (after a reload the providers may be
@@ -285,6 +419,73 @@ mod tests {
             }))
             .expect("a resource report"),
         )
+    }
+
+    /// The merged report as a merge of the parts would make it now.
+    fn merged_again(board: &StatusBoard) -> serde_json::Value {
+        board.lock().merged = None;
+        serde_json::to_value(board.latest().expect("a merged report")).expect("JSON")
+    }
+
+    #[test]
+    fn a_patched_merged_report_is_the_merge_of_the_parts() {
+        let (config, then, board) = setting();
+        let report = |names: &[&str], reason: &str| {
+            let mut r = crate::status::report::empty_report(&config, "agent", then);
+            r.resources = names
+                .iter()
+                .map(|n| {
+                    let mut e = (*resource(n)).clone();
+                    e.reason = reason.into();
+                    Arc::new(e)
+                })
+                .collect();
+            r
+        };
+        // `billing` is in both parts (declared at one, still managed at
+        // the other): the first provider's entry is the merged one.
+        board.publish("a", report(&["billing", "orders"], "a"), None);
+        board.publish("b", report(&["billing", "ledger"], "b"), None);
+        let whole = serde_json::to_value(board.latest().expect("merged")).expect("JSON");
+        assert_eq!(whole["resources"][0]["reason"], "a");
+        let steps: [(&str, Vec<&str>, &[&str]); 4] = [
+            // `a` no longer holds `billing`: `b`'s entry shows.
+            ("a", vec!["billing"], &[]),
+            // `b` changes `ledger` and adds `audit`.
+            ("b", vec!["ledger"], &["audit", "ledger"]),
+            // `a` takes `billing` back, and drops `orders`.
+            ("a", vec!["billing", "orders"], &["billing"]),
+            // Nothing covered.
+            ("b", vec![], &[]),
+        ];
+        for (i, (provider, names, reported)) in steps.into_iter().enumerate() {
+            board.latest();
+            let names = names.into_iter().map(String::from).collect();
+            let reason = format!("step {i}");
+            board.publish(provider, report(reported, &reason), Some(&names));
+            let patched = serde_json::to_value(board.latest().expect("merged")).expect("JSON");
+            assert_eq!(patched, merged_again(&board), "step {i}");
+        }
+        // A moved part changes the report-wide fields only.
+        board.latest();
+        let moved = PartMove {
+            source: crate::status::report::SourceInfo::of(&config, Some("c0ffee".into()), None),
+            generated_at: crate::time::rfc3339(then + Duration::from_secs(5)),
+            errors_before: &[],
+            errors_after: &[],
+            declared: &|_| false,
+        };
+        assert!(board.advance("a", moved));
+        let patched = serde_json::to_value(board.latest().expect("merged")).expect("JSON");
+        assert_eq!(patched["source"]["commit"], "c0ffee");
+        assert_eq!(patched, merged_again(&board));
+        let names: Vec<&str> = patched["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        assert_eq!(names, ["audit", "billing", "ledger"]);
     }
 
     #[test]

@@ -175,11 +175,15 @@ impl StatusBranch {
     /// module docs. `base`: the commit `files` are the changes over (the
     /// tip tend last published): a resource's file they do not name is
     /// kept as that commit holds it. `None`: `files` are every file.
+    /// `fetched`: the tip [`StatusBranch::tip`] just fetched, which the
+    /// first attempt builds on instead of fetching it again (a tip that
+    /// moved since makes the push refused, and the next attempt fetches).
     pub(crate) fn publish(
         &self,
         files: &BTreeMap<String, FileContent>,
         message: &str,
         base: Option<&str>,
+        mut fetched: Option<Option<String>>,
     ) -> Result<Published, StatusBranchError> {
         let mut delays = backon::ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(100))
@@ -189,7 +193,7 @@ impl StatusBranch {
             .build();
         let mut refused = 0;
         loop {
-            match self.try_publish(files, message, base)? {
+            match self.try_publish(files, message, base, fetched.take())? {
                 Attempt::Done(published) => return Ok(published),
                 Attempt::Refused(why) => {
                     refused += 1;
@@ -217,15 +221,22 @@ impl StatusBranch {
         files: &BTreeMap<String, FileContent>,
         message: &str,
         base: Option<&str>,
+        fetched: Option<Option<String>>,
     ) -> Result<Attempt, StatusBranchError> {
-        let tip = transport::fetch_branch(
-            &self.repo_dir,
-            &self.url,
-            &self.credentials,
-            &self.branch,
-            &self.fetched_ref(),
-        )
-        .map_err(|e| self.remote(e))?;
+        let tip = match fetched {
+            Some(tip) => tip
+                .map(|t| git2::Oid::from_str(&t))
+                .transpose()
+                .map_err(|e| self.git(e))?,
+            None => transport::fetch_branch(
+                &self.repo_dir,
+                &self.url,
+                &self.credentials,
+                &self.branch,
+                &self.fetched_ref(),
+            )
+            .map_err(|e| self.remote(e))?,
+        };
         crate::source::libgit2();
         let repo = Repository::open_bare(&self.repo_dir).map_err(|e| self.git(e))?;
         let parent = match tip {

@@ -353,7 +353,7 @@ impl StatusPublisher {
         // Only what changed over that commit, or every file.
         let over = base_commit.as_deref().filter(|_| rendered.over_base);
         let made = started.elapsed();
-        let mut published = branch.publish(&rendered.files, &message, over)?;
+        let mut published = branch.publish(&rendered.files, &message, over, Some(tip.clone()))?;
         // (The tip moved under the changes: rendered whole and published
         // again, so such a cycle may push up to twice `attempts` times.)
         if matches!(published, Published::NeedsEveryFile) {
@@ -363,7 +363,7 @@ impl StatusPublisher {
                 &decided,
                 self.inputs(None, &super::branch_files::none_unchanged),
             );
-            published = branch.publish(&rendered.files, &message, None)?;
+            published = branch.publish(&rendered.files, &message, None, None)?;
             if matches!(published, Published::NeedsEveryFile) {
                 // Cannot happen with every file; nothing was written, so
                 // nothing is remembered as published.

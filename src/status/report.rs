@@ -140,6 +140,24 @@ pub struct SourceInfo {
     pub error: Option<SourceErrorReport>,
 }
 
+impl SourceInfo {
+    /// The source of a report decided from `commit` (no failure: the
+    /// running agent marks its merged report with one).
+    pub(crate) fn of(
+        config: &Config,
+        commit: Option<String>,
+        commit_time: Option<SystemTime>,
+    ) -> Self {
+        SourceInfo {
+            url: crate::config::redacted_url(&config.source.url),
+            branch: config.source.branch.clone(),
+            commit,
+            commit_time: commit_time.map(rfc3339),
+            error: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceErrorReport {
@@ -422,38 +440,52 @@ impl Report {
     /// several parts — an unreadable state row has no provider — once),
     /// declaration errors once, the newest commit.
     pub fn merge<'a>(parts: impl IntoIterator<Item = &'a Report>) -> Option<Report> {
-        let mut parts = parts.into_iter();
-        let mut merged = parts.next()?.clone();
-        for part in parts {
-            if part.generated_at > merged.generated_at {
-                merged.generated_at.clone_from(&part.generated_at);
-            }
+        let parts: Vec<&Report> = parts.into_iter().collect();
+        let mut merged = (*parts.first()?).clone();
+        for part in &parts[1..] {
             merged.resources.extend(part.resources.iter().cloned());
-            merged.errors.extend(part.errors.iter().cloned());
-            // Every part reads the same state: the newest report's word.
-            if part.generated_at >= merged.generated_at {
-                merged.suspended.clone_from(&part.suspended);
-            }
-            merged
-                .orphaned_overrides
-                .extend(part.orphaned_overrides.iter().cloned());
         }
         merged.resources.sort_by(|a, b| a.name.cmp(&b.name));
         merged.resources.dedup_by(|a, b| a.name == b.name);
-        merged.errors.sort_by(|a, b| {
+        merged.merge_fields(&parts);
+        Some(merged)
+    }
+
+    /// Everything of a merge of `parts` but the resources (see
+    /// [`Report::merge`]); the summary counts the resources held.
+    pub(crate) fn merge_fields(&mut self, parts: &[&Report]) {
+        let Some((first, rest)) = parts.split_first() else {
+            return;
+        };
+        self.generated_at.clone_from(&first.generated_at);
+        self.source.clone_from(&first.source);
+        self.errors.clone_from(&first.errors);
+        self.suspended.clone_from(&first.suspended);
+        self.orphaned_overrides
+            .clone_from(&first.orphaned_overrides);
+        for part in rest {
+            if part.generated_at > self.generated_at {
+                self.generated_at.clone_from(&part.generated_at);
+            }
+            self.errors.extend(part.errors.iter().cloned());
+            // Every part reads the same state: the newest report's word.
+            if part.generated_at >= self.generated_at {
+                self.suspended.clone_from(&part.suspended);
+            }
+            self.orphaned_overrides
+                .extend(part.orphaned_overrides.iter().cloned());
+        }
+        self.errors.sort_by(|a, b| {
             (&a.file, a.line, a.column, &a.message).cmp(&(&b.file, b.line, b.column, &b.message))
         });
-        merged.errors.dedup_by(|a, b| {
+        self.errors.dedup_by(|a, b| {
             (&a.file, a.line, a.column, &a.message) == (&b.file, b.line, b.column, &b.message)
         });
         // Every part computes the same orphans (they do not depend on the
         // part): kept once.
-        merged
-            .orphaned_overrides
-            .sort_by(|a, b| a.name.cmp(&b.name));
-        merged.orphaned_overrides.dedup_by(|a, b| a.name == b.name);
-        merged.summary = Summary::of(&merged.resources, merged.errors.len());
-        Some(merged)
+        self.orphaned_overrides.sort_by(|a, b| a.name.cmp(&b.name));
+        self.orphaned_overrides.dedup_by(|a, b| a.name == b.name);
+        self.summary = Summary::of(&self.resources, self.errors.len());
     }
 }
 
@@ -502,13 +534,7 @@ pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {
             id: plan.agent_id.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
-        source: SourceInfo {
-            url: crate::config::redacted_url(&config.source.url),
-            branch: config.source.branch.clone(),
-            commit: plan.commit.clone(),
-            commit_time: plan.commit_time.map(rfc3339),
-            error: None,
-        },
+        source: SourceInfo::of(config, plan.commit.clone(), plan.commit_time),
         summary: Summary::of(&resources, plan.errors.len()),
         resources,
         errors: plan.errors.iter().map(ErrorReport::from).collect(),

@@ -846,6 +846,110 @@ fn with_provider(name: &str, provider: &str, limit: u32) -> String {
     )
 }
 
+/// Two sandbox providers (`sandbox`, `other`), one declaration at each
+/// (`orders`, `ledger`), and `stray`, which names a provider not configured.
+fn two_providers_and_a_stray() -> Env {
+    let env = Env::new(|c| c.section("providers.other", "kind", "\"sandbox\""));
+    env.repo
+        .write("orders.yaml", &with_provider("orders", "sandbox", 10));
+    env.repo
+        .write("ledger.yaml", &with_provider("ledger", "other", 10));
+    env.repo
+        .write("stray.yaml", &with_provider("stray", "nowhere", 10));
+    env.repo.commit("two providers and a stray declaration");
+    env
+}
+
+/// A commit that changes none of a provider's declarations moves that
+/// provider's report to it without a cycle, and the report says what a
+/// cycle would have said: a file that stops or starts parsing, and an
+/// orphaned override whose name the commit declares elsewhere.
+#[test]
+fn a_report_moved_to_a_commit_without_a_cycle_says_what_a_cycle_would() {
+    let env = two_providers_and_a_stray();
+    let daemon = env.start(&[]);
+    let config = env.config_path().display().to_string();
+    TendCommand::new(&[
+        "--config", &config, "override", "set", "billing", "--pause", "--reason", "INC-1",
+        "--force",
+    ])
+    .expect_code(0);
+    daemon.request("POST", "/v1/reconcile", &[], b"");
+    let names = |report: &Value, list: &str, key: &str| -> Vec<String> {
+        let mut names: Vec<String> = report[list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e[key].as_str().map(String::from))
+            .collect();
+        names.sort();
+        names
+    };
+    daemon.wait_for(
+        "the orphaned override reported",
+        Duration::from_secs(10),
+        || names(&daemon.status(), "orphanedOverrides", "name") == ["billing"],
+    );
+
+    // `billing` declared at `sandbox`, and a file that does not parse: the
+    // `other` provider's report moves, `sandbox` decides `billing`.
+    env.repo
+        .write("billing.yaml", &with_provider("billing", "sandbox", 10));
+    env.repo.write("broken.yaml", "metadata: [\n");
+    let declared = env
+        .repo
+        .commit("billing declared; a file that does not parse");
+    daemon.wait_for("billing decided", Duration::from_secs(10), || {
+        let report = daemon.status();
+        report["source"]["commit"] == declared.as_str()
+            && resource(&report, "billing").is_some()
+            && cycles(&daemon, "sandbox", "change") >= 1.0
+    });
+    let report = daemon.status();
+    assert_eq!(
+        names(&report, "orphanedOverrides", "name"),
+        Vec::<String>::new(),
+        "{report:#}"
+    );
+    assert_eq!(
+        names(&report, "errors", "file"),
+        ["broken.yaml", "stray.yaml"],
+        "{report:#}"
+    );
+
+    // The file replaced by another that does not parse: no declaration
+    // changed, so neither provider decides anything and both reports move.
+    env.repo.remove("broken.yaml");
+    env.repo.write("worse.yaml", "spec: {\n");
+    let replaced = env.repo.commit("another file that does not parse");
+    daemon.wait_for("the parse errors moved", Duration::from_secs(10), || {
+        let report = daemon.status();
+        report["source"]["commit"] == replaced.as_str()
+            && names(&report, "errors", "file") == ["stray.yaml", "worse.yaml"]
+    });
+    let report = daemon.status();
+    assert!(
+        resource(&report, "ledger").is_some_and(|r| r["state"] == "InSync"),
+        "{report:#}"
+    );
+    assert_eq!(
+        cycles(&daemon, "sandbox", "change"),
+        1.0,
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(cycles(&daemon, "other", "change"), 0.0, "{}", daemon.log());
+    let log = daemon.log();
+    let moved = |provider: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains(provider) && l.contains("its report moves to it without a cycle")
+            })
+            .count()
+    };
+    assert_eq!((moved("other"), moved("sandbox")), (2, 1), "{log}");
+}
+
 #[test]
 fn a_slow_provider_never_delays_another_providers_resources() {
     // `slow` answers its first call with 429 and a 6 s Retry-After.
@@ -1065,22 +1169,16 @@ fn cycles(daemon: &Daemon, provider: &str, scope: &str) -> f64 {
 }
 
 /// A commit is reconciled by cycles over the declarations it changed: the
-/// provider whose declaration changed decides that one, the other decides
-/// none, and neither runs a cycle over its whole part of the fleet. The
+/// provider whose declaration changed decides that one, the other runs no
+/// cycle at all (its report moves to the commit), and neither runs a
+/// cycle over its whole part of the fleet. The
 /// report still holds every resource, the new commit, and the error of a
 /// declaration no cycle decided. A removal is a whole cycle's work at
 /// every provider (it is decided where the resource is managed, which may
 /// not be where it was declared).
 #[test]
 fn a_commit_wakes_only_the_declarations_it_changed() {
-    let env = Env::new(|c| c.section("providers.other", "kind", "\"sandbox\""));
-    env.repo
-        .write("orders.yaml", &with_provider("orders", "sandbox", 10));
-    env.repo
-        .write("ledger.yaml", &with_provider("ledger", "other", 10));
-    env.repo
-        .write("stray.yaml", &with_provider("stray", "nowhere", 10));
-    env.repo.commit("two providers and a stray declaration");
+    let env = two_providers_and_a_stray();
     let daemon = env.start(&[]);
     let in_sync =
         |report: &Value, name: &str| resource(report, name).is_some_and(|r| r["state"] == "InSync");
@@ -1101,11 +1199,11 @@ fn a_commit_wakes_only_the_declarations_it_changed() {
         let report = daemon.status();
         report["source"]["commit"] == commit.as_str()
             && cycles(&daemon, "sandbox", "change") >= 1.0
-            && cycles(&daemon, "other", "change") >= 1.0
             && in_sync(&report, "orders")
     });
     assert_eq!(env.limit_at_provider("orders"), json!(12));
     assert_eq!(cycles(&daemon, "sandbox", "change"), 1.0);
+    assert_eq!(cycles(&daemon, "other", "change"), 0.0, "{}", daemon.log());
     assert_eq!(full("sandbox"), sandbox_full, "{}", daemon.log());
     assert_eq!(full("other"), other_full, "{}", daemon.log());
     let log = daemon.log();
@@ -1123,7 +1221,13 @@ fn a_commit_wakes_only_the_declarations_it_changed() {
             .count()
     };
     assert_eq!(starts("sandbox", "1 resources"), 1, "{log}");
-    assert_eq!(starts("other", "0 resources"), 1, "{log}");
+    assert_eq!(starts("other", "0 resources"), 0, "{log}");
+    assert!(
+        log.lines().any(|l| l.contains("other")
+            && l.contains(&commit)
+            && l.contains("its report moves to it without a cycle")),
+        "{log}"
+    );
     let report = daemon.status();
     assert!(in_sync(&report, "ledger"), "{report:#}");
     let errors = report["errors"].as_array().unwrap();

@@ -414,7 +414,6 @@ impl PostgresProvider {
             .observe_where(
                 observe::Listed::Named {
                     names: &["template1".to_string()],
-                    marked: false,
                 },
                 observe::Deep::Of(&[]),
             )
@@ -462,14 +461,8 @@ impl Provider for PostgresProvider {
         names: &[String],
         deep: &[String],
     ) -> Result<Vec<Observation>, ProviderError> {
-        self.observe_where(
-            observe::Listed::Named {
-                names,
-                marked: true,
-            },
-            observe::Deep::Of(deep),
-        )
-        .await
+        self.observe_where(observe::Listed::Named { names }, observe::Deep::Of(deep))
+            .await
     }
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {
@@ -477,7 +470,6 @@ impl Provider for PostgresProvider {
             .observe_where(
                 observe::Listed::Named {
                     names: &[database_name.to_string()],
-                    marked: false,
                 },
                 observe::Deep::Named,
             )

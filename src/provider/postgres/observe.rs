@@ -1,5 +1,5 @@
 //! Observing: one catalog query for every server-level field of every
-//! named or marked database; extensions only where a declaration manages
+//! named database; extensions only where a declaration manages
 //! them (a connection per database).
 
 use std::collections::BTreeMap;
@@ -53,8 +53,9 @@ pub(super) enum Deep<'a> {
 /// Which databases an observation lists.
 #[derive(Clone, Copy)]
 pub(super) enum Listed<'a> {
-    /// The named ones, and with `marked` every one with tend's marker.
-    Named { names: &'a [String], marked: bool },
+    /// The named ones (a cycle names every resource it decides; a
+    /// database that only carries tend's marker would be dropped unread).
+    Named { names: &'a [String] },
     /// Every database of the server but its templates (`datistemplate`:
     /// a connection to one makes a concurrent `CREATE DATABASE` from it
     /// fail, and no tenant's data lives there).
@@ -69,9 +70,9 @@ impl PostgresProvider {
         listed: Listed<'_>,
         deep: Deep<'_>,
     ) -> Result<Vec<Observation>, ProviderError> {
-        let (names, all_marked, everything) = match listed {
-            Listed::Named { names, marked } => (names, marked, false),
-            Listed::Everything => (&[][..], false, true),
+        let (names, everything) = match listed {
+            Listed::Named { names } => (names, false),
+            Listed::Everything => (&[][..], true),
         };
         let client = self.client("*").await?;
         // Before the first write there is no catalog (plan never makes
@@ -96,9 +97,9 @@ impl PostgresProvider {
                  LEFT JOIN pg_shdescription sd ON sd.objoid = d.oid AND sd.classoid = 'pg_database'::regclass \
                  LEFT JOIN pg_db_role_setting s ON s.setdatabase = d.oid AND s.setrole = 0 \
                  LEFT JOIN {markers} t ON t.database_name = d.datname \
-                 WHERE ($3 AND NOT d.datistemplate) OR d.datname = ANY($1) OR ($2 AND t.agent_id IS NOT NULL)"
+                 WHERE ($2 AND NOT d.datistemplate) OR d.datname = ANY($1)"
                 ),
-                &[&names, &all_marked, &everything],
+                &[&names, &everything],
             )
             .await
             .map_err(|e| classify("*", e))?;

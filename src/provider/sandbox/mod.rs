@@ -21,13 +21,15 @@ mod faults;
 mod store;
 
 use super::{
-    Capabilities, ChangeRequest, OWNER_AGENT_LABEL, Observation, OperationId, Provider,
-    ProviderError, ResourceStatus,
+    Capabilities, ChangeRequest, Observation, OperationId, Provider, ProviderError, ResourceStatus,
 };
 use crate::cause::Cause;
 use crate::clock::{Clock, SystemClock};
 use crate::config::FaultConfig;
 use crate::model::hash::sha256_hex;
+
+/// Up to how many names `observe_all` reads one by one.
+const FEW_NAMES: usize = 64;
 
 /// Fields the sandbox observes: every provider field of both scopes.
 pub const SANDBOX_FIELDS: &[&str] = &[
@@ -315,17 +317,27 @@ impl Provider for SandboxProvider {
         _deep: &[String],
     ) -> Result<Vec<Observation>, ProviderError> {
         self.fail_before("observe_all", "*")?;
+        let lag = self.stale_lag();
+        // A few names (a cycle over a commit's changes) are read one by
+        // one; many, in one pass over the store.
+        if names.len() <= FEW_NAMES {
+            let mut found = Vec::with_capacity(names.len());
+            for name in names {
+                let db = self
+                    .load_database(name)
+                    .map_err(|e| self.to_provider_error(name, e))?;
+                found.extend(db.and_then(|db| self.read(name.clone(), db, lag)));
+            }
+            return Ok(found);
+        }
         let databases = self
             .databases()
             .map_err(|e| self.to_provider_error("*", e))?;
         let names: std::collections::HashSet<&String> = names.iter().collect();
-        let lag = self.stale_lag();
         Ok(databases
             .into_iter()
+            .filter(|(name, _)| names.contains(name))
             .filter_map(|(name, db)| self.read(name, db, lag))
-            .filter(|o| {
-                names.contains(&o.database_name) || o.labels.contains_key(OWNER_AGENT_LABEL)
-            })
             .collect())
     }
 

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::SpecHash;
-use crate::provider::OperationKind;
+use crate::provider::{OWNER_AGENT_LABEL, OperationKind};
 use std::fs;
 
 fn rt() -> tokio::runtime::Runtime {

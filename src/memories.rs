@@ -55,7 +55,7 @@ pub struct SharedMemories {
 }
 
 /// Fleet-wide facts of a snapshot and the memories.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Derived {
     /// Seen to exist and not declared (sorted): they left Git, or were
     /// tombstoned already.
@@ -63,6 +63,36 @@ pub(crate) struct Derived {
     /// Applied, and the spec changed since (or no longer declared): their
     /// applied field values are read.
     pub(crate) changed: Vec<String>,
+}
+
+impl Derived {
+    /// Whether a resource with `memory`, declared with `spec` (`None`:
+    /// not declared), is undeclared, and whether its spec changed.
+    fn facts(memory: &Memory, spec: Option<&SpecHash>) -> (bool, bool) {
+        (
+            memory.existed && spec.is_none(),
+            memory.applied_spec_hash.is_some() && spec != memory.applied_spec_hash.as_ref(),
+        )
+    }
+
+    /// `name`'s facts with its memory now `memory` (`None`: none) over
+    /// `snapshot`.
+    fn update(&mut self, name: &str, memory: Option<&Memory>, snapshot: &Snapshot) {
+        let spec = snapshot.declared(name).map(|d| &d.spec_hash);
+        let (undeclared, changed) = memory.map_or((false, false), |m| Self::facts(m, spec));
+        for (list, holds) in [
+            (&mut self.undeclared, undeclared),
+            (&mut self.changed, changed),
+        ] {
+            match (list.binary_search_by(|n| n.as_str().cmp(name)), holds) {
+                (Err(at), true) => list.insert(at, name.to_string()),
+                (Ok(at), false) => {
+                    list.remove(at);
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 impl SharedMemories {
@@ -91,23 +121,42 @@ impl SharedMemories {
         mut changed: HashMap<String, Memory>,
         (freshness, number): (crate::journal::store::Freshness, u64),
     ) -> SharedMemories {
+        // What the last read derived over a snapshot still in use is
+        // brought up to date for the changed names below: derived again,
+        // it passes over every memory and declaration (at 100,000, tens of
+        // milliseconds of each cycle after the agent's own writes).
+        let carried = last
+            .derived
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|(of, derived)| Some((of.upgrade()?, Arc::clone(derived))));
+        let mut existed = last.existed;
         let mut memories = match Arc::try_unwrap(last) {
             Ok(own) => own.memories,
             Err(shared) => shared.memories.clone(),
         };
-        for name in names {
-            match changed.remove(&name) {
-                Some(memory) => memories.insert(name, Arc::new(memory)),
-                None => memories.remove(&name),
+        for name in &names {
+            let before = match changed.remove(name) {
+                Some(memory) => memories.insert(name.clone(), Arc::new(memory)),
+                None => memories.remove(name),
             };
+            existed -= usize::from(before.is_some_and(|m| m.existed));
+            existed += usize::from(memories.get(name).is_some_and(|m| m.existed));
         }
-        let existed = memories.values().filter(|m| m.existed).count();
+        let derived = carried.map(|(snapshot, derived)| {
+            let mut derived = Arc::unwrap_or_clone(derived);
+            for name in &names {
+                derived.update(name, memories.get(name).map(Arc::as_ref), &snapshot);
+            }
+            (Arc::downgrade(&snapshot), Arc::new(derived))
+        });
         SharedMemories {
             memories,
             freshness: Some(freshness),
             number,
             existed,
-            derived: Mutex::default(),
+            derived: Mutex::new(derived),
         }
     }
 
@@ -140,11 +189,12 @@ impl SharedMemories {
             .collect();
         let mut derived = Derived::default();
         for (name, memory) in &self.memories {
-            let spec = declared.get(name.as_str()).copied();
-            if memory.existed && spec.is_none() {
+            let (undeclared, changed) =
+                Derived::facts(memory, declared.get(name.as_str()).copied());
+            if undeclared {
                 derived.undeclared.push(name.clone());
             }
-            if memory.applied_spec_hash.is_some() && spec != memory.applied_spec_hash.as_ref() {
+            if changed {
                 derived.changed.push(name.clone());
             }
         }
@@ -410,6 +460,22 @@ mod tests {
         store.write(|tx| tx.record_applied(name, &applied, std::time::SystemTime::now()))
     }
 
+    /// A snapshot declaring `names`.
+    fn declaring(names: &[&str]) -> Snapshot {
+        let files = names.iter().map(|name| {
+            let text = format!(
+                "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  owner: app\n"
+            );
+            crate::model::parse_file(std::path::Path::new(&format!("{name}.yaml")), text.as_bytes())
+        });
+        Snapshot {
+            commit: "c0ffee".into(),
+            commit_time: std::time::SystemTime::UNIX_EPOCH,
+            files: Vec::new(),
+            declarations: crate::model::DeclarationSet::from_files(files.collect()),
+        }
+    }
+
     /// Each memory of `read`, as a whole read returns them.
     fn held(read: &SharedMemories) -> HashMap<String, Memory> {
         let memories = read.memories.iter();
@@ -426,6 +492,11 @@ mod tests {
             applied(&store, name)?;
         }
         let first = cache.current(&store)?;
+        // Declared: `orders`, `payments` and `accounts` (each spec changed
+        // since its apply); `billing` and `ledger` left Git.
+        let snapshot = Arc::new(declaring(&["accounts", "orders", "payments"]));
+        let derived = first.derived(&snapshot);
+        assert_eq!(derived.undeclared, ["billing", "ledger"]);
         let now = std::time::SystemTime::now();
         // A change of each table a memory is read from; `payments` is left.
         store.write(|tx| {
@@ -468,6 +539,21 @@ mod tests {
         );
         assert!(!after.memories.contains_key("billing"));
         assert_eq!(after.existed, 4);
+        // What was derived over the snapshot is brought up to date, not
+        // derived again, and is what a whole read derives.
+        let carried = after.derived.lock().map_err(|_| "poisoned")?.is_some();
+        assert!(carried, "derived again over every memory");
+        let whole = SharedMemories::new(reader.read_memories()?).derived(&snapshot);
+        let derived = after.derived(&snapshot);
+        assert_eq!(
+            (&derived.undeclared, &derived.changed),
+            (&whole.undeclared, &whole.changed)
+        );
+        assert_eq!(derived.undeclared, ["ledger"]);
+        assert_eq!(
+            derived.changed,
+            ["accounts", "ledger", "orders", "payments"]
+        );
         // Read again from the rows changed alone: the unchanged memory is
         // the one read before.
         let unchanged = |a: &SharedMemories, b: &SharedMemories| {

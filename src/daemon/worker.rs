@@ -215,7 +215,7 @@ fn move_part(
     before: &Snapshot,
     after: &Snapshot,
 ) -> bool {
-    let declared = |name: &str| crate::reconcile::inputs::declared(after, name).is_some();
+    let declared = |name: &str| after.declared(name).is_some();
     let moved = board.advance(
         provider,
         crate::status::board::PartMove {

@@ -68,10 +68,7 @@ pub(crate) struct Inputs {
 /// The declaration named `name` in a snapshot (declarations are sorted by
 /// name).
 pub(crate) fn declared<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s Declaration> {
-    let list = &snapshot.declarations.declarations;
-    list.binary_search_by(|d| d.name().cmp(name))
-        .ok()
-        .map(|i| list[i].as_ref())
+    snapshot.declared(name)
 }
 
 impl Inputs {

@@ -24,6 +24,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The declaration named `name` (a search of the sorted set).
+    pub(crate) fn declared(&self, name: &str) -> Option<&crate::model::Declaration> {
+        let list = &self.declarations.declarations;
+        list.binary_search_by(|d| d.name().cmp(name))
+            .ok()
+            .map(|i| list[i].as_ref())
+    }
+
     /// The files (path order) with their declarations (file order), when
     /// the declarations are exactly what the files parse to alone: a
     /// snapshot with any diagnostic gives `None`, since a diagnostic may be
@@ -201,6 +209,9 @@ pub(crate) fn list_files(
             });
         }
     }
-    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    // Each directory's files come in order (Git sorts a tree's entries
+    // as their paths sort), one directory after another: a stable sort
+    // merges those runs instead of sorting every path again.
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
 }

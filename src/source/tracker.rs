@@ -12,7 +12,7 @@ use git2::{Oid, Repository};
 use super::SourceError;
 use super::auth::Credentials;
 use super::fetch::{FetchInto, FetchSettings, fetch};
-use super::parse_cache::{self, ObjectId, ParsedTree, object_id};
+use super::parse_cache::{self, ParsedTree, object_id};
 use super::reader_repo::ReaderRepo;
 use super::snapshot::{Snapshot, declarations_tree, list_files};
 use super::trust::{Trust, Verifier};
@@ -540,16 +540,12 @@ impl Source {
                 (f.path, f.id)
             })
             .collect();
-        // Entries are moved out of the cache; what is left afterwards
-        // belongs to files no longer in the tree.
-        let mut unused: HashMap<(String, ObjectId), FileContents> = previous
-            .into_contents()
-            .into_iter()
-            .map(|(path, blob, contents)| ((path, blob), contents))
-            .collect();
+        // Entries are taken out of the cache in path order; what is passed
+        // over belongs to files no longer in the tree (or changed).
+        let mut cached = parse_cache::CachedFiles::new(previous);
         let mut contents = Vec::with_capacity(files.len());
         for (path, blob_id) in &files {
-            let parsed = match unused.remove(&(path.clone(), object_id(*blob_id))) {
+            let parsed = match cached.take(path, object_id(*blob_id)) {
                 Some(parsed) => parsed,
                 None if problems.contains_key(path) => FileContents {
                     declarations: Vec::new(),
@@ -576,7 +572,7 @@ impl Source {
                                 .map(|((path, blob), contents)| {
                                     (path.clone(), object_id(*blob), contents)
                                 })
-                                .chain(unused.into_iter().map(|((path, blob), c)| (path, blob, c))),
+                                .chain(cached.rest()),
                         ));
                         return Err(SourceError::Repository {
                             path: self.repo_dir.display().to_string(),
@@ -590,7 +586,7 @@ impl Source {
             };
             contents.push(parsed);
         }
-        Ok((files, contents, !unused.is_empty()))
+        Ok((files, contents, cached.stale()))
     }
 
     /// Fetches the branch and returns its head (a missing branch is an

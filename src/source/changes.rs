@@ -83,6 +83,16 @@ impl Snapshot {
         let mut changes = Vec::new();
         while i < old.len() || j < new.len() {
             let order = match (old.get(i), new.get(j)) {
+                // One object in both: the later snapshot took it over
+                // from the earlier one's parse results, for the same path
+                // and blob. Unchanged, without comparing names and files
+                // (at 100,000 declarations, tens of milliseconds of each
+                // commit's path).
+                (Some(a), Some(b)) if Arc::ptr_eq(a, b) => {
+                    i += 1;
+                    j += 1;
+                    continue;
+                }
                 (Some(a), Some(b)) => a.name().cmp(b.name()),
                 (Some(_), None) => Ordering::Less,
                 _ => Ordering::Greater,

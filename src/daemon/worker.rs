@@ -207,7 +207,11 @@ pub(crate) async fn run(
 
 /// Moves `provider`'s report from `before` to `after`, a commit that
 /// changed none of its declarations (see [`crate::status::board::PartMove`]).
-/// Returns `false` when the board holds no report of it to move.
+/// Returns `false` when the board holds no report of it to move, and when
+/// a file that failed to parse at `before` parses (or is gone) at `after`:
+/// a managed resource whose file could not be read was not taken for
+/// removed, and now may be, with this commit as its removal's (a cycle
+/// over no names still records the tombstones of the whole fleet).
 fn move_part(
     provider: &str,
     agent: &Agent,
@@ -215,6 +219,16 @@ fn move_part(
     before: &Snapshot,
     after: &Snapshot,
 ) -> bool {
+    let still_failing = |d: &crate::model::Diagnostic| {
+        after
+            .declarations
+            .diagnostics
+            .iter()
+            .any(|a| a.file == d.file)
+    };
+    if !before.declarations.diagnostics.iter().all(still_failing) {
+        return false;
+    }
     let declared = |name: &str| after.declared(name).is_some();
     let moved = board.advance(
         provider,
@@ -224,8 +238,6 @@ fn move_part(
                 Some(after.commit.clone()),
                 Some(after.commit_time),
             ),
-            // Dated as a cycle's report is, by the agent's clock.
-            generated_at: crate::time::rfc3339(agent.clock().now()),
             errors_before: &before.declarations.diagnostics,
             errors_after: &after.declarations.diagnostics,
             declared: &declared,

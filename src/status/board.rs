@@ -82,7 +82,11 @@ fn with_status_branch(
 /// every provider's whole cycle). Everything a cycle over no names would
 /// say, derived without one:
 /// * the entries stay as they are (a cycle over no names decides none);
-/// * the source names the new commit, and the report is dated now;
+/// * the source names the new commit; the report keeps its time, which
+///   says when its entries, its suspension and its orphaned overrides
+///   were read and decided (the merged report takes the suspension of
+///   the part read last: a moved part dated now would pass off an old
+///   reading as the newest);
 /// * the files that fail to parse are the new snapshot's: a cycle reports
 ///   its snapshot's parse errors and then the routing errors of the
 ///   declarations it passes over, which the commit did not change (a
@@ -94,8 +98,6 @@ fn with_status_branch(
 pub(crate) struct PartMove<'a> {
     /// The new commit's source, as a cycle over it would report it.
     pub source: super::report::SourceInfo,
-    /// Now (RFC 3339).
-    pub generated_at: String,
     /// The parse errors of the snapshot the part was decided over.
     pub errors_before: &'a [crate::model::Diagnostic],
     /// The parse errors of the new snapshot.
@@ -127,7 +129,6 @@ impl PartMove<'_> {
         part.orphaned_overrides
             .retain(|o| !(self.declared)(&o.name));
         part.source = self.source;
-        part.generated_at = self.generated_at;
         part.summary = super::report::Summary::of(&part.resources, part.errors.len());
     }
 }
@@ -470,7 +471,6 @@ mod tests {
         board.latest();
         let moved = PartMove {
             source: crate::status::report::SourceInfo::of(&config, Some("c0ffee".into()), None),
-            generated_at: crate::time::rfc3339(then + Duration::from_secs(5)),
             errors_before: &[],
             errors_after: &[],
             declared: &|_| false,

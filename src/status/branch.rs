@@ -177,7 +177,8 @@ impl StatusBranch {
     /// kept as that commit holds it. `None`: `files` are every file.
     /// `fetched`: the tip [`StatusBranch::tip`] just fetched, which the
     /// first attempt builds on instead of fetching it again (a tip that
-    /// moved since makes the push refused, and the next attempt fetches).
+    /// moved since makes that push refused, and it is tried again at once
+    /// over a fetched tip, as an attempt of its own is not spent on it).
     pub(crate) fn publish(
         &self,
         files: &BTreeMap<String, FileContent>,
@@ -193,8 +194,15 @@ impl StatusBranch {
             .build();
         let mut refused = 0;
         loop {
+            let reused = fetched.is_some();
             match self.try_publish(files, message, base, fetched.take())? {
                 Attempt::Done(published) => return Ok(published),
+                Attempt::Refused(why) if reused => {
+                    tracing::info!(
+                        branch = %self.branch,
+                        "status branch: push refused ({why}); the tip moved since it was fetched: fetching it again"
+                    );
+                }
                 Attempt::Refused(why) => {
                     refused += 1;
                     tracing::info!(

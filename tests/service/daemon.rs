@@ -917,15 +917,18 @@ fn a_report_moved_to_a_commit_without_a_cycle_says_what_a_cycle_would() {
         "{report:#}"
     );
 
-    // The file replaced by another that does not parse: no declaration
-    // changed, so neither provider decides anything and both reports move.
-    env.repo.remove("broken.yaml");
+    // The broken file broken otherwise, and another beside it: no
+    // declaration changed, so neither provider decides anything and both
+    // reports move (the old error of `broken.yaml` goes with the old
+    // snapshot).
+    env.repo
+        .write("broken.yaml", "# broken otherwise\nspec: [\n");
     env.repo.write("worse.yaml", "spec: {\n");
-    let replaced = env.repo.commit("another file that does not parse");
+    let worse = env.repo.commit("the broken file otherwise, and another");
     daemon.wait_for("the parse errors moved", Duration::from_secs(10), || {
         let report = daemon.status();
-        report["source"]["commit"] == replaced.as_str()
-            && names(&report, "errors", "file") == ["stray.yaml", "worse.yaml"]
+        report["source"]["commit"] == worse.as_str()
+            && names(&report, "errors", "file") == ["broken.yaml", "stray.yaml", "worse.yaml"]
     });
     let report = daemon.status();
     assert!(
@@ -948,6 +951,24 @@ fn a_report_moved_to_a_commit_without_a_cycle_says_what_a_cycle_would() {
             .count()
     };
     assert_eq!((moved("other"), moved("sandbox")), (2, 1), "{log}");
+
+    // The broken files gone: a resource whose file could not be read may
+    // now have left Git, with this commit as its removal's, which a cycle
+    // records: both providers run one.
+    env.repo.remove("broken.yaml");
+    env.repo.remove("worse.yaml");
+    let mended = env.repo.commit("the broken files removed");
+    daemon.wait_for(
+        "a cycle over the mended commit",
+        Duration::from_secs(10),
+        || {
+            let report = daemon.status();
+            report["source"]["commit"] == mended.as_str()
+                && names(&report, "errors", "file") == ["stray.yaml"]
+                && cycles(&daemon, "other", "change") >= 1.0
+                && cycles(&daemon, "sandbox", "change") >= 2.0
+        },
+    );
 }
 
 #[test]

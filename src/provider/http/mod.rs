@@ -500,7 +500,7 @@ impl Provider for HttpProvider {
     }
 
     /// Every database the token can see, page by page (one request per
-    /// page); the named ones among them, and every one with a marker.
+    /// page); the named ones among them.
     async fn observe_all(
         &self,
         names: &[String],
@@ -508,10 +508,7 @@ impl Provider for HttpProvider {
     ) -> Result<Vec<Observation>, ProviderError> {
         self.server_capabilities().await?;
         let wanted: std::collections::HashSet<&String> = names.iter().collect();
-        self.list(|o| {
-            wanted.contains(&o.database_name) || o.labels.contains_key(super::OWNER_AGENT_LABEL)
-        })
-        .await
+        self.list(|o| wanted.contains(&o.database_name)).await
     }
 
     async fn observe(&self, database_name: &str) -> Result<Option<Observation>, ProviderError> {

@@ -365,9 +365,7 @@ mod tests {
     #[test]
     fn a_read_not_the_store_s_last_is_not_brought_up_to_date() -> Outcome {
         let dir = tempfile::tempdir()?;
-        let store = store(&dir)?;
-        let cache = MemoryCache::default();
-        cache.retain();
+        let (store, cache) = retaining(&dir)?;
         for name in ["orders", "payments"] {
             applied(&store, name)?;
         }
@@ -393,12 +391,20 @@ mod tests {
         StateStore::open(dir.path(), true)?.ok_or_else(|| "no state store was made".into())
     }
 
+    /// A state store in `dir`, and a cache that keeps its reads (as the
+    /// running agent's does).
+    fn retaining(
+        dir: &tempfile::TempDir,
+    ) -> Result<(StateStore, MemoryCache), Box<dyn std::error::Error>> {
+        let cache = MemoryCache::default();
+        cache.retain();
+        Ok((store(dir)?, cache))
+    }
+
     #[test]
     fn a_retaining_cache_shares_one_read_until_the_state_is_written() -> Outcome {
         let dir = tempfile::tempdir()?;
-        let store = store(&dir)?;
-        let cache = MemoryCache::default();
-        cache.retain();
+        let (store, cache) = retaining(&dir)?;
         let first = cache.current(&store)?;
         let again = cache.current(&store)?;
         assert!(
@@ -419,9 +425,7 @@ mod tests {
     #[test]
     fn a_status_commit_s_writes_leave_the_memories_read_in_use() -> Outcome {
         let dir = tempfile::tempdir()?;
-        let store = store(&dir)?;
-        let cache = MemoryCache::default();
-        cache.retain();
+        let (store, cache) = retaining(&dir)?;
         let first = cache.current(&store)?;
         let decided: crate::journal::DecidedFrom = [(
             "orders".to_string(),
@@ -485,9 +489,7 @@ mod tests {
     #[test]
     fn after_its_own_writes_the_agent_reads_again_only_the_rows_they_changed() -> Outcome {
         let dir = tempfile::tempdir()?;
-        let store = store(&dir)?;
-        let cache = MemoryCache::default();
-        cache.retain();
+        let (store, cache) = retaining(&dir)?;
         for name in ["billing", "ledger", "orders", "payments"] {
             applied(&store, name)?;
         }

@@ -124,8 +124,7 @@ fn run_list(config_path: &Path) -> io::Result<u8> {
 /// state (a removed declaration whose database tend still owns counts:
 /// pausing its deletion is a fair emergency).
 fn is_known(name: &str, snapshot: &Snapshot, store: &StateStore) -> Result<bool, CommandError> {
-    Ok(crate::reconcile::inputs::declared(snapshot, name).is_some()
-        || store.knows_resource(name)?)
+    Ok(snapshot.declared(name).is_some() || store.knows_resource(name)?)
 }
 
 fn list(config: &Config, store: &StateStore) -> Result<String, CommandError> {

@@ -98,7 +98,7 @@ fn check_name(ctx: &Context<'_>, name: &str) -> Result<Name, Refusal> {
         return Ok(Name::Known);
     }
     Ok(match &ctx.declarations {
-        Ok(Some(snapshot)) => match crate::reconcile::inputs::declared(snapshot, name) {
+        Ok(Some(snapshot)) => match snapshot.declared(name) {
             Some(_) => Name::Known,
             None => {
                 let names: Vec<&str> = snapshot

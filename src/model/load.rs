@@ -362,81 +362,21 @@ impl DeclarationSet {
     /// [`Self::from_files`] over declarations and diagnostics already
     /// gathered from `files` files.
     ///
-    /// Long on purpose: a fast path (everything distinct and in order, no
-    /// copy) and the slow path that reports duplicates on both sides, kept
-    /// together so the two cannot disagree.
+    /// Long on purpose: the common case (names in order, databases
+    /// distinct: no copy) and the checks that report duplicates on both
+    /// sides, kept together so the two cannot disagree.
     pub fn from_parsed(
         declarations: Vec<Arc<Declaration>>,
         mut diagnostics: Vec<Diagnostic>,
         files: usize,
     ) -> Self {
         let count = files;
-        // The common case, checked before anything moves, without sorting or
-        // allocating: names and databases all distinct, in name order.
-        // (Names in strictly increasing order are distinct.)
-        let in_order = {
-            let mut databases = std::collections::HashSet::with_capacity(declarations.len());
-            let mut previous: Option<&str> = None;
-            declarations.iter().all(|d| {
-                let sorted = previous.is_none_or(|p| p < d.name());
-                previous = Some(d.name());
-                sorted && databases.insert(DatabaseKey(&d.manifest))
-            })
+        // Names in strictly increasing order are distinct: nothing to sort.
+        let mut declarations = if declarations.is_sorted_by(|a, b| a.name() < b.name()) {
+            declarations
+        } else {
+            Self::sorted_unique_names(declarations, &mut diagnostics)
         };
-        if in_order {
-            diagnostics.sort();
-            return DeclarationSet {
-                declarations,
-                diagnostics,
-                files: count,
-            };
-        }
-        // Sorted through an index (thousands of declarations are not moved
-        // around); runs of one name are duplicates. Each name's first 16
-        // bytes are compared as one number before the names themselves:
-        // at 100,000 declarations the sort chased two pointers per
-        // comparison into declarations scattered over the heap.
-        let mut order: Vec<(u128, &str, usize)> = declarations
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (name_prefix(d.name()), d.name(), i))
-            .collect();
-        order.sort_unstable();
-        let mut unique = Vec::with_capacity(order.len());
-        for group in order.chunk_by(|a, b| a.1 == b.1) {
-            if let [(_, _, only)] = group {
-                unique.push(*only);
-                continue;
-            }
-            for &(_, _, i) in group {
-                let decl = &declarations[i];
-                let others: Vec<String> = group
-                    .iter()
-                    .filter(|&&(_, _, j)| j != i)
-                    .map(|&(_, _, j)| {
-                        format!(
-                            "{}:{}",
-                            declarations[j].file.display(),
-                            declarations[j].line
-                        )
-                    })
-                    .collect();
-                diagnostics.push(Diagnostic {
-                    file: decl.file.clone(),
-                    line: decl.line,
-                    column: decl.column,
-                    message: format!(
-                        "duplicate metadata.name `{}` (also at {}): names must be unique in the repository, so neither declaration is applied",
-                        decl.name(),
-                        others.join(", ")
-                    ),
-                });
-            }
-        }
-        drop(order);
-        let mut all: Vec<Option<Arc<Declaration>>> = declarations.into_iter().map(Some).collect();
-        let mut declarations = Vec::with_capacity(all.len());
-        declarations.extend(unique.into_iter().filter_map(|i| all[i].take()));
         // Usually every database is distinct: one pass over a set says so
         // without building and sorting every database name.
         let distinct = {
@@ -524,6 +464,59 @@ impl DeclarationSet {
             diagnostics,
             files: count,
         }
+    }
+
+    /// `declarations` sorted by name, without the names declared more than
+    /// once: each of those copies gets an error in `diagnostics`.
+    fn sorted_unique_names(
+        declarations: Vec<Arc<Declaration>>,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> Vec<Arc<Declaration>> {
+        // Sorted through an index (thousands of declarations are not moved
+        // around); runs of one name are duplicates. Each name's first 16
+        // bytes are compared as one number before the names themselves:
+        // at 100,000 declarations the sort chased two pointers per
+        // comparison into declarations scattered over the heap.
+        let mut order: Vec<(u128, &str, usize)> = declarations
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (name_prefix(d.name()), d.name(), i))
+            .collect();
+        order.sort_unstable();
+        let mut unique = Vec::with_capacity(order.len());
+        for group in order.chunk_by(|a, b| a.1 == b.1) {
+            if let [(_, _, only)] = group {
+                unique.push(*only);
+                continue;
+            }
+            for &(_, _, i) in group {
+                let decl = &declarations[i];
+                let others: Vec<String> = group
+                    .iter()
+                    .filter(|&&(_, _, j)| j != i)
+                    .map(|&(_, _, j)| {
+                        format!(
+                            "{}:{}",
+                            declarations[j].file.display(),
+                            declarations[j].line
+                        )
+                    })
+                    .collect();
+                diagnostics.push(Diagnostic {
+                    file: decl.file.clone(),
+                    line: decl.line,
+                    column: decl.column,
+                    message: format!(
+                        "duplicate metadata.name `{}` (also at {}): names must be unique in the repository, so neither declaration is applied",
+                        decl.name(),
+                        others.join(", ")
+                    ),
+                });
+            }
+        }
+        drop(order);
+        let mut all: Vec<Option<Arc<Declaration>>> = declarations.into_iter().map(Some).collect();
+        unique.into_iter().filter_map(|i| all[i].take()).collect()
     }
 }
 

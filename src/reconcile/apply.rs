@@ -167,7 +167,7 @@ async fn replay_pending(
             let inputs = Inputs::load(store, &snapshot, MemoryRead::Skip)?;
             // Looked up by name in the sorted set: a map of 100,000
             // declarations for each cycle's few intents cost 30-50 ms.
-            let declarations = |name: &str| super::inputs::declared(&snapshot, name);
+            let declarations = |name: &str| snapshot.declared(name);
             let paused: HashSet<&str> = inputs
                 .local_overrides
                 .values()

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use super::inputs::{Inputs, Memories, MemoryRead, declared};
+use super::inputs::{Inputs, Memories, MemoryRead};
 use super::observe::{self, ProviderView};
 use super::plan::{self, PlanContext};
 use super::routing::{Routed, Routing};
@@ -180,7 +180,7 @@ fn orphaned_overrides(snapshot: &Snapshot, inputs: &Inputs) -> Vec<OrphanedOverr
         .local_overrides
         .values()
         .filter(|o| {
-            declared(snapshot, &o.name).is_none()
+            snapshot.declared(&o.name).is_none()
                 && !inputs.memories.contains(&o.name)
                 && !inputs.tombstones.iter().any(|t| t.name == o.name)
         })
@@ -214,7 +214,7 @@ fn pending_work(
         let v = verdict(
             p.op.kind,
             &p.op.spec_hash,
-            declared(snapshot, &p.op.name),
+            snapshot.declared(&p.op.name),
             paused_locally,
         );
         let last_error = p
@@ -264,7 +264,7 @@ fn guard(
     // this cycle), and an approved one's with the approval: neither may keep
     // the guard tripped.
     inputs.held_deletions.retain(|name, _| {
-        declared(snapshot, name).is_none() && !inputs.approvals.contains_key(name)
+        snapshot.declared(name).is_none() && !inputs.approvals.contains_key(name)
     });
     // What an operator approved is allowed by name: it does not count
     // toward the limit (an approved deletion that can never run, say of a

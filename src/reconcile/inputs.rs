@@ -19,7 +19,6 @@ use crate::executor::PlannedOperation;
 use crate::journal::{
     Approval, CorruptRow, LocalOverride, OverrideSeen, StateError, StateStore, TombstoneRow,
 };
-use crate::model::Declaration;
 use crate::source::Snapshot;
 
 pub(crate) use crate::memories::{LeftGit, Memories, MemoryCache, SharedMemories};
@@ -63,12 +62,6 @@ pub(crate) struct Inputs {
     pub suspension: Option<crate::engine::Suspension>,
     /// The databases tend released, and whether each was shown yet.
     pub releases: Vec<(crate::journal::Release, bool)>,
-}
-
-/// The declaration named `name` in a snapshot (declarations are sorted by
-/// name).
-pub(crate) fn declared<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s Declaration> {
-    snapshot.declared(name)
 }
 
 impl Inputs {

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use super::inputs::{Inputs, declared};
+use super::inputs::Inputs;
 use super::{PlannedResource, PlannedSubject, Scope};
 use crate::config::{Config, ProviderKind};
 use crate::engine::deletion::is_due;
@@ -288,7 +288,7 @@ impl<'s> Routing<'s> {
     ) -> Vec<Tombstone> {
         let mut tombstones: Vec<Tombstone> = Vec::new();
         for row in std::mem::take(&mut inputs.tombstones) {
-            if declared(snapshot, &row.name).is_some() {
+            if snapshot.declared(&row.name).is_some() {
                 self.effects
                     .push(Effect::RemoveTombstone { name: row.name });
                 continue;

@@ -76,11 +76,10 @@ pub(super) fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> 
     let code = session::one_cycle(&agent, Mode::Apply, finished, |result| {
         let operations = result.outcome.map_or(&[][..], |o| o.operations.as_slice());
         let failed = print_operations(&mut io::stderr().lock(), operations)?;
-        let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_latest();
-        let mut report = result.report(&agent, previous.as_ref());
+        let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_last_failures();
+        let mut report = result.report(&agent, &previous);
         tracing::debug!("report built");
-        let mut publisher =
-            StatusPublisher::new(&agent, TITLE, previous.as_ref(), notifier.clone());
+        let mut publisher = StatusPublisher::new(&agent, TITLE, &previous, notifier.clone());
         if result.outcome.is_none() {
             publisher.files_only();
         }

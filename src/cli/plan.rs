@@ -95,8 +95,8 @@ pub(super) fn run_plan(config_path: &std::path::Path, args: &PlanArgs) -> io::Re
     read_only_cycle(config_path, |agent, result| {
         // Read, never written: plan writes nothing. It knows since when a
         // failing source has failed from the last report a writer made.
-        let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_latest();
-        let mut report = result.report(agent, previous.as_ref());
+        let previous = ReportFiles::new(&agent.config().reports_dir(), 0).read_last_failures();
+        let mut report = result.report(agent, &previous);
         let title = if args.changes_only {
             let before = report.resources.len();
             report.resources.retain(|r| {

@@ -14,6 +14,7 @@ use crate::executor::Executed;
 use crate::journal::Access;
 use crate::reconcile::{CycleInputs, Mode, Outcome, ReconcileError, Scope, reconcile_with};
 use crate::source::{Snapshot, SourceFailure};
+use crate::status::files::LastFailures;
 use crate::status::report::empty_report;
 use crate::status::{Report, build_report};
 
@@ -209,18 +210,13 @@ impl CycleResult<'_, '_> {
     /// The report of the cycle: the outcome's, or an empty one, marked
     /// with the source's failure. `previous`: the last report written, so
     /// the failure's age survives processes.
-    pub(super) fn report(&self, agent: &Agent, previous: Option<&Report>) -> Report {
+    pub(super) fn report(&self, agent: &Agent, previous: &LastFailures) -> Report {
         let report = match self.outcome {
             Some(outcome) => build_report(agent.config(), outcome.latest()),
             None => empty_report(agent.config(), agent.agent_id(), agent.clock().now()),
         };
         match self.source_failure {
-            Some(failure) => {
-                let since = previous
-                    .and_then(|r| r.source.error.as_ref())
-                    .map(|e| e.since.as_str());
-                report.with_source_failure(failure, since)
-            }
+            Some(failure) => report.with_source_failure(failure, previous.source_since.as_deref()),
             None => report,
         }
     }

@@ -34,7 +34,7 @@ pub(super) fn status_writer(
     let publisher = crate::status::publish::StatusPublisher::new(
         agent,
         crate::status::writer::TITLE,
-        None,
+        &Default::default(),
         restart.notifier.clone(),
     );
     crate::status::writer::run(

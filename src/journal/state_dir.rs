@@ -72,8 +72,12 @@ pub(crate) fn check_trusted(dir: &Path) -> Result<(), StateError> {
             path: dir.display().to_string(),
             source,
         })?;
+        // The entry's type comes with the listing (no `stat` of each of
+        // the Git cache's thousands of files); only a directory's own
+        // metadata is read, for its mode and owner.
         for entry in entries.flatten() {
-            if let Ok(meta) = fs::symlink_metadata(entry.path())
+            if entry.file_type().is_ok_and(|kind| kind.is_dir())
+                && let Ok(meta) = fs::symlink_metadata(entry.path())
                 && meta.is_dir()
             {
                 pending.push((entry.path(), meta));

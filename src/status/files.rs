@@ -51,27 +51,72 @@ const VOLATILE: &[&str] = &["\"generatedAt\":", "\"observedAt\":", "\"failures\"
 /// Hashes pretty-printed report JSON line by line, leaving out the lines
 /// of [`VOLATILE`] keys (pretty JSON puts every scalar key on a line of
 /// its own).
+///
+/// It streams: serde writes a report token by token, and a line is only
+/// held back until its first bytes after the indentation say whether it
+/// is volatile (no longer than a key); the rest of the line goes straight
+/// to the hash or is passed over. The digest is that of every
+/// kept line's bytes, newline included, in order.
 #[derive(Default)]
 struct ContentHasher {
     hasher: sha2::Sha256,
-    line: Vec<u8>,
+    /// The current line's bytes while it is undecided.
+    head: Vec<u8>,
+    /// What is known of the current line.
+    line: LineKind,
+}
+
+/// Whether the current line is hashed.
+#[derive(Default, Clone, Copy, PartialEq)]
+enum LineKind {
+    /// Its first bytes are still coming (held in `head`).
+    #[default]
+    Undecided,
+    Kept,
+    Volatile,
 }
 
 impl ContentHasher {
-    fn line_done(&mut self) {
-        let text = String::from_utf8_lossy(&self.line);
-        let trimmed = text.trim_start();
-        if !VOLATILE.iter().any(|k| trimmed.starts_with(k)) {
-            self.hasher.update(&self.line);
+    /// What the line starting with `head` is; `None` while what came of
+    /// it after the indentation could still begin a volatile key
+    /// (`complete`: the line ended).
+    fn kind_of(head: &[u8], complete: bool) -> Option<LineKind> {
+        let trimmed = head.trim_ascii_start();
+        if VOLATILE.iter().any(|k| trimmed.starts_with(k.as_bytes())) {
+            Some(LineKind::Volatile)
+        } else if complete
+            || !trimmed.is_empty() && !VOLATILE.iter().any(|k| k.as_bytes().starts_with(trimmed))
+        {
+            Some(LineKind::Kept)
+        } else {
+            None
         }
-        self.line.clear();
     }
 
-    fn feed(&mut self, bytes: &[u8]) {
-        for chunk in bytes.split_inclusive(|b| *b == b'\n') {
-            self.line.extend_from_slice(chunk);
-            if chunk.ends_with(b"\n") {
-                self.line_done();
+    fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let newline = bytes.iter().position(|b| *b == b'\n');
+            let (piece, ends) = match newline {
+                Some(at) => (&bytes[..=at], true),
+                None => (bytes, false),
+            };
+            bytes = &bytes[piece.len()..];
+            match self.line {
+                LineKind::Kept => self.hasher.update(piece),
+                LineKind::Volatile => {}
+                LineKind::Undecided => {
+                    self.head.extend_from_slice(piece);
+                    if let Some(kind) = Self::kind_of(&self.head, ends) {
+                        if kind == LineKind::Kept {
+                            self.hasher.update(&self.head);
+                        }
+                        self.head.clear();
+                        self.line = kind;
+                    }
+                }
+            }
+            if ends {
+                self.line = LineKind::Undecided;
             }
         }
     }
@@ -82,8 +127,10 @@ impl ContentHasher {
     }
 
     fn finish_bytes(mut self) -> [u8; 32] {
-        if !self.line.is_empty() {
-            self.line_done();
+        if self.line == LineKind::Undecided
+            && Self::kind_of(&self.head, true) == Some(LineKind::Kept)
+        {
+            self.hasher.update(&self.head);
         }
         self.hasher.finalize().into()
     }
@@ -102,13 +149,46 @@ pub(crate) fn content_digest(json: &[u8]) -> String {
 /// The [`content_digest`] of `value`'s pretty JSON, computed without
 /// writing it.
 pub(crate) fn value_digest(value: &impl serde::Serialize) -> [u8; 32] {
-    let mut tee = Tee {
-        file: io::sink(),
-        hasher: ContentHasher::default(),
-    };
-    let _ = serde_json::to_writer_pretty(&mut tee, value);
-    let _ = tee.write_all(b"\n");
-    tee.hasher.finish_bytes()
+    // Written out whole first: serde writes token by token, and the
+    // hasher is cheapest fed in one piece.
+    let mut json = Vec::with_capacity(1024);
+    let _ = serde_json::to_writer_pretty(&mut json, value);
+    json.push(b'\n');
+    let mut hasher = ContentHasher::default();
+    hasher.feed(&json);
+    hasher.finish_bytes()
+}
+
+/// Since when the last report written said something has been failing
+/// (RFC 3339, as written), for a one-shot command that carries it on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LastFailures {
+    /// The source's failure (`source.error.since`).
+    pub(crate) source_since: Option<String>,
+    /// The status branch's failure (`statusBranch.since`).
+    pub(crate) status_branch_since: Option<String>,
+}
+
+/// The part of `latest.json` [`LastFailures`] is read from; the rest of
+/// the file (the resources' entries) is skipped over.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LastReportHead {
+    #[serde(default)]
+    source: Option<LastSource>,
+    #[serde(default)]
+    status_branch: Option<LastSince>,
+}
+
+#[derive(serde::Deserialize)]
+struct LastSource {
+    #[serde(default)]
+    error: Option<LastSince>,
+}
+
+#[derive(serde::Deserialize)]
+struct LastSince {
+    since: String,
 }
 
 /// Writes what it is given to a file and to a [`ContentHasher`].
@@ -163,12 +243,17 @@ impl ReportFiles {
         fs::create_dir_all(&self.dir).map_err(at(&self.dir))?;
         let json_path = self.dir.join("latest.json");
         let digest = write_atomically_with(&json_path, |file| {
-            let mut tee = Tee {
-                file,
-                hasher: ContentHasher::default(),
-            };
+            // Buffered before the tee: serde writes token by token.
+            let mut tee = io::BufWriter::with_capacity(
+                64 * 1024,
+                Tee {
+                    file,
+                    hasher: ContentHasher::default(),
+                },
+            );
             serde_json::to_writer_pretty(&mut tee, report).map_err(io::Error::other)?;
             tee.write_all(b"\n")?;
+            let tee = tee.into_inner().map_err(|e| e.into_error())?;
             Ok(tee.hasher.finish())
         })
         .map_err(at(&json_path))?;
@@ -200,6 +285,20 @@ impl ReportFiles {
     pub(crate) fn read_latest(&self) -> Option<Report> {
         let bytes = fs::read(self.dir.join("latest.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Since when `latest.json` says the source and the status branch have
+    /// been failing (a one-shot command carries both on): its resources
+    /// are passed over, not read into entries.
+    pub(crate) fn read_last_failures(&self) -> LastFailures {
+        fs::read(self.dir.join("latest.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<LastReportHead>(&bytes).ok())
+            .map(|head| LastFailures {
+                source_since: head.source.and_then(|s| s.error).map(|e| e.since),
+                status_branch_since: head.status_branch.map(|b| b.since),
+            })
+            .unwrap_or_default()
     }
 
     fn add_to_history(
@@ -302,5 +401,68 @@ mod tests {
             h.feed(piece);
         }
         assert_eq!(h.finish(), content_digest(a));
+    }
+
+    #[test]
+    fn the_last_failures_are_read_from_the_head_of_latest_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = ReportFiles::new(dir.path(), 0);
+        assert_eq!(files.read_last_failures(), LastFailures::default());
+        let latest = r#"{
+  "formatVersion": 1,
+  "source": {"url": "u", "branch": "main", "commit": null,
+             "error": {"message": "m", "since": "2027-01-15T08:00:00Z", "failures": 3}},
+  "resources": [{"name": "a", "anything": [1, {"since": "not this one"}]}],
+  "errors": [],
+  "statusBranch": {"branch": "tend-status", "error": "e", "since": "2027-01-15T09:00:00Z"}
+}"#;
+        fs::write(dir.path().join("latest.json"), latest).unwrap();
+        assert_eq!(
+            files.read_last_failures(),
+            LastFailures {
+                source_since: Some("2027-01-15T08:00:00Z".into()),
+                status_branch_since: Some("2027-01-15T09:00:00Z".into()),
+            }
+        );
+        let working = r#"{"source": {"url": "u", "branch": "main"}, "resources": []}"#;
+        fs::write(dir.path().join("latest.json"), working).unwrap();
+        assert_eq!(files.read_last_failures(), LastFailures::default());
+    }
+
+    /// The streaming hasher digests what hashing each whole kept line
+    /// does, however the text is cut: lines that begin like a volatile
+    /// key and are not one, short lines, an unterminated last line.
+    #[test]
+    fn the_streamed_digest_is_that_of_the_kept_lines() {
+        let text = "{\n  \"generatedAt\": \"1\",\n  \"generated\": 2,\n  \"\"\n  \"observedAtX\": 1,\n\n    \"observedAt\": \"3\"\n  \"failures\": 4,\n  \"fail\": [\n\"generatedAt\": 5\n  }\n    \"gen";
+        let reference = |text: &str| {
+            let mut hasher = sha2::Sha256::new();
+            for line in text.split_inclusive('\n') {
+                if !VOLATILE.iter().any(|k| line.trim_start().starts_with(k)) {
+                    hasher.update(line.as_bytes());
+                }
+            }
+            let digest: [u8; 32] = hasher.finalize().into();
+            digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
+        let expected = reference(text);
+        assert_ne!(
+            expected,
+            reference(&text.replace("\"generated\"", "\"generatex\""))
+        );
+        for size in 1..=text.len() {
+            let mut h = ContentHasher::default();
+            for piece in text.as_bytes().chunks(size) {
+                h.feed(piece);
+            }
+            assert_eq!(h.finish(), expected, "pieces of {size} bytes");
+        }
+        assert_eq!(
+            content_digest(text.replace("\"1\"", "\"9\"").as_bytes()),
+            expected
+        );
     }
 }

@@ -92,19 +92,20 @@ pub(crate) struct StatusPublisher {
 }
 
 impl StatusPublisher {
-    /// The publisher of `agent`. `previous`: the last report written (a
-    /// one-shot command learns since when the branch has been failing
-    /// from it).
+    /// The publisher of `agent`. `previous`: what the last report written
+    /// said was failing (a one-shot command learns since when the branch
+    /// has been failing from it).
     pub(crate) fn new(
         agent: &Agent,
         title: &'static str,
-        previous: Option<&Report>,
+        previous: &super::files::LastFailures,
         notifier: Option<Arc<Notifier>>,
     ) -> Self {
         let config = agent.config();
         let failing_since = previous
-            .and_then(|r| r.status_branch.as_ref())
-            .and_then(|b| humantime::parse_rfc3339(&b.since).ok());
+            .status_branch_since
+            .as_deref()
+            .and_then(|since| humantime::parse_rfc3339(since).ok());
         StatusPublisher {
             files: ReportFiles::new(&config.reports_dir(), config.status.keep_reports),
             branch: StatusBranch::of(agent),
@@ -210,7 +211,10 @@ impl StatusPublisher {
             }
         }
         let written = report_with.as_ref().unwrap_or(report);
-        if let Err(e) = self.files.write(written, self.title) {
+        let writing = std::time::Instant::now();
+        let files = self.files.write(written, self.title);
+        tracing::debug!("report files written in {:?}", writing.elapsed());
+        if let Err(e) = files {
             outcome.files_error = Some(e);
         }
         // A release is shown once: once the report that shows it is

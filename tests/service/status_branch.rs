@@ -395,6 +395,12 @@ fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
     );
     let latest = remote.latest();
     assert_eq!(latest["statusBranch"]["branch"], "tend-status");
+    // A second one-shot process says since when it has failed: the first's.
+    let since = latest["statusBranch"]["since"].clone();
+    assert!(since.is_string(), "{latest:#}");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    apply(&config, 0);
+    assert_eq!(remote.latest()["statusBranch"]["since"], since);
     assert!(
         latest["statusBranch"]["error"]
             .as_str()

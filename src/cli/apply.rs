@@ -62,7 +62,10 @@ fn applied(operations: &[Executed]) -> AppliedReport {
 
 pub(super) fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> {
     let agent = match session::open_agent(config_path, Access::Writer) {
-        Ok(agent) => agent.with_progress(Arc::new(TerminalProgress::new())),
+        Ok(agent) => {
+            agent.memories().retain();
+            agent.with_progress(Arc::new(TerminalProgress::new()))
+        }
         Err(code) => return Ok(code),
     };
     let notifier = match Notifier::from_config(agent.config()) {

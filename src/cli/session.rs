@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::executor::Executed;
 use crate::journal::Access;
 use crate::reconcile::{CycleInputs, Mode, Outcome, ReconcileError, Scope, reconcile_with};
-use crate::source::{Snapshot, SourceFailure};
+use crate::source::{CacheWriting, Snapshot, SourceFailure};
 use crate::status::files::LastFailures;
 use crate::status::report::empty_report;
 use crate::status::{Report, build_report};
@@ -127,6 +127,9 @@ pub(super) struct SourceRead {
     pub failure: Option<SourceFailure>,
     /// What was read and started beside the fetch, for the cycle.
     pub ahead: CycleInputs,
+    /// The parse cache of a new commit, written beside the cycle: its
+    /// write is waited for when this goes.
+    pub cache_writing: CacheWriting,
 }
 
 /// Fetches the snapshot once, reading the state's memories beside the
@@ -167,7 +170,9 @@ pub(super) async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
         // A panic there goes on as it would here (a task is cancelled only
         // when its runtime shuts down, which it does not while this waits).
         let open = agent.source_opener();
-        match tokio::task::spawn_blocking(move || open().map(|s| s.poll_once(now))).await {
+        match tokio::task::spawn_blocking(move || open().map(|s| s.poll_once_writing_beside(now)))
+            .await
+        {
             Ok(polled) => polled,
             Err(e) => std::panic::resume_unwind(
                 e.try_into_panic()
@@ -175,10 +180,10 @@ pub(super) async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
             ),
         }
     } else {
-        agent.source().map(|s| s.poll_once(now))
+        agent.source().map(|s| s.poll_once_writing_beside(now))
     };
-    let outcome = match polled {
-        Ok(outcome) => outcome,
+    let (outcome, cache_writing) = match polled {
+        Ok(polled) => polled,
         Err(error) => {
             return SourceRead {
                 snapshot: None,
@@ -188,6 +193,7 @@ pub(super) async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
                     failures: 1,
                 }),
                 ahead: CycleInputs::default(),
+                cache_writing: CacheWriting::default(),
             };
         }
     };
@@ -196,6 +202,7 @@ pub(super) async fn snapshot(agent: &Agent, for_a_cycle: bool) -> SourceRead {
         snapshot: outcome.snapshot,
         failure: outcome.failure,
         ahead: CycleInputs { listing },
+        cache_writing,
     }
 }
 
@@ -276,6 +283,8 @@ pub(super) fn one_cycle(
         // A one-shot command's results go with the process (see heap.rs).
         super::heap::release_at_exit(outcome);
         super::heap::release_at_exit(snapshot);
+        // The parse cache is complete on disk before the process ends.
+        drop(read.cache_writing);
         code
     })
 }

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 pub(crate) use changes::KeptChanges;
 pub use snapshot::Snapshot;
+pub(crate) use tracker::CacheWriting;
 pub(crate) use tracker::SourceFailure;
 pub use tracker::{PollOutcome, Source};
 pub(crate) use wake::Trigger;

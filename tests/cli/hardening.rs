@@ -185,6 +185,61 @@ fn token_files_are_bounded_and_must_exist_and_hold_something() {
     );
 }
 
+/// `tend apply` writes the parse cache of a new commit while its cycle
+/// runs; the process ends only once the file is whole, so the next
+/// process parses nothing and no temporary file is left beside it.
+#[test]
+fn a_one_shot_apply_leaves_its_parse_cache_whole() {
+    let repo = TestRepo::new();
+    for i in 0..50 {
+        repo.write(
+            &format!("db-{i:02}.yaml"),
+            &manifest(&format!("db-{i:02}"), 20),
+        );
+    }
+    repo.commit("fifty");
+    let dir = tempfile::tempdir().unwrap();
+    let config = TendConfig::new(dir.path(), &repo.url()).write();
+    let config = config.display().to_string();
+    let apply = || {
+        TendCommand::new(&["--config", &config, "apply"])
+            .env("TEND_LOG", "debug")
+            .expect_code(0)
+    };
+    let first = apply();
+    assert!(
+        first.stderr.contains("source: parse cache written in")
+            && first.stderr.contains("beside the cycles"),
+        "{}",
+        first.stderr
+    );
+    repo.write("db-07.yaml", &manifest("db-07", 21));
+    repo.commit("raise db-07");
+    let changed = apply();
+    assert!(
+        changed.stderr.contains("1 files parsed, 49 from the cache"),
+        "{}",
+        changed.stderr
+    );
+    let next = TendCommand::new(&["--config", &config, "plan"])
+        .env("TEND_LOG", "debug")
+        .expect_code(0);
+    // The cache holds the applied commit's tree: nothing is parsed.
+    assert!(
+        next.stderr.contains("parse cache of 50 files loaded")
+            && !next.stderr.contains("files parsed"),
+        "{}",
+        next.stderr
+    );
+    let source = dir.path().join("state/source");
+    let left: Vec<String> = std::fs::read_dir(&source)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
 #[test]
 fn an_edited_parse_cache_never_changes_the_plan() {
     let repo = TestRepo::new();

@@ -2,6 +2,7 @@
 //! finished operation and the commit its status file was decided from
 //! (the status branch shows both), and the notifications.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
@@ -38,21 +39,34 @@ impl StateStore {
     }
 
     /// The newest finished (done or failed) operation of every resource
-    /// that has one.
+    /// that has one (of two finished in the same millisecond, the lower
+    /// id: always the same one).
+    ///
+    /// Every finished row is read and the newest kept here: the SQL that
+    /// grouped by name and joined back (materialised, then indexed on the
+    /// fly, then sorted) took 30 ms at 10,000 resources, as long as a
+    /// one-shot `tend apply`'s own work.
     pub fn last_operations(&self) -> Result<HashMap<String, LastOperation>, StateError> {
         let rows = self.map_rows(
-            "SELECT i.name, i.op_id, i.kind, i.state, i.last_error, i.updated_ms FROM intents i \
-             JOIN (SELECT name, MAX(updated_ms) AS newest FROM intents \
-                   WHERE state IN ('done', 'failed') GROUP BY name) n \
-             ON n.name = i.name AND n.newest = i.updated_ms \
-             WHERE i.state IN ('done', 'failed') ORDER BY i.op_id",
+            "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
+             WHERE state IN ('done', 'failed')",
             &[],
             finished_row,
         )?;
-        let mut out = HashMap::new();
+        let mut out: HashMap<String, LastOperation> = HashMap::with_capacity(rows.len());
         for (name, op) in rows {
-            // Two finished in the same millisecond: one, always the same.
-            out.entry(name).or_insert(op);
+            match out.entry(name) {
+                Entry::Occupied(mut kept) => {
+                    let newer = (op.finished_at, std::cmp::Reverse(&op.id))
+                        > (kept.get().finished_at, std::cmp::Reverse(&kept.get().id));
+                    if newer {
+                        kept.insert(op);
+                    }
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(op);
+                }
+            }
         }
         Ok(out)
     }

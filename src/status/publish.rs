@@ -182,8 +182,36 @@ impl StatusPublisher {
     pub(crate) fn publish(&mut self, report: &Report, now: SystemTime) -> PublishOutcome {
         let mut outcome = PublishOutcome::default();
         let mut report_with = None;
-        if let Some(branch) = self.branch.clone() {
-            match self.publish_branch(&branch, report) {
+        // While the branch works, the files are written beside its
+        // publication (the report digested, the tip fetched over the
+        // network, a commit pushed): they say what the report says unless
+        // the branch fails now, and are then written again, marked. A
+        // branch that failed last time is published first, as before.
+        let mut beside = None;
+        let branch_result = match self.branch.clone() {
+            Some(branch) if self.failing_since.is_none() && report.status_branch.is_none() => {
+                let mut files = self.files.clone();
+                let title = self.title;
+                let (published, written) = std::thread::scope(|scope| {
+                    let writing = scope.spawn(|| Self::write_files(&mut files, report, title));
+                    let published = self.publish_branch(&branch, report);
+                    let written = writing.join().unwrap_or_else(|panic| {
+                        std::panic::resume_unwind(panic);
+                    });
+                    (published, written)
+                });
+                self.files = files;
+                beside = Some(written);
+                Some((branch, published))
+            }
+            Some(branch) => {
+                let published = self.publish_branch(&branch, report);
+                Some((branch, published))
+            }
+            None => None,
+        };
+        if let Some((branch, published)) = branch_result {
+            match published {
                 Ok(committed) => {
                     self.failing_since = None;
                     outcome.committed = committed;
@@ -210,10 +238,14 @@ impl StatusPublisher {
                 }
             }
         }
-        let written = report_with.as_ref().unwrap_or(report);
-        let writing = std::time::Instant::now();
-        let files = self.files.write(written, self.title);
-        tracing::debug!("report files written in {:?}", writing.elapsed());
+        let files = match (beside, &report_with) {
+            (Some(written), None) => written,
+            (_, written) => Self::write_files(
+                &mut self.files,
+                written.as_ref().unwrap_or(report),
+                self.title,
+            ),
+        };
         if let Err(e) = files {
             outcome.files_error = Some(e);
         }
@@ -244,6 +276,18 @@ impl StatusPublisher {
             outcome.proposals = auto.run(report);
         }
         outcome
+    }
+
+    /// Writes the report files of `report`, timed in the debug log.
+    fn write_files(
+        files: &mut ReportFiles,
+        report: &Report,
+        title: &str,
+    ) -> Result<(), super::files::ReportFilesError> {
+        let writing = std::time::Instant::now();
+        let written = files.write(report, title);
+        tracing::debug!("report files written in {:?}", writing.elapsed());
+        written
     }
 
     fn publish_branch(

@@ -76,8 +76,10 @@ pub(crate) fn check_trusted(dir: &Path) -> Result<(), StateError> {
         // the Git cache's thousands of files); only a directory's own
         // metadata is read, for its mode and owner.
         for entry in entries.flatten() {
+            // (`DirEntry::metadata` does not follow a link, and reads it
+            // relative to the open directory: no path walked again.)
             if entry.file_type().is_ok_and(|kind| kind.is_dir())
-                && let Ok(meta) = fs::symlink_metadata(entry.path())
+                && let Ok(meta) = entry.metadata()
                 && meta.is_dir()
             {
                 pending.push((entry.path(), meta));

@@ -477,6 +477,7 @@ mod tests {
             commit_time: std::time::SystemTime::UNIX_EPOCH,
             files: Vec::new(),
             declarations: crate::model::DeclarationSet::from_files(files.collect()),
+            provider_groups: Default::default(),
         }
     }
 

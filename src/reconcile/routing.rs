@@ -159,23 +159,21 @@ impl<'s> Routing<'s> {
     ) -> Self {
         let mut routing = Routing::default();
         // A provider worker's cycle passes over the declarations of every
-        // other provider by comparing one string: over 10 providers, each
-        // cycle would otherwise resolve the whole fleet's providers (their
-        // own cycles report a declaration's problems).
-        let elsewhere = |decl: &Declaration| match (scope, &decl.manifest.spec.provider) {
-            (Scope::Provider { provider, .. }, Some(named)) => {
-                named != provider && config.providers.contains_key(named)
+        // other configured provider (their own cycles report a
+        // declaration's problems): it takes the snapshot's group of its
+        // own, and those naming no configured provider.
+        let all = &snapshot.declarations.declarations;
+        let routed: Vec<usize> = match scope {
+            Scope::Provider { provider, .. } => {
+                snapshot.routed_by(provider, |name| config.providers.contains_key(name))
             }
-            _ => false,
+            _ => (0..all.len()).collect(),
         };
         // A declaration out of scope is still checked for its provider:
         // every cycle reports the fleet's declaration problems, so a
         // cycle over some names (due times, a commit's changes) never
         // drops another declaration's error from the merged report.
-        for decl in &snapshot.declarations.declarations {
-            if elsewhere(decl) {
-                continue;
-            }
+        for decl in routed.into_iter().map(|at| &all[at]) {
             match provider_of(config, decl) {
                 Ok(provider) if !scope.admits(decl.name(), provider) => {}
                 Ok(provider) => {

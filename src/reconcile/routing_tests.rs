@@ -35,6 +35,7 @@ fn snapshot(files: &[(&str, String)]) -> Snapshot {
                 .map(|(f, text)| parse_file(Path::new(f), text.as_bytes()))
                 .collect(),
         ),
+        provider_groups: Default::default(),
     }
 }
 
@@ -229,4 +230,78 @@ fn unroutable_declarations_are_diagnostics_and_unreadable_state_is_undecidable()
     // Out of scope, `a` is not decided, but its error is still reported:
     // a cycle over some names never drops another declaration's error.
     assert_eq!(scoped.diagnostics, routing.diagnostics);
+}
+
+/// A provider worker's cycle routes its own declarations and reports the
+/// ones no configured provider takes (unknown, or none named where
+/// several are configured), in name order; another configured provider's
+/// declarations are passed over, errors and all. Every provider's cycle
+/// over the same snapshot (sharing its groups) routes the same way.
+#[test]
+fn a_provider_cycle_takes_its_own_group_and_reports_the_unroutable() {
+    let config = config("[providers.p0]\nkind = \"sandbox\"\n[providers.p1]\nkind = \"sandbox\"\n");
+    let at = |name: &str, provider: &str| {
+        let extra = if provider.is_empty() {
+            String::new()
+        } else {
+            format!("  provider: {provider}\n")
+        };
+        (format!("{name}.yaml"), manifest(name, &extra))
+    };
+    let files = [
+        at("a", "p1"),
+        at("b", "p0"),
+        at("c", "nope"),
+        at("d", ""),
+        at("e", "p0"),
+        at("f", "p1"),
+        at("g", "other"),
+    ];
+    let borrowed: Vec<(&str, String)> =
+        files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
+    let snapshot = snapshot(&borrowed);
+    let route = |provider: &str| {
+        let scope = Scope::Provider {
+            provider: provider.into(),
+            names: None,
+        };
+        let mut inputs = Inputs::default();
+        let routing = Routing::route(
+            &config,
+            &Policy::default(),
+            &snapshot,
+            &mut inputs,
+            &scope,
+            t(0),
+        );
+        let errors: Vec<String> = routing
+            .diagnostics
+            .iter()
+            .map(|d| d.file.display().to_string())
+            .collect();
+        (names(&routing), errors)
+    };
+    let unroutable = vec!["c.yaml".to_string(), "d.yaml".into(), "g.yaml".into()];
+    assert_eq!(
+        route("p0"),
+        (vec!["b".to_string(), "e".into()], unroutable.clone())
+    );
+    assert_eq!(
+        route("p1"),
+        (vec!["a".to_string(), "f".into()], unroutable.clone())
+    );
+    // A whole cycle routes every routable declaration and the same errors.
+    let mut inputs = Inputs::default();
+    let all = Routing::route(
+        &config,
+        &Policy::default(),
+        &snapshot,
+        &mut inputs,
+        &Scope::All,
+        t(0),
+    );
+    let mut every = names(&all);
+    every.sort();
+    assert_eq!(every, ["a", "b", "e", "f"]);
+    assert_eq!(all.diagnostics.len(), unroutable.len());
 }

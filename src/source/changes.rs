@@ -235,6 +235,7 @@ mod tests {
                 })
                 .collect(),
             declarations: DeclarationSet::from_files(contents),
+            provider_groups: Default::default(),
         }
     }
 

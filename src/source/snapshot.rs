@@ -21,9 +21,75 @@ pub struct Snapshot {
     /// Parsed declarations and diagnostics; file paths are relative to the
     /// repository root.
     pub declarations: DeclarationSet,
+    /// The declarations grouped by the provider they name, made at first
+    /// use: `Default::default()` when building a snapshot.
+    pub provider_groups: ProviderGroups,
+}
+
+/// A snapshot's declarations grouped by `spec.provider`, as positions in
+/// the sorted set: a provider worker's cycle takes its own group and the
+/// declarations that name no configured provider, instead of passing over
+/// the whole fleet (at 100,000 declarations over 10 providers, each of
+/// the ten cycles of a no-change request spent 25 ms doing that).
+///
+/// Made from the declarations at first use and kept with the snapshot,
+/// which is not changed once built (it is shared behind an `Arc`).
+#[derive(Debug, Clone, Default)]
+pub struct ProviderGroups(std::sync::OnceLock<Groups>);
+
+#[derive(Debug, Clone, Default)]
+struct Groups {
+    /// By the provider named; each list ascending.
+    named: std::collections::HashMap<String, Vec<usize>>,
+    /// Those that name none (ascending).
+    unnamed: Vec<usize>,
+}
+
+impl ProviderGroups {
+    fn of<'a>(&'a self, declarations: &DeclarationSet) -> &'a Groups {
+        self.0.get_or_init(|| {
+            let mut groups = Groups::default();
+            for (at, decl) in declarations.declarations.iter().enumerate() {
+                match &decl.manifest.spec.provider {
+                    Some(name) => groups.named.entry(name.clone()).or_default().push(at),
+                    None => groups.unnamed.push(at),
+                }
+            }
+            groups
+        })
+    }
 }
 
 impl Snapshot {
+    /// The positions, ascending, of the declarations that name `provider`
+    /// and of those whose named provider `configured` does not know, or
+    /// that name none: all a cycle of `provider`'s worker routes (every
+    /// other declaration belongs to another configured provider's
+    /// worker).
+    pub(crate) fn routed_by(
+        &self,
+        provider: &str,
+        configured: impl Fn(&str) -> bool,
+    ) -> Vec<usize> {
+        let groups = self.provider_groups.of(&self.declarations);
+        let mut picked: Vec<usize> = groups.named.get(provider).cloned().unwrap_or_default();
+        let mut merged = false;
+        for (name, group) in &groups.named {
+            if name != provider && !configured(name) {
+                picked.extend(group);
+                merged = true;
+            }
+        }
+        if !groups.unnamed.is_empty() {
+            picked.extend(&groups.unnamed);
+            merged = true;
+        }
+        if merged {
+            picked.sort_unstable();
+        }
+        picked
+    }
+
     /// The declaration named `name` (a search of the sorted set).
     pub(crate) fn declared(&self, name: &str) -> Option<&crate::model::Declaration> {
         let list = &self.declarations.declarations;

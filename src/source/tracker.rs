@@ -469,6 +469,7 @@ impl Source {
             commit_time,
             files,
             declarations: DeclarationSet::from_files(contents),
+            provider_groups: Default::default(),
         };
         self.accept(head)?;
         let snapshot = Arc::new(snapshot);
@@ -744,6 +745,7 @@ impl Source {
             commit_time,
             files,
             declarations,
+            provider_groups: Default::default(),
         }));
         Ok(true)
     }

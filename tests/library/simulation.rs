@@ -394,6 +394,7 @@ impl World {
             commit_time: SystemTime::UNIX_EPOCH,
             files: Vec::new(),
             declarations: DeclarationSet::from_files(files),
+            provider_groups: Default::default(),
         })
     }
 

@@ -143,7 +143,11 @@ impl Agent {
         };
         let store = match store {
             Some(store) => Some(store),
-            None => StateStore::open_configured(&config, access == Access::Writer)?.map(Arc::new),
+            None => match &lock {
+                Some(lock) => StateStore::open_configured_locked(&config, lock)?,
+                None => StateStore::open_configured(&config, false)?,
+            }
+            .map(Arc::new),
         };
         let known = known_agent_id.filter(|id| config.agent_id.as_ref().is_none_or(|c| c == id));
         let agent_id = match (known, &store, access) {

@@ -508,6 +508,25 @@ fn the_lock_never_follows_a_symlink_and_the_state_dir_must_be_private() {
     assert!(!state.join("state.db").exists());
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
     TendCommand::new(&["--config", &config, "apply"]).expect_code(0);
+
+    // Once the state exists, a command that writes it without the lock
+    // (an override beside a one-shot apply, the operator commands) checks
+    // the directory too, as the lock's holders do.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for command in [
+        &["override", "set", "orders", "--pause", "--reason", "x"][..],
+        &["suspend", "--reason", "x"],
+        &["apply"],
+    ] {
+        let mut args = vec!["--config", config.as_str()];
+        args.extend(command);
+        let run = TendCommand::new(&args).expect_code(78);
+        assert!(
+            run.stderr.contains("writable by every user"),
+            "{command:?}: {}",
+            run.stderr
+        );
+    }
 }
 
 #[test]

@@ -294,6 +294,27 @@ impl StateStore {
     /// whole, so a crash while creating it leaves nothing, never the empty
     /// file that would then be refused.
     pub fn open(state_dir: &Path, writer: bool) -> Result<Option<Self>, StateError> {
+        Self::open_checked(state_dir, writer, false)
+    }
+
+    /// [`StateStore::open`] for a writer that holds the state's lock: the
+    /// lock's acquisition checked the directory's trust already (walking
+    /// the Git cache's directories a second time cost a one-shot `tend
+    /// apply` 6 ms). Writers without the lock (`tend override set` beside
+    /// a one-shot apply, the operator commands) check it in `open`.
+    pub(crate) fn open_locked(
+        state_dir: &Path,
+        _lock: &crate::journal::StateLock,
+    ) -> Result<Option<Self>, StateError> {
+        Self::open_checked(state_dir, true, true)
+    }
+
+    /// `trusted`: the state dir's trust was checked by the caller.
+    fn open_checked(
+        state_dir: &Path,
+        writer: bool,
+        trusted: bool,
+    ) -> Result<Option<Self>, StateError> {
         let path = state_dir.join("state.db");
         if !super::state_dir::exists(state_dir)? && !writer {
             return Ok(None);
@@ -328,10 +349,9 @@ impl StateStore {
                 });
             }
         }
-        // A writer's trust in the directory is checked where it takes the
-        // state's lock (`StateLock::acquire`), as every writer does before
-        // it opens the store: walking the Git cache's directories twice
-        // cost a one-shot `tend apply` 6 ms.
+        if writer && !trusted {
+            super::state_dir::check_trusted(state_dir)?;
+        }
         let conn = if writer {
             Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)
                 .map_err(|e| sql_err(&path, e))?
@@ -365,6 +385,18 @@ impl StateStore {
         match PgStateSettings::from_config(&config.state)? {
             None => Self::open(&config.state_dir, writer),
             Some(settings) => Self::open_postgres(&settings, writer),
+        }
+    }
+
+    /// [`StateStore::open_configured`] for the writer holding `lock`
+    /// (see [`StateStore::open_locked`]).
+    pub(crate) fn open_configured_locked(
+        config: &crate::config::Config,
+        lock: &crate::journal::StateLock,
+    ) -> Result<Option<Self>, StateError> {
+        match PgStateSettings::from_config(&config.state)? {
+            None => Self::open_locked(&config.state_dir, lock),
+            Some(settings) => Self::open_postgres(&settings, true),
         }
     }
 

@@ -159,6 +159,12 @@ pub(crate) fn value_digest(value: &impl serde::Serialize) -> [u8; 32] {
     hasher.finish_bytes()
 }
 
+/// A write error on `path`.
+fn at(path: &Path) -> impl FnOnce(io::Error) -> ReportFilesError {
+    let path = path.to_path_buf();
+    move |source| ReportFilesError::Write { path, source }
+}
+
 /// Since when the last report written said something has been failing
 /// (RFC 3339, as written), for a one-shot command that carries it on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -236,10 +242,17 @@ impl ReportFiles {
     /// Writes the three `latest.*` files and, when the content changed, a
     /// history entry. `title` heads the Markdown and HTML (`tend apply`).
     pub(crate) fn write(&mut self, report: &Report, title: &str) -> Result<(), ReportFilesError> {
-        let at = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| ReportFilesError::Write { path, source }
-        };
+        let digest = self.write_latest(report, title)?;
+        self.add_history(report, digest)
+    }
+
+    /// The three `latest.*` files only; returns `latest.json`'s content
+    /// digest, for [`ReportFiles::add_history`].
+    pub(crate) fn write_latest(
+        &self,
+        report: &Report,
+        title: &str,
+    ) -> Result<String, ReportFilesError> {
         fs::create_dir_all(&self.dir).map_err(at(&self.dir))?;
         let json_path = self.dir.join("latest.json");
         let digest = write_atomically_with(&json_path, |file| {
@@ -273,11 +286,23 @@ impl ReportFiles {
             })
             .map_err(at(&path))?;
         }
-        if self.keep > 0 {
-            let history = self.dir.join("history");
-            self.add_to_history(&history, &json_path, report, digest)
-                .map_err(at(&history))?;
+        sync_dir(&self.dir).map_err(at(&self.dir))?;
+        Ok(digest)
+    }
+
+    /// Adds `latest.json` (of `report`, whose content digest is `digest`)
+    /// to the history when what it says changed.
+    pub(crate) fn add_history(
+        &mut self,
+        report: &Report,
+        digest: String,
+    ) -> Result<(), ReportFilesError> {
+        if self.keep == 0 {
+            return Ok(());
         }
+        let history = self.dir.join("history");
+        self.add_to_history(&history, &self.dir.join("latest.json"), report, digest)
+            .map_err(at(&history))?;
         sync_dir(&self.dir).map_err(at(&self.dir))
     }
 

@@ -197,17 +197,23 @@ impl StatusPublisher {
                     && self.failing_since.is_none()
                     && report.status_branch.is_none() =>
             {
-                let mut files = self.files.clone();
+                // The history gets the report once the branch's outcome
+                // says which one it is (below).
+                let files = self.files.clone();
                 let title = self.title;
                 let (published, written) = std::thread::scope(|scope| {
-                    let writing = scope.spawn(|| Self::write_files(&mut files, report, title));
+                    let writing = scope.spawn(|| {
+                        let started = std::time::Instant::now();
+                        let written = files.write_latest(report, title);
+                        tracing::debug!("report files written in {:?}", started.elapsed());
+                        written
+                    });
                     let published = self.publish_branch(&branch, report);
                     let written = writing.join().unwrap_or_else(|panic| {
                         std::panic::resume_unwind(panic);
                     });
                     (published, written)
                 });
-                self.files = files;
                 beside = Some(written);
                 Some((branch, published))
             }
@@ -246,7 +252,9 @@ impl StatusPublisher {
             }
         }
         let files = match (beside, &report_with) {
-            (Some(written), None) => written,
+            (Some(written), None) => {
+                written.and_then(|digest| self.files.add_history(report, digest))
+            }
             (_, written) => Self::write_files(
                 &mut self.files,
                 written.as_ref().unwrap_or(report),

@@ -395,6 +395,15 @@ fn a_branch_of_another_agent_is_not_written_and_the_report_says_why() {
     );
     let latest = remote.latest();
     assert_eq!(latest["statusBranch"]["branch"], "tend-status");
+    // The history holds that report, never one that did not say so
+    // (the files are written while the branch is tried).
+    let history = remote.dir.path().join("state/reports/history");
+    let kept: Vec<String> = std::fs::read_dir(&history)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:#?}");
+    assert!(kept[0].contains("\"statusBranch\""), "{}", kept[0]);
     // A second one-shot process says since when it has failed: the first's.
     let since = latest["statusBranch"]["since"].clone();
     assert!(since.is_string(), "{latest:#}");

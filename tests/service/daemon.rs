@@ -469,15 +469,21 @@ fn sighup_with_a_broken_configuration_keeps_the_old_one() {
         format!("{good}\nthis is not toml = = =\n"),
     )
     .unwrap();
+    // The sample's own line: the metric's HELP text reads
+    // "tend_config_reload_failed 1 while …", which matched before the
+    // reload and let the log be read too early.
+    let sample = |value: &str| {
+        daemon.get("/metrics").is_some_and(|m| {
+            m.body
+                .lines()
+                .any(|l| l == format!("tend_config_reload_failed {value}"))
+        })
+    };
     daemon.signal("HUP");
     daemon.wait_for(
         "the refused reload in the metrics",
         Duration::from_secs(5),
-        || {
-            daemon
-                .get("/metrics")
-                .is_some_and(|m| m.body.contains("tend_config_reload_failed 1"))
-        },
+        || sample("1"),
     );
     assert_eq!(daemon.get("/healthz").unwrap().status, 200);
     assert!(
@@ -488,9 +494,7 @@ fn sighup_with_a_broken_configuration_keeps_the_old_one() {
     std::fs::write(env.config_path(), good).unwrap();
     daemon.signal("HUP");
     daemon.wait_for("the accepted reload", Duration::from_secs(10), || {
-        daemon
-            .get("/metrics")
-            .is_some_and(|m| m.body.contains("tend_config_reload_failed 0"))
+        sample("0")
     });
     daemon.wait_ready();
     assert!(resource(&daemon.status(), "orders").is_some());

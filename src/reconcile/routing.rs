@@ -8,6 +8,7 @@
 //! tombstone effects for the planner to commit.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -163,17 +164,19 @@ impl<'s> Routing<'s> {
         // declaration's problems): it takes the snapshot's group of its
         // own, and those naming no configured provider.
         let all = &snapshot.declarations.declarations;
-        let routed: Vec<usize> = match scope {
+        let grouped;
+        let routed: Box<dyn Iterator<Item = &Arc<Declaration>>> = match scope {
             Scope::Provider { provider, .. } => {
-                snapshot.routed_by(provider, |name| config.providers.contains_key(name))
+                grouped = snapshot.routed_by(provider, |name| config.providers.contains_key(name));
+                Box::new(grouped.iter().map(|&at| &all[at]))
             }
-            _ => (0..all.len()).collect(),
+            _ => Box::new(all.iter()),
         };
         // A declaration out of scope is still checked for its provider:
         // every cycle reports the fleet's declaration problems, so a
         // cycle over some names (due times, a commit's changes) never
         // drops another declaration's error from the merged report.
-        for decl in routed.into_iter().map(|at| &all[at]) {
+        for decl in routed {
             match provider_of(config, decl) {
                 Ok(provider) if !scope.admits(decl.name(), provider) => {}
                 Ok(provider) => {

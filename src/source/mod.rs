@@ -16,6 +16,7 @@
 //! them on `spawn_blocking` (a `Repository` is not `Sync`).
 
 pub(crate) mod auth;
+pub(crate) mod cache_writer;
 pub(crate) mod changes;
 pub(crate) mod fetch;
 pub(crate) mod parse_cache;
@@ -29,9 +30,9 @@ pub(crate) mod wake;
 use crate::config::redacted_url;
 use std::time::Duration;
 
+pub(crate) use cache_writer::CacheWriting;
 pub(crate) use changes::KeptChanges;
 pub use snapshot::Snapshot;
-pub(crate) use tracker::CacheWriting;
 pub(crate) use tracker::SourceFailure;
 pub use tracker::{PollOutcome, Source};
 pub(crate) use wake::Trigger;

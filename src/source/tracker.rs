@@ -11,6 +11,7 @@ use git2::{Oid, Repository};
 
 use super::SourceError;
 use super::auth::Credentials;
+use super::cache_writer::{self, CacheWriting};
 use super::fetch::{FetchInto, FetchSettings, fetch};
 use super::parse_cache::{self, ParsedTree, object_id};
 use super::reader_repo::ReaderRepo;
@@ -481,46 +482,11 @@ impl Source {
     }
 
     /// Writes the parse cache of `snapshot` on a thread of its own, after
-    /// the one writing the previous one (so the newest is written last).
-    /// A snapshot whose set has a diagnostic (a name declared twice, known
-    /// only once the set is built) is not written: its files' own results
-    /// are no longer known, and an older cache costs parsing, nothing else.
+    /// the one writing the previous one (see [`super::cache_writer`]).
     fn store_parses_later(&mut self, tree: Oid, snapshot: Arc<Snapshot>) {
+        let target = (self.cache_file.clone(), self.settings.path.clone(), tree);
         let previous = self.cache_writing.take();
-        let (file, path) = (self.cache_file.clone(), self.settings.path.clone());
-        let made = self.parses_made.clone();
-        let spawned = std::thread::Builder::new()
-            .name("tend-parse-cache".into())
-            .spawn(move || {
-                // The parse results, for the next commit's poll: made from
-                // the snapshot's own declarations (shared, not copied).
-                let parses = snapshot.parse_results();
-                drop(snapshot);
-                if let Some(previous) = previous {
-                    let _ = previous.join();
-                }
-                let Some(parses) = parses else {
-                    tracing::debug!("source: parse cache not written for a set with diagnostics");
-                    return;
-                };
-                let mut declarations = parses.declarations.as_slice();
-                let entries = parses.files.iter().map(|f| {
-                    let (own, rest) = declarations.split_at(f.declarations.min(declarations.len()));
-                    declarations = rest;
-                    let view = parse_cache::FileView {
-                        declarations: own.iter().map(Arc::as_ref).collect(),
-                        diagnostics: &f.diagnostics,
-                    };
-                    (
-                        f.path.as_str(),
-                        Oid::from_bytes(&f.blob).unwrap_or(Oid::ZERO_SHA1),
-                        view,
-                    )
-                });
-                parse_cache::store_logged(&file, &path, tree, entries, ", beside the cycles");
-                *made.lock().unwrap_or_else(|p| p.into_inner()) = Some(parses);
-            });
-        match spawned {
+        match cache_writer::start(previous, target, snapshot, self.parses_made.clone()) {
             Ok(handle) => self.cache_writing = Some(handle),
             Err(e) => tracing::warn!(
                 "cannot start writing the parse cache {}: {e}; the next process parses every file",
@@ -790,21 +756,6 @@ fn descends_from(repo: &Repository, head: Oid, old: Oid) -> bool {
         }
     }
     false
-}
-
-/// The parse cache being written beside a one-shot command's cycle
-/// ([`Source::poll_once_writing_beside`]): finished when this goes, so the
-/// next process reads it whole (and no temporary file is left behind).
-#[derive(Debug, Default)]
-#[must_use = "dropping it waits for the parse cache's write"]
-pub(crate) struct CacheWriting(Option<std::thread::JoinHandle<()>>);
-
-impl Drop for CacheWriting {
-    fn drop(&mut self) {
-        if let Some(writing) = self.0.take() {
-            let _ = writing.join();
-        }
-    }
 }
 
 /// A parse cache being written is finished before the source goes: the

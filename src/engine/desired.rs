@@ -5,26 +5,29 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::model::ManagedDatabase;
 use crate::model::observation::Capabilities;
+use crate::model::{ManagedDatabase, NormalizedSpec};
 
 /// The declared value of every field the provider observes and the
 /// declaration sets. Absent fields are not managed and are not listed.
 pub fn desired_fields(decl: &ManagedDatabase, caps: &Capabilities) -> BTreeMap<String, Value> {
-    desired_fields_of(&crate::model::hash::normalized_spec_value(decl), caps)
+    desired_fields_of(
+        &NormalizedSpec::from_value(crate::model::hash::normalized_spec_value(decl)),
+        caps,
+    )
 }
 
 /// [`desired_fields`] from an already normalised spec.
-pub(crate) fn desired_fields_of(spec: &Value, caps: &Capabilities) -> BTreeMap<String, Value> {
+pub(crate) fn desired_fields_of(
+    spec: &NormalizedSpec,
+    caps: &Capabilities,
+) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
-    let Value::Object(spec) = spec else {
-        return out;
-    };
-    for (name, value) in spec {
-        if !caps.fields.contains_key(name.as_str()) {
+    for (name, value) in spec.iter() {
+        if !caps.fields.contains_key(name) {
             continue;
         }
-        match (name.as_str(), value) {
+        match (name, value) {
             ("parameters", Value::Object(map)) => {
                 for (key, v) in map {
                     let path = format!("parameters.{key}");
@@ -33,7 +36,7 @@ pub(crate) fn desired_fields_of(spec: &Value, caps: &Capabilities) -> BTreeMap<S
                 }
             }
             (_, value) => {
-                out.insert(name.clone(), value.clone());
+                out.insert(name.to_string(), value.clone());
             }
         }
     }

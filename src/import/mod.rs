@@ -342,9 +342,7 @@ fn check(
     if !decl.annotations.adopt {
         return Err(Unfit::Broken("it does not adopt".into()));
     }
-    let Some(spec) = decl.normalized_spec.as_object() else {
-        return Err(Unfit::Broken("no spec".into()));
-    };
+    let spec = &decl.normalized_spec;
     // As a plan compares them (the database name is the file's identity,
     // checked above).
     let mut first = None;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::declaration::ManagedDatabase;
 use super::hash::SpecHash;
+use super::normalized::NormalizedSpec;
 use super::overrides::TendAnnotations;
 use super::validate::{Problem, check_type, validate};
 use super::yaml::{
@@ -54,9 +55,9 @@ pub struct Declaration {
     pub column: usize,
     pub annotations: TendAnnotations,
     pub spec_hash: SpecHash,
-    /// The normalised spec as JSON (computed once with the hash; the
-    /// planner compares field values from it).
-    pub normalized_spec: serde_json::Value,
+    /// The normalised spec (computed once with the hash; the planner
+    /// compares field values from it).
+    pub normalized_spec: NormalizedSpec,
 }
 
 impl Declaration {
@@ -124,7 +125,7 @@ pub fn parse_file(file: &Path, bytes: &[u8]) -> FileContents {
                     column,
                     annotations: decl.1,
                     spec_hash,
-                    normalized_spec,
+                    normalized_spec: NormalizedSpec::from_value(normalized_spec),
                 }));
             }
             DocumentOutcome::Problems(problems) => {

@@ -27,7 +27,7 @@ pub(super) fn check(p: &Proposal) -> Result<(), ProposeError> {
         set.declarations
             .iter()
             .find(|d| d.name() == p.name)
-            .map(|d| d.normalized_spec.clone())
+            .map(|d| d.normalized_spec.to_value())
     };
     let (Some(mut expected), Some(got)) = (find(&before), find(&after)) else {
         return Err(unsound(format!(

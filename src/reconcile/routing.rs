@@ -95,9 +95,8 @@ pub(crate) fn provider_of<'c>(config: &'c Config, decl: &Declaration) -> Result<
     let name = provider_name_of(config, &decl.manifest)?;
     // The normalised spec has the fields the manifest sets (and the
     // database name): no second serialisation of the spec per cycle.
-    if config.providers[name].kind() == ProviderKind::Postgres
-        && let Value::Object(spec) = &decl.normalized_spec
-    {
+    if config.providers[name].kind() == ProviderKind::Postgres {
+        let spec = &decl.normalized_spec;
         let dbaas: Vec<&str> = crate::model::FIELDS
             .iter()
             .filter(|f| f.scope == crate::model::fields::Scope::Dbaas && spec.contains_key(f.name))

@@ -22,6 +22,7 @@
 //!   leaves the old cache or the new one, never half of one.
 
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::hash::{normalized_spec_value, sha256_hex};
 use crate::model::load::FileContents;
 use crate::model::overrides::parse_annotations;
-use crate::model::{Declaration, Diagnostic, ManagedDatabase, SpecHash};
+use crate::model::{Declaration, Diagnostic, ManagedDatabase, NormalizedSpec, SpecHash};
 
 /// Bumped whenever the layout below changes.
 const FORMAT: u32 = 3;
@@ -487,7 +488,7 @@ fn read_declarations(
         // derived from the manifest, so the cache cannot carry a stale
         // interpretation of either.
         let annotations = parse_annotations(&d.manifest.metadata.annotations).ok()?;
-        let normalized_spec = normalized_spec_value(&d.manifest);
+        let normalized_spec = NormalizedSpec::from_value(normalized_spec_value(&d.manifest));
         read.push(Arc::new(Declaration {
             manifest: d.manifest,
             file: file.to_path_buf(),
@@ -527,43 +528,48 @@ pub(crate) fn store<'a>(
     tree: Oid,
     files: impl ExactSizeIterator<Item = (&'a str, Oid, FileView<'a>)>,
 ) -> std::io::Result<()> {
-    let mut out = Vec::with_capacity(files.len() * 512);
-    let header = Header {
-        format: FORMAT,
-        tend: build_id().to_string(),
-        path: path.to_string(),
-        tree: tree.to_string(),
-        files: files.len(),
-    };
-    serde_json::to_writer(&mut out, &header).map_err(std::io::Error::other)?;
-    out.push(b'\n');
-    for (path, blob, contents) in files {
-        let entry = FileOut {
-            path,
-            blob: blob.to_string(),
-            declarations: contents
-                .declarations
-                .into_iter()
-                .map(|d| DeclarationOut {
-                    manifest: &d.manifest,
-                    line: d.line,
-                    column: d.column,
-                    spec_hash: &d.spec_hash,
-                })
-                .collect(),
-            diagnostics: contents
-                .diagnostics
-                .iter()
-                .map(|d| (d.line, d.column, d.message.as_str()))
-                .collect(),
+    // Streamed to the file: at 100,000 declarations the whole text is
+    // 50 MB, which the agent would otherwise hold beside its snapshot.
+    crate::files::write_atomically_with(file, |out| {
+        let header = Header {
+            format: FORMAT,
+            tend: build_id().to_string(),
+            path: path.to_string(),
+            tree: tree.to_string(),
+            files: files.len(),
         };
-        let json = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
-        out.extend_from_slice(sha256_hex(&json).as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(&json);
-        out.push(b'\n');
-    }
-    crate::files::write_atomically(file, &out)
+        serde_json::to_writer(&mut *out, &header).map_err(std::io::Error::other)?;
+        out.write_all(b"\n")?;
+        let mut json = Vec::with_capacity(512);
+        for (path, blob, contents) in files {
+            let entry = FileOut {
+                path,
+                blob: blob.to_string(),
+                declarations: contents
+                    .declarations
+                    .into_iter()
+                    .map(|d| DeclarationOut {
+                        manifest: &d.manifest,
+                        line: d.line,
+                        column: d.column,
+                        spec_hash: &d.spec_hash,
+                    })
+                    .collect(),
+                diagnostics: contents
+                    .diagnostics
+                    .iter()
+                    .map(|d| (d.line, d.column, d.message.as_str()))
+                    .collect(),
+            };
+            json.clear();
+            serde_json::to_writer(&mut json, &entry).map_err(std::io::Error::other)?;
+            out.write_all(sha256_hex(&json).as_bytes())?;
+            out.write_all(b" ")?;
+            out.write_all(&json)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    })
 }
 
 /// [`store`], logged: a failure is a warning, since it costs the next

@@ -753,7 +753,7 @@ fn declared_unobserved(
     if unobserved.is_empty() {
         return Vec::new();
     }
-    let declared = |spec: &Value| -> Vec<String> {
+    let declared = |spec: &crate::model::NormalizedSpec| -> Vec<String> {
         unobserved
             .iter()
             .filter(|f| spec.get(f.as_str()).is_some_and(|v| !v.is_null()))
@@ -764,7 +764,11 @@ fn declared_unobserved(
         crate::reconcile::PlannedSubject::Declared(d) => declared(&d.normalized_spec),
         other => other
             .manifest()
-            .map(|m| declared(&crate::model::hash::normalized_spec_value(m)))
+            .map(|m| {
+                declared(&crate::model::NormalizedSpec::from_value(
+                    crate::model::hash::normalized_spec_value(m),
+                ))
+            })
             .unwrap_or_default(),
     }
 }

@@ -149,7 +149,7 @@ fn ownership(
 /// unmanaged. `provider` routes the declaration and the name is the
 /// database's identity: neither is a field a server must list.
 fn not_managed(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> {
-    let spec = decl.normalized_spec.as_object()?;
+    let spec = &decl.normalized_spec;
     let sets_unmanaged = |f: &crate::model::FieldInfo| {
         f.mutability != crate::model::Mutability::Behaviour
             && !matches!(f.name, "provider" | "databaseName")
@@ -160,7 +160,7 @@ fn not_managed(input: &DecideInput<'_>, decl: &Declaration) -> Option<Decision> 
     // are checked first, the field table only when one is not managed.
     let all_managed = spec.iter().all(|(key, value)| {
         value.is_null()
-            || input.capabilities.fields.contains_key(key.as_str())
+            || input.capabilities.fields.contains_key(key)
             || crate::model::fields::field_info(key).is_none_or(|f| !sets_unmanaged(f))
     });
     if all_managed {

@@ -13,7 +13,7 @@ use super::{
 use crate::engine::desired::manages_parameters;
 use crate::engine::overrides::EffectiveOverride;
 use crate::model::observation::{Observation, Observed};
-use crate::model::{Declaration, Mutability};
+use crate::model::{Declaration, Mutability, NormalizedSpec};
 
 pub(super) fn compute_drift(
     input: &DecideInput<'_>,
@@ -21,8 +21,7 @@ pub(super) fn compute_drift(
     obs: &Observation,
     ov: &EffectiveOverride,
 ) -> Vec<Drift> {
-    let empty = serde_json::Map::new();
-    let spec = decl.normalized_spec.as_object().unwrap_or(&empty);
+    let spec = &decl.normalized_spec;
     let mut drift = Vec::new();
     let push = |field: &str, want: &Value, have: &Value| {
         // The spec unchanged since the last apply: nothing is a declared change
@@ -70,7 +69,7 @@ pub(super) fn compute_drift(
 /// never a difference. Walks the spec in place: it runs for every
 /// resource in every cycle.
 pub fn each_difference(
-    spec: &serde_json::Map<String, Value>,
+    spec: &NormalizedSpec,
     obs: &Observation,
     capabilities: &crate::model::observation::Capabilities,
     manages_parameters: bool,
@@ -82,11 +81,11 @@ pub fn each_difference(
         }
     };
     let mut key = String::new();
-    for (name, want) in spec {
-        if !capabilities.fields.contains_key(name.as_str()) {
+    for (name, want) in spec.iter() {
+        if !capabilities.fields.contains_key(name) {
             continue;
         }
-        match (name.as_str(), want) {
+        match (name, want) {
             ("parameters", Value::Object(map)) => {
                 for (setting, want) in map {
                     key.clear();

@@ -331,10 +331,12 @@ fn decide_all<'s>(
                 .releases
                 .iter()
                 .find(|(r, _)| r.name == name)
-                .map(|(r, _)| crate::engine::Released {
-                    database_name: r.database_name.clone(),
-                    at: r.at,
-                    removal_commit: r.removal_commit.clone(),
+                .map(|(r, _)| {
+                    Box::new(crate::engine::Released {
+                        database_name: r.database_name.clone(),
+                        at: r.at,
+                        removal_commit: r.removal_commit.clone(),
+                    })
                 });
             if released.is_some() || memory.released.is_some() {
                 Arc::make_mut(&mut memory).released = released;

@@ -371,7 +371,7 @@ fn a_refused_operation_is_failed_until_the_declaration_or_the_database_changes()
     };
     let mut case = Case::new(&decl, Observed::NotFound);
     case.memory = Memory {
-        failure: Some(failure(&Observed::NotFound, &decl.spec_hash)),
+        failure: Some(Box::new(failure(&Observed::NotFound, &decl.spec_hash))),
         ..Memory::default()
     };
     let d = case.run();
@@ -386,20 +386,20 @@ fn a_refused_operation_is_failed_until_the_declaration_or_the_database_changes()
     // Another spec than the refused one: sent (a new operation).
     let mut case = Case::new(&decl, Observed::NotFound);
     case.memory = Memory {
-        failure: Some(failure(
+        failure: Some(Box::new(failure(
             &Observed::NotFound,
             &tend::testing::model::SpecHash("an-older-spec".into()),
-        )),
+        ))),
         ..Memory::default()
     };
     expect(&case.run(), State::Missing, Action::Create, Rule::Create);
 
     // The database changed at the provider since: decided afresh.
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(500))]));
-    case.memory.failure = Some(tend::testing::engine::OperationFailure {
+    case.memory.failure = Some(Box::new(tend::testing::engine::OperationFailure {
         kind: "update".into(),
         ..failure(&ours(&[("connectionLimit", json!(400))]), &decl.spec_hash)
-    });
+    }));
     case.now = t(100_000);
     assert_ne!(case.run().rule, Rule::OperationFailed);
 }

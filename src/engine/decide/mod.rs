@@ -264,11 +264,14 @@ pub struct Memory {
     /// tend's to correct, never out-of-band drift held for grace.
     pub unconfirmed_write: bool,
     /// The last operation the provider refused for good, until one
-    /// succeeds or an operator retries (`tend reconcile NAME`).
-    pub failure: Option<OperationFailure>,
+    /// succeeds or an operator retries (`tend reconcile NAME`). Boxed, as
+    /// `released`: few resources have one, and every resource's memory is
+    /// kept between cycles (a memory is 208 bytes with both boxed, 392
+    /// without).
+    pub failure: Option<Box<OperationFailure>>,
     /// tend released this declaration's database (it was removed from Git
     /// with `Retain`), until it is managed again.
-    pub released: Option<Released>,
+    pub released: Option<Box<Released>>,
 }
 
 /// A release tend made, as a returning declaration is told about it.

@@ -385,7 +385,7 @@ impl StateStore {
                     ))
                 },
             )? {
-                out.entry(name).or_default().failure = Some(failure);
+                out.entry(name).or_default().failure = Some(Box::new(failure));
             }
         }
         Ok(StoredMemories {

@@ -278,6 +278,15 @@ pub struct ReconcileConfig {
         deserialize_with = "values::concurrency"
     )]
     pub max_concurrency: usize,
+    /// `tend run`: how many providers' cycles run at once. Each holds its
+    /// provider's listing, plan and report until its report is published
+    /// (about 2 KB a resource), so this bounds the agent's memory over
+    /// many providers; more overlaps the listings of slow providers.
+    #[serde(
+        default = "default_parallel_cycles",
+        deserialize_with = "values::concurrency"
+    )]
+    pub parallel_cycles: usize,
     #[serde(default = "one_hour", deserialize_with = "values::duration")]
     pub deletion_delay: Duration,
     #[serde(default = "default_max_deletions")]
@@ -311,6 +320,13 @@ fn default_max_retries() -> usize {
     6
 }
 
+/// Two: one provider's listing under way while another's cycle decides.
+/// Deciding runs on the agent's one thread, so more buys no CPU, only
+/// overlap of listings that wait on the network.
+fn default_parallel_cycles() -> usize {
+    2
+}
+
 fn thirty_seconds() -> Duration {
     Duration::from_secs(30)
 }
@@ -323,6 +339,7 @@ impl Default for ReconcileConfig {
             resync: ten_minutes(),
             observe: one_minute(),
             max_concurrency: providers::default_concurrency(),
+            parallel_cycles: default_parallel_cycles(),
             deletion_delay: one_hour(),
             max_deletions: default_max_deletions(),
             max_deletion_percent: default_max_deletion_percent(),

@@ -203,6 +203,9 @@ impl Running {
         let status = tasks.spawn(status_writer(&agent, shared, &restart));
         let mut workers = JoinSet::new();
         let changes = Arc::new(crate::source::KeptChanges::default());
+        let cycle_permits = Arc::new(tokio::sync::Semaphore::new(
+            config.reconcile.parallel_cycles,
+        ));
         for provider in agent.runtimes().keys() {
             workers.spawn(worker::run(
                 provider.clone(),
@@ -215,6 +218,7 @@ impl Running {
                     stop: stop_rx.clone(),
                     heartbeats: shared.heartbeats.clone(),
                     changes: changes.clone(),
+                    cycle_permits: cycle_permits.clone(),
                 },
             ));
         }

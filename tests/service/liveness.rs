@@ -899,3 +899,163 @@ fn a_fetch_stuck_past_its_deadline_is_said() {
     let metrics = daemon.get("/metrics").unwrap().body;
     assert!(metrics.contains("tend_fetch_errors_total 1"), "{metrics}");
 }
+
+mod turns {
+    use super::*;
+    use support::reference::ReferenceServer;
+
+    const SECRET: &str = "turns-secret";
+
+    fn declared(name: &str, provider: &str, spec: &str) -> String {
+        format!(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  provider: {provider}\n{spec}"
+        )
+    }
+
+    /// A cycle's mark in the log: (`starts` or `done`, provider, scope).
+    fn marks(log: &str) -> Vec<(&'static str, String, String)> {
+        let field = |line: &str, key: &str| -> String {
+            line.split_once(&format!("{key}="))
+                .map(|(_, rest)| {
+                    rest.split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .trim_matches('"')
+                        .to_string()
+                })
+                .unwrap_or_default()
+        };
+        log.lines()
+            .filter_map(|line| {
+                let what = if line.contains("cycle starts") {
+                    "starts"
+                } else if line.contains("cycle done in") {
+                    "done"
+                } else {
+                    return None;
+                };
+                Some((what, field(line, "provider"), field(line, "scope")))
+            })
+            .collect()
+    }
+
+    fn count(log: &str, what: &str, provider: &str, scope: &str) -> usize {
+        marks(log)
+            .iter()
+            .filter(|(w, p, s)| *w == what && p == provider && s == scope)
+            .count()
+    }
+
+    /// With `parallel_cycles = 1`, whole-provider cycles take turns: while
+    /// a slow provider lists, another provider's whole cycle waits for it,
+    /// and a commit to that other provider is reconciled meanwhile, not
+    /// after the slow listing.
+    #[test]
+    fn whole_cycles_take_turns_and_a_commit_does_not_wait_behind_a_slow_listing() {
+        let server = ReferenceServer::start(&[]);
+        let repo = TestRepo::new();
+        repo.write(
+            "analytics.yaml",
+            &declared(
+                "analytics",
+                "slow",
+                "  engine: postgres\n  size: db-small\n  storageGb: 100\n",
+            ),
+        );
+        repo.write(
+            "orders.yaml",
+            &declared("orders", "sandbox", "  connectionLimit: 10\n"),
+        );
+        repo.commit("two providers");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), SECRET).unwrap();
+        let port = free_port();
+        let config = TendConfig::new(dir.path(), &repo.url())
+            .section("providers.slow", "kind", "\"http\"")
+            .section(
+                "providers.slow",
+                "endpoint",
+                &format!("\"{}\"", server.url()),
+            )
+            .section("providers.slow", "timeout", "\"60s\"")
+            .reconcile("parallel_cycles", "1")
+            .reconcile("observe", "\"1h\"")
+            .reconcile("resync", "\"1h\"")
+            .server("listen", &format!("\"127.0.0.1:{port}\""))
+            .server("webhook_secret_file", "\"secret\"")
+            .server("reconcile_min_interval", "\"0s\"")
+            .source("interval", "\"1h\"")
+            .write();
+        let daemon = Daemon::start(&config, port, &[]);
+        daemon.wait_for("both in sync", Duration::from_secs(60), || {
+            daemon
+                .get("/v1/status")
+                .is_some_and(|r| r.body.matches("\"InSync\"").count() == 2)
+        });
+
+        // The slow provider's whole cycle takes the only turn and lists
+        // for 6 s.
+        server.faults(serde_json::json!({"latencyMs": 6000}));
+        let slow_started = count(&daemon.log(), "starts", "slow", "full");
+        let slow_done = count(&daemon.log(), "done", "slow", "full");
+        let post = || {
+            let r = daemon.request("POST", "/v1/reconcile", &[], b"").unwrap();
+            assert_eq!(r.status, 202, "{}", r.body);
+        };
+        post();
+        daemon.wait_for("the slow whole cycle", Duration::from_secs(30), || {
+            count(&daemon.log(), "starts", "slow", "full") > slow_started
+        });
+        // Whichever went first, the sandbox's next whole cycle now waits
+        // (its last word is that it waits, not that a cycle starts).
+        post();
+        daemon.wait_for("the sandbox waiting", Duration::from_secs(10), || {
+            let log = daemon.log();
+            log.lines()
+                .rev()
+                .filter(|l| l.contains("provider=\"sandbox\"") || l.contains("provider=sandbox"))
+                .find(|l| l.contains("waits for its turn") || l.contains("cycle starts"))
+                .is_some_and(|l| l.contains("waits for its turn"))
+        });
+        // A commit to the sandbox's declaration: reconciled while the slow
+        // listing still holds the turn.
+        let changes = count(&daemon.log(), "done", "sandbox", "change");
+        repo.write(
+            "orders.yaml",
+            &declared("orders", "sandbox", "  connectionLimit: 20\n"),
+        );
+        repo.commit("orders: 20");
+        daemon.signed_webhook(SECRET);
+        daemon.wait_for("the commit's cycle", Duration::from_secs(30), || {
+            count(&daemon.log(), "done", "sandbox", "change") > changes
+        });
+        let log = daemon.log();
+        assert_eq!(
+            count(&log, "done", "slow", "full"),
+            slow_done,
+            "the commit's cycle waited for the slow listing:\n{log}"
+        );
+
+        // Then the slow cycle ends and the sandbox's whole cycle runs.
+        daemon.wait_for("the turns served", Duration::from_secs(60), || {
+            let log = daemon.log();
+            count(&log, "done", "slow", "full") > slow_done
+                && count(&log, "starts", "sandbox", "full")
+                    == count(&log, "done", "sandbox", "full")
+        });
+        // Never two whole cycles at once.
+        let log = daemon.log();
+        let mut open = std::collections::BTreeSet::new();
+        for (what, provider, scope) in marks(&log) {
+            if scope != "full" {
+                continue;
+            }
+            if what == "starts" {
+                open.insert(provider);
+                assert!(open.len() <= 1, "whole cycles overlapped: {open:?}\n{log}");
+            } else {
+                open.remove(&provider);
+            }
+        }
+    }
+}

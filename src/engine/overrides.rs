@@ -49,7 +49,7 @@ impl OverrideInput {
             .as_ref()
             .map(|spec| OverrideInput {
                 source: OverrideSource::Annotation,
-                spec: spec.clone(),
+                spec: OverrideSpec::clone(spec),
                 first_seen,
             })
     }

@@ -76,7 +76,9 @@ pub(crate) struct AnnotationProblem {
 /// The parsed `tend.dev/*` annotations of one declaration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TendAnnotations {
-    pub overrides: Option<OverrideSpec>,
+    /// Boxed: few declarations carry one, and every declaration is kept
+    /// (16 bytes a declaration instead of 112).
+    pub overrides: Option<Box<OverrideSpec>>,
     pub adopt: bool,
 }
 
@@ -201,13 +203,15 @@ pub(crate) fn parse_annotations(
         return Err(problems);
     }
     Ok(TendAnnotations {
-        overrides: has_override.then_some(OverrideSpec {
-            paused,
-            ignore_fields,
-            reason,
-            expires,
-            expires_text,
-            on_expiry,
+        overrides: has_override.then(|| {
+            Box::new(OverrideSpec {
+                paused,
+                ignore_fields,
+                reason,
+                expires,
+                expires_text,
+                on_expiry,
+            })
         }),
         adopt,
     })

@@ -162,7 +162,7 @@ fn decide_subject(
         let first_seen = first_seen(ctx, name, OverrideSource::Annotation, spec, effects);
         overrides.push(OverrideInput {
             source: OverrideSource::Annotation,
-            spec: spec.clone(),
+            spec: OverrideSpec::clone(spec),
             first_seen,
         });
     }
@@ -248,7 +248,7 @@ fn first_seen(
 fn local_override(ctx: &PlanContext<'_>, name: &str) -> Option<OverrideInput> {
     let local = ctx.inputs.local_overrides.get(name)?;
     let spec = match crate::model::overrides::parse_override_strings(&local.annotations) {
-        Ok(parsed) => parsed.overrides?,
+        Ok(parsed) => *parsed.overrides?,
         Err(problems) => OverrideSpec {
             paused: true,
             ignore_fields: Vec::new(),

@@ -674,7 +674,7 @@ fn provider_override(
     )?;
     Ok(parsed.overrides.map(|spec| OverrideInput {
         source: super::OverrideSource::Provider,
-        spec,
+        spec: *spec,
         first_seen: first_seen.unwrap_or(now),
     }))
 }

@@ -284,7 +284,7 @@ pub struct ReconcileConfig {
     /// many providers; more overlaps the listings of slow providers.
     #[serde(
         default = "default_parallel_cycles",
-        deserialize_with = "values::concurrency"
+        deserialize_with = "values::parallel_cycles"
     )]
     pub parallel_cycles: usize,
     #[serde(default = "one_hour", deserialize_with = "values::duration")]

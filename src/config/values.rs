@@ -20,6 +20,11 @@ pub(super) fn concurrency<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::E
     bounded(d, "max_concurrency", 1, 1024, "concurrent operations")
 }
 
+/// `parallel_cycles`: at least 1, at most 1,024.
+pub(super) fn parallel_cycles<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    bounded(d, "parallel_cycles", 1, 1024, "whole cycles at once")
+}
+
 /// `rate_limit` (calls per second): at least 1, at most 10,000.
 pub(super) fn rate<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     bounded(d, "rate_limit", 1, 10_000, "calls per second").map(|v| v as u32)

@@ -142,18 +142,20 @@ pub(crate) async fn run(
     // for a one-file commit is most of the time to its status commit.
     let mut reconciled = Reconciled::default();
     metrics.provider_known(&provider);
-    // A whole cycle that gave way to a commit while it waited for its turn.
+    // A whole cycle that gave way to a commit while it waited for its
+    // turn, and its place in the queue for one.
     let mut full_pending = false;
+    let mut request: Option<TurnRequest> = None;
     loop {
         let wake = if std::mem::take(&mut full_pending) {
             Wake::Full
         } else {
             next_wake(&provider, &agent, &mut inputs, &mut queue, next_full).await
         };
-        // A whole cycle waits for its turn (see `Turn`); a commit that
-        // comes meanwhile is reconciled first, then the whole cycle.
+        // A whole cycle waits for its turn (see `wait_for_turn`); a commit
+        // that comes meanwhile is reconciled first, then the whole cycle.
         let (wake, turn) = match wake {
-            Wake::Full => match wait_for_turn(&provider, &mut inputs).await {
+            Wake::Full => match wait_for_turn(&provider, &mut inputs, &mut request, true).await {
                 Turn::Taken(permit) => (Wake::Full, Some(permit)),
                 Turn::Commit => {
                     full_pending = true;
@@ -199,11 +201,10 @@ pub(crate) async fn run(
             provider: provider.clone(),
             names: names.map(|(names, _)| names),
         };
-        super::hooks::wedge_point().await;
-        let running = board.cycle_running();
-        inputs.heartbeats.beat(&provider, true);
         // Any other cycle that is not small (a commit that changed most
-        // of the provider, a first cycle) takes a turn as it is.
+        // of the provider or removed a declaration, a first cycle) takes
+        // a turn as it is: with the place a whole cycle that gave way
+        // held, if any.
         let permit = match (turn, &scope) {
             (Some(permit), _) => Some(permit),
             (
@@ -212,11 +213,14 @@ pub(crate) async fn run(
                     names: Some(names), ..
                 },
             ) if names.len() <= SMALL_CYCLE => None,
-            (None, _) => match inputs.cycle_permits.clone().acquire_owned().await {
-                Ok(permit) => Some(permit),
-                Err(_) => return,
+            (None, _) => match wait_for_turn(&provider, &mut inputs, &mut request, false).await {
+                Turn::Taken(permit) => Some(permit),
+                Turn::Commit | Turn::Stop => return,
             },
         };
+        super::hooks::wedge_point().await;
+        let running = board.cycle_running();
+        inputs.heartbeats.beat(&provider, true);
         // Read ahead (and shared with the other workers): usually ready.
         agent.finish_preload(preload.take()).await;
         let (done, retry) = cycle(
@@ -306,39 +310,65 @@ enum Turn {
     Stop,
 }
 
-/// Waits for a turn to run a whole cycle of the provider.
+/// A worker's place in the queue for a turn. The semaphore is fair: the
+/// request is kept while a commit that came first is reconciled, or the
+/// whole cycle would go to the back of the queue at every commit.
+type TurnRequest = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+            > + Send,
+    >,
+>;
+
+/// Waits for a turn to run a cycle over the whole provider.
 ///
-/// A whole cycle holds its provider's listing, plan and report until its
+/// Such a cycle holds its provider's listing, plan and report until its
 /// report is published; every provider's at once held the whole fleet's
 /// (at 100,000 over 10 providers, 170 MB more than two at a time). So
-/// whole cycles take turns (`reconcile.parallel_cycles`, shared by every
-/// worker). A commit that comes while the worker waits is not held behind
-/// another provider's slow listing: the wait ends, and the commit's cycle
-/// (small: it takes no turn) runs first. The worker beats while it waits:
-/// the cycle it waits behind is watched on its own.
-async fn wait_for_turn(provider: &str, inputs: &mut WorkerInputs) -> Turn {
-    if let Ok(permit) = inputs.cycle_permits.clone().try_acquire_owned() {
-        return Turn::Taken(permit);
+/// they take turns (`reconcile.parallel_cycles`, shared by every worker).
+/// With `give_way`, a commit that comes while the worker waits is not
+/// held behind another provider's slow listing: the wait ends (the place
+/// in the queue is kept in `request`), and the commit's cycle runs first.
+/// The worker beats while it waits, as it does between cycles: it is not
+/// in a cycle yet, and the cycle it waits behind is watched on its own.
+/// A stop ends the wait.
+async fn wait_for_turn(
+    provider: &str,
+    inputs: &mut WorkerInputs,
+    request: &mut Option<TurnRequest>,
+    give_way: bool,
+) -> Turn {
+    if inputs.stop.is_cancelled() {
+        return Turn::Stop;
     }
-    tracing::debug!(
-        provider,
-        "the whole cycle waits for its turn: other providers' whole cycles run (reconcile.parallel_cycles)"
-    );
-    // One request for the whole wait: the semaphore is fair.
-    let acquire = inputs.cycle_permits.clone().acquire_owned();
-    tokio::pin!(acquire);
-    loop {
+    let acquire = match request {
+        Some(acquire) => acquire,
+        None => {
+            if let Ok(permit) = inputs.cycle_permits.clone().try_acquire_owned() {
+                return Turn::Taken(permit);
+            }
+            tracing::debug!(
+                provider,
+                "the whole cycle waits for its turn: other providers' whole cycles run (reconcile.parallel_cycles)"
+            );
+            request.insert(Box::pin(inputs.cycle_permits.clone().acquire_owned()))
+        }
+    };
+    let taken = loop {
         tokio::select! {
             biased;
             _ = inputs.stop.cancelled() => return Turn::Stop,
-            changed = inputs.snapshots.changed() => {
+            changed = inputs.snapshots.changed(), if give_way => {
                 return if changed.is_err() { Turn::Stop } else { Turn::Commit };
             }
-            // The semaphore is never closed.
-            permit = &mut acquire => return permit.map_or(Turn::Stop, Turn::Taken),
+            permit = acquire.as_mut() => break permit,
             _ = tokio::time::sleep(BEAT) => inputs.heartbeats.beat(provider, false),
         }
-    }
+    };
+    *request = None;
+    // The semaphore is never closed.
+    taken.map_or(Turn::Stop, Turn::Taken)
 }
 
 /// Waits for the next reason to reconcile.

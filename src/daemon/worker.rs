@@ -32,8 +32,8 @@ pub(crate) struct WorkerInputs {
     pub heartbeats: Arc<Heartbeats>,
     /// A commit's changes, merged once for every worker.
     pub changes: Arc<crate::source::KeptChanges>,
-    /// Shared by every worker: a cycle runs holding one
-    /// (`reconcile.parallel_cycles`).
+    /// Shared by every worker: a cycle that is not small runs holding
+    /// one (`reconcile.parallel_cycles`, see `wait_for_turn`).
     pub cycle_permits: Arc<tokio::sync::Semaphore>,
 }
 

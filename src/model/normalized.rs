@@ -39,6 +39,11 @@ impl NormalizedSpec {
         )
     }
 
+    /// The normalised spec of `decl`.
+    pub(crate) fn of(decl: &super::ManagedDatabase) -> Self {
+        Self::from_value(super::hash::normalized_spec_value(decl))
+    }
+
     /// The value of field `name`, if the spec has it.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.0

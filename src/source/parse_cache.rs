@@ -22,17 +22,20 @@
 //!   leaves the old cache or the new one, never half of one.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use git2::Oid;
 use serde::{Deserialize, Serialize};
 
-use crate::model::hash::{normalized_spec_value, sha256_hex};
+use crate::model::hash::sha256_hex;
 use crate::model::load::FileContents;
 use crate::model::overrides::parse_annotations;
 use crate::model::{Declaration, Diagnostic, ManagedDatabase, NormalizedSpec, SpecHash};
+
+mod store;
+
+pub(crate) use store::{FileView, store_logged};
 
 /// Bumped whenever the layout below changes.
 const FORMAT: u32 = 3;
@@ -233,22 +236,6 @@ struct Header {
     path: String,
     tree: String,
     files: usize,
-}
-
-#[derive(Serialize)]
-struct FileOut<'a> {
-    path: &'a str,
-    blob: String,
-    declarations: Vec<DeclarationOut<'a>>,
-    diagnostics: Vec<(usize, usize, &'a str)>,
-}
-
-#[derive(Serialize)]
-struct DeclarationOut<'a> {
-    manifest: &'a ManagedDatabase,
-    line: usize,
-    column: usize,
-    spec_hash: &'a SpecHash,
 }
 
 #[derive(Deserialize)]
@@ -488,7 +475,7 @@ fn read_declarations(
         // derived from the manifest, so the cache cannot carry a stale
         // interpretation of either.
         let annotations = parse_annotations(&d.manifest.metadata.annotations).ok()?;
-        let normalized_spec = NormalizedSpec::from_value(normalized_spec_value(&d.manifest));
+        let normalized_spec = NormalizedSpec::of(&d.manifest);
         read.push(Arc::new(Declaration {
             manifest: d.manifest,
             file: file.to_path_buf(),
@@ -503,99 +490,9 @@ fn read_declarations(
     Some(count)
 }
 
-/// One file's parse results as [`store`] writes them: borrowed from its
-/// [`FileContents`], or gathered from a snapshot's declarations.
-pub(crate) struct FileView<'a> {
-    /// In the file's order.
-    pub declarations: Vec<&'a Declaration>,
-    pub diagnostics: &'a [Diagnostic],
-}
-
-impl<'a> From<&'a FileContents> for FileView<'a> {
-    fn from(contents: &'a FileContents) -> Self {
-        FileView {
-            declarations: contents.declarations.iter().map(Arc::as_ref).collect(),
-            diagnostics: &contents.diagnostics,
-        }
-    }
-}
-
-/// Replaces the cache with the parse results of `tree` (at source path
-/// `path`).
-pub(crate) fn store<'a>(
-    file: &Path,
-    path: &str,
-    tree: Oid,
-    files: impl ExactSizeIterator<Item = (&'a str, Oid, FileView<'a>)>,
-) -> std::io::Result<()> {
-    // Streamed to the file: at 100,000 declarations the whole text is
-    // 50 MB, which the agent would otherwise hold beside its snapshot.
-    crate::files::write_atomically_with(file, |out| {
-        let header = Header {
-            format: FORMAT,
-            tend: build_id().to_string(),
-            path: path.to_string(),
-            tree: tree.to_string(),
-            files: files.len(),
-        };
-        serde_json::to_writer(&mut *out, &header).map_err(std::io::Error::other)?;
-        out.write_all(b"\n")?;
-        let mut json = Vec::with_capacity(512);
-        for (path, blob, contents) in files {
-            let entry = FileOut {
-                path,
-                blob: blob.to_string(),
-                declarations: contents
-                    .declarations
-                    .into_iter()
-                    .map(|d| DeclarationOut {
-                        manifest: &d.manifest,
-                        line: d.line,
-                        column: d.column,
-                        spec_hash: &d.spec_hash,
-                    })
-                    .collect(),
-                diagnostics: contents
-                    .diagnostics
-                    .iter()
-                    .map(|d| (d.line, d.column, d.message.as_str()))
-                    .collect(),
-            };
-            json.clear();
-            serde_json::to_writer(&mut json, &entry).map_err(std::io::Error::other)?;
-            out.write_all(sha256_hex(&json).as_bytes())?;
-            out.write_all(b" ")?;
-            out.write_all(&json)?;
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    })
-}
-
-/// [`store`], logged: a failure is a warning, since it costs the next
-/// process some parsing, nothing else. `when` ends the debug line.
-pub(crate) fn store_logged<'a>(
-    file: &Path,
-    path: &str,
-    tree: Oid,
-    files: impl ExactSizeIterator<Item = (&'a str, Oid, FileView<'a>)>,
-    when: &str,
-) {
-    let started = std::time::Instant::now();
-    match store(file, path, tree, files) {
-        Ok(()) => tracing::debug!(
-            "source: parse cache written in {:?}{when}",
-            started.elapsed()
-        ),
-        Err(e) => tracing::warn!(
-            "cannot write the parse cache {}: {e}; the next process parses every file",
-            file.display()
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::store::store;
     use super::*;
     use crate::model::parse_file;
 

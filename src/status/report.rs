@@ -764,11 +764,7 @@ fn declared_unobserved(
         crate::reconcile::PlannedSubject::Declared(d) => declared(&d.normalized_spec),
         other => other
             .manifest()
-            .map(|m| {
-                declared(&crate::model::NormalizedSpec::from_value(
-                    crate::model::hash::normalized_spec_value(m),
-                ))
-            })
+            .map(|m| declared(&crate::model::NormalizedSpec::of(m)))
             .unwrap_or_default(),
     }
 }

@@ -320,9 +320,9 @@ fn default_max_retries() -> usize {
     6
 }
 
-/// Two: one provider's listing under way while another's cycle decides.
-/// Deciding runs on the agent's one thread, so more buys no CPU, only
-/// overlap of listings that wait on the network.
+/// Two: the agent decides on two threads (see `process::heap`), so two
+/// whole cycles use both; more buys no CPU, only overlap of listings
+/// that wait on the network, and each holds its provider's listing.
 fn default_parallel_cycles() -> usize {
     2
 }

@@ -106,7 +106,8 @@ pub(crate) fn run(config_path: &Path) -> u8 {
     if let Some(warning) = access.open_reports_warning(config.server.listen) {
         tracing::warn!("{warning}");
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(crate::process::heap::agent_threads())
         .max_blocking_threads(4)
         .enable_all()
         .build()

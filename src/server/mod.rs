@@ -215,16 +215,15 @@ async fn metrics(State(state): State<Arc<ServerState>>, headers: HeaderMap) -> R
     }
     // The fleet's gauges are counted from the merged report when scraped,
     // not at every worker's report.
-    if let Some(report) = state.board.latest() {
-        state.metrics.fleet(&report.fleet());
-    }
+    let fleet = state.board.latest().map(|report| report.fleet());
+    let text = state.metrics.scrape(fleet.as_ref());
     (
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        text,
     )
         .into_response()
 }

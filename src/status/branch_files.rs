@@ -16,7 +16,6 @@
 //!   status file is the history of that resource.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -138,7 +137,7 @@ pub(crate) enum Inputs<'a> {
     Forget,
     /// The last render's digests, over the commit it published (`None`:
     /// every file is rendered), and which report entries are known to be
-    /// unchanged since (the same object, with the same last operation):
+    /// unchanged since (saying the same, with the same last operation):
     /// their digests are taken as they were, not computed again. The
     /// digests are brought up to date in place: a resource kept costs
     /// nothing.
@@ -146,10 +145,11 @@ pub(crate) enum Inputs<'a> {
 }
 
 /// Whether a report entry is known unchanged since the last render.
-pub(crate) type Unchanged<'a> = dyn Fn(&Arc<ResourceReport>) -> bool + 'a;
+/// It is told the entry's place in the report, and the entry.
+pub(crate) type Unchanged<'a> = dyn Fn(usize, &ResourceReport) -> bool + 'a;
 
 /// No entry is known unchanged.
-pub(crate) fn none_unchanged(_: &Arc<ResourceReport>) -> bool {
+pub(crate) fn none_unchanged(_: usize, _: &ResourceReport) -> bool {
     false
 }
 
@@ -200,7 +200,7 @@ pub(crate) fn render(
     let mut changes = Vec::new();
     let (mut found_decided, mut found_inputs, mut rendered) = (0, 0, 0);
     let mut json = Vec::new();
-    for r in &report.resources {
+    for (i, r) in report.resources.iter().enumerate() {
         let was = decided.get(&r.name);
         found_decided += usize::from(was.is_some());
         let before = if over_base {
@@ -209,11 +209,11 @@ pub(crate) fn render(
             None
         };
         found_inputs += usize::from(before.is_some());
-        // The same entry as at the last render, with the same last
+        // An entry saying the same as at the last render, with the same last
         // operation and `decidedFrom`: its inputs are the same (at
         // 100,000 resources, digesting them all again costs most of a
         // status commit).
-        if before.is_some() && was.is_some() && unchanged(r) {
+        if before.is_some() && was.is_some() && unchanged(i, r) {
             continue;
         }
         let op = last_operations.get(&r.name).map(|o| OperationFile {
@@ -523,6 +523,8 @@ fn more_not_listed(out: &mut String, more: usize, what: &str) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     /// A report of `entries` (name, reason) at commit `c1`.

@@ -20,6 +20,7 @@ use super::branch_files::{Inputs, InputsDigest, Rendered, render};
 use super::files::{ReportFiles, ReportFilesError};
 use super::notify::deliver::Notifier;
 use super::report::{Report, ResourceReport, StatusBranchReport};
+use super::report_digest::{Digested, EntryDigests};
 use crate::agent::Agent;
 use crate::journal::{DecidedFrom, LastOperations, StateStore};
 use crate::propose::branch::ProposalBranch;
@@ -71,9 +72,9 @@ pub(crate) struct StatusPublisher {
     /// publication (what the last process kept), written there when the
     /// publisher goes.
     rendered: Option<(String, HashMap<String, InputsDigest>)>,
-    /// The running agent's: the report entries of that render, to know
-    /// an entry that is the same object at the next.
-    rendered_entries: Option<SameEntries>,
+    /// The running agent's: the digests of that render's report entries,
+    /// to know an entry that says the same at the next.
+    rendered_entries: Option<EntryDigests>,
     /// `status-inputs` in the state dir (with a state).
     renders_file: Option<std::path::PathBuf>,
     /// Whether `renders_file` was read, and whether it holds `rendered`.
@@ -86,9 +87,6 @@ pub(crate) struct StatusPublisher {
     /// publisher last recorded it (it alone writes it while it runs), so
     /// it is not read back at every status commit. `None`: read it.
     decided: Option<DecidedFrom>,
-    /// Each report entry's digest, kept while the entry is the same
-    /// object (the running agent's; a one-shot publisher digests once).
-    report_digests: super::report_digest::ReportDigests,
 }
 
 impl StatusPublisher {
@@ -138,7 +136,6 @@ impl StatusPublisher {
             last_operations: None,
             decided: None,
             rendered: None,
-            report_digests: Default::default(),
         }
     }
 
@@ -327,11 +324,13 @@ impl StatusPublisher {
             .and_then(|s| s.finished_operations_mark().ok());
         let finished = mark.unwrap_or_default();
         let digested = std::time::Instant::now();
-        let report_digest = self.report_digests.digest(report);
+        let Digested {
+            report: report_digest,
+            entries: entry_digests,
+        } = super::report_digest::digest(report);
         tracing::debug!(
-            "status branch: the report digested in {:?}, {} entries written out",
-            digested.elapsed(),
-            self.report_digests.digested()
+            "status branch: the report digested in {:?}",
+            digested.elapsed()
         );
         let content = format!(
             "{}\n{finished:?}\n{}\n{}\n{}",
@@ -399,8 +398,8 @@ impl StatusPublisher {
             None => (None, None),
         };
         let entries = self.rendered_entries.take().filter(|_| recorded);
-        let unchanged = |r: &Arc<ResourceReport>| {
-            entries.as_ref().is_some_and(|e| e.holds(r))
+        let unchanged = |i: usize, r: &ResourceReport| {
+            entries.as_ref().is_some_and(|e| e.holds(&entry_digests[i]))
                 && operations_changed
                     .as_ref()
                     .is_some_and(|changed| !changed.contains(&r.name))
@@ -483,7 +482,7 @@ impl StatusPublisher {
             .rendered
             .as_ref()
             .filter(|_| self.keeps_renders)
-            .map(|_| SameEntries::of(&report.resources));
+            .map(|_| EntryDigests::of(&entry_digests));
         self.renders_saved = false;
         if let Some(file) = &self.key_file
             && let Err(e) = super::files::write_atomically(file, format!("{key}\n").as_bytes())
@@ -499,29 +498,6 @@ impl StatusPublisher {
             Published::Committed(id) => Some(id),
             Published::Unchanged(_) | Published::NeedsEveryFile => None,
         })
-    }
-}
-
-/// The report entries a render was made from, known by address: the
-/// board shares an entry that did not change between reports (the same
-/// `Arc`), and an entry never changes once published. The weak references
-/// keep each address from being reused while it is known here.
-struct SameEntries {
-    addresses: std::collections::HashSet<usize>,
-    _pinned: Vec<std::sync::Weak<ResourceReport>>,
-}
-
-impl SameEntries {
-    fn of(entries: &[Arc<ResourceReport>]) -> Self {
-        SameEntries {
-            addresses: entries.iter().map(|r| Arc::as_ptr(r) as usize).collect(),
-            _pinned: entries.iter().map(Arc::downgrade).collect(),
-        }
-    }
-
-    /// Whether `entry` is one of them.
-    fn holds(&self, entry: &Arc<ResourceReport>) -> bool {
-        self.addresses.contains(&(Arc::as_ptr(entry) as usize))
     }
 }
 

@@ -73,6 +73,11 @@ pub struct Metrics {
     suspended: Gauge,
     /// The commit label currently set (replaced, not accumulated).
     commit: Mutex<Option<String>>,
+    /// Held by a scrape from setting the fleet's gauges to encoding them:
+    /// `override_expiry` is cleared and filled again, and two scrapes at
+    /// once (two Prometheus servers) on the agent's two threads would
+    /// otherwise encode it empty, or mixed from two reports.
+    scrapes: Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -107,6 +112,7 @@ impl Metrics {
             status_failing: Gauge::default(),
             suspended: Gauge::default(),
             commit: Mutex::new(None),
+            scrapes: Mutex::new(()),
         };
         let r = &mut m.registry;
         r.register(
@@ -219,6 +225,16 @@ impl Metrics {
             drop(m.reloads.get_or_create(&labels(&[("result", result)])));
         }
         m
+    }
+
+    /// The OpenMetrics text of a scrape, the fleet's gauges set from
+    /// `fleet` first (one scrape at a time).
+    pub fn scrape(&self, fleet: Option<&Fleet>) -> String {
+        let _one_at_a_time = self.scrapes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(fleet) = fleet {
+            self.fleet(fleet);
+        }
+        self.encode()
     }
 
     /// The OpenMetrics text.
@@ -357,5 +373,38 @@ impl Metrics {
         }
         self.pending_deletions.set(fleet.pending_deletions as i64);
         self.suspended.set(i64::from(fleet.suspended));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two scrapes at once never encode the override expiries cleared by
+    /// the other, nor a mix of two reports' (the agent serves scrapes on
+    /// two threads).
+    #[test]
+    fn scrapes_at_once_each_see_one_report_s_override_expiries() {
+        let metrics = Metrics::new();
+        let fleet = |resource: &str| Fleet {
+            override_expiries: vec![(resource.to_string(), 1_800_000_000)],
+            ..Fleet::default()
+        };
+        let (a, b) = (fleet("billing"), fleet("orders"));
+        std::thread::scope(|s| {
+            for mine in [&a, &b] {
+                let metrics = &metrics;
+                s.spawn(move || {
+                    for _ in 0..2_000 {
+                        let text = metrics.scrape(Some(mine));
+                        let series = text
+                            .lines()
+                            .filter(|l| l.starts_with("tend_override_expiry_timestamp"))
+                            .count();
+                        assert_eq!(series, 1, "a scrape encoded {series} expiries:\n{text}");
+                    }
+                });
+            }
+        });
     }
 }

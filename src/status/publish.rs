@@ -188,6 +188,11 @@ impl StatusPublisher {
         // at 100,000 resources, serialising `latest.json` (0.3 s of CPU)
         // delayed the status commit by as much on two cores.
         let mut beside = None;
+        // The running agent's report is digested first: the branch's key,
+        // and what tells the report files that the history holds what it
+        // says already. A one-shot command's is digested where the branch
+        // is published, beside the files.
+        let digested = self.keeps_renders.then(|| timed_digest(report));
         let branch_result = match self.branch.clone() {
             Some(branch)
                 if !self.keeps_renders
@@ -205,7 +210,7 @@ impl StatusPublisher {
                         tracing::debug!("report files written in {:?}", started.elapsed());
                         written
                     });
-                    let published = self.publish_branch(&branch, report);
+                    let published = self.publish_branch(&branch, report, None);
                     let written = writing.join().unwrap_or_else(|panic| {
                         std::panic::resume_unwind(panic);
                     });
@@ -215,7 +220,7 @@ impl StatusPublisher {
                 Some((branch, published))
             }
             Some(branch) => {
-                let published = self.publish_branch(&branch, report);
+                let published = self.publish_branch(&branch, report, digested.as_ref());
                 Some((branch, published))
             }
             None => None,
@@ -252,10 +257,12 @@ impl StatusPublisher {
             (Some(written), None) => {
                 written.and_then(|digest| self.files.add_history(report, digest))
             }
-            (_, written) => Self::write_files(
+            (_, Some(written)) => Self::write_files(&mut self.files, written, self.title, None),
+            (_, None) => Self::write_files(
                 &mut self.files,
-                written.as_ref().unwrap_or(report),
+                report,
                 self.title,
+                digested.as_ref().map(|d| d.report.as_str()),
             ),
         };
         if let Err(e) = files {
@@ -295,17 +302,20 @@ impl StatusPublisher {
         files: &mut ReportFiles,
         report: &Report,
         title: &str,
+        digest: Option<&str>,
     ) -> Result<(), super::files::ReportFilesError> {
         let writing = std::time::Instant::now();
-        let written = files.write(report, title);
+        let written = files.write(report, title, digest);
         tracing::debug!("report files written in {:?}", writing.elapsed());
         written
     }
 
+    /// `digested`: `report`'s digest, if made already.
     fn publish_branch(
         &mut self,
         branch: &StatusBranch,
         report: &Report,
+        digested: Option<&Digested>,
     ) -> Result<Option<String>, StatusBranchError> {
         // What the branch's files are a function of: the report (without
         // its moving times) and the journal's finished operations; and
@@ -323,15 +333,17 @@ impl StatusPublisher {
             .as_ref()
             .and_then(|s| s.finished_operations_mark().ok());
         let finished = mark.unwrap_or_default();
-        let digested = std::time::Instant::now();
+        let made;
         let Digested {
             report: report_digest,
             entries: entry_digests,
-        } = super::report_digest::digest(report);
-        tracing::debug!(
-            "status branch: the report digested in {:?}",
-            digested.elapsed()
-        );
+        } = match digested {
+            Some(digested) => digested,
+            None => {
+                made = timed_digest(report);
+                &made
+            }
+        };
         let content = format!(
             "{}\n{finished:?}\n{}\n{}\n{}",
             report_digest,
@@ -482,7 +494,7 @@ impl StatusPublisher {
             .rendered
             .as_ref()
             .filter(|_| self.keeps_renders)
-            .map(|_| EntryDigests::of(&entry_digests));
+            .map(|_| EntryDigests::of(entry_digests));
         self.renders_saved = false;
         if let Some(file) = &self.key_file
             && let Err(e) = super::files::write_atomically(file, format!("{key}\n").as_bytes())
@@ -526,6 +538,14 @@ impl Drop for StatusPublisher {
             }
         }
     }
+}
+
+/// `report`'s digest, timed in the debug log.
+fn timed_digest(report: &Report) -> Digested {
+    let started = std::time::Instant::now();
+    let digested = super::report_digest::digest(report);
+    tracing::debug!("the report digested in {:?}", started.elapsed());
+    digested
 }
 
 /// The status commit's message: the counts and the source commit.

@@ -9,7 +9,10 @@
 //!   time they were made (`20270115T080000Z-000.json`), so names sort by
 //!   time. A report is added only when what it says changed from the
 //!   newest one kept ([`content_digest`]): a quiet fleet does not rotate a
-//!   day's history away in an hour.
+//!   day's history away in an hour. A report whose report digest
+//!   (`report_digest::digest`, which covers at least what the content
+//!   digest does) is that of the last one this process found the newest
+//!   entry to say is neither hashed nor compared.
 //! * Files are streamed to disk, never built whole in memory: at 10,000
 //!   resources the three renderings are megabytes each.
 
@@ -263,7 +266,6 @@ impl ReportFiles {
             self.write_renderings(report, title, false)?;
             return Ok(());
         }
-        self.newest_report = None;
         let digest = self.write_latest(report, title)?;
         self.add_history(report, digest)?;
         self.newest_report = report_digest.map(str::to_string);
@@ -333,6 +335,9 @@ impl ReportFiles {
         report: &Report,
         digest: String,
     ) -> Result<(), ReportFilesError> {
+        // Whichever report that was, the history is now compared by
+        // content again (see `write`).
+        self.newest_report = None;
         if self.keep == 0 {
             return Ok(());
         }
@@ -469,6 +474,11 @@ mod tests {
         assert_eq!(history(), 1);
         files.write(&report(1, ""), "t", Some("d1")).unwrap();
         assert_eq!(history(), 1, "the same report added an entry");
+        // The digest is trusted, not the content checked again: shown
+        // with a report that (against the contract) says something else.
+        files.write(&report(1, "trusted"), "t", Some("d1")).unwrap();
+        assert_eq!(history(), 1, "the known digest was checked by content");
+        assert!(latest().contains("trusted"), "latest.json was not written");
         assert!(
             latest().contains("08:01:00Z"),
             "latest.json was not written"

@@ -124,7 +124,8 @@ impl std::io::Write for Feed {
     }
 }
 
-/// The digest of what `entry` says, leaving out when it was observed.
+/// The digest of what `entry` says, leaving out when it was observed
+/// (but not whether).
 pub(crate) fn entry_digest(entry: &ResourceReport) -> EntryDigest {
     // Destructured whole: a field added to the entry must be named here,
     // fed or left out on purpose.
@@ -138,7 +139,7 @@ pub(crate) fn entry_digest(entry: &ResourceReport) -> EntryDigest {
         drift,
         override_,
         operation,
-        observed_at: _,
+        observed_at,
         unobserved,
         acts_at,
         propose,
@@ -171,6 +172,8 @@ pub(crate) fn entry_digest(entry: &ResourceReport) -> EntryDigest {
         }
         None => feed.flag(false),
     }
+    // Whether it was observed, not when.
+    feed.flag(observed_at.is_some());
     feed.strs(unobserved);
     feed.opt(acts_at.as_deref());
     feed.opt(propose.as_deref());
@@ -313,6 +316,12 @@ mod tests {
             entry_digest(&same),
             digest,
             "the observation's time counted"
+        );
+        same.observed_at = None;
+        assert_ne!(
+            entry_digest(&same),
+            digest,
+            "an entry observed and one not said the same"
         );
         type Change = Box<dyn Fn(&mut ResourceReport)>;
         let changes: Vec<(&str, Change)> = vec![

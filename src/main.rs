@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     };
     // SAFETY: still before any other thread (parsing starts none).
     if cli.runs_the_agent() {
-        unsafe { tend::heap::agent_arenas() };
+        unsafe { tend::heap::one_arena() };
     } else {
         unsafe { tend::heap::two_arenas() };
     }

@@ -106,12 +106,21 @@ pub(crate) fn run(config_path: &Path) -> u8 {
     if let Some(warning) = access.open_reports_warning(config.server.listen) {
         tracing::warn!("{warning}");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(crate::process::heap::agent_threads())
-        .max_blocking_threads(4)
-        .enable_all()
-        .build()
-    {
+    let threads = crate::process::heap::agent_threads(
+        config.providers.len(),
+        config.reconcile.parallel_cycles,
+    );
+    // SAFETY: no other thread exists yet: the runtime below starts the
+    // first (reading the configuration starts none).
+    unsafe { crate::process::heap::agent_arenas(threads) };
+    let mut builder = if threads > 1 {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.max_blocking_threads(4).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             fail(format!("cannot start the async runtime: {e}"));

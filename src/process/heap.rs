@@ -33,34 +33,55 @@ pub unsafe fn tune() {
     }
 }
 
-/// How many worker threads the running agent's (`tend run`) runtime
-/// has: two, or one on a single core (the main thread besides, which
-/// waits on the agent's coordinator). Deciding, routing and building the
-/// report run on these threads: with one, ten providers' cycles at 100,000
-/// declarations ran one after another (a no-change request took as much
-/// CPU time as wall time, about 0.6 s, on two cores); with two, two whole
-/// cycles run at once (`[reconcile] parallel_cycles`, default 2) and the
-/// request takes about 0.37 s. More threads would not shorten a request
-/// on the two cores this is measured on, and each would cost an arena.
-pub fn agent_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+/// How many threads the running agent (`tend run`) decides on, for
+/// `providers` providers of which `parallel_cycles` may run whole cycles
+/// at once: two when there are two cores and two cycles to run, else one.
+///
+/// With one, ten providers' cycles at 100,000 declarations decided one
+/// after another (a no-change request took as much CPU time as wall time,
+/// about 0.6 s, on two cores); with two, two whole cycles run at once and
+/// the request takes about 0.37 s. Each thread costs an arena
+/// ([`agent_arenas`]), and a second one buys nothing for one provider:
+/// at 10,000 declarations on one provider it only raised the peak from
+/// 104-114 MB to 137-140 MB. More than two would not shorten a request on
+/// the two cores this is measured on.
+pub fn agent_threads(providers: usize, parallel_cycles: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.min(providers).min(parallel_cycles).clamp(1, 2)
 }
 
-/// As many malloc arenas as the agent has threads ([`agent_threads`]):
-/// glibc's default of eight a core gave each blocking thread that reads
-/// the state an arena of its own that a long-running agent never gave
-/// back (at 10,000 resources, about 45 MB of the daemon's resident
-/// memory). One arena shared by two deciding threads made them wait on
-/// each other's allocations: a no-change request at 100,000 took 1.5 s of
-/// CPU instead of 0.6 s. Two cost about 7 MB at 10,000 resources and
-/// 40-60 MB at 100,000 (each arena keeps what its threads freed).
+/// One malloc arena for every thread of `tend run` until it knows how
+/// many threads it decides on ([`agent_arenas`]): glibc's default of
+/// eight a core gave each blocking thread that reads the state an arena
+/// of its own that a long-running agent never gave back (at 10,000
+/// resources, about 45 MB of the daemon's resident memory).
 ///
 /// # Safety
 /// As [`tune`]: before the process starts any other thread.
-pub unsafe fn agent_arenas() {
+pub unsafe fn one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        let arenas = i32::try_from(agent_threads()).unwrap_or(1);
+        // SAFETY: as in `tune`.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+}
+
+/// As many malloc arenas as the agent decides on threads
+/// ([`agent_threads`]). One arena shared by two deciding threads made
+/// them wait on each other's allocations: a no-change request at 100,000
+/// took 1.5 s of CPU instead of 0.6 s. The second costs about 7 MB at
+/// 10,000 resources over 10 providers and 40-60 MB at 100,000 (each arena
+/// keeps what its threads freed).
+///
+/// # Safety
+/// As [`tune`]: before the process starts any other thread (the agent
+/// calls it once its configuration is read, before its runtime starts).
+pub unsafe fn agent_arenas(threads: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let arenas = i32::try_from(threads).unwrap_or(1);
         // SAFETY: as in `tune`.
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, arenas);
@@ -94,4 +115,22 @@ pub unsafe fn two_arenas() {
 /// connections) may be passed here.
 pub(crate) fn release_at_exit<T>(value: T) {
     std::mem::forget(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_threads;
+
+    /// A second thread only where a second whole cycle can run beside the
+    /// first: two cores, two providers, two cycles allowed at once.
+    #[test]
+    fn the_agent_decides_on_two_threads_only_where_two_cycles_can_run() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let two = if cores >= 2 { 2 } else { 1 };
+        assert_eq!(agent_threads(1, 2), 1, "one provider");
+        assert_eq!(agent_threads(10, 1), 1, "parallel_cycles = 1");
+        assert_eq!(agent_threads(0, 2), 1, "no provider");
+        assert_eq!(agent_threads(2, 2), two);
+        assert_eq!(agent_threads(100, 1024), two, "more than two");
+    }
 }

@@ -9,10 +9,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return ExitCode::from(code),
     };
-    // SAFETY: still before any other thread (parsing starts none).
-    if cli.runs_the_agent() {
-        unsafe { tend::heap::one_arena() };
-    } else {
+    // The agent sets its arenas once its configuration is read
+    // (`heap::agent_arenas`).
+    if !cli.runs_the_agent() {
+        // SAFETY: still before any other thread (parsing starts none).
         unsafe { tend::heap::two_arenas() };
     }
     ExitCode::from(tend::run_parsed(cli))

@@ -50,26 +50,12 @@ pub fn agent_threads(providers: usize, parallel_cycles: usize) -> usize {
     cores.min(providers).min(parallel_cycles).clamp(1, 2)
 }
 
-/// One malloc arena for every thread of `tend run` until it knows how
-/// many threads it decides on ([`agent_arenas`]): glibc's default of
-/// eight a core gave each blocking thread that reads the state an arena
-/// of its own that a long-running agent never gave back (at 10,000
-/// resources, about 45 MB of the daemon's resident memory).
-///
-/// # Safety
-/// As [`tune`]: before the process starts any other thread.
-pub unsafe fn one_arena() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: as in `tune`.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 1);
-        }
-    }
-}
-
 /// As many malloc arenas as the agent decides on threads
-/// ([`agent_threads`]). One arena shared by two deciding threads made
+/// ([`agent_threads`]), not glibc's default of eight a core: that gave
+/// each blocking thread that reads the state an arena of its own that a
+/// long-running agent never gave back (at 10,000 resources, about 45 MB
+/// of the daemon's resident memory). One arena shared by two deciding
+/// threads made
 /// them wait on each other's allocations: a no-change request at 100,000
 /// took 1.5 s of CPU instead of 0.6 s. The second costs about 7 MB at
 /// 10,000 resources over 10 providers and 40-60 MB at 100,000 (each arena

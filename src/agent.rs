@@ -373,15 +373,12 @@ impl Agent {
 
     /// Starts bringing the memories up to date on a blocking thread, so
     /// the next reconcile does not wait for the read: started before a
-    /// fetch, or while a worker waits, it costs nothing. The rate
-    /// limiters' clock calibrates itself on first use (a busy loop of a
-    /// few milliseconds): done there too. Hand the handle to
-    /// [`Agent::finish_preload`].
+    /// fetch, or while a worker waits, it costs nothing. Hand the handle
+    /// to [`Agent::finish_preload`].
     pub fn start_preload(&self) -> Option<Preload> {
         let store = self.store.clone()?;
         let cache = self.memories.clone();
         Some(tokio::task::spawn_blocking(move || {
-            let _ = governor::clock::DefaultClock::default();
             cache.read_ahead(&store)
         }))
     }

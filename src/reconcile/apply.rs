@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::cycle::{Observations, Planned, plan_cycle};
 use super::inputs::{Inputs, MemoryRead};
-use super::observe::{ListingAhead, ProviderView};
+use super::observe::ListingAhead;
+use super::standing;
 use super::{Mode, Outcome, Plan, PlannedResource, ReconcileError, Scope};
 use crate::agent::Agent;
 use crate::executor::queue::execute;
@@ -17,7 +18,7 @@ use crate::executor::request::{self, RequestSubject};
 use crate::executor::{Confirmation, ExecContext, Executed, OpOutcome, PlannedOperation};
 use crate::journal::effects::{Effect, commit};
 use crate::journal::{StateError, blocking};
-use crate::provider::{Observation, Observed, OperationKind};
+use crate::provider::OperationKind;
 use crate::source::Snapshot;
 
 pub(super) async fn apply_cycle<'s>(
@@ -32,7 +33,11 @@ pub(super) async fn apply_cycle<'s>(
     // observe again: see `ListingAhead`).
     let ahead = ListingAhead::for_cycle(given.listing, agent, scope).await;
     let (replayed, mut operations) = replay_pending(agent, &ctx, snapshot, scope).await?;
-    let Planned { plan, unobserved } = plan_cycle(
+    let Planned {
+        plan,
+        unobserved,
+        written,
+    } = plan_cycle(
         agent,
         snapshot,
         Mode::Apply,
@@ -82,14 +87,27 @@ pub(super) async fn apply_cycle<'s>(
         // is known without asking again when every operation was confirmed
         // by an observation (an unconfirmed one, or a provider that could
         // not be observed, is looked at again: the report tells what was
-        // seen, never what was hoped).
-        let observations = if all_confirmed {
-            Observations::Known(views_after(plan, confirmations))
-        } else {
-            drop((plan, confirmations));
-            Observations::Fresh(None)
+        // seen, never what was hoped); then only what the operations and
+        // the cycle's effects changed is decided again.
+        let again = all_confirmed
+            .then(|| standing::decided_again(&plan, &written, &operations, &confirmations))
+            .flatten();
+        let (first, observations) = match again {
+            Some(again) => {
+                let views = standing::views_of(&plan, &again, confirmations);
+                let only = Some(again);
+                (Some(plan), Observations::Known { views, only })
+            }
+            None if all_confirmed => {
+                let views = standing::views_after(plan, confirmations);
+                (None, Observations::Known { views, only: None })
+            }
+            None => {
+                drop((plan, confirmations));
+                (None, Observations::Fresh(None))
+            }
         };
-        plan_cycle(
+        let decided = plan_cycle(
             agent,
             snapshot,
             Mode::Plan,
@@ -99,7 +117,11 @@ pub(super) async fn apply_cycle<'s>(
         )
         .await
         .map_err(keep(&mut operations))?
-        .plan
+        .plan;
+        match first {
+            Some(first) => standing::merge(first, decided),
+            None => decided,
+        }
     };
     Ok(Outcome { plan, operations })
 }
@@ -111,41 +133,6 @@ fn keep(operations: &mut Vec<Executed>) -> impl FnOnce(StateError) -> ReconcileE
         error,
         finished: std::mem::take(operations),
     }
-}
-
-/// What the providers show after a cycle's operations: the cycle's own
-/// observations (consumed with its plan: at 10,000 resources two plans at
-/// once doubled the peak memory), each confirmed database replaced by the
-/// observation that confirmed its operation (a confirmed delete: gone).
-/// Only for a plan whose every provider was observed.
-fn views_after(
-    plan: Plan<'_>,
-    confirmed: HashMap<String, Box<Confirmation>>,
-) -> HashMap<String, ProviderView> {
-    let mut views: HashMap<String, HashMap<String, Observation>> = HashMap::new();
-    let mut provider_of = HashMap::new();
-    for r in plan.resources {
-        let view = views.entry(r.provider.clone()).or_default();
-        if let Observed::Found(obs) = r.observed {
-            view.insert(obs.database_name.clone(), obs);
-        }
-        if confirmed.contains_key(&r.name) {
-            provider_of.insert(r.name, r.provider);
-        }
-    }
-    // Confirmations go in after every observation: a tombstone and a new
-    // declaration may share a database, and the one whose operation ran
-    // must not be overwritten by the other's older observation.
-    for (name, c) in confirmed {
-        let Some(view) = provider_of.get(&name).and_then(|p| views.get_mut(p)) else {
-            continue;
-        };
-        match c.observation {
-            Some(obs) => view.insert(c.database_name, obs),
-            None => view.remove(&c.database_name),
-        };
-    }
-    views.into_iter().map(|(p, v)| (p, Ok(v))).collect()
 }
 
 /// Pending intents first: finish what a lost response or a crash left,

@@ -10,6 +10,7 @@ use super::inputs::{Inputs, Memories, MemoryRead};
 use super::observe::{self, ProviderView};
 use super::plan::{self, PlanContext};
 use super::routing::{Routed, Routing};
+use super::standing::Written;
 use super::{IntentReport, Mode, OrphanedOverride, Plan, PlannedResource, Scope};
 use crate::agent::Agent;
 use crate::engine::DeletionGuard;
@@ -29,14 +30,20 @@ pub(super) enum Observations {
     Fresh(Option<observe::ListingAhead>),
     /// Known already: after operations that were each confirmed by an
     /// observation, the cycle's first observations with those in their
-    /// place (see `apply::views_after`).
-    Known(HashMap<String, ProviderView>),
+    /// place (see [`super::standing`]). `only`: the resources decided (the
+    /// others' decisions stand, and the caller keeps them); `None`: all.
+    Known {
+        views: HashMap<String, ProviderView>,
+        only: Option<HashSet<String>>,
+    },
 }
 
-/// What a planning pass decided, and the providers it could not observe.
+/// What a planning pass decided, the providers it could not observe, and
+/// what its effects wrote to.
 pub(super) struct Planned<'s> {
     pub plan: Plan<'s>,
     pub unobserved: HashSet<String>,
+    pub written: Written,
 }
 
 /// Reads, routes, guards, observes and decides.
@@ -81,7 +88,7 @@ pub(super) async fn plan_cycle<'s>(
     let mut effects = std::mem::take(&mut routing.effects);
     effects.extend(guard_effect);
 
-    let views = match observations {
+    let (views, only) = match observations {
         Observations::Fresh(ahead) => {
             tracing::debug!("observing, {:?} into the cycle", started.elapsed());
             let ahead = match ahead {
@@ -90,9 +97,9 @@ pub(super) async fn plan_cycle<'s>(
             };
             let views = observe::observe_all(agent.runtimes(), &routing.by_provider, ahead).await;
             tracing::debug!("observed, {:?} into the cycle", started.elapsed());
-            views
+            (views, None)
         }
-        Observations::Known(views) => views,
+        Observations::Known { views, only } => (views, only),
     };
     let unobserved: HashSet<String> = routing
         .by_provider
@@ -110,7 +117,12 @@ pub(super) async fn plan_cycle<'s>(
         just_replayed,
         renamed: &renamed,
     };
-    let by_provider = std::mem::take(&mut routing.by_provider);
+    let mut by_provider = std::mem::take(&mut routing.by_provider);
+    if let Some(only) = &only {
+        for subjects in by_provider.values_mut() {
+            subjects.retain(|routed| only.contains(routed.subject.name()));
+        }
+    }
     let mut resources = decide_all(agent, &ctx, by_provider, views, &mut memories, &mut effects);
     resources.append(&mut routing.undecidable);
     // Declarations arrive sorted; only tombstones or several providers
@@ -119,6 +131,7 @@ pub(super) async fn plan_cycle<'s>(
         resources.sort_by(|a, b| a.name.cmp(&b.name));
     }
     tracing::debug!("decided, {:?} into the cycle", started.elapsed());
+    let written = Written::of(&effects, !renamed.is_empty());
     if let Some(store) = agent.store() {
         if mode == Mode::Apply && !effects.is_empty() {
             tracing::debug!("committing {} effects", effects.len());
@@ -142,7 +155,11 @@ pub(super) async fn plan_cycle<'s>(
         released,
         now,
     };
-    Ok(Planned { plan, unobserved })
+    Ok(Planned {
+        plan,
+        unobserved,
+        written,
+    })
 }
 
 /// The releases no report has shown yet, within the cycle's scope (a cycle

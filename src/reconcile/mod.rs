@@ -22,6 +22,7 @@ pub(crate) mod inputs;
 pub(crate) mod observe;
 pub(crate) mod plan;
 pub(crate) mod routing;
+mod standing;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;

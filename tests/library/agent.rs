@@ -150,6 +150,66 @@ async fn the_injected_clock_ends_drift_grace_without_sleeping() {
     );
 }
 
+/// What a report shows of each resource's decision.
+fn decisions(plan: &tend::testing::reconcile::Plan<'_>) -> Vec<String> {
+    plan.resources
+        .iter()
+        .map(|r| {
+            let d = &r.decision;
+            format!(
+                "{} {:?} {:?} {:?} {:?} {:?} {}",
+                r.name, d.state, d.action, d.rule, d.act_at, d.changes, d.reason
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn after_an_operation_the_report_shows_what_a_fresh_plan_decides() {
+    let f = fixture(|c| c.reconcile("drift_grace", "\"10m\""));
+    f._repo.write("payments.yaml", &manifest("payments", 10));
+    f._repo.commit("payments");
+    let agent = f.agent(Access::Writer);
+    let snapshot = snapshot(&agent).await;
+    reconcile(&agent, &snapshot, Mode::Apply, &Scope::All)
+        .await
+        .unwrap();
+    // billing drifts out of band, and is held by drift_grace.
+    let sandbox = f.sandbox();
+    let mut state = sandbox.load().unwrap();
+    state
+        .databases
+        .get_mut("billing")
+        .unwrap()
+        .fields
+        .insert("connectionLimit".into(), json!(99));
+    sandbox.save(&state).unwrap();
+    f.clock.advance(Duration::from_secs(1));
+    reconcile(&agent, &snapshot, Mode::Apply, &Scope::All)
+        .await
+        .unwrap();
+
+    // orders changes in Git: one update, and the report decided after it.
+    f._repo.write("orders.yaml", &manifest("orders", 20));
+    f._repo.commit("raise orders");
+    f.clock.advance(Duration::from_secs(1));
+    let snapshot = self::snapshot(&agent).await;
+    let applied = reconcile(&agent, &snapshot, Mode::Apply, &Scope::All)
+        .await
+        .unwrap();
+    assert_eq!(applied.operations.len(), 1, "{:?}", applied.operations);
+    let planned = reconcile(&agent, &snapshot, Mode::Plan, &Scope::All)
+        .await
+        .unwrap();
+    let shown = decisions(applied.latest());
+    assert_eq!(shown, decisions(planned.latest()));
+    assert!(shown[1].starts_with("orders InSync"), "{shown:#?}");
+    assert!(
+        shown[0].starts_with("billing Drifted Hold DriftGrace"),
+        "{shown:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_scope_decides_only_the_named_resources() {
     let f = fixture(|c| c);

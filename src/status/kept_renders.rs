@@ -12,24 +12,42 @@
 //!   a damaged one matches no resource's inputs, so its file is rendered.
 //! * The file is replaced atomically, so a crash leaves the old digests
 //!   (for an older commit: ignored) or the new ones.
+//! * The report entries' digests are kept only with the state's
+//!   finished-operations mark at that render, and only when the state
+//!   remembers what that render decided each file from (the publisher
+//!   leaves them out otherwise): an entry that says the same, and whose
+//!   last operation did not change since the mark, has the same inputs.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::branch_files::InputsDigest;
+use super::report_digest::EntryDigests;
 
 /// What the first line starts with (bumped when the layout changes).
-const MAGIC: &str = "tend-status-inputs 1";
+const MAGIC: &str = "tend-status-inputs 2";
+
+/// What a render left for the next process.
+#[derive(Debug, PartialEq)]
+pub(crate) struct KeptRenders {
+    /// The commit the digests were rendered for.
+    pub commit: String,
+    /// Each resource's inputs.
+    pub inputs: HashMap<String, InputsDigest>,
+    /// The report entries' digests and the finished-operations mark at
+    /// that render (see the module's invariants).
+    pub entries: Option<(EntryDigests, (i64, i64))>,
+}
 
 /// The file in the state dir.
 pub(crate) fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("status-inputs")
 }
 
-/// The commit the digests were rendered for, and each resource's digest;
-/// `None` when the file is missing, damaged or another build's.
-pub(crate) fn load(file: &Path) -> Option<(String, HashMap<String, InputsDigest>)> {
+/// What the last render kept; `None` when the file is missing, damaged or
+/// another build's.
+pub(crate) fn load(file: &Path) -> Option<KeptRenders> {
     let text = std::fs::read_to_string(file).ok()?;
     let mut lines = text.lines();
     let header = lines.next()?.strip_prefix(MAGIC)?.strip_prefix(' ')?;
@@ -37,12 +55,32 @@ pub(crate) fn load(file: &Path) -> Option<(String, HashMap<String, InputsDigest>
     if build != crate::source::parse_cache::build_id() {
         return None;
     }
+    let entries = match lines.next()?.strip_prefix("entries ")? {
+        "-" => None,
+        counts => {
+            let mut counts = counts.split(' ').map(str::parse::<i64>);
+            let (count, newest, kept) = (
+                counts.next()?.ok()?,
+                counts.next()?.ok()?,
+                counts.next()?.ok()?,
+            );
+            let mut entries = Vec::with_capacity(usize::try_from(kept).ok()?);
+            for _ in 0..kept {
+                entries.push(hex_digest::<16>(lines.next()?)?);
+            }
+            Some((EntryDigests::of(&entries), (count, newest)))
+        }
+    };
     let mut inputs = HashMap::new();
     for line in lines {
         let (hex, name) = line.split_once(' ')?;
-        inputs.insert(name.to_string(), digest(hex)?);
+        inputs.insert(name.to_string(), hex_digest::<32>(hex)?);
     }
-    Some((commit.to_string(), inputs))
+    Some(KeptRenders {
+        commit: commit.to_string(),
+        inputs,
+        entries,
+    })
 }
 
 /// Writes the digests rendered for `commit`. Digests with a name that
@@ -53,6 +91,7 @@ pub(crate) fn store(
     file: &Path,
     commit: &str,
     inputs: &HashMap<String, InputsDigest>,
+    entries: Option<(&EntryDigests, (i64, i64))>,
 ) -> std::io::Result<()> {
     if inputs.keys().any(|name| name.contains(['\n', '\r'])) {
         return match std::fs::remove_file(file) {
@@ -61,25 +100,51 @@ pub(crate) fn store(
         };
     }
     let build = crate::source::parse_cache::build_id();
-    let mut text = String::with_capacity(inputs.len() * 96);
+    let mut text = String::with_capacity(inputs.len() * 130);
     let _ = writeln!(text, "{MAGIC} {commit} {build}");
-    for (name, digest) in inputs {
-        for byte in digest {
-            let _ = write!(text, "{byte:02x}");
+    match entries {
+        Some((entries, (count, newest))) => {
+            let _ = writeln!(text, "entries {count} {newest} {}", entries.len());
+            for entry in entries.iter() {
+                push_hex(&mut text, entry);
+                text.push('\n');
+            }
         }
-        let _ = writeln!(text, " {name}");
+        None => text.push_str("entries -\n"),
+    }
+    for (name, digest) in inputs {
+        push_hex(&mut text, digest);
+        text.push(' ');
+        text.push_str(name);
+        text.push('\n');
     }
     super::files::write_atomically(file, text.as_bytes())
 }
 
-/// 32 bytes from 64 hexadecimal digits.
-fn digest(hex: &str) -> Option<InputsDigest> {
-    if hex.len() != 64 {
+/// `bytes` as lower-case hexadecimal digits (a formatter call per byte
+/// cost a one-shot `tend apply` 10 ms at 10,000 resources).
+fn push_hex(text: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+}
+
+/// `N` bytes from `2 * N` hexadecimal digits.
+fn hex_digest<const N: usize>(hex: &str) -> Option<[u8; N]> {
+    let hex = hex.as_bytes();
+    if hex.len() != 2 * N {
         return None;
     }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let mut out = [0u8; N];
+    for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
     }
     Some(out)
 }
@@ -100,16 +165,34 @@ mod tests {
             ("billing".to_string(), [255u8; 32]),
         ]
         .into();
-        store(&file, "c0ffee", &inputs)?;
-        assert_eq!(load(&file), Some(("c0ffee".to_string(), inputs)));
+        let entries = EntryDigests::of(&[[1u8; 16], [0xab; 16]]);
+        store(&file, "c0ffee", &inputs, Some((&entries, (12, 345))))?;
+        let kept = KeptRenders {
+            commit: "c0ffee".to_string(),
+            inputs: inputs.clone(),
+            entries: Some((entries, (12, 345))),
+        };
+        assert_eq!(load(&file).as_ref(), Some(&kept));
+        store(&file, "c0ffee", &inputs, None)?;
+        let without = KeptRenders {
+            entries: None,
+            ..kept
+        };
+        assert_eq!(load(&file).as_ref(), Some(&without), "the entries left out");
 
+        let entries = EntryDigests::of(&[[1u8; 16]]);
+        store(&file, "c0ffee", &inputs, Some((&entries, (12, 345))))?;
         let text = std::fs::read_to_string(&file)?;
         for damaged in [
-            text.replacen("tend-status-inputs 1", "tend-status-inputs 2", 1),
+            text.replacen("tend-status-inputs 2", "tend-status-inputs 1", 1),
             text.replacen(crate::source::parse_cache::build_id(), "0.0.1 1 1", 1),
             text.replacen(" orders", "orders", 1),
             text.replacen("07", "zz", 1),
+            text.replacen("0101", "01", 1),
+            text.replacen("entries 12 345 1", "entries 12 345 2", 1),
+            text.replacen("entries 12 345 1", "entries 12 1", 1),
         ] {
+            assert_ne!(damaged, text);
             std::fs::write(&file, damaged)?;
             assert_eq!(load(&file), None);
         }
@@ -121,11 +204,11 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let file = path(dir.path());
         let fine: HashMap<String, InputsDigest> = [("orders".to_string(), [7u8; 32])].into();
-        store(&file, "c0ffee", &fine)?;
+        store(&file, "c0ffee", &fine, None)?;
         // Left out, its file would never be removed over the commit.
         let mut damaged = fine.clone();
         damaged.insert("a\nb".to_string(), [1u8; 32]);
-        store(&file, "c0ffee", &damaged)?;
+        store(&file, "c0ffee", &damaged, None)?;
         assert_eq!(load(&file), None, "kept without one of its resources");
         assert!(!file.exists());
         Ok(())

@@ -57,7 +57,7 @@ pub(crate) fn digest(report: &Report) -> Digested {
 
 /// Entries' digests, as a set: "an entry that says exactly this was
 /// there" (a digest names its resource).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct EntryDigests(HashSet<EntryDigest>);
 
 impl EntryDigests {
@@ -67,6 +67,14 @@ impl EntryDigests {
 
     pub(crate) fn holds(&self, entry: &EntryDigest) -> bool {
         self.0.contains(entry)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &EntryDigest> {
+        self.0.iter()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
     }
 }
 

@@ -970,11 +970,12 @@ fn a_one_shot_apply_renders_only_what_changed_since_the_last_one() {
     let remote = Remote::new();
     let url = format!("file://{}", remote.bare.display());
     let config = remote.config(&url, "status-agent");
-    let debug_apply = || {
+    let debug_apply_exiting = |code| {
         TendCommand::new(&["--config", &config, "apply"])
             .env("TEND_LOG", "tend=debug")
-            .expect_code(0)
+            .expect_code(code)
     };
+    let debug_apply = || debug_apply_exiting(0);
     let rendered = |run: &support::RunOutput| {
         run.stderr
             .lines()
@@ -1002,14 +1003,51 @@ fn a_one_shot_apply_renders_only_what_changed_since_the_last_one() {
         rendered(&second)
     );
     // The rendered file is decided from the new commit; the kept one is
-    // the one the tip held.
+    // the one the tip held. orders says what it said (in sync): its new
+    // last operation alone, found among those finished since the last
+    // render, renders it, and it alone has its last operation read.
     let head = remote.repo.head();
-    assert!(remote.show(&status_file("orders")).contains(&head));
+    let orders = remote.show(&status_file("orders"));
+    assert!(orders.contains(&head), "{orders}");
+    assert!(orders.contains("kind: update"), "{orders}");
     assert!(!remote.show(&status_file("billing")).contains(&head));
+    assert!(
+        rendered(&second).ends_with("the last operations of 0 resources read by name"),
+        "{}",
+        rendered(&second)
+    );
+    // billing changes at the provider, under its override: no operation,
+    // its entry changes, and its file still shows its last operation (read
+    // by name: none finished since the last render).
+    TendCommand::new(&[
+        "--config",
+        &config,
+        "sandbox",
+        "edit",
+        "billing",
+        "--set",
+        "connectionLimit=99",
+    ])
+    .expect_code(0);
+    // (Exit 2: a difference left alone by an override is pending.)
+    let drifted = debug_apply_exiting(2);
+    assert!(
+        rendered(&drifted).starts_with("1 resource files rendered, 1 kept"),
+        "{}",
+        rendered(&drifted)
+    );
+    assert!(
+        rendered(&drifted).ends_with("the last operations of 1 resources read by name"),
+        "{}",
+        rendered(&drifted)
+    );
+    let billing = remote.show(&status_file("billing"));
+    assert!(billing.contains("connectionLimit: 99"), "{billing}");
+    assert!(billing.contains("kind: create"), "{billing}");
 
     std::fs::remove_file(&kept).unwrap();
     change(30);
-    let third = debug_apply();
+    let third = debug_apply_exiting(2);
     assert!(rendered(&third).starts_with("2 resource files rendered, 0 kept"));
-    assert_eq!(remote.status_commits(), 3);
+    assert_eq!(remote.status_commits(), 4);
 }

@@ -55,17 +55,28 @@ impl StateStore {
         )?;
         let mut out: HashMap<String, LastOperation> = HashMap::with_capacity(rows.len());
         for (name, op) in rows {
-            match out.entry(name) {
-                Entry::Occupied(mut kept) => {
-                    let newer = (op.finished_at, std::cmp::Reverse(&op.id))
-                        > (kept.get().finished_at, std::cmp::Reverse(&kept.get().id));
-                    if newer {
-                        kept.insert(op);
-                    }
-                }
-                Entry::Vacant(slot) => {
-                    slot.insert(op);
-                }
+            keep_newest(&mut out, name, op);
+        }
+        Ok(out)
+    }
+
+    /// [`Self::last_operations`] of `names` alone (a query each, by the
+    /// journal's index on names: for the few resources a one-shot status
+    /// commit renders).
+    pub fn last_operations_of(
+        &self,
+        names: &[&str],
+    ) -> Result<HashMap<String, LastOperation>, StateError> {
+        let mut out = HashMap::with_capacity(names.len());
+        for &name in names {
+            let rows = self.map_rows(
+                "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
+                 WHERE name = ?1 AND state IN ('done', 'failed')",
+                args![name],
+                finished_row,
+            )?;
+            for (name, op) in rows {
+                keep_newest(&mut out, name, op);
             }
         }
         Ok(out)
@@ -79,6 +90,24 @@ impl StateStore {
             args![since_ms],
             finished_row,
         )
+    }
+}
+
+/// Keeps `op` as `name`'s last operation if it is newer than the one
+/// kept (of two finished in the same millisecond, the lower id: always the
+/// same one).
+fn keep_newest(out: &mut HashMap<String, LastOperation>, name: String, op: LastOperation) {
+    match out.entry(name) {
+        Entry::Occupied(mut kept) => {
+            let newer = (op.finished_at, std::cmp::Reverse(&op.id))
+                > (kept.get().finished_at, std::cmp::Reverse(&kept.get().id));
+            if newer {
+                kept.insert(op);
+            }
+        }
+        Entry::Vacant(slot) => {
+            slot.insert(op);
+        }
     }
 }
 
@@ -113,6 +142,17 @@ pub(crate) struct LastOperations {
 }
 
 impl LastOperations {
+    /// None kept, as of `mark`: [`Self::take`] then reads only the
+    /// operations finished since, and returns those alone (a one-shot
+    /// status commit over a render made at `mark`: the resources it renders
+    /// have their last operations read by name).
+    pub(crate) fn since(mark: (i64, i64)) -> Self {
+        LastOperations {
+            mark: Some(mark),
+            ..Self::default()
+        }
+    }
+
     /// Takes every resource's last operation, up to date with the state at
     /// `mark` (its finished-operations mark, read by the caller); give
     /// them back with [`Self::put_back`]. Only operations finished since

@@ -37,6 +37,7 @@ pub(super) async fn apply_cycle<'s>(
         plan,
         unobserved,
         written,
+        beside,
     } = plan_cycle(
         agent,
         snapshot,
@@ -92,38 +93,57 @@ pub(super) async fn apply_cycle<'s>(
         let again = all_confirmed
             .then(|| standing::decided_again(&plan, &written, &operations, &confirmations))
             .flatten();
-        let (first, observations) = match again {
+        match again {
             Some(again) => {
-                let views = standing::views_of(&plan, &again, confirmations);
-                let only = Some(again);
-                (Some(plan), Observations::Known { views, only })
-            }
-            None if all_confirmed => {
-                let views = standing::views_after(plan, confirmations);
-                (None, Observations::Known { views, only: None })
+                let views = standing::views_of(&plan, &again, confirmations.clone());
+                let only = Some(again.clone());
+                let second =
+                    decide_again(agent, snapshot, scope, Observations::Known { views, only })
+                        .await
+                        .map_err(keep(&mut operations))?;
+                if standing::still_stands(&beside, &second.beside, &second.plan) {
+                    standing::merge(plan, &again, second.plan)
+                } else {
+                    // Written beside the cycle between its passes, or a
+                    // deletion came due: decided again whole.
+                    drop(second);
+                    let views = standing::views_after(plan, confirmations);
+                    let only = None;
+                    decide_again(agent, snapshot, scope, Observations::Known { views, only })
+                        .await
+                        .map_err(keep(&mut operations))?
+                        .plan
+                }
             }
             None => {
-                drop((plan, confirmations));
-                (None, Observations::Fresh(None))
+                let observations = if all_confirmed {
+                    Observations::Known {
+                        views: standing::views_after(plan, confirmations),
+                        only: None,
+                    }
+                } else {
+                    drop((plan, confirmations));
+                    Observations::Fresh(None)
+                };
+                decide_again(agent, snapshot, scope, observations)
+                    .await
+                    .map_err(keep(&mut operations))?
+                    .plan
             }
-        };
-        let decided = plan_cycle(
-            agent,
-            snapshot,
-            Mode::Plan,
-            scope,
-            &HashSet::new(),
-            observations,
-        )
-        .await
-        .map_err(keep(&mut operations))?
-        .plan;
-        match first {
-            Some(first) => standing::merge(first, decided),
-            None => decided,
         }
     };
     Ok(Outcome { plan, operations })
+}
+
+/// Decides again after a cycle's operations (writing nothing).
+async fn decide_again<'s>(
+    agent: &Agent,
+    snapshot: &'s Arc<Snapshot>,
+    scope: &Scope,
+    observations: Observations,
+) -> Result<Planned<'s>, StateError> {
+    let none = HashSet::new();
+    plan_cycle(agent, snapshot, Mode::Plan, scope, &none, observations).await
 }
 
 /// A state failure, with what already ran (moved, never copied ahead of a

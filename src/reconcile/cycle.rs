@@ -10,7 +10,7 @@ use super::inputs::{Inputs, Memories, MemoryRead};
 use super::observe::{self, ProviderView};
 use super::plan::{self, PlanContext};
 use super::routing::{Routed, Routing};
-use super::standing::Written;
+use super::standing::{Beside, Written};
 use super::{IntentReport, Mode, OrphanedOverride, Plan, PlannedResource, Scope};
 use crate::agent::Agent;
 use crate::engine::DeletionGuard;
@@ -38,12 +38,13 @@ pub(super) enum Observations {
     },
 }
 
-/// What a planning pass decided, the providers it could not observe, and
-/// what its effects wrote to.
+/// What a planning pass decided, the providers it could not observe, what
+/// its effects wrote to, and what it read that is written beside it.
 pub(super) struct Planned<'s> {
     pub plan: Plan<'s>,
     pub unobserved: HashSet<String>,
     pub written: Written,
+    pub beside: Beside,
 }
 
 /// Reads, routes, guards, observes and decides.
@@ -79,6 +80,7 @@ pub(super) async fn plan_cycle<'s>(
         None => Inputs::default(),
     };
     tracing::debug!("inputs read in {:?}", started.elapsed());
+    let beside = Beside::of(&inputs);
     let (intents, gates) = pending_work(snapshot, &inputs);
     let orphaned_overrides = orphaned_overrides(snapshot, &inputs);
     let policy = agent.policy();
@@ -159,6 +161,7 @@ pub(super) async fn plan_cycle<'s>(
         plan,
         unobserved,
         written,
+        beside,
     })
 }
 

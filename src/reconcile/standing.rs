@@ -27,7 +27,11 @@
 //! outside the executor), a rename in the cycle, a due deletion counted
 //! by the guard (a create or an adoption moves its base), an operation
 //! that ends management (a delete, a release), or two decisions that
-//! cannot be told apart by name or by database.
+//! cannot be told apart by name or by database; and, found by the second
+//! pass, when something was written beside the cycle between the two
+//! (an operator's pause, override or approval, the suspension, another
+//! worker's guard hold) or a deletion came due meanwhile
+//! ([`still_stands`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -36,6 +40,30 @@ use super::observe::ProviderView;
 use crate::executor::{Confirmation, Executed};
 use crate::journal::effects::Effect;
 use crate::provider::{Observation, Observed, OperationKind};
+
+/// What operators and other workers write beside a cycle that any of its
+/// decisions may read (local overrides and pauses, approvals, the
+/// deletion guard's holds, the suspension): compared between a cycle's
+/// two passes, since a decision that stands was made before the second
+/// pass read them.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Beside {
+    local_overrides: HashMap<String, crate::journal::LocalOverride>,
+    approvals: HashMap<String, crate::journal::Approval>,
+    held_deletions: HashMap<String, crate::engine::HeldDeletion>,
+    suspension: Option<crate::engine::Suspension>,
+}
+
+impl Beside {
+    pub(super) fn of(inputs: &super::inputs::Inputs) -> Beside {
+        Beside {
+            local_overrides: inputs.local_overrides.clone(),
+            approvals: inputs.approvals.clone(),
+            held_deletions: inputs.held_deletions.clone(),
+            suspension: inputs.suspension.clone(),
+        }
+    }
+}
 
 /// What a planning pass's effects on memory wrote to.
 #[derive(Debug, Default)]
@@ -109,9 +137,11 @@ pub(super) fn decided_again(
     // Their databases, by name (then by provider: a handful).
     let mut databases: HashMap<Vec<u8>, Vec<&str>> = HashMap::new();
     for r in resources.iter().filter(|r| again.contains(&r.name)) {
-        // A resource that cannot be read names no database it can be
-        // told apart by.
-        let manifest = r.subject.manifest()?;
+        // A resource that cannot be read names no database (and is
+        // decided again whatever: routing adds it at every pass).
+        let Some(manifest) = r.subject.manifest() else {
+            continue;
+        };
         let mut names = vec![manifest.database_name_bytes().collect::<Vec<u8>>()];
         names.extend(
             confirmed
@@ -127,8 +157,11 @@ pub(super) fn decided_again(
         if again.contains(&r.name) {
             continue;
         }
+        let Some(manifest) = r.subject.manifest() else {
+            continue;
+        };
         name.clear();
-        name.extend(r.subject.manifest()?.database_name_bytes());
+        name.extend(manifest.database_name_bytes());
         if databases
             .get(&name)
             .is_some_and(|providers| providers.contains(&r.provider.as_str()))
@@ -204,12 +237,18 @@ fn confirm(
     views.into_iter().map(|(p, v)| (p, Ok(v))).collect()
 }
 
-/// `first` with the decisions of `again` (a pass that decided only what
-/// [`decided_again`] named) in place of its own; what is fleet-wide
-/// (intents, the guard, the suspension, errors, the time) as `again` saw
-/// it. The releases not shown yet stay `first`'s: `again` counted them
-/// over its few resources.
-pub(super) fn merge<'s>(mut first: Plan<'s>, again: Plan<'s>) -> Plan<'s> {
+/// `first` with the decisions of `again` (a pass that decided only the
+/// resources `decided` names, as [`decided_again`] gave them) in place of
+/// its own; a resource named there that `again` no longer has (its state
+/// forgotten by the cycle's effects) is gone. What is fleet-wide
+/// (intents, the guard, the suspension, errors, the time) is as `again`
+/// saw it. The releases not shown yet stay `first`'s: `again` counted
+/// them over its few resources.
+pub(super) fn merge<'s>(
+    mut first: Plan<'s>,
+    decided: &HashSet<String>,
+    again: Plan<'s>,
+) -> Plan<'s> {
     let Plan {
         resources,
         errors,
@@ -223,8 +262,10 @@ pub(super) fn merge<'s>(mut first: Plan<'s>, again: Plan<'s>) -> Plan<'s> {
         commit_time: _,
         released: _,
     } = again;
+    let mut gone: HashSet<&str> = decided.iter().map(String::as_str).collect();
     let mut unplaced = Vec::new();
     for r in resources {
+        gone.remove(r.name.as_str());
         match first
             .resources
             .binary_search_by(|x| x.name.as_str().cmp(&r.name))
@@ -232,6 +273,9 @@ pub(super) fn merge<'s>(mut first: Plan<'s>, again: Plan<'s>) -> Plan<'s> {
             Ok(i) => first.resources[i] = r,
             Err(_) => unplaced.push(r),
         }
+    }
+    if !gone.is_empty() {
+        first.resources.retain(|r| !gone.contains(r.name.as_str()));
     }
     if !unplaced.is_empty() {
         first.resources.append(&mut unplaced);
@@ -244,6 +288,13 @@ pub(super) fn merge<'s>(mut first: Plan<'s>, again: Plan<'s>) -> Plan<'s> {
     first.suspension = suspension;
     first.now = now;
     first
+}
+
+/// Whether the second pass found what the first decided beside still so:
+/// nothing written beside the cycle, no deletion come due (the time
+/// moved past a `deletion_delay`). Otherwise everything is decided again.
+pub(super) fn still_stands(first: &Beside, second: &Beside, again: &Plan<'_>) -> bool {
+    first == second && again.guard.due == 0 && again.guard.trip.is_none()
 }
 
 #[cfg(test)]

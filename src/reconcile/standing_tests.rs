@@ -201,37 +201,63 @@ fn a_fleet_wide_change_decides_everything_again() {
     let mut unreadable = crate::reconcile::standing::tests::plan(&subjects);
     unreadable.resources[1].subject = PlannedSubject::Unreadable;
     assert!(
-        !stands(&unreadable, &Written::default(), &update),
-        "a resource that cannot be read names no database"
+        stands(&unreadable, &Written::default(), &update),
+        "a resource that cannot be read names no database, and routing decides it at every pass"
     );
 }
 
 #[test]
 fn decisions_made_again_take_the_place_of_the_first_and_the_fleet_wide_is_the_latest() {
-    let decls = declarations(&[("orders", ""), ("billing", ""), ("payments", "")]);
+    let decls = declarations(&[("billing", ""), ("orders", ""), ("payments", "")]);
     let subjects = at(&decls, &["p", "p", "p"]);
     let first = plan(&subjects);
-    let mut again = plan(&subjects[..1]);
+    // orders and payments decided again: orders still there, payments'
+    // state forgotten by the cycle (no longer routed, so gone).
+    let mut again = plan(&subjects[1..2]);
     again.resources[0].decision.reason = "again".into();
     again.now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(5);
     again.guard.managed = 1;
-    let merged = merge(first, again);
+    let decided: HashSet<String> = ["orders", "payments"].map(String::from).into();
+    let merged = merge(first, &decided, again);
     let shown: Vec<(&str, &str)> = merged
         .resources
         .iter()
         .map(|r| (r.name.as_str(), r.decision.reason.as_str()))
         .collect();
-    assert_eq!(
-        shown,
-        [
-            ("billing", "first"),
-            ("orders", "again"),
-            ("payments", "first")
-        ]
-    );
+    assert_eq!(shown, [("billing", "first"), ("orders", "again")]);
     assert_eq!(
         merged.now,
         SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(5)
     );
     assert_eq!(merged.guard.managed, 1, "the guard as decided again");
+}
+
+#[test]
+fn what_is_written_beside_the_cycle_between_its_passes_decides_everything_again() {
+    let decls = declarations(&[("orders", "")]);
+    let subjects = at(&decls, &["p"]);
+    let again = plan(&subjects);
+    let first = Beside::default();
+    assert!(still_stands(&first, &Beside::default(), &again));
+    let held = Beside {
+        held_deletions: [(
+            "billing".to_string(),
+            HeldDeletion {
+                since: SystemTime::UNIX_EPOCH,
+                due_together: 9,
+            },
+        )]
+        .into(),
+        ..Beside::default()
+    };
+    assert!(
+        !still_stands(&first, &held, &again),
+        "another worker's guard held deletions meanwhile"
+    );
+    let mut due = plan(&subjects);
+    due.guard.due = 1;
+    assert!(
+        !still_stands(&first, &Beside::default(), &due),
+        "a deletion came due meanwhile"
+    );
 }

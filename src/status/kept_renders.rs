@@ -64,17 +64,24 @@ pub(crate) fn load(file: &Path) -> Option<KeptRenders> {
                 counts.next()?.ok()?,
                 counts.next()?.ok()?,
             );
-            let mut entries = Vec::with_capacity(usize::try_from(kept).ok()?);
+            // (Not sized by the count: a damaged one must not allocate.)
+            let mut entries = Vec::new();
             for _ in 0..kept {
                 entries.push(hex_digest::<16>(lines.next()?)?);
             }
             Some((EntryDigests::of(&entries), (count, newest)))
         }
     };
+    // Counted: a file cut short at a line's end would otherwise leave
+    // resources out, whose files would never be removed over the commit.
+    let count: usize = lines.next()?.strip_prefix("inputs ")?.parse().ok()?;
     let mut inputs = HashMap::new();
     for line in lines {
         let (hex, name) = line.split_once(' ')?;
         inputs.insert(name.to_string(), hex_digest::<32>(hex)?);
+    }
+    if inputs.len() != count {
+        return None;
     }
     Some(KeptRenders {
         commit: commit.to_string(),
@@ -112,6 +119,7 @@ pub(crate) fn store(
         }
         None => text.push_str("entries -\n"),
     }
+    let _ = writeln!(text, "inputs {}", inputs.len());
     for (name, digest) in inputs {
         push_hex(&mut text, digest);
         text.push(' ');
@@ -191,6 +199,9 @@ mod tests {
             text.replacen("0101", "01", 1),
             text.replacen("entries 12 345 1", "entries 12 345 2", 1),
             text.replacen("entries 12 345 1", "entries 12 1", 1),
+            text.replacen("entries 12 345 1", "entries 12 345 999999999999999", 1),
+            text.replacen("\ninputs 2\n", "\ninputs 3\n", 1),
+            text.lines().take(4).map(|l| format!("{l}\n")).collect(),
         ] {
             assert_ne!(damaged, text);
             std::fs::write(&file, damaged)?;

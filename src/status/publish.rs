@@ -396,12 +396,19 @@ impl StatusPublisher {
         // A one-shot publisher over a render whose entries it knows reads
         // only the operations finished since that render's mark, and then
         // the last operation of each resource it renders, by name.
+        let over_render = self
+            .rendered
+            .as_ref()
+            .is_some_and(|(commit, _)| tip.as_deref() == Some(commit.as_str()));
         let since_render = match (&self.last_operations, &self.rendered_entries, mark) {
-            (None, Some((_, at)), Some(_)) if self.entries_recorded => {
+            (None, Some((_, at)), Some(_)) if self.entries_recorded && over_render => {
                 Some(LastOperations::since(*at))
             }
             _ => None,
         };
+        // A render made without every last operation it needed is not
+        // trusted by the next: its files are rendered again.
+        let mut operations_unread = false;
         let partial = since_render.is_some();
         let taken = match (&self.store, self.last_operations.as_mut(), mark) {
             (Some(store), Some(kept), Some(mark)) => kept.take(store, mark),
@@ -414,6 +421,7 @@ impl StatusPublisher {
         };
         let (mut last_operations, operations_changed) = taken.unwrap_or_else(|e| {
             tracing::warn!("status branch: cannot read the last operations: {e}");
+            operations_unread = true;
             Default::default()
         });
         // (A whole read says nothing of what changed: every file is
@@ -479,7 +487,10 @@ impl StatusPublisher {
                         last_operations.entry(name).or_insert(op);
                     }
                 }
-                Err(e) => tracing::warn!("status branch: cannot read the last operations: {e}"),
+                Err(e) => {
+                    tracing::warn!("status branch: cannot read the last operations: {e}");
+                    operations_unread = true;
+                }
             }
         }
         let message = commit_message(report);
@@ -500,7 +511,10 @@ impl StatusPublisher {
             if partial && let Some(store) = &self.store {
                 match store.last_operations() {
                     Ok(all) => last_operations = all,
-                    Err(e) => tracing::warn!("status branch: cannot read the last operations: {e}"),
+                    Err(e) => {
+                        tracing::warn!("status branch: cannot read the last operations: {e}");
+                        operations_unread = true;
+                    }
                 }
             }
             rendered = render(
@@ -535,7 +549,7 @@ impl StatusPublisher {
         // the old commits, which the next attempt still finds).
         if let Some(store) = &self.store {
             let recorded = store.record_status_decided(&changes);
-            self.entries_recorded = recorded.is_ok();
+            self.entries_recorded = recorded.is_ok() && !operations_unread;
             match recorded {
                 Ok(()) if self.keeps_renders => {
                     let mut decided = decided;

@@ -64,6 +64,7 @@ both_backends!(
     notifications_queue_and_conditions,
     a_failed_write_leaves_nothing,
     a_reader_sees_no_state_before_a_writer,
+    last_operations_by_name_are_what_the_whole_read_gives,
 );
 
 fn settings(pg: &support::postgres::Postgres, schema: &str) -> PgStateSettings {
@@ -121,6 +122,33 @@ fn agents_starting_together_create_one_postgres_state() {
     assert_eq!(
         pg.psql("SELECT value FROM together.meta WHERE key = 'format'"),
         tend::testing::journal::FORMAT.to_string()
+    );
+}
+
+fn last_operations_by_name_are_what_the_whole_read_gives(place: &Place) {
+    let store = place.writer();
+    let (h, now) = (SpecHash("h".into()), SystemTime::now());
+    for (op, name, state) in [
+        ("op1", "orders", IntentState::Done),
+        ("op2", "orders", IntentState::Failed),
+        ("op3", "billing", IntentState::Done),
+        ("op4", "ledger", IntentState::Pending),
+    ] {
+        store
+            .begin_intent(op, name, "update", &h, 0, &Value::Null, now)
+            .unwrap();
+        if state != IntentState::Pending {
+            store.finish_intent(op, state, Some("why"), now).unwrap();
+        }
+    }
+    let whole = store.last_operations().unwrap();
+    let named = store
+        .last_operations_of(&["orders", "billing", "ledger", "nobody"])
+        .unwrap();
+    assert_eq!(named, whole, "a pending intent is no last operation");
+    assert_eq!(
+        named["orders"].id, "op1",
+        "of one millisecond, the lower id"
     );
 }
 

@@ -60,22 +60,26 @@ impl StateStore {
         Ok(out)
     }
 
-    /// [`Self::last_operations`] of `names` alone (a query each, by the
-    /// journal's index on names: for the few resources a one-shot status
-    /// commit renders).
+    /// [`Self::last_operations`] of `names` alone (by the journal's index
+    /// on names, a query for each hundred: for the few resources a
+    /// one-shot status commit renders).
     pub fn last_operations_of(
         &self,
         names: &[&str],
     ) -> Result<HashMap<String, LastOperation>, StateError> {
         let mut out = HashMap::with_capacity(names.len());
-        for &name in names {
-            let rows = self.map_rows(
+        for chunk in names.chunks(100) {
+            let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("?{i}")).collect();
+            let sql = format!(
                 "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
-                 WHERE name = ?1 AND state IN ('done', 'failed')",
-                args![name],
-                finished_row,
-            )?;
-            for (name, op) in rows {
+                 WHERE name IN ({}) AND state IN ('done', 'failed')",
+                placeholders.join(", ")
+            );
+            let args: Vec<super::sql::SqlValue> = chunk
+                .iter()
+                .map(|&name| super::sql::SqlValue::from(name))
+                .collect();
+            for (name, op) in self.map_rows(&sql, &args, finished_row)? {
                 keep_newest(&mut out, name, op);
             }
         }
@@ -454,6 +458,7 @@ mod tests {
     use super::*;
     use crate::journal::IntentState;
     use crate::model::SpecHash;
+    use std::collections::BTreeSet;
     use std::time::{Duration, UNIX_EPOCH};
 
     type Outcome = Result<(), Box<dyn std::error::Error>>;
@@ -514,6 +519,48 @@ mod tests {
         let _lost = kept.take(&store, mark)?;
         finished(&store, "op-6", "billing", 4_000)?;
         assert_eq!(same_as_whole(&mut kept, &store)?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn since_a_mark_only_what_finished_after_it_is_read_and_the_rest_by_name() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
+        finished(&store, "op-1", "orders", 1_000)?;
+        finished(&store, "op-2", "billing", 1_000)?;
+        finished(&store, "op-3", "ledger", 1_500)?;
+        let mark = store.finished_operations_mark()?;
+        let (none, changed) = LastOperations::since(mark).take(&store, mark)?;
+        assert!(none.is_empty());
+        assert_eq!(changed, Some(HashSet::new()), "nothing finished since");
+        finished(&store, "op-5", "orders", 2_000)?;
+        finished(&store, "op-4", "orders", 2_000)?;
+        let now = store.finished_operations_mark()?;
+        let (newer, changed) = LastOperations::since(mark).take(&store, now)?;
+        // ledger finished in the mark's own millisecond: read again and
+        // counted as changed (a file rendered again at worst, never one
+        // kept that changed).
+        let changed: Option<BTreeSet<String>> = changed.map(|c| c.into_iter().collect());
+        assert_eq!(changed, Some(["ledger", "orders"].map(String::from).into()));
+        let mut read: Vec<&String> = newer.keys().collect();
+        read.sort();
+        assert_eq!(read, ["ledger", "orders"]);
+        assert_eq!(
+            newer["orders"].id, "op-4",
+            "the lower id of one millisecond"
+        );
+        // The others by name, as the whole read gives them.
+        let whole = store.last_operations()?;
+        let named = store.last_operations_of(&["billing", "orders", "unknown"])?;
+        assert_eq!(named.len(), 2);
+        assert_eq!(named["billing"], whole["billing"]);
+        assert_eq!(named["orders"], whole["orders"]);
+        let many: Vec<String> = (0..250).map(|i| format!("db-{i}")).collect();
+        for (i, name) in many.iter().enumerate() {
+            finished(&store, &format!("many-{i}"), name, 3_000)?;
+        }
+        let names: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(store.last_operations_of(&names)?.len(), 250, "in chunks");
         Ok(())
     }
 }

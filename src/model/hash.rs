@@ -26,13 +26,19 @@ impl fmt::Display for SpecHash {
 
 /// Lower-case hex of a byte string (sha2 0.11 digests have no `LowerHex`).
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// [`hex`], appended to `out` (a file of thousands of digests writes them
+/// without a string each, nor a formatter call per byte).
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(DIGITS[usize::from(b >> 4)] as char);
         out.push(DIGITS[usize::from(b & 0x0f)] as char);
     }
-    out
 }
 
 /// Hex sha256 of `bytes`.

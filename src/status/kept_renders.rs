@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use super::branch_files::InputsDigest;
 use super::report_digest::EntryDigests;
+use crate::model::hash::push_hex;
 
 /// What the first line starts with (bumped when the layout changes).
 const MAGIC: &str = "tend-status-inputs 2";
@@ -127,16 +128,6 @@ pub(crate) fn store(
         text.push('\n');
     }
     super::files::write_atomically(file, text.as_bytes())
-}
-
-/// `bytes` as lower-case hexadecimal digits (a formatter call per byte
-/// cost a one-shot `tend apply` 10 ms at 10,000 resources).
-fn push_hex(text: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
 }
 
 /// `N` bytes from `2 * N` hexadecimal digits.

@@ -468,16 +468,16 @@ impl StatusPublisher {
                         && decided.contains_key(&r.name)
                         && unchanged(i, r)
             };
-            let rendered: Vec<&str> = report
+            let to_render: Vec<&str> = report
                 .resources
                 .iter()
                 .enumerate()
                 .filter(|(i, r)| !known(*i, r))
                 .map(|(_, r)| r.name.as_str())
                 .collect();
-            let read = if rendered.len() <= READ_BY_NAME_AT_MOST {
-                read_by_name = Some(rendered.len());
-                store.last_operations_of(&rendered)
+            let read = if to_render.len() <= READ_BY_NAME_AT_MOST {
+                read_by_name = Some(to_render.len());
+                store.last_operations_of(&to_render)
             } else {
                 store.last_operations()
             };

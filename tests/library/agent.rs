@@ -57,6 +57,11 @@ impl Fixture {
         )
         .with_clock(clock)
     }
+
+    /// An operator changes `name`'s connection limit behind tend's back.
+    fn change_limit_at_the_provider(&self, name: &str, limit: i64) {
+        support::fixture::change_limit(&self.sandbox(), name, limit);
+    }
 }
 
 async fn snapshot(agent: &Agent) -> Arc<Snapshot> {
@@ -106,15 +111,8 @@ async fn the_injected_clock_ends_drift_grace_without_sleeping() {
         .unwrap();
 
     // An operator changes the limit behind tend's back.
+    f.change_limit_at_the_provider("orders", 99);
     let sandbox = f.sandbox();
-    let mut state = sandbox.load().unwrap();
-    state
-        .databases
-        .get_mut("orders")
-        .unwrap()
-        .fields
-        .insert("connectionLimit".into(), json!(99));
-    sandbox.save(&state).unwrap();
     f.clock.advance(Duration::from_secs(1));
 
     let held = reconcile(&agent, &snapshot, Mode::Apply, &Scope::All)
@@ -175,15 +173,7 @@ async fn after_an_operation_the_report_shows_what_a_fresh_plan_decides() {
         .await
         .unwrap();
     // billing drifts out of band, and is held by drift_grace.
-    let sandbox = f.sandbox();
-    let mut state = sandbox.load().unwrap();
-    state
-        .databases
-        .get_mut("billing")
-        .unwrap()
-        .fields
-        .insert("connectionLimit".into(), json!(99));
-    sandbox.save(&state).unwrap();
+    f.change_limit_at_the_provider("billing", 99);
     f.clock.advance(Duration::from_secs(1));
     reconcile(&agent, &snapshot, Mode::Apply, &Scope::All)
         .await

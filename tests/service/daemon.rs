@@ -58,15 +58,7 @@ impl Env {
     }
 
     fn edit_limit(&self, name: &str, limit: i64) {
-        let sandbox = self.sandbox();
-        let mut state = sandbox.load().unwrap();
-        state
-            .databases
-            .get_mut(name)
-            .unwrap()
-            .fields
-            .insert("connectionLimit".into(), json!(limit));
-        sandbox.save(&state).unwrap();
+        support::fixture::change_limit(&self.sandbox(), name, limit);
     }
 }
 

@@ -119,3 +119,16 @@ pub fn resource<'a>(report: &'a Value, name: &str) -> &'a Value {
         .and_then(|all| all.iter().find(|r| r["name"] == name))
         .unwrap_or_else(|| panic!("no resource {name} in {report:#}"))
 }
+
+/// An operator changes `name`'s connection limit in `sandbox`, behind
+/// tend's back.
+pub fn change_limit(sandbox: &SandboxProvider, name: &str, limit: i64) {
+    let mut state = sandbox.load().unwrap();
+    state
+        .databases
+        .get_mut(name)
+        .unwrap()
+        .fields
+        .insert("connectionLimit".into(), serde_json::json!(limit));
+    sandbox.save(&state).unwrap();
+}

@@ -57,8 +57,8 @@ pub mod journal {
 /// Declarations: loading, parsing, the field table.
 pub mod model {
     pub use crate::model::{
-        Declaration, DeclarationSet, DeletionPolicy, Diagnostic, DriftPolicy, FIELDS, OnExpiry,
-        OverrideExpiry, OverrideSpec, SpecHash, load_paths, parse_file,
+        Declaration, DeclarationSet, DeletionPolicy, Diagnostic, DriftPolicy, FIELDS, FlatMap,
+        OnExpiry, OverrideExpiry, OverrideSpec, SpecHash, load_paths, parse_file,
     };
 
     /// The annotations tend reads.

@@ -382,7 +382,7 @@ mod tests {
             external_id: name.into(),
             status: ResourceStatus::Ready,
             fields: serde_json::from_value(fields).unwrap(),
-            labels: BTreeMap::new(),
+            labels: Default::default(),
             observed_at: std::time::SystemTime::UNIX_EPOCH,
             unobserved: Vec::new(),
         }
@@ -488,7 +488,7 @@ mod tests {
     #[test]
     fn every_database_is_imported_or_said_why_not() {
         let mut marked = observation("theirs", json!({}));
-        marked.labels = BTreeMap::from([
+        marked.labels = crate::model::FlatMap::from([
             (crate::provider::OWNER_AGENT_LABEL.into(), "other".into()),
             (crate::provider::OWNER_DECLARATION_LABEL.into(), "t".into()),
         ]);

@@ -3,6 +3,7 @@
 
 pub(crate) mod declaration;
 pub(crate) mod fields;
+pub(crate) mod flat_map;
 pub(crate) mod hash;
 pub(crate) mod load;
 pub(crate) mod messages;
@@ -22,6 +23,7 @@ pub(crate) use declaration::ManagedDatabase;
 pub use declaration::{DeletionPolicy, DriftPolicy};
 pub use fields::FIELDS;
 pub(crate) use fields::{FieldInfo, FieldSet, Mutability};
+pub use flat_map::FlatMap;
 pub use hash::SpecHash;
 pub use load::{Declaration, DeclarationSet, Diagnostic, load_paths, parse_file};
 pub(crate) use normalized::NormalizedSpec;

@@ -2,14 +2,13 @@
 //! decision core (which decides from it) and the providers (which make
 //! it), so neither depends on the other for it.
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::setting_list;
-use super::{FIELDS, Mutability};
+use super::{FIELDS, FlatMap, Mutability};
 
 /// Label keys of the ownership marker at the provider.
 pub const OWNER_AGENT_LABEL: &str = "tend.dev/owner-agent";
@@ -24,7 +23,7 @@ pub struct OwnershipMarker {
 
 impl OwnershipMarker {
     /// Reads the marker from provider labels.
-    pub fn from_labels(labels: &BTreeMap<String, String>) -> Option<Self> {
+    pub fn from_labels(labels: &FlatMap<String>) -> Option<Self> {
         marker_labels(labels).map(|(agent_id, declaration)| OwnershipMarker {
             agent_id: agent_id.to_string(),
             declaration: declaration.to_string(),
@@ -33,7 +32,7 @@ impl OwnershipMarker {
 }
 
 /// The marker's agent id and declaration name in `labels`, borrowed.
-fn marker_labels(labels: &BTreeMap<String, String>) -> Option<(&str, &str)> {
+fn marker_labels(labels: &FlatMap<String>) -> Option<(&str, &str)> {
     Some((
         labels.get(OWNER_AGENT_LABEL)?,
         labels.get(OWNER_DECLARATION_LABEL)?,
@@ -70,9 +69,9 @@ pub struct Observation {
     pub external_id: String,
     pub status: ResourceStatus,
     /// Observed values by field path (`connectionLimit`, `parameters.work_mem`).
-    pub fields: BTreeMap<String, Value>,
+    pub fields: FlatMap<Value>,
     /// Provider-side labels (ownership marker and provider-side overrides).
-    pub labels: BTreeMap<String, String>,
+    pub labels: FlatMap<String>,
     /// When the provider's answer was produced (a stale cache answers with an
     /// old time).
     pub observed_at: SystemTime,
@@ -210,7 +209,7 @@ mod tests {
             database_name: "db".into(),
             external_id: "db".into(),
             status: ResourceStatus::Ready,
-            fields: BTreeMap::from([
+            fields: FlatMap::from([
                 ("parameters.work_mem".to_string(), serde_json::json!("64MB")),
                 (
                     "parameters.DateStyle".to_string(),
@@ -222,7 +221,7 @@ mod tests {
                 ),
                 ("connectionLimit".to_string(), serde_json::json!(5)),
             ]),
-            labels: BTreeMap::new(),
+            labels: FlatMap::new(),
             observed_at: std::time::SystemTime::UNIX_EPOCH,
             unobserved: vec!["parameters.work_mem".to_string()],
         };

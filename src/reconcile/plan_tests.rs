@@ -48,7 +48,7 @@ fn found(limit: u64, labels: &[(&str, &str)]) -> Observed {
             ("connectionLimit".to_string(), json!(limit)),
         ]
         .into(),
-        labels: all,
+        labels: all.into_iter().collect(),
         observed_at: t(0),
         unobserved: Vec::new(),
     })

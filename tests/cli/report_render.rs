@@ -58,8 +58,8 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
                     database_name: name.clone(),
                     external_id: "db-s".into(),
                     status: ResourceStatus::Ready,
-                    fields,
-                    labels,
+                    fields: fields.into_iter().collect(),
+                    labels: labels.into_iter().collect(),
                     observed_at: now,
                     unobserved: Vec::new(),
                 })
@@ -75,8 +75,8 @@ fn fixed_plan(set: &DeclarationSet) -> Plan<'_> {
                     database_name: name.clone(),
                     external_id: format!("db-{name}"),
                     status: ResourceStatus::Ready,
-                    fields,
-                    labels,
+                    fields: fields.into_iter().collect(),
+                    labels: labels.into_iter().collect(),
                     observed_at: now,
                     unobserved: Vec::new(),
                 })

@@ -70,8 +70,8 @@ fn observation(fields: &[(&str, Value)], marker: Option<(&str, &str)>) -> Observ
         database_name: "orders".into(),
         external_id: "db-1".into(),
         status: ResourceStatus::Ready,
-        fields: base,
-        labels,
+        fields: base.into_iter().collect(),
+        labels: labels.into_iter().collect(),
         observed_at: t(0),
         unobserved: Vec::new(),
     })

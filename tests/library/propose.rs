@@ -516,8 +516,8 @@ mod property {
                 database_name: "db".into(),
                 external_id: "x".into(),
                 status: ResourceStatus::Ready,
-                fields,
-                labels: BTreeMap::from([
+                fields: fields.into_iter().collect(),
+                labels: tend::testing::model::FlatMap::from([
                     (OWNER_AGENT_LABEL.to_string(), "a".to_string()),
                     (OWNER_DECLARATION_LABEL.to_string(), "db".to_string()),
                 ]),

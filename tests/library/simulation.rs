@@ -315,7 +315,7 @@ struct World {
     /// The configured `deletion_delay` (what the invariants hold tend to).
     deletion_delay: Duration,
     /// A database someone else owns (no marker): must never change.
-    foreign: (String, BTreeMap<String, Value>),
+    foreign: (String, tend::testing::model::FlatMap<Value>),
 }
 
 impl World {
@@ -496,7 +496,7 @@ async fn run_schedule(
         } else {
             DELETION_DELAY
         },
-        foreign: ("zulu".into(), BTreeMap::new()),
+        foreign: ("zulu".into(), Default::default()),
     };
     let broken = |step: usize, invariant: &'static str, detail: String| Violation {
         invariant,

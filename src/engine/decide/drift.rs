@@ -103,10 +103,7 @@ pub fn each_difference(
     }
     if manages_parameters {
         let declared = spec.get("parameters").and_then(Value::as_object);
-        for (field, have) in obs.fields.range::<str, _>((
-            std::ops::Bound::Included("parameters."),
-            std::ops::Bound::Unbounded,
-        )) {
+        for (field, have) in obs.fields.iter_from("parameters.") {
             let Some(setting) = field.strip_prefix("parameters.") else {
                 break;
             };

@@ -62,9 +62,10 @@ impl Listed {
         // The name a database is listed under is its databaseName, whether
         // or not the server echoes the field (one it did not create
         // itself does not): adoption compares the declared name with it.
-        db.fields
-            .entry("databaseName".to_string())
-            .or_insert_with(|| Value::String(db.name.clone()));
+        if !db.fields.contains_key("databaseName") {
+            db.fields
+                .insert("databaseName".to_string(), Value::String(db.name.clone()));
+        }
         Ok(Listed {
             observation: Observation {
                 database_name: db.name,

@@ -623,8 +623,8 @@ mod tests {
             name: "legacy".into(),
             id: "db-1".into(),
             status: status.into(),
-            fields: BTreeMap::new(),
-            labels: BTreeMap::new(),
+            fields: Default::default(),
+            labels: Default::default(),
             etag: "\"1\"".into(),
             observed_at: observed_at.into(),
         }

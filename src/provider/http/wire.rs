@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::FlatMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -41,9 +43,9 @@ pub struct Database {
     pub status: String,
     /// Field values by path (`size`, `storageGb`, `parameters.work_mem`).
     #[serde(default)]
-    pub fields: BTreeMap<String, Value>,
+    pub fields: FlatMap<Value>,
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub labels: FlatMap<String>,
     /// The version of this representation (quoted, as in the header).
     pub etag: String,
     /// When this representation was true (RFC 3339): a cache serving an

@@ -11,6 +11,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio::sync::Semaphore;
 
 use super::{PostgresProvider, classify, open, retryable};
+use crate::model::FlatMap;
 use crate::provider::setting_list::{self, POSTGRES_LIST_SETTINGS};
 use crate::provider::{
     OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, ProviderError, ResourceStatus,
@@ -182,16 +183,9 @@ impl PostgresProvider {
 
 /// The server-level fields of one `pg_database` row, its ownership marker
 /// (from tend's catalog) and whether it accepts connections.
-fn server_fields(
-    row: &tokio_postgres::Row,
-) -> (
-    String,
-    BTreeMap<String, Value>,
-    BTreeMap<String, String>,
-    bool,
-) {
+fn server_fields(row: &tokio_postgres::Row) -> (String, FlatMap<Value>, FlatMap<String>, bool) {
     let name: String = row.get(0);
-    let mut fields = BTreeMap::new();
+    let mut fields = FlatMap::new();
     fields.insert("databaseName".into(), json!(name));
     fields.insert("owner".into(), json!(row.get::<_, String>(2)));
     fields.insert("encoding".into(), json!(row.get::<_, String>(3)));
@@ -211,7 +205,7 @@ fn server_fields(
             fields.insert(format!("parameters.{k}"), json!(v));
         }
     }
-    let mut labels = BTreeMap::new();
+    let mut labels = FlatMap::new();
     if let (Some(agent), Some(decl)) = (
         row.get::<_, Option<String>>(9),
         row.get::<_, Option<String>>(10),

@@ -26,6 +26,7 @@ use super::{
 use crate::cause::Cause;
 use crate::clock::{Clock, SystemClock};
 use crate::config::FaultConfig;
+use crate::model::FlatMap;
 use crate::model::hash::sha256_hex;
 
 /// Up to how many names `observe_all` reads one by one.
@@ -56,8 +57,8 @@ pub const SANDBOX_FIELDS: &[&str] = &[
 pub struct SandboxDatabase {
     pub id: String,
     /// Field values by path (`parameters.work_mem` for settings).
-    pub fields: BTreeMap<String, Value>,
-    pub labels: BTreeMap<String, String>,
+    pub fields: FlatMap<Value>,
+    pub labels: FlatMap<String>,
     /// Seconds since the epoch.
     pub created_at: u64,
     pub ready_at: u64,
@@ -377,8 +378,8 @@ impl Provider for SandboxProvider {
                     "sbx-{}",
                     &sha256_hex(format!("{name}:{}", self.now_ms()).as_bytes())[..10]
                 ),
-                fields: BTreeMap::new(),
-                labels: BTreeMap::new(),
+                fields: FlatMap::new(),
+                labels: FlatMap::new(),
                 created_at: now,
                 ready_at: now + self.provisioning_delay.as_secs(),
                 written_at_ms: self.now_ms(),

@@ -1,0 +1,299 @@
+//! A map of a few entries kept as one sorted vector of pairs.
+//!
+//! An observation holds two maps for every database of the fleet (its
+//! fields and its labels, two to twenty entries each), and a provider's
+//! whole listing is held while its cycle decides. A `BTreeMap` allocates a
+//! node sized for eleven entries whatever it holds (about 600 bytes for
+//! `String` keys), so two entries cost as much as eleven; here they cost
+//! their own size. Lookups are a binary search, iteration is in key order
+//! as a `BTreeMap`'s is, and it reads and writes as the same JSON object.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A map from `String` keys, sorted by key, each key once.
+///
+/// Invariant: `entries` is sorted by key with no key twice (every
+/// constructor and mutator keeps it), so lookups may binary-search and
+/// equality is that of the maps.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FlatMap<V> {
+    entries: Vec<(String, V)>,
+}
+
+impl<V> Default for FlatMap<V> {
+    fn default() -> Self {
+        FlatMap::new()
+    }
+}
+
+/// The iterator of [`FlatMap::iter`].
+pub(crate) type Iter<'a, V> =
+    std::iter::Map<std::slice::Iter<'a, (String, V)>, fn(&'a (String, V)) -> (&'a String, &'a V)>;
+
+fn pair_ref<V>(entry: &(String, V)) -> (&String, &V) {
+    (&entry.0, &entry.1)
+}
+
+impl<V> FlatMap<V> {
+    /// An empty map (allocates nothing).
+    pub const fn new() -> Self {
+        FlatMap {
+            entries: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Where `key` is, or where it would go.
+    fn position<Q>(&self, key: &Q) -> Result<usize, usize>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.entries
+            .binary_search_by(|(k, _)| Borrow::<Q>::borrow(k).cmp(key))
+    }
+
+    pub fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.position(key).ok().map(|at| &self.entries[at].1)
+    }
+
+    pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.position(key).ok().map(|at| &mut self.entries[at].1)
+    }
+
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.position(key).is_ok()
+    }
+
+    /// Sets `key` to `value`; the value it had, if any.
+    pub fn insert(&mut self, key: String, value: V) -> Option<V> {
+        match self.position(key.as_str()) {
+            Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
+            Err(at) => {
+                self.entries.insert(at, (key, value));
+                None
+            }
+        }
+    }
+
+    /// Takes `key` out; its value, if it had one.
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        String: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.position(key).ok().map(|at| self.entries.remove(at).1)
+    }
+
+    /// Removes every entry.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Keeps the entries `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&String, &mut V) -> bool) {
+        self.entries.retain_mut(|(k, v)| keep(k, v));
+    }
+
+    /// The entries in key order.
+    pub fn iter(&self) -> Iter<'_, V> {
+        self.entries
+            .iter()
+            .map(pair_ref as fn(&(String, V)) -> (&String, &V))
+    }
+
+    /// The entries from `key` on (its own, if present, first), in key
+    /// order: the entries of a prefix start there.
+    pub fn iter_from(&self, key: &str) -> Iter<'_, V> {
+        let at = self.position(key).unwrap_or_else(|at| at);
+        self.entries[at..]
+            .iter()
+            .map(pair_ref as fn(&(String, V)) -> (&String, &V))
+    }
+
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator {
+        self.entries.iter().map(|(_, v)| v)
+    }
+
+    /// From pairs in any order; of a key given twice, the last value.
+    fn from_pairs(mut entries: Vec<(String, V)>) -> Self {
+        // A stable sort keeps a key's values in the order given; `dedup_by`
+        // keeps the first of a run, so it takes each later value into it.
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(&mut later.1, &mut kept.1);
+            }
+            same
+        });
+        entries.shrink_to_fit();
+        FlatMap { entries }
+    }
+}
+
+/// `map[key]`: the value of a key the caller knows is there (panics
+/// otherwise, as a `BTreeMap`'s does).
+impl<V, Q> std::ops::Index<&Q> for FlatMap<V>
+where
+    String: Borrow<Q>,
+    Q: Ord + ?Sized,
+{
+    type Output = V;
+
+    fn index(&self, key: &Q) -> &V {
+        self.get(key).expect("no entry for the key in the map")
+    }
+}
+
+impl<V> FromIterator<(String, V)> for FlatMap<V> {
+    fn from_iter<I: IntoIterator<Item = (String, V)>>(pairs: I) -> Self {
+        FlatMap::from_pairs(pairs.into_iter().collect())
+    }
+}
+
+impl<V, const N: usize> From<[(String, V); N]> for FlatMap<V> {
+    fn from(pairs: [(String, V); N]) -> Self {
+        FlatMap::from_pairs(Vec::from(pairs))
+    }
+}
+
+impl<V> Extend<(String, V)> for FlatMap<V> {
+    fn extend<I: IntoIterator<Item = (String, V)>>(&mut self, pairs: I) {
+        for (k, v) in pairs {
+            self.insert(k, v);
+        }
+    }
+}
+
+impl<V> IntoIterator for FlatMap<V> {
+    type Item = (String, V);
+    type IntoIter = std::vec::IntoIter<(String, V)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.into_iter()
+    }
+}
+
+impl<'a, V> IntoIterator for &'a FlatMap<V> {
+    type Item = (&'a String, &'a V);
+    type IntoIter = Iter<'a, V>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<V: fmt::Debug> fmt::Debug for FlatMap<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<V: Serialize> Serialize for FlatMap<V> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for FlatMap<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs<V>(PhantomData<V>);
+
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Pairs<V> {
+            type Value = FlatMap<V>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                // The hint is the sender's word: bounded, so a damaged one
+                // cannot reserve memory the input does not fill.
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+                while let Some(pair) = map.next_entry()? {
+                    entries.push(pair);
+                }
+                Ok(FlatMap::from_pairs(entries))
+            }
+        }
+
+        deserializer.deserialize_map(Pairs(PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_is_a_sorted_map_with_the_last_value_of_a_key_given_twice() {
+        let map: FlatMap<u32> = [
+            ("b".to_string(), 1),
+            ("a".to_string(), 2),
+            ("b".to_string(), 3),
+        ]
+        .into();
+        assert_eq!(map.len(), 2);
+        assert_eq!(map.get("b"), Some(&3));
+        assert_eq!(
+            map.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+    }
+
+    #[test]
+    fn insert_and_remove_keep_it_sorted() {
+        let mut map = FlatMap::new();
+        for key in ["m", "c", "x", "a"] {
+            assert_eq!(map.insert(key.to_string(), key.len()), None);
+        }
+        assert_eq!(map.insert("c".to_string(), 9), Some(1));
+        assert_eq!(map.remove("m"), Some(1));
+        assert_eq!(map.remove("m"), None);
+        let pairs: Vec<(&str, usize)> = map.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(pairs, [("a", 1), ("c", 9), ("x", 1)]);
+        assert!(map.contains_key("x") && !map.contains_key("m"));
+    }
+
+    #[test]
+    fn it_reads_and_writes_as_the_json_object_a_btree_map_does() {
+        let json = r#"{"z":1,"a":{"k":[2]},"z":3}"#;
+        let flat: FlatMap<serde_json::Value> = serde_json::from_str(json).unwrap();
+        let tree: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_json::from_str(json).unwrap();
+        assert_eq!(
+            serde_json::to_string(&flat).unwrap(),
+            serde_json::to_string(&tree).unwrap()
+        );
+        assert_eq!(format!("{flat:?}"), format!("{tree:?}"));
+    }
+}

@@ -22,7 +22,7 @@ use super::notify::deliver::Notifier;
 use super::report::{Report, ResourceReport, StatusBranchReport};
 use super::report_digest::{Digested, EntryDigests};
 use crate::agent::Agent;
-use crate::journal::{DecidedFrom, LastOperations, StateStore};
+use crate::journal::{DecidedFrom, StateStore};
 use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
@@ -85,9 +85,6 @@ pub(crate) struct StatusPublisher {
     /// Whether `renders_file` was read, and whether it holds `rendered`.
     renders_loaded: bool,
     renders_saved: bool,
-    /// The running agent's: each resource's last operation, brought up to
-    /// date at each status commit instead of read whole.
-    last_operations: Option<LastOperations>,
     /// The running agent's: what each file was decided from as this
     /// publisher last recorded it (it alone writes it while it runs), so
     /// it is not read back at every status commit. `None`: read it.
@@ -139,7 +136,6 @@ impl StatusPublisher {
             entries_recorded: false,
             renders_loaded: false,
             renders_saved: true,
-            last_operations: None,
             decided: None,
             rendered: None,
         }
@@ -150,7 +146,6 @@ impl StatusPublisher {
     /// whose resource changed since the commit it last published.
     pub(crate) fn keeping_renders(mut self) -> Self {
         self.keeps_renders = true;
-        self.last_operations = Some(LastOperations::default());
         self
     }
 
@@ -393,31 +388,26 @@ impl StatusPublisher {
                 self.rendered_entries = kept.entries;
             }
         }
-        // A one-shot publisher over a render whose entries it knows reads
-        // only the operations finished since that render's mark, and then
-        // the last operation of each resource it renders, by name.
+        // Over a render whose entries it knows (this process's last, or
+        // the last process's), only the operations finished since that
+        // render's mark are read, and then the last operation of each
+        // resource it renders, by name: nothing is kept between commits.
         let over_render = self
             .rendered
             .as_ref()
             .is_some_and(|(commit, _)| tip.as_deref() == Some(commit.as_str()));
-        let since_render = match (&self.last_operations, &self.rendered_entries, mark) {
-            (None, Some((_, at)), Some(_)) if self.entries_recorded && over_render => {
-                Some(LastOperations::since(*at))
-            }
+        let since_render = match (&self.rendered_entries, mark) {
+            (Some((_, at)), Some(now)) if self.entries_recorded && over_render => Some((*at, now)),
             _ => None,
         };
         // A render made without every last operation it needed is not
         // trusted by the next: its files are rendered again.
         let mut operations_unread = false;
         let partial = since_render.is_some();
-        let taken = match (&self.store, self.last_operations.as_mut(), mark) {
-            (Some(store), Some(kept), Some(mark)) => kept.take(store, mark),
-            (Some(store), None, Some(mark)) => match since_render {
-                Some(mut since) => since.take(store, mark),
-                None => store.last_operations().map(|all| (all, None)),
-            },
-            (Some(store), _, _) => store.last_operations().map(|all| (all, None)),
-            (None, _, _) => Ok(Default::default()),
+        let taken = match (&self.store, since_render) {
+            (Some(store), Some((then, now))) => store.last_operations_since(then, now),
+            (Some(store), None) => store.last_operations().map(|all| (all, None)),
+            (None, _) => Ok(Default::default()),
         };
         let (mut last_operations, operations_changed) = taken.unwrap_or_else(|e| {
             tracing::warn!("status branch: cannot read the last operations: {e}");
@@ -566,9 +556,6 @@ impl StatusPublisher {
                     "status branch: cannot remember what each file was decided from: {e}"
                 ),
             }
-        }
-        if let Some(kept) = self.last_operations.as_mut() {
-            kept.put_back(last_operations);
         }
         // The key of what the branch holds now.
         let (key, now_at) = match &published {

@@ -862,6 +862,14 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
         1,
         "only orders' file is rendered over the agent's own commit",
     );
+    // The agent keeps no resource's last operation between commits:
+    // orders' update is found among the operations finished since its
+    // last render, and no other is read.
+    logged(
+        "the last operations of 0 resources read by name",
+        1,
+        "the status writer reads the operations finished since its last render",
+    );
 
     // Someone edits billing's file on the branch.
     let clone = remote.clone_status("by-hand");
@@ -894,7 +902,19 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
         2,
         "only orders' file is rendered for the move",
     );
+    // No operation finished: orders' last operation is read by name, and
+    // its file still shows it.
+    logged(
+        "the last operations of 1 resources read by name",
+        1,
+        "the moved file's last operation is read by name",
+    );
     assert!(remote.show(&orders).contains("db/orders.yaml"));
+    assert!(
+        remote.show(&orders).contains("kind: update"),
+        "{}",
+        remote.show(&orders)
+    );
 }
 
 /// A commit whose change at one provider takes its time (its call is

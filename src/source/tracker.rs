@@ -518,15 +518,17 @@ impl Source {
         // subtree nested too deep) is an error of its own, in place of
         // its contents, and cached like any file's.
         let mut problems: HashMap<String, String> = HashMap::new();
-        let files: Vec<(String, Oid)> = listed
-            .into_iter()
-            .map(|f| {
-                if let Some(problem) = f.problem {
-                    problems.insert(f.path.clone(), problem);
-                }
-                (f.path, f.id)
-            })
-            .collect();
+        // Sized to the files, not collected in place: the snapshot keeps
+        // this list, and the listing's own buffer (grown by doubling, its
+        // entries larger) would stay with it, half of it unused (4.6 MB at
+        // 100,000 files).
+        let mut files: Vec<(String, Oid)> = Vec::with_capacity(listed.len());
+        for f in listed {
+            if let Some(problem) = f.problem {
+                problems.insert(f.path.clone(), problem);
+            }
+            files.push((f.path, f.id));
+        }
         // Entries are taken out of the cache in path order; what is passed
         // over belongs to files no longer in the tree (or changed).
         let mut cached = parse_cache::CachedFiles::new(previous);

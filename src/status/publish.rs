@@ -465,13 +465,18 @@ impl StatusPublisher {
                 .filter(|(i, r)| !known(*i, r))
                 .map(|(_, r)| r.name.as_str())
                 .collect();
-            let read = if to_render.len() <= READ_BY_NAME_AT_MOST {
+            let whole = to_render.len() > READ_BY_NAME_AT_MOST;
+            let read = if whole {
+                store.last_operations()
+            } else {
                 read_by_name = Some(to_render.len());
                 store.last_operations_of(&to_render)
-            } else {
-                store.last_operations()
             };
             match read {
+                // Every resource's, read after those finished since: they
+                // replace them instead of growing a second map beside
+                // them (a cold start's render at 100,000 resources).
+                Ok(read) if whole => last_operations = read,
                 Ok(read) => {
                     for (name, op) in read {
                         last_operations.entry(name).or_insert(op);

@@ -73,14 +73,6 @@ impl<V> FlatMap<V> {
         self.position(key).ok().map(|at| &self.entries[at].1)
     }
 
-    pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
-    where
-        String: Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
-        self.position(key).ok().map(|at| &mut self.entries[at].1)
-    }
-
     pub fn contains_key<Q>(&self, key: &Q) -> bool
     where
         String: Borrow<Q>,
@@ -114,11 +106,6 @@ impl<V> FlatMap<V> {
         self.entries.clear();
     }
 
-    /// Keeps the entries `keep` says yes to.
-    pub fn retain(&mut self, mut keep: impl FnMut(&String, &mut V) -> bool) {
-        self.entries.retain_mut(|(k, v)| keep(k, v));
-    }
-
     /// The entries in key order.
     pub fn iter(&self) -> Iter<'_, V> {
         self.entries
@@ -137,10 +124,6 @@ impl<V> FlatMap<V> {
 
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
         self.entries.iter().map(|(k, _)| k)
-    }
-
-    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator {
-        self.entries.iter().map(|(_, v)| v)
     }
 
     /// From pairs in any order; of a key given twice, the last value.

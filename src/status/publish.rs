@@ -74,7 +74,8 @@ pub(crate) struct StatusPublisher {
     rendered: Option<(String, HashMap<String, InputsDigest>)>,
     /// The digests of that render's report entries, to know an entry that
     /// says the same at the next, and the state's finished-operations mark
-    /// then (kept for the next process with `rendered`).
+    /// then (for this process's next render, and kept for the next
+    /// process with `rendered`).
     rendered_entries: Option<(EntryDigests, (i64, i64))>,
     /// Whether the state remembers what that render decided each file
     /// from, as the render did: only then are its entries' digests
@@ -630,9 +631,9 @@ impl Drop for StatusPublisher {
     }
 }
 
-/// The most resources whose last operations a one-shot status commit
-/// reads by name, a query each; more are read with every other (one query
-/// over the journal: 10-25 ms at 10,000 resources).
+/// The most resources whose last operations a status commit over a known
+/// render reads by name, a hundred a query; more are read with every other
+/// (one query over the journal: 10-25 ms at 10,000 resources).
 const READ_BY_NAME_AT_MOST: usize = 200;
 
 /// `report`'s digest, timed in the debug log.

@@ -44,7 +44,8 @@ use super::{FORMAT, READABLE_FORMAT, StateError};
 use postgres::PgSession;
 use sql::{Row, SqlError, SqlValue, args};
 
-/// SQLite's page cache per connection, in KiB (SQLite's own default).
+/// SQLite's page cache per connection, in KiB (about SQLite's own
+/// default of 2,000 KiB).
 /// A cycle no longer reads every resource's row (the memories are brought
 /// up to date from the rows written since the last read), so a cache that
 /// held them bought no time, and it filled to its size in every process:

@@ -61,8 +61,8 @@ impl StateStore {
     }
 
     /// [`Self::last_operations`] of `names` alone (by the journal's index
-    /// on names, a query for each hundred: for the few resources a
-    /// one-shot status commit renders).
+    /// on names, a query for each hundred: for the few resources a status
+    /// commit over a known render renders).
     pub fn last_operations_of(
         &self,
         names: &[&str],

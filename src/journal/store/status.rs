@@ -25,14 +25,20 @@ pub struct LastOperation {
 impl StateStore {
     /// How many operations have finished and when the newest did: it
     /// moves whenever one finishes (a cheap stand-in for every last
-    /// operation).
+    /// operation). The count takes in the operations pruned from the
+    /// journal (`pruned_generations`), so a prune does not lower it: a
+    /// prune and an operation finished beside it would otherwise leave the
+    /// count where it was, and an operation finished in the newest
+    /// millisecond (or with an older time) would go unseen.
     pub fn finished_operations_mark(&self) -> Result<(i64, i64), StateError> {
+        let sql = if self.has_table("pruned_generations")? {
+            "SELECT count(*) + CAST(coalesce((SELECT sum(count) FROM pruned_generations), 0) AS BIGINT), \
+             coalesce(max(updated_ms), 0) FROM intents WHERE state IN ('done', 'failed')"
+        } else {
+            "SELECT count(*), coalesce(max(updated_ms), 0) FROM intents WHERE state IN ('done', 'failed')"
+        };
         Ok(self
-            .map_rows(
-                "SELECT count(*), coalesce(max(updated_ms), 0) FROM intents WHERE state IN ('done', 'failed')",
-                &[],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?
+            .map_rows(sql, &[], |r| Ok((r.get(0)?, r.get(1)?)))?
             .first()
             .copied()
             .unwrap_or((0, 0)))
@@ -482,11 +488,42 @@ mod tests {
         let mark = store.finished_operations_mark()?;
         finished(&store, "op-0", "ledger", 500)?;
         assert_eq!(same_as_whole(&store, mark)?, None);
-        // Pruned: read whole.
+        // Pruned beside a newer one: the count takes in what was pruned,
+        // so what finished since is still read alone, and is right.
         let mark = store.finished_operations_mark()?;
         finished(&store, "op-5", "orders", 3_000)?;
-        store.prune_journal(UNIX_EPOCH + Duration::from_millis(10_000), 1)?;
-        assert_eq!(same_as_whole(&store, mark)?, None);
+        assert!(store.prune_journal(UNIX_EPOCH + Duration::from_millis(10_000), 1)? > 0);
+        assert_eq!(
+            same_as_whole(&store, mark)?,
+            Some(vec!["orders".to_string()])
+        );
+        Ok(())
+    }
+
+    /// A prune beside an operation finished in the mark's own millisecond
+    /// left the mark as it was: the operation went unseen.
+    #[test]
+    fn an_operation_finished_beside_a_prune_is_not_missed() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
+        finished(&store, "op-1", "orders", 1_000)?;
+        finished(&store, "op-2", "orders", 1_500)?;
+        finished(&store, "op-3", "billing", 2_000)?;
+        let mark = store.finished_operations_mark()?;
+        // orders' older operation is pruned; ledger's finishes in the
+        // mark's millisecond.
+        assert_eq!(
+            store.prune_journal(UNIX_EPOCH + Duration::from_millis(1_800), 1)?,
+            1
+        );
+        finished(&store, "op-4", "ledger", 2_000)?;
+        let changed = same_as_whole(&store, mark)?;
+        assert!(
+            changed
+                .as_ref()
+                .is_none_or(|c| c.contains(&"ledger".to_string())),
+            "{changed:?}"
+        );
         Ok(())
     }
 

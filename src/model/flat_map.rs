@@ -35,8 +35,14 @@ impl<V> Default for FlatMap<V> {
 pub(crate) type Iter<'a, V> =
     std::iter::Map<std::slice::Iter<'a, (String, V)>, fn(&'a (String, V)) -> (&'a String, &'a V)>;
 
-fn pair_ref<V>(entry: &(String, V)) -> (&String, &V) {
-    (&entry.0, &entry.1)
+/// `entries` as a [`FlatMap::iter`] gives them.
+fn pairs<V>(entries: &[(String, V)]) -> Iter<'_, V> {
+    fn pair_ref<V>(entry: &(String, V)) -> (&String, &V) {
+        (&entry.0, &entry.1)
+    }
+    entries
+        .iter()
+        .map(pair_ref as fn(&(String, V)) -> (&String, &V))
 }
 
 impl<V> FlatMap<V> {
@@ -108,18 +114,14 @@ impl<V> FlatMap<V> {
 
     /// The entries in key order.
     pub fn iter(&self) -> Iter<'_, V> {
-        self.entries
-            .iter()
-            .map(pair_ref as fn(&(String, V)) -> (&String, &V))
+        pairs(&self.entries)
     }
 
     /// The entries from `key` on (its own, if present, first), in key
     /// order: the entries of a prefix start there.
     pub fn iter_from(&self, key: &str) -> Iter<'_, V> {
         let at = self.position(key).unwrap_or_else(|at| at);
-        self.entries[at..]
-            .iter()
-            .map(pair_ref as fn(&(String, V)) -> (&String, &V))
+        pairs(&self.entries[at..])
     }
 
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {

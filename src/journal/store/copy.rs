@@ -93,12 +93,9 @@ impl StateStore {
             .collect::<Result<_, _>>()?;
         target.write(|tx| {
             for (table, columns, rows) in &rows {
-                let placeholders: Vec<String> = (1..=columns.split(',').count())
-                    .map(|i| format!("?{i}"))
-                    .collect();
                 let sql = format!(
                     "INSERT INTO {table} ({columns}) VALUES ({})",
-                    placeholders.join(", ")
+                    super::sql::placeholders(columns.split(',').count())
                 );
                 for row in rows {
                     tx.exec(&sql, &row.0)?;

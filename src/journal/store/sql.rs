@@ -89,6 +89,16 @@ impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
     }
 }
 
+/// `?1, ?2, …, ?n`: the placeholders of `n` parameters, for a statement
+/// whose parameter count is known only when it runs (a row of a table's
+/// columns, a list of names).
+pub(crate) fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("?{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `args![a, b]`: statement parameters, in `?1`, `?2` order.
 macro_rules! args {
     ($($a:expr),* $(,)?) => {

@@ -75,11 +75,10 @@ impl StateStore {
     ) -> Result<HashMap<String, LastOperation>, StateError> {
         let mut out = HashMap::with_capacity(names.len());
         for chunk in names.chunks(100) {
-            let placeholders: Vec<String> = (1..=chunk.len()).map(|i| format!("?{i}")).collect();
             let sql = format!(
                 "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
                  WHERE name IN ({}) AND state IN ('done', 'failed')",
-                placeholders.join(", ")
+                super::sql::placeholders(chunk.len())
             );
             let args: Vec<super::sql::SqlValue> = chunk
                 .iter()

@@ -1,6 +1,6 @@
 //! Combining overrides from their three sources into one effective override.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::Serialize;
 
@@ -108,8 +108,12 @@ pub struct EffectiveOverride {
     pub expired: bool,
     /// Expired overrides with `on-expiry: resume` that are no longer honoured.
     pub resumed: bool,
-    /// Age of the oldest override.
-    pub age: Duration,
+    /// When the oldest override was first seen. Kept as a time, not as
+    /// an age at the decision's `now`: a decision that stands from a
+    /// cycle's first pass is reported with its second pass's `now`, and
+    /// `now - age` then moved the time a report shows (and the status
+    /// branch's file with it) by the time between the passes.
+    pub first_seen: Option<SystemTime>,
     /// What the overrides declare, honoured or not (an expired one with
     /// `on-expiry: resume` still declares the pause it no longer holds):
     /// what reports name as its kind and fields.
@@ -170,9 +174,7 @@ pub(crate) fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveO
         };
         out.expired |= expired;
         out.resumed |= !honoured;
-        out.age = out
-            .age
-            .max(now.duration_since(o.first_seen).unwrap_or_default());
+        out.first_seen = Some(out.first_seen.map_or(o.first_seen, |t| t.min(o.first_seen)));
         out.declared_paused |= o.spec.paused;
         for f in &o.spec.ignore_fields {
             if !out.declared_fields.contains(f) {
@@ -193,6 +195,8 @@ pub(crate) fn effective(inputs: &[OverrideInput], now: SystemTime) -> EffectiveO
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -698,7 +698,7 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
                 reason: ov.reasons.join("; "),
                 expires: ov.expires.map(rfc3339),
                 expired: ov.expired,
-                first_seen: plan.now.checked_sub(ov.age).map(rfc3339),
+                first_seen: ov.first_seen.map(rfc3339),
             })
         }),
         operation: match &r.operation {

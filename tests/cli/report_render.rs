@@ -193,3 +193,27 @@ fn html_report_snapshot() {
     let report = build_report(&config(), &fixed_plan(&set));
     insta::assert_snapshot!(tend::testing::status::html::page(&report, "tend apply"));
 }
+
+/// A decision that stands from a cycle's first pass is reported in the
+/// plan of its second pass, made later: an override's `firstSeen` is when
+/// it was first seen, not moved by the time between the passes (which
+/// changed the status branch's file of a resource nothing had changed
+/// for, whenever the passes fell in different seconds).
+#[test]
+fn an_override_is_reported_first_seen_when_it_was_whatever_the_plan_time() {
+    let set = examples();
+    let mut plan = fixed_plan(&set);
+    let decided_at = plan.now;
+    plan.now = decided_at + Duration::from_millis(1_500);
+    let report = serde_json::to_value(build_report(&config(), &plan)).unwrap();
+    let billing = report["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "billing")
+        .unwrap();
+    assert_eq!(
+        billing["override"]["firstSeen"], "2027-01-15T08:00:00Z",
+        "{billing:#}"
+    );
+}

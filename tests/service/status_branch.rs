@@ -237,7 +237,8 @@ fn the_status_branch_over_git_daemon_and_smart_http() {
         assert_eq!(
             changed.lines().collect::<Vec<_>>(),
             ["SUMMARY.md", status_file("orders").as_str()],
-            "{transport}"
+            "{transport}: {}",
+            remote.git(&["diff", "tend-status~1", "tend-status", "--", "status"])
         );
         assert!(
             remote

@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         Err(code) => return ExitCode::from(code),
     };
     // The agent sets its arenas once its configuration is read
-    // (`heap::agent_arenas`).
+    // (`heap::tune_agent`).
     if !cli.runs_the_agent() {
         // SAFETY: still before any other thread (parsing starts none).
         unsafe { tend::heap::two_arenas() };

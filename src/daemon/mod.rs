@@ -112,7 +112,7 @@ pub(crate) fn run(config_path: &Path) -> u8 {
     );
     // SAFETY: no other thread exists yet: the runtime below starts the
     // first (reading the configuration starts none).
-    unsafe { crate::process::heap::agent_arenas(threads) };
+    unsafe { crate::process::heap::tune_agent(threads) };
     let mut builder = if threads > 1 {
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         builder.worker_threads(threads);

@@ -6,10 +6,14 @@
 //! the kernel and the next allocations fault the same pages in again, and
 //! a one-shot command then frees every object one by one just before the
 //! kernel would reclaim them all at once. Both cost more than deciding.
+//! A one-shot command keeps its freed memory ([`tune`]); the running
+//! agent, whose resident memory is what its operators budget for, gives
+//! it back ([`tune_agent`]).
 
 /// Keeps freed memory in the process (no trimming, no per-allocation
-/// `mmap` for large blocks, the heap grown in large steps). A long-running
-/// agent settles at its peak, which the memory targets bound anyway.
+/// `mmap` for large blocks, the heap grown in large steps): for a command
+/// that ends soon after its peak. The running agent gives memory back
+/// instead ([`tune_agent`]).
 ///
 /// # Safety
 /// Call it before the process starts any other thread (the binary's
@@ -41,7 +45,7 @@ pub unsafe fn tune() {
 /// after another (a no-change request took as much CPU time as wall time,
 /// about 0.6 s, on two cores); with two, two whole cycles run at once and
 /// the request takes about 0.37 s. Each thread costs an arena
-/// ([`agent_arenas`]), and a second one buys nothing for one provider:
+/// ([`tune_agent`]), and a second one buys nothing for one provider:
 /// at 10,000 declarations on one provider it only raised the peak from
 /// 104-114 MB to 137-140 MB. More than two would not shorten a request on
 /// the two cores this is measured on.
@@ -50,27 +54,49 @@ pub fn agent_threads(providers: usize, parallel_cycles: usize) -> usize {
     cores.min(providers).min(parallel_cycles).clamp(1, 2)
 }
 
-/// As many malloc arenas as the agent decides on threads
-/// ([`agent_threads`]), not glibc's default of eight a core: that gave
-/// each blocking thread that reads the state an arena of its own that a
-/// long-running agent never gave back (at 10,000 resources, about 45 MB
-/// of the daemon's resident memory). One arena shared by two deciding
-/// threads made
-/// them wait on each other's allocations: a no-change request at 100,000
-/// took 1.5 s of CPU instead of 0.6 s. The second costs about 7 MB at
-/// 10,000 resources over 10 providers and 40-60 MB at 100,000 (each arena
-/// keeps what its threads freed).
+/// The running agent's heap: as many malloc arenas as it decides on
+/// threads ([`agent_threads`]), and freed memory handed back to the
+/// kernel (glibc's 128 KiB thresholds, fixed).
+///
+/// Arenas: glibc's default of eight a core gave each blocking thread that
+/// reads the state an arena of its own that a long-running agent never
+/// gave back (at 10,000 resources, about 45 MB of the daemon's resident
+/// memory). One arena shared by two deciding threads made them wait on
+/// each other's allocations: a no-change request at 100,000 took 1.5 s of
+/// CPU instead of 0.6 s. The second costs about 7 MB at 10,000 resources
+/// over 10 providers and 40-60 MB at 100,000 (each arena keeps what its
+/// threads freed).
+///
+/// Handing memory back: [`tune`] keeps every freed page for the next
+/// allocation, which a one-shot command wants (it ends soon after its
+/// peak). An agent's resident memory is then the most its heap ever
+/// spanned, holes and all: the cold start's creates and the first whole
+/// status render left pages no later cycle fills. With blocks of 128 KiB
+/// or more in their own mappings (unmapped when freed; glibc's default
+/// threshold, but fixed instead of rising to the largest block freed) and
+/// the heap's free top returned past 128 KiB, `bench_daemon` at 10,000
+/// peaked at 68.5-69.0 MiB instead of 75.0-75.1, and held 63-64 MB
+/// instead of 75-77 after its no-change cycles, for about 3 ms more of
+/// tend's own time in each of them (pages faulted in again). Either
+/// setting alone gave back 0-2 MiB of the peak.
 ///
 /// # Safety
 /// As [`tune`]: before the process starts any other thread (the agent
 /// calls it once its configuration is read, before its runtime starts).
-pub unsafe fn agent_arenas(threads: usize) {
+pub unsafe fn tune_agent(threads: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let arenas = i32::try_from(threads).unwrap_or(1);
-        // SAFETY: as in `tune`.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, arenas);
+        for (param, value) in [
+            (libc::M_ARENA_MAX, arenas),
+            (libc::M_MMAP_THRESHOLD, 128 << 10),
+            (libc::M_TRIM_THRESHOLD, 128 << 10),
+            (libc::M_TOP_PAD, 0),
+        ] {
+            // SAFETY: as in `tune`.
+            unsafe {
+                libc::mallopt(param, value);
+            }
         }
     }
 }

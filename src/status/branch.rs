@@ -292,6 +292,34 @@ impl StatusBranch {
         }
     }
 
+    /// What [`super::branch_files::render`] does with each resource file:
+    /// writes its blob into the repository the branch is built in and
+    /// keeps the id, so a whole render holds ids, not files. A blob
+    /// already there is only looked up: libgit2's write would touch its
+    /// file (at 100,000 loose blobs, 4 s of a whole render after a
+    /// restart). A repository that cannot be opened or written keeps the
+    /// bytes: building the tree writes them then, or says what failed.
+    pub(crate) fn blob_writer(&self) -> impl FnMut(Vec<u8>) -> FileContent + use<> {
+        crate::source::libgit2();
+        let repo = Repository::open_bare(&self.repo_dir).ok();
+        move |bytes| {
+            let Some(repo) = &repo else {
+                return FileContent::Bytes(bytes);
+            };
+            let written = Oid::hash_object(git2::ObjectType::Blob, &bytes).and_then(|id| {
+                if repo.odb()?.exists(id) {
+                    Ok(id)
+                } else {
+                    repo.blob(&bytes)
+                }
+            });
+            match written {
+                Ok(id) => FileContent::Blob(id),
+                Err(_) => FileContent::Bytes(bytes),
+            }
+        }
+    }
+
     /// Refuses a branch another agent, or a newer tend, writes.
     fn check_owner(
         &self,
@@ -366,16 +394,19 @@ impl StatusBranch {
                     shards.entry(shard).or_default().insert(name, content);
                 }
                 None => {
-                    // Only the resources' files are ever kept or removed.
-                    let FileContent::Bytes(bytes) = content else {
-                        return Ok(None);
-                    };
                     let name = Path::new(path)
                         .file_name()
                         .and_then(|n| n.to_str())
                         .unwrap_or(path);
-                    let old = base.as_ref().and_then(|b| b.get_name(name));
-                    let id = self.blob(repo, old.as_ref(), bytes)?;
+                    let id = match content {
+                        FileContent::Bytes(bytes) => {
+                            let old = base.as_ref().and_then(|b| b.get_name(name));
+                            self.blob(repo, old.as_ref(), bytes)?
+                        }
+                        FileContent::Blob(id) => *id,
+                        // Only the resources' files are ever kept or removed.
+                        FileContent::Removed => return Ok(None),
+                    };
                     root.insert(name, id, 0o100644).map_err(|e| self.git(e))?;
                 }
             }
@@ -432,8 +463,9 @@ impl StatusBranch {
                 FileContent::Bytes(bytes) => {
                     let id =
                         Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
-                    self.put_blob(repo, &mut builder, name, id, bytes)?;
+                    self.put_blob(repo, &mut builder, name, id, Some(bytes))?;
                 }
+                FileContent::Blob(id) => self.put_blob(repo, &mut builder, name, *id, None)?,
                 FileContent::Removed => {
                     if builder.get(name).map_err(|e| self.git(e))?.is_some() {
                         builder.remove(name).map_err(|e| self.git(e))?;
@@ -458,10 +490,14 @@ impl StatusBranch {
     ) -> Result<Oid, StatusBranchError> {
         let mut files = Vec::with_capacity(wanted.len());
         for (name, content) in wanted {
-            if let FileContent::Bytes(bytes) = content {
-                let id =
-                    Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
-                files.push((*name, id, bytes.as_slice()));
+            match content {
+                FileContent::Bytes(bytes) => {
+                    let id =
+                        Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(|e| self.git(e))?;
+                    files.push((*name, id, Some(bytes.as_slice())));
+                }
+                FileContent::Blob(id) => files.push((*name, *id, None)),
+                FileContent::Removed => {}
             }
         }
         if let Some(old) = old
@@ -476,7 +512,10 @@ impl StatusBranch {
         if let Some(old) = old {
             for entry in old.iter() {
                 let name = entry.name().unwrap_or_default().to_string();
-                if !matches!(wanted.get(name.as_str()), Some(FileContent::Bytes(_))) {
+                if !matches!(
+                    wanted.get(name.as_str()),
+                    Some(FileContent::Bytes(_) | FileContent::Blob(_))
+                ) {
                     builder.remove(&name).map_err(|e| self.git(e))?;
                 }
             }
@@ -487,22 +526,25 @@ impl StatusBranch {
         builder.write().map_err(|e| self.git(e))
     }
 
-    /// Puts the blob of `bytes` (whose id is `id`) at `name`, unless it is
-    /// there already (nothing written then).
+    /// Puts the blob `id` at `name`, unless it is there already: written
+    /// from `bytes`, or (`None`) already in the repository.
     fn put_blob(
         &self,
         repo: &Repository,
         builder: &mut git2::TreeBuilder<'_>,
         name: &str,
         id: Oid,
-        bytes: &[u8],
+        bytes: Option<&[u8]>,
     ) -> Result<(), StatusBranchError> {
         let present = builder
             .get(name)
             .map_err(|e| self.git(e))?
             .is_some_and(|e| e.id() == id);
         if !present {
-            let blob = repo.blob(bytes).map_err(|e| self.git(e))?;
+            let blob = match bytes {
+                Some(bytes) => repo.blob(bytes).map_err(|e| self.git(e))?,
+                None => id,
+            };
             builder
                 .insert(name, blob, 0o100644)
                 .map_err(|e| self.git(e))?;

@@ -20,9 +20,10 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::last_operations::LastOperationOf;
 use super::report::{DriftReport, OverrideReport, Report, ResourceReport};
 use crate::engine::State;
-use crate::journal::{DecidedFrom, LastOperation};
+use crate::journal::DecidedFrom;
 
 /// The version of the status branch's layout `agent.yaml` names. A tend
 /// that finds a higher one does not write the branch. 2: the resources'
@@ -120,6 +121,11 @@ const HEADER: &str =
 pub(crate) enum FileContent {
     /// These bytes.
     Bytes(Vec<u8>),
+    /// The blob of this id, already in the repository the branch is
+    /// built in: a whole render at 100,000 resources writes each file's
+    /// blob as it is made instead of holding 27 MB of files until the
+    /// tree is built ([`render`]'s `hold`).
+    Blob(git2::Oid),
     /// No file (a resource no longer reported), over the commit the
     /// inputs were last rendered for.
     Removed,
@@ -181,11 +187,16 @@ pub(crate) struct Rendered {
 /// resource whose inputs are the same is kept as the tip holds it, and a
 /// resource no longer reported is [`FileContent::Removed`]. A change to
 /// one resource of 100,000 renders one YAML file and names it alone.
+///
+/// `hold` is given each resource file's bytes as it is rendered and says
+/// how the file is kept until the tree is built: as they are
+/// ([`FileContent::Bytes`]), or written as a blob ([`FileContent::Blob`]).
 pub(crate) fn render(
     report: &Report,
-    last_operations: &HashMap<String, LastOperation>,
+    last_operations: &mut dyn LastOperationOf,
     decided: &DecidedFrom,
     previous: Inputs<'_>,
+    hold: &mut dyn FnMut(Vec<u8>) -> FileContent,
 ) -> Rendered {
     let (keep, previous, unchanged): (_, _, &Unchanged<'_>) = match previous {
         Inputs::Forget => (false, None, &none_unchanged),
@@ -216,7 +227,7 @@ pub(crate) fn render(
         if before.is_some() && was.is_some() && unchanged(i, r) {
             continue;
         }
-        let op = last_operations.get(&r.name).map(|o| OperationFile {
+        let op = last_operations.of(i, &r.name).map(|o| OperationFile {
             id: &o.id,
             kind: &o.kind,
             result: &o.result,
@@ -270,7 +281,7 @@ pub(crate) fn render(
         };
         files.insert(
             file_name(&r.name),
-            FileContent::Bytes(format!("{HEADER}{decided_from}{yaml}").into_bytes()),
+            hold(format!("{HEADER}{decided_from}{yaml}").into_bytes()),
         );
         let now = commit.map(|commit| (digest, commit));
         // What the next render compares: these fields, with the
@@ -329,6 +340,12 @@ pub(crate) fn render(
         inputs,
         rendered,
     }
+}
+
+/// Keeps a rendered file's bytes in memory (for [`render`]'s `hold`).
+#[cfg(test)]
+pub(crate) fn keep_bytes(bytes: Vec<u8>) -> FileContent {
+    FileContent::Bytes(bytes)
 }
 
 /// The [`InputsDigest`] of `file`: its fields (as JSON, written into
@@ -554,13 +571,14 @@ mod tests {
 
     #[test]
     fn over_the_last_render_only_what_changed_is_named() {
-        let none = HashMap::new();
+        let mut none = HashMap::new();
         let first = report(&[("billing", ""), ("ledger", ""), ("orders", "")]);
         let whole = render(
             &first,
-            &none,
+            &mut none,
             &DecidedFrom::new(),
             Inputs::Keep(None, &none_unchanged),
+            &mut keep_bytes,
         );
         assert!(!whole.over_base);
         assert_eq!(whole.rendered, 3);
@@ -578,9 +596,10 @@ mod tests {
         let second = report(&[("billing", ""), ("orders", "drifted"), ("payments", "")]);
         let over = render(
             &second,
-            &none,
+            &mut none,
             &decided,
             Inputs::Keep(Some(whole.inputs), &none_unchanged),
+            &mut keep_bytes,
         );
         assert!(over.over_base);
         assert_eq!(over.rendered, 2);

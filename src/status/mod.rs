@@ -8,6 +8,7 @@ pub(crate) mod branch_files;
 pub(crate) mod files;
 pub(crate) mod html;
 pub(crate) mod kept_renders;
+pub(crate) mod last_operations;
 pub(crate) mod notify;
 pub(crate) mod publish;
 pub mod render;

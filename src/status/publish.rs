@@ -16,13 +16,14 @@ use std::time::SystemTime;
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
-use super::branch_files::{Inputs, InputsDigest, Rendered, render};
+use super::branch_files::{FileContent, Inputs, InputsDigest, Rendered, render};
 use super::files::{ReportFiles, ReportFilesError};
+use super::last_operations::ReadAlong;
 use super::notify::deliver::Notifier;
 use super::report::{Report, ResourceReport, StatusBranchReport};
 use super::report_digest::{Digested, EntryDigests};
 use crate::agent::Agent;
-use crate::journal::{DecidedFrom, StateStore};
+use crate::journal::{DecidedFrom, LastOperation, StateStore};
 use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
@@ -405,9 +406,15 @@ impl StatusPublisher {
         // trusted by the next: its files are rendered again.
         let mut operations_unread = false;
         let partial = since_render.is_some();
+        // Every resource's last operation is read along the render
+        // ([`ReadAlong`]), not before it.
+        let mut read_along = false;
         let taken = match (&self.store, since_render) {
             (Some(store), Some((then, now))) => store.last_operations_since(then, now),
-            (Some(store), None) => store.last_operations().map(|all| (all, None)),
+            (Some(_), None) => {
+                read_along = true;
+                Ok(Default::default())
+            }
             (None, _) => Ok(Default::default()),
         };
         let (mut last_operations, operations_changed) = taken.unwrap_or_else(|e| {
@@ -466,36 +473,39 @@ impl StatusPublisher {
                 .filter(|(i, r)| !known(*i, r))
                 .map(|(_, r)| r.name.as_str())
                 .collect();
-            let whole = to_render.len() > READ_BY_NAME_AT_MOST;
-            let read = if whole {
-                store.last_operations()
+            if to_render.len() > READ_BY_NAME_AT_MOST {
+                // Every resource's, read along the render: they replace
+                // those finished since (the newest of each, all the same).
+                read_along = true;
+                last_operations = HashMap::new();
             } else {
                 read_by_name = Some(to_render.len());
-                store.last_operations_of(&to_render)
-            };
-            match read {
-                // Every resource's, read after those finished since: they
-                // replace them instead of growing a second map beside
-                // them (a cold start's render at 100,000 resources).
-                Ok(read) if whole => last_operations = read,
-                Ok(read) => {
-                    for (name, op) in read {
-                        last_operations.entry(name).or_insert(op);
+                match store.last_operations_of(&to_render) {
+                    Ok(read) => {
+                        for (name, op) in read {
+                            last_operations.entry(name).or_insert(op);
+                        }
                     }
-                }
-                Err(e) => {
-                    tracing::warn!("status branch: cannot read the last operations: {e}");
-                    operations_unread = true;
+                    Err(e) => {
+                        tracing::warn!("status branch: cannot read the last operations: {e}");
+                        operations_unread = true;
+                    }
                 }
             }
         }
         let message = commit_message(report);
         let read = started.elapsed();
-        let mut rendered = render(
+        // Each file's blob is written as it is rendered: a whole render
+        // holds ids, not files.
+        let mut hold = branch.blob_writer();
+        let mut rendered = render_reading(
             report,
-            &last_operations,
+            self.store.as_deref().filter(|_| read_along),
+            &mut last_operations,
+            &mut operations_unread,
             &decided,
             self.inputs(base_digests, &unchanged),
+            &mut hold,
         );
         // Only what changed over that commit, or every file.
         let over = base_commit.as_deref().filter(|_| rendered.over_base);
@@ -504,20 +514,16 @@ impl StatusPublisher {
         // (The tip moved under the changes: rendered whole and published
         // again, so such a cycle may push up to twice `attempts` times.)
         if matches!(published, Published::NeedsEveryFile) {
-            if partial && let Some(store) = &self.store {
-                match store.last_operations() {
-                    Ok(all) => last_operations = all,
-                    Err(e) => {
-                        tracing::warn!("status branch: cannot read the last operations: {e}");
-                        operations_unread = true;
-                    }
-                }
-            }
-            rendered = render(
+            // (After a partial read, every resource's is read along.)
+            drop(rendered);
+            rendered = render_reading(
                 report,
-                &last_operations,
+                self.store.as_deref().filter(|_| read_along || partial),
+                &mut last_operations,
+                &mut operations_unread,
                 &decided,
                 self.inputs(None, &super::branch_files::none_unchanged),
+                &mut hold,
             );
             published = branch.publish(&rendered.files, &message, None, None)?;
             if matches!(published, Published::NeedsEveryFile) {
@@ -595,6 +601,30 @@ impl StatusPublisher {
             Published::Unchanged(_) | Published::NeedsEveryFile => None,
         })
     }
+}
+
+/// [`render`], with each resource's last operation from `last_operations`,
+/// or (`along`) read from that state along the render: a read that fails
+/// is said, and sets `unread`.
+fn render_reading(
+    report: &Report,
+    along: Option<&StateStore>,
+    last_operations: &mut HashMap<String, LastOperation>,
+    unread: &mut bool,
+    decided: &DecidedFrom,
+    inputs: Inputs<'_>,
+    hold: &mut dyn FnMut(Vec<u8>) -> FileContent,
+) -> Rendered {
+    let Some(store) = along else {
+        return render(report, last_operations, decided, inputs, hold);
+    };
+    let mut along = ReadAlong::new(store, &report.resources);
+    let rendered = render(report, &mut along, decided, inputs, hold);
+    if let Some(e) = along.failure() {
+        tracing::warn!("status branch: cannot read the last operations: {e}");
+        *unread = true;
+    }
+    rendered
 }
 
 /// What was rendered is kept for the next process when the publisher goes

@@ -9,8 +9,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return ExitCode::from(code),
     };
-    // The agent sets its arenas once its configuration is read
-    // (`heap::tune_agent`).
+    // The agent sets its arenas and how its heap gives memory back once
+    // its configuration is read (`heap::tune_agent`).
     if !cli.runs_the_agent() {
         // SAFETY: still before any other thread (parsing starts none).
         unsafe { tend::heap::two_arenas() };

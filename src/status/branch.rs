@@ -480,7 +480,7 @@ impl StatusBranch {
     }
 
     /// One shard of `status/` holding exactly the files of `wanted` (a
-    /// whole render's: every one has its bytes): `old` itself when it
+    /// whole render's: every one has its bytes or its blob): `old` itself when it
     /// holds the same files, else `old` with what changed.
     fn shard_tree(
         &self,

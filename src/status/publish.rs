@@ -662,8 +662,9 @@ impl Drop for StatusPublisher {
 }
 
 /// The most resources whose last operations a status commit over a known
-/// render reads by name, a hundred a query; more are read with every other
-/// (one query over the journal: 10-25 ms at 10,000 resources).
+/// render reads by name before rendering, a hundred a query; with more,
+/// every resource's is read along the render, a thousand at a time
+/// ([`ReadAlong`]).
 const READ_BY_NAME_AT_MOST: usize = 200;
 
 /// `report`'s digest, timed in the debug log.

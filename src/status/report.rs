@@ -249,7 +249,7 @@ pub struct OverrideReport {
     /// RFC 3339, or `null` for an override without expiry.
     pub expires: Option<String>,
     pub expired: bool,
-    /// When tend first saw the oldest of the overrides (RFC 3339): its age.
+    /// When tend first saw the oldest of the overrides (RFC 3339).
     /// `firstSeen`, as the report contract (docs/reports.md) names it;
     /// reports written before read back through the alias.
     #[serde(

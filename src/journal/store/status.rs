@@ -67,8 +67,9 @@ impl StateStore {
     }
 
     /// [`Self::last_operations`] of `names` alone (by the journal's index
-    /// on names, a query for each hundred: for the few resources a status
-    /// commit over a known render renders).
+    /// on names, a query for each hundred): the few resources a status
+    /// commit over a known render renders, or a whole render's, a
+    /// thousand at a time.
     pub fn last_operations_of(
         &self,
         names: &[&str],

@@ -342,12 +342,6 @@ pub(crate) fn render(
     }
 }
 
-/// Keeps a rendered file's bytes in memory (for [`render`]'s `hold`).
-#[cfg(test)]
-pub(crate) fn keep_bytes(bytes: Vec<u8>) -> FileContent {
-    FileContent::Bytes(bytes)
-}
-
 /// The [`InputsDigest`] of `file`: its fields (as JSON, written into
 /// `json`, a buffer reused from one resource to the next: several times
 /// cheaper than the YAML the branch holds), and what the state remembers
@@ -578,7 +572,7 @@ mod tests {
             &mut none,
             &DecidedFrom::new(),
             Inputs::Keep(None, &none_unchanged),
-            &mut keep_bytes,
+            &mut FileContent::Bytes,
         );
         assert!(!whole.over_base);
         assert_eq!(whole.rendered, 3);
@@ -599,7 +593,7 @@ mod tests {
             &mut none,
             &decided,
             Inputs::Keep(Some(whole.inputs), &none_unchanged),
-            &mut keep_bytes,
+            &mut FileContent::Bytes,
         );
         assert!(over.over_base);
         assert_eq!(over.rendered, 2);

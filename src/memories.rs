@@ -429,7 +429,10 @@ mod tests {
         let first = cache.current(&store)?;
         let decided: crate::journal::DecidedFrom = [(
             "orders".to_string(),
-            ("digest".to_string(), "c0ffee".to_string()),
+            crate::journal::DecidedAt {
+                digest: [7; 32],
+                commit: "c0ffee".into(),
+            },
         )]
         .into();
         let changes: Vec<_> = decided
@@ -448,6 +451,26 @@ mod tests {
     }
 
     /// A resource applied, as a confirmed create records it.
+    #[test]
+    fn memories_read_share_each_commit_and_provider() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let (store, cache) = retaining(&dir)?;
+        for name in ["orders", "payments"] {
+            applied(&store, name)?;
+        }
+        let read = cache.current(&store)?;
+        let (orders, payments) = (&read.memories["orders"], &read.memories["payments"]);
+        assert_eq!(orders.applied_commit.as_deref(), Some("c0ffee"));
+        assert_eq!(orders.provider.as_deref(), Some("sandbox"));
+        let shared = |a: &Option<Arc<str>>, b: &Option<Arc<str>>| match (a, b) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        assert!(shared(&orders.applied_commit, &payments.applied_commit));
+        assert!(shared(&orders.provider, &payments.provider));
+        Ok(())
+    }
+
     fn applied(store: &StateStore, name: &str) -> Result<(), StateError> {
         let (manifest, fields) = (serde_json::json!({}), BTreeMap::new());
         let hash = SpecHash("spec-1".into());

@@ -136,10 +136,12 @@ pub(crate) fn hold_behind(mut decision: Decision, name: &str, gate: WorkGate<'_>
                 work.attempts,
                 if work.attempts == 1 { "" } else { "s" }
             )
+            .into()
         }
         WorkGate::JustReplayed => format!(
             "an earlier operation on `{name}` was replayed in this cycle; the create is decided again on a fresh observation"
-        ),
+        )
+        .into(),
     };
     decision
 }
@@ -174,7 +176,7 @@ mod tests {
             crate::engine::State::Drifted,
             Action::None,
             Rule::Suspended,
-            "suspended".into(),
+            "suspended",
         );
         let ends = SystemTime::UNIX_EPOCH + Duration::from_secs(99_999);
         decision.act_at = Some(ends);
@@ -247,7 +249,7 @@ mod tests {
             crate::engine::State::Drifted,
             Action::Update,
             Rule::DeclaredChange,
-            "update".into(),
+            "update",
         );
         decision.changes.insert("connectionLimit".into(), 20.into());
         let work = PendingWork {

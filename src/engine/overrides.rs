@@ -121,6 +121,43 @@ pub struct EffectiveOverride {
     pub declared_fields: Vec<String>,
 }
 
+/// No override at all: what [`DecidedOverrides`] reads as when it holds
+/// none.
+static NO_OVERRIDE: EffectiveOverride = EffectiveOverride {
+    sources: Vec::new(),
+    paused: false,
+    ignore_fields: Vec::new(),
+    reasons: Vec::new(),
+    expires: None,
+    expired: false,
+    resumed: false,
+    first_seen: None,
+    declared_paused: false,
+    declared_fields: Vec::new(),
+};
+
+/// A decision's overrides, boxed and only when there are any: most of a
+/// fleet has none, an [`EffectiveOverride`] is well over a hundred bytes,
+/// and a cycle holds a decision for every resource. Reads as the
+/// overrides themselves ([`Deref`](std::ops::Deref)); none reads as an
+/// empty [`EffectiveOverride`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DecidedOverrides(Option<Box<EffectiveOverride>>);
+
+impl From<EffectiveOverride> for DecidedOverrides {
+    fn from(overrides: EffectiveOverride) -> Self {
+        DecidedOverrides((overrides != NO_OVERRIDE).then(|| Box::new(overrides)))
+    }
+}
+
+impl std::ops::Deref for DecidedOverrides {
+    type Target = EffectiveOverride;
+
+    fn deref(&self) -> &EffectiveOverride {
+        self.0.as_deref().unwrap_or(&NO_OVERRIDE)
+    }
+}
+
 impl EffectiveOverride {
     pub fn is_empty(&self) -> bool {
         self.sources.is_empty()
@@ -212,6 +249,28 @@ mod tests {
             !ov.ignores("connectionlimit"),
             "only settings' names ignore case"
         );
+    }
+
+    #[test]
+    fn a_decision_holds_no_box_without_overrides_and_reads_them_as_they_are_with() {
+        let none = DecidedOverrides::from(EffectiveOverride::default());
+        assert!(none.0.is_none(), "no override, nothing allocated");
+        assert!(none.is_empty() && !none.paused);
+        // Anything set is kept, even without a source.
+        let seen = EffectiveOverride {
+            first_seen: Some(SystemTime::UNIX_EPOCH),
+            ..EffectiveOverride::default()
+        };
+        assert_eq!(*DecidedOverrides::from(seen.clone()), seen);
+        let paused = EffectiveOverride {
+            sources: vec![OverrideSource::Local],
+            paused: true,
+            reasons: vec!["incident".into()],
+            ..EffectiveOverride::default()
+        };
+        let decided = DecidedOverrides::from(paused.clone());
+        assert!(decided.paused && decided.reasons == ["incident"]);
+        assert_eq!(*decided, paused);
     }
 
     fn spec() -> OverrideSpec {

@@ -4,6 +4,7 @@
 //! typo is an error with a position, never a silently ignored field. Semantic
 //! rules that serde cannot express live in [`super::validate`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -22,14 +23,40 @@ pub(crate) const KIND: &str = "ManagedDatabase";
 #[schemars(title = "ManagedDatabase")]
 pub struct ManagedDatabase {
     /// Always `tend.dev/v1alpha1`.
-    pub api_version: String,
+    #[serde(deserialize_with = "api_version")]
+    pub api_version: Cow<'static, str>,
     /// Always `ManagedDatabase`.
-    pub kind: String,
+    #[serde(deserialize_with = "kind")]
+    pub kind: Cow<'static, str>,
     pub metadata: Metadata,
     /// The desired state. Absent fields are not managed (except the policies,
     /// which have defaults).
     #[serde(default)]
     pub spec: Spec,
+}
+
+/// `apiVersion` as read: the only one this build understands borrowed
+/// (every declaration of a fleet names it: no string of its own each),
+/// anything else kept for validation to refuse.
+fn api_version<'de, D: Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+    known_or_owned(d, API_VERSION)
+}
+
+/// `kind` as read, as [`api_version`] reads `apiVersion`.
+fn kind<'de, D: Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+    known_or_owned(d, KIND)
+}
+
+fn known_or_owned<'de, D: Deserializer<'de>>(
+    d: D,
+    known: &'static str,
+) -> Result<Cow<'static, str>, D::Error> {
+    let read = String::deserialize(d)?;
+    Ok(if read == known {
+        Cow::Borrowed(known)
+    } else {
+        Cow::Owned(read)
+    })
 }
 
 /// Identity and annotations of a declaration.

@@ -41,6 +41,25 @@ pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     }
 }
 
+/// The `N` bytes `text` spells in hex (either case); `None` for any other
+/// length or character.
+pub(crate) fn bytes_of_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let nibble = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let mut bytes = [0; N];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(bytes)
+}
+
 /// Hex sha256 of `bytes`.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
@@ -138,6 +157,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn hex_decodes_what_it_encodes_and_nothing_else() {
+        let bytes = [0x00, 0x0f, 0xa5, 0xff];
+        assert_eq!(bytes_of_hex::<4>(&hex(&bytes)), Some(bytes));
+        assert_eq!(bytes_of_hex::<4>("000FA5FF"), Some(bytes));
+        assert_eq!(bytes_of_hex::<4>("000fa5f"), None, "a digit short");
+        assert_eq!(bytes_of_hex::<4>("000fa5fg"), None, "not hex");
+        assert_eq!(bytes_of_hex::<4>("000fa5é"), None, "not ASCII");
     }
 
     #[test]

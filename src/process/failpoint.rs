@@ -22,6 +22,7 @@
 //! | [`WEDGE`] | (none) | every provider worker hangs before its second cycle |
 //! | [`STATUS_WRITER_PANIC`] | (none) | the first status writer panics before it publishes |
 //! | [`REQUEST_TIMEOUT`] | milliseconds | the HTTP server's request timeout |
+//! | [`LAST_OPERATIONS_UNREAD`] | (none) | the status writer's read of the operations finished since its last render fails |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -42,6 +43,9 @@ pub const WEDGE: &str = "wedge";
 pub const STATUS_WRITER_PANIC: &str = "status-writer-panic";
 /// The HTTP server's request timeout.
 pub const REQUEST_TIMEOUT: &str = "request-timeout";
+/// The state's read of the operations finished since a mark
+/// (`StateStore::last_operations_since`).
+pub const LAST_OPERATIONS_UNREAD: &str = "last-operations-unread";
 
 /// The failpoints `FAILPOINTS` names, for the life of the process (the
 /// binary's `main` holds the value).

@@ -2,7 +2,7 @@
 //! providers at once, each through its own rate limiter and retry policy
 //! (a slow provider delays only its own resources).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::routing::Routed;
@@ -13,16 +13,51 @@ use crate::provider::{Observation, Observed, Provider, ProviderError};
 
 /// What one provider showed: every database by name, or why it could not
 /// be asked.
-pub(crate) type ProviderView = Result<HashMap<String, Observation>, String>;
+pub(crate) type ProviderView = Result<Listing, String>;
 
 fn view(observed: Result<Vec<Observation>, ProviderError>) -> ProviderView {
-    observed
-        .map(|list| {
-            list.into_iter()
-                .map(|o| (o.database_name.clone(), o))
-                .collect()
-        })
-        .map_err(|e| e.to_string())
+    observed.map(Listing::new).map_err(|e| e.to_string())
+}
+
+/// One provider's databases, sorted by name, one observation per name.
+///
+/// A sorted list, not a map by name: a cycle holds every provider's
+/// listing at once, and a map of ten thousand observations kept a copy of
+/// every name and a third of its slots empty (about 1.4 MB more at 10,000
+/// databases). Names are looked up by binary search; a cycle takes every
+/// observation out in one merge ([`distribute`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Listing(Vec<Observation>);
+
+impl Listing {
+    /// The listing of `observed`; of two observations under one name, the
+    /// later stands (as the provider's answer lists it).
+    pub(crate) fn new(mut observed: Vec<Observation>) -> Self {
+        // Reversed, then a stable sort: the later of two stands first in
+        // its run, and `dedup_by` keeps the first.
+        observed.reverse();
+        observed.sort_by(|a, b| a.database_name.cmp(&b.database_name));
+        observed.dedup_by(|a, b| a.database_name == b.database_name);
+        Listing(observed)
+    }
+
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|o| o.database_name.as_str().cmp(name))
+    }
+
+    /// `observation` in place of what the listing holds under its name.
+    pub(crate) fn insert(&mut self, observation: Observation) {
+        match self.position(&observation.database_name) {
+            Ok(at) => self.0[at] = observation,
+            Err(at) => self.0.insert(at, observation),
+        }
+    }
+
+    /// Removes the database `name` from the listing.
+    pub(crate) fn remove(&mut self, name: &str) -> Option<Observation> {
+        self.position(name).ok().map(|at| self.0.remove(at))
+    }
 }
 
 /// Listings started before the declarations are read (a one-shot command
@@ -247,8 +282,8 @@ pub(crate) async fn observe_all(
 /// a tombstone and a new declaration may share one, and both must see it:
 /// those are cloned, every other observation is moved to its subject.
 pub(crate) fn distribute(subjects: &[Routed<'_>], view: Option<ProviderView>) -> Vec<Observed> {
-    let mut by_name = match view {
-        Some(Ok(by_name)) => by_name,
+    let listing = match view {
+        Some(Ok(listing)) => listing,
         Some(Err(message)) => {
             return subjects
                 .iter()
@@ -262,24 +297,32 @@ pub(crate) fn distribute(subjects: &[Routed<'_>], view: Option<ProviderView>) ->
                 .collect();
         }
     };
-    let shared: HashSet<&str> = {
-        let mut sorted: Vec<&str> = subjects.iter().map(|r| r.database_name.as_str()).collect();
-        sorted.sort_unstable();
-        sorted
-            .windows(2)
-            .filter(|pair| pair[0] == pair[1])
-            .map(|pair| pair[0])
-            .collect()
-    };
-    subjects
-        .iter()
-        .map(|r| {
-            let found = if shared.contains(r.database_name.as_str()) {
-                by_name.get(&r.database_name).cloned()
-            } else {
-                by_name.remove(&r.database_name)
-            };
-            found.map_or(Observed::NotFound, Observed::Found)
-        })
-        .collect()
+    // The subjects in the listing's order, then one merge of both: each
+    // observation moves to the subject that names its database (copied
+    // when several do).
+    let mut order: Vec<usize> = (0..subjects.len()).collect();
+    order.sort_by(|a, b| subjects[*a].database_name.cmp(&subjects[*b].database_name));
+    let mut observed: Vec<Observed> = subjects.iter().map(|_| Observed::NotFound).collect();
+    let mut listed = listing.0.into_iter().peekable();
+    for run in order.chunk_by(|a, b| subjects[*a].database_name == subjects[*b].database_name) {
+        let name = subjects[run[0]].database_name.as_str();
+        while listed
+            .next_if(|o| o.database_name.as_str() < name)
+            .is_some()
+        {}
+        let Some(found) = listed.next_if(|o| o.database_name == name) else {
+            continue;
+        };
+        if let Some((last, others)) = run.split_last() {
+            for at in others {
+                observed[*at] = Observed::Found(found.clone());
+            }
+            observed[*last] = Observed::Found(found);
+        }
+    }
+    observed
 }
+
+#[cfg(test)]
+#[path = "observe_tests.rs"]
+mod tests;

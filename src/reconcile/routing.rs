@@ -228,7 +228,10 @@ impl<'s> Routing<'s> {
         for tomb in tombstones {
             let name = tomb.last.metadata.name.clone();
             // Where tend manages it, else where the declaration said.
-            let remembered = inputs.memories.get(&name).and_then(|m| m.provider.clone());
+            let remembered = inputs
+                .memories
+                .get(&name)
+                .and_then(|m| m.provider.as_deref().map(str::to_string));
             let provider = match remembered {
                 Some(p) if config.providers.contains_key(&p) => Ok(p),
                 Some(p) => Err(p),

@@ -36,7 +36,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::Plan;
-use super::observe::ProviderView;
+use super::observe::{Listing, ProviderView};
 use crate::executor::{Confirmation, Executed};
 use crate::journal::effects::Effect;
 use crate::provider::{Observation, Observed, OperationKind};
@@ -181,12 +181,12 @@ pub(super) fn views_after(
     plan: Plan<'_>,
     confirmed: HashMap<String, Box<Confirmation>>,
 ) -> HashMap<String, ProviderView> {
-    let mut views: HashMap<String, HashMap<String, Observation>> = HashMap::new();
+    let mut views: HashMap<String, Vec<Observation>> = HashMap::new();
     let mut provider_of = HashMap::new();
     for r in plan.resources {
         let view = views.entry(r.provider.clone()).or_default();
         if let Observed::Found(obs) = r.observed {
-            view.insert(obs.database_name.clone(), obs);
+            view.push(obs);
         }
         if confirmed.contains_key(&r.name) {
             provider_of.insert(r.name, r.provider);
@@ -202,12 +202,12 @@ pub(super) fn views_of(
     again: &HashSet<String>,
     confirmed: HashMap<String, Box<Confirmation>>,
 ) -> HashMap<String, ProviderView> {
-    let mut views: HashMap<String, HashMap<String, Observation>> = HashMap::new();
+    let mut views: HashMap<String, Vec<Observation>> = HashMap::new();
     let mut provider_of = HashMap::new();
     for r in plan.resources.iter().filter(|r| again.contains(&r.name)) {
         let view = views.entry(r.provider.clone()).or_default();
         if let Observed::Found(obs) = &r.observed {
-            view.insert(obs.database_name.clone(), obs.clone());
+            view.push(obs.clone());
         }
         if confirmed.contains_key(&r.name) {
             provider_of.insert(r.name.clone(), r.provider.clone());
@@ -221,17 +221,28 @@ pub(super) fn views_of(
 /// database, and the one whose operation ran must not be overwritten by
 /// the other's older observation.
 fn confirm(
-    mut views: HashMap<String, HashMap<String, Observation>>,
+    views: HashMap<String, Vec<Observation>>,
     provider_of: &HashMap<String, String>,
     confirmed: HashMap<String, Box<Confirmation>>,
 ) -> HashMap<String, ProviderView> {
+    let mut views: HashMap<String, Listing> = views
+        .into_iter()
+        .map(|(provider, observed)| (provider, Listing::new(observed)))
+        .collect();
     for (name, c) in confirmed {
         let Some(view) = provider_of.get(&name).and_then(|p| views.get_mut(p)) else {
             continue;
         };
         match c.observation {
-            Some(obs) => view.insert(c.database_name, obs),
-            None => view.remove(&c.database_name),
+            // Filed under the database the operation was confirmed on
+            // (the observation is of that name: observed by it).
+            Some(mut obs) => {
+                obs.database_name = c.database_name;
+                view.insert(obs);
+            }
+            None => {
+                view.remove(&c.database_name);
+            }
         };
     }
     views.into_iter().map(|(p, v)| (p, Ok(v))).collect()

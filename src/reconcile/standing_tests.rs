@@ -42,7 +42,7 @@ fn plan<'s>(declarations: &'s [(Arc<Declaration>, &str)]) -> Plan<'s> {
             spec_hash: d.spec_hash.clone(),
             observed: Observed::NotFound,
             memory: Arc::default(),
-            decision: Decision::new(State::InSync, Action::None, Rule::InSync, "first".into()),
+            decision: Decision::new(State::InSync, Action::None, Rule::InSync, "first"),
             operation: None,
         })
         .collect();
@@ -222,7 +222,7 @@ fn decisions_made_again_take_the_place_of_the_first_and_the_fleet_wide_is_the_la
     let shown: Vec<(&str, &str)> = merged
         .resources
         .iter()
-        .map(|r| (r.name.as_str(), r.decision.reason.as_str()))
+        .map(|r| (r.name.as_str(), &*r.decision.reason))
         .collect();
     assert_eq!(shown, [("billing", "first"), ("orders", "again")]);
     assert_eq!(

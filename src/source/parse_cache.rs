@@ -205,16 +205,7 @@ pub(crate) fn object_id(oid: Oid) -> ObjectId {
 }
 
 fn parse_object_id(hex: &str) -> Option<ObjectId> {
-    let digits = hex.as_bytes();
-    if digits.len() != 40 {
-        return None;
-    }
-    let nibble = |c: u8| (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok());
-    let mut id = [0; 20];
-    for (byte, pair) in id.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
-    }
-    Some(id)
+    crate::model::hash::bytes_of_hex(hex)
 }
 
 /// One file's parse result.

@@ -437,7 +437,7 @@ mod tests {
                 .iter()
                 .map(|n| {
                     let mut e = (*resource(n)).clone();
-                    e.reason = reason.into();
+                    e.reason = reason.to_string().into();
                     Arc::new(e)
                 })
                 .collect();
@@ -506,7 +506,7 @@ mod tests {
         let held: Vec<(&str, &str)> = latest
             .resources
             .iter()
-            .map(|r| (r.name.as_str(), r.reason.as_str()))
+            .map(|r| (r.name.as_str(), &*r.reason))
             .collect();
         assert_eq!(held, [("billing", ""), ("orders", "changed")]);
         assert_eq!(latest.summary.total, 2);

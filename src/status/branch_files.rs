@@ -16,6 +16,7 @@
 //!   status file is the history of that resource.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -23,7 +24,7 @@ use serde_json::Value;
 use super::last_operations::LastOperationOf;
 use super::report::{DriftReport, OverrideReport, Report, ResourceReport};
 use crate::engine::State;
-use crate::journal::DecidedFrom;
+use crate::journal::{DecidedAt, DecidedFrom};
 
 /// The version of the status branch's layout `agent.yaml` names. A tend
 /// that finds a higher one does not write the branch. 2: the resources'
@@ -170,7 +171,7 @@ pub(crate) struct Rendered {
     pub over_base: bool,
     /// What changed of each resource's digest and `decidedFrom`: the new
     /// value, or `None` when the state should remember none.
-    pub decided: Vec<(String, Option<(String, String)>)>,
+    pub decided: Vec<(String, Option<DecidedAt>)>,
     /// Each resource's inputs, for the next render (empty with
     /// [`Inputs::Forget`]).
     pub inputs: HashMap<String, InputsDigest>,
@@ -211,6 +212,9 @@ pub(crate) fn render(
     let mut changes = Vec::new();
     let (mut found_decided, mut found_inputs, mut rendered) = (0, 0, 0);
     let mut json = Vec::new();
+    let source_commit_id = report.source.commit.as_deref();
+    // One id for every file decided at this commit.
+    let source_commit: Option<Arc<str>> = source_commit_id.map(Arc::from);
     for (i, r) in report.resources.iter().enumerate() {
         let was = decided.get(&r.name);
         found_decided += usize::from(was.is_some());
@@ -252,12 +256,11 @@ pub(crate) fn render(
             acts_at: r.acts_at.as_deref(),
             propose: r.propose.as_deref(),
         };
-        let source_commit = report.source.commit.as_deref();
         // As the last render stored them: with the `decidedFrom` it
         // remembered, which is what the state gives now.
         let key = match (before, was) {
             (Some(before), Some(was)) => {
-                let key = inputs_of(&mut json, &file, Some(was), source_commit);
+                let key = inputs_of(&mut json, &file, Some(was), source_commit_id);
                 if before == key {
                     continue;
                 }
@@ -267,10 +270,13 @@ pub(crate) fn render(
         };
         rendered += 1;
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
-        let digest = crate::model::hash::sha256_hex(yaml.as_bytes());
-        let commit = match (was, report.source.commit.as_deref()) {
-            (Some((was, commit)), _) if *was == digest => Some(commit.clone()),
-            (_, Some(now)) => Some(now.to_string()),
+        let digest: [u8; 32] = {
+            use sha2::Digest;
+            sha2::Sha256::digest(yaml.as_bytes()).into()
+        };
+        let commit = match (was, &source_commit) {
+            (Some(was), _) if was.digest == digest => Some(was.commit.clone()),
+            (_, Some(now)) => Some(now.clone()),
             (_, None) => None,
         };
         let decided_from = match &commit {
@@ -283,14 +289,14 @@ pub(crate) fn render(
             file_name(&r.name),
             hold(format!("{HEADER}{decided_from}{yaml}").into_bytes()),
         );
-        let now = commit.map(|commit| (digest, commit));
+        let now = commit.map(|commit| DecidedAt { digest, commit });
         // What the next render compares: these fields, with the
         // `decidedFrom` remembered from this one (the digest above, when
         // that did not change).
         if keep {
             let key = match key {
                 Some(key) if now.as_ref() == was => key,
-                _ => inputs_of(&mut json, &file, now.as_ref(), source_commit),
+                _ => inputs_of(&mut json, &file, now.as_ref(), source_commit_id),
             };
             inputs.insert(r.name.clone(), key);
         }
@@ -349,7 +355,7 @@ pub(crate) fn render(
 fn inputs_of(
     json: &mut Vec<u8>,
     file: &ResourceFile<'_>,
-    decided: Option<&(String, String)>,
+    decided: Option<&DecidedAt>,
     commit: Option<&str>,
 ) -> InputsDigest {
     use sha2::Digest;
@@ -364,9 +370,12 @@ fn inputs_of(
     // The source commit shows in the file only when the state remembers
     // no `decidedFrom` for it (a later commit that changes nothing for the
     // resource leaves its file as it is).
-    let parts = match decided {
-        Some((digest, from)) => [digest.as_str(), from.as_str(), ""],
-        None => ["", "", commit.unwrap_or("")],
+    // (The digest as the hex the state stores: the same inputs digest as
+    // when it was kept as a string.)
+    let digest = decided.map(DecidedAt::digest_hex);
+    let parts = match (decided, &digest) {
+        (Some(decided), Some(digest)) => [digest.as_str(), &*decided.commit, ""],
+        _ => ["", "", commit.unwrap_or("")],
     };
     for part in parts {
         hasher.update(b"\0");

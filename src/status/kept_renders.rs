@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use super::branch_files::InputsDigest;
 use super::report_digest::EntryDigests;
-use crate::model::hash::push_hex;
+use crate::model::hash::{bytes_of_hex, push_hex};
 
 /// What the first line starts with (bumped when the layout changes).
 const MAGIC: &str = "tend-status-inputs 2";
@@ -68,7 +68,7 @@ pub(crate) fn load(file: &Path) -> Option<KeptRenders> {
             // (Not sized by the count: a damaged one must not allocate.)
             let mut entries = Vec::new();
             for _ in 0..kept {
-                entries.push(hex_digest::<16>(lines.next()?)?);
+                entries.push(bytes_of_hex::<16>(lines.next()?)?);
             }
             Some((EntryDigests::of(&entries), (count, newest)))
         }
@@ -79,7 +79,7 @@ pub(crate) fn load(file: &Path) -> Option<KeptRenders> {
     let mut inputs = HashMap::new();
     for line in lines {
         let (hex, name) = line.split_once(' ')?;
-        inputs.insert(name.to_string(), hex_digest::<32>(hex)?);
+        inputs.insert(name.to_string(), bytes_of_hex::<32>(hex)?);
     }
     if inputs.len() != count {
         return None;
@@ -128,24 +128,6 @@ pub(crate) fn store(
         text.push('\n');
     }
     super::files::write_atomically(file, text.as_bytes())
-}
-
-/// `N` bytes from `2 * N` hexadecimal digits.
-fn hex_digest<const N: usize>(hex: &str) -> Option<[u8; N]> {
-    let hex = hex.as_bytes();
-    if hex.len() != 2 * N {
-        return None;
-    }
-    let digit = |c: u8| {
-        char::from(c)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    };
-    let mut out = [0u8; N];
-    for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -417,9 +417,15 @@ impl StatusPublisher {
             }
             (None, _) => Ok(Default::default()),
         };
+        // A failed read of what finished since: every resource's is read
+        // along the render instead, and every file digested again over the
+        // last render's (a file committed without its last operation
+        // would say there was none).
         let (mut last_operations, operations_changed) = taken.unwrap_or_else(|e| {
-            tracing::warn!("status branch: cannot read the last operations: {e}");
-            operations_unread = true;
+            tracing::warn!(
+                "status branch: cannot read the operations finished since the last render: {e}; reading every resource's along the render"
+            );
+            read_along = true;
             Default::default()
         });
         // (A whole read says nothing of what changed: every file is

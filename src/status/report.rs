@@ -1,6 +1,7 @@
 //! The report contract (`formatVersion: 1`, camelCase, docs/reports.md).
 //! Changing a field here is a breaking change for every consumer.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -191,9 +192,9 @@ pub struct ResourceReport {
     /// The rule that decided (`drift-grace`, `deletion-guard`, …: `tend
     /// explain` names the same). Absent in reports written before it was
     /// added.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub rule: String,
-    pub reason: String,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    pub rule: Cow<'static, str>,
+    pub reason: Cow<'static, str>,
     pub drift: Vec<DriftReport>,
     /// Boxed, as `operation` is: most resources have neither, and a
     /// fleet's report holds ten thousand of these, a few at a time.
@@ -625,14 +626,15 @@ fn released_report(r: &crate::journal::Release) -> ResourceReport {
         file: r.file.clone(),
         state: State::Released,
         action: Action::None,
-        rule: crate::engine::Rule::Release.as_str().to_string(),
+        rule: crate::engine::Rule::Release.as_str().into(),
         reason: format!(
             "released at {}{commit}: database `{}` stays at provider `{}`, no longer managed by tend (operation {})",
             rfc3339(r.at),
             r.database_name,
             r.provider,
             r.operation_id
-        ),
+        )
+        .into(),
         drift: Vec::new(),
         override_: None,
         operation: Some(Box::new(OperationReport {
@@ -672,7 +674,7 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
         file: r.file.to_string(),
         state: d.state,
         action: d.action,
-        rule: d.rule.as_str().to_string(),
+        rule: d.rule.as_str().into(),
         reason: d.reason.clone(),
         drift: d
             .drift

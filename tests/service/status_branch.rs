@@ -49,6 +49,16 @@ impl Remote {
         }
     }
 
+    /// Declares `orders` with `limit` connections, committed as
+    /// `orders: LIMIT` and pushed to the bare remote; the commit's id.
+    fn push_orders(&self, limit: u32) -> String {
+        self.repo.write("orders.yaml", &manifest("orders", limit));
+        let commit = self.repo.commit(&format!("orders: {limit}"));
+        self.repo
+            .git(&["push", "-q", &self.bare.display().to_string(), "main"]);
+        commit
+    }
+
     fn config(&self, url: &str, agent: &str) -> String {
         TendConfig::new(self.dir.path(), url)
             .top("agent_id", Some(&format!("\"{agent}\"")))
@@ -222,11 +232,7 @@ fn the_status_branch_over_git_daemon_and_smart_http() {
         apply(&config, 0);
         assert_eq!(remote.status_commits(), 1, "{transport}");
         // A change: one more commit, on top of the first.
-        remote.repo.write("orders.yaml", &manifest("orders", 20));
-        remote.repo.commit("orders: 20");
-        remote
-            .repo
-            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+        remote.push_orders(20);
         apply(&config, 0);
         assert_eq!(remote.status_commits(), 2, "{transport}");
         // A commit that changes one declaration changes that resource's
@@ -342,11 +348,7 @@ exit 0
     )
     .unwrap();
     std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    remote.repo.write("orders.yaml", &manifest("orders", 30));
-    remote.repo.commit("orders: 30");
-    remote
-        .repo
-        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    remote.push_orders(30);
     let run = TendCommand::new(&["--config", &config, "apply"])
         .env("TEND_LOG", "tend=info")
         .expect_code(0);
@@ -472,11 +474,7 @@ fn a_branch_of_the_first_format_is_rewritten_sharded() {
     git(&old, &["commit", "-q", "-m", "the first format"]);
     git(&old, &["push", "-q", "origin", "tend-status"]);
     // Something to commit: orders changes.
-    remote.repo.write("orders.yaml", &manifest("orders", 30));
-    remote.repo.commit("orders: 30");
-    remote
-        .repo
-        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    remote.push_orders(30);
     apply(&config, 0);
     let files = remote.git(&["ls-tree", "-r", "--name-only", "tend-status"]);
     assert_eq!(
@@ -652,11 +650,7 @@ fn the_running_agent_commits_on_changes_only() {
         metrics.contains("tend_status_publish_failing 0"),
         "{metrics}"
     );
-    remote.repo.write("orders.yaml", &manifest("orders", 11));
-    remote.repo.commit("orders: 11");
-    remote
-        .repo
-        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+    remote.push_orders(11);
     daemon.wait_for(
         "a second status commit",
         std::time::Duration::from_secs(10),
@@ -827,14 +821,6 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     };
     wait_for_commits(1, "the first status commit");
     let billing_first = remote.show(&billing);
-    let push_orders = |limit: u32| {
-        remote.repo.write("orders.yaml", &manifest("orders", limit));
-        let commit = remote.repo.commit(&format!("orders: {limit}"));
-        remote
-            .repo
-            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
-        commit
-    };
     // The line is logged once the commit is pushed: waited for, then
     // counted exactly.
     let logged = |line: &str, times: usize, why: &str| {
@@ -846,7 +832,7 @@ fn the_running_agent_renders_what_changed_and_puts_a_hand_edit_right() {
     // counted; orders' file names the new commit, billing's is as tend
     // rendered it first.
     let change = |limit: u32, commits: usize, rendered: &str, times: usize, why: &str| {
-        let commit = push_orders(limit);
+        let commit = remote.push_orders(limit);
         wait_for_commits(commits, why);
         logged(rendered, times, why);
         assert!(
@@ -1009,14 +995,7 @@ fn a_one_shot_apply_renders_only_what_changed_since_the_last_one() {
     let kept = remote.dir.path().join("state/status-inputs");
     assert!(kept.exists(), "the digests were not kept");
 
-    let change = |limit: u32| {
-        remote.repo.write("orders.yaml", &manifest("orders", limit));
-        remote.repo.commit(&format!("orders: {limit}"));
-        remote
-            .repo
-            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
-    };
-    change(20);
+    remote.push_orders(20);
     let second = debug_apply();
     assert!(
         rendered(&second).starts_with("1 resource files rendered, 1 kept"),
@@ -1067,8 +1046,35 @@ fn a_one_shot_apply_renders_only_what_changed_since_the_last_one() {
     assert!(billing.contains("kind: create"), "{billing}");
 
     std::fs::remove_file(&kept).unwrap();
-    change(30);
+    remote.push_orders(30);
     let third = debug_apply_exiting(2);
     assert!(rendered(&third).starts_with("2 resource files rendered, 0 kept"));
     assert_eq!(remote.status_commits(), 4);
+}
+
+/// A failed read of the operations finished since the last render never
+/// commits files without their last operation: every resource's is read
+/// along the render instead.
+#[test]
+fn a_failed_read_of_the_finished_operations_keeps_every_last_operation() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "status-agent");
+    apply(&config, 0);
+    remote.push_orders(20);
+    let run = TendCommand::new(&["--config", &config, "apply"])
+        .env("FAILPOINTS", "last-operations-unread=return")
+        .expect_code(0);
+    assert!(
+        run.stderr
+            .contains("cannot read the operations finished since the last render"),
+        "{}",
+        run.stderr
+    );
+    // orders has its update, billing (unchanged) still its create.
+    let orders = remote.show(&status_file("orders"));
+    assert!(orders.contains("kind: update"), "{orders}");
+    let billing = remote.show(&status_file("billing"));
+    assert!(billing.contains("kind: create"), "{billing}");
+    assert_eq!(remote.status_commits(), 2);
 }

@@ -274,7 +274,8 @@ pub(super) fn decide_declared(
             } else {
                 ""
             }
-        );
+        )
+        .into();
         decision.changes.clear();
     }
     decision

@@ -1,6 +1,7 @@
 //! Field-level drift: what differs, where the difference came from, and
 //! which differences may be corrected now.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
@@ -242,13 +243,14 @@ fn hands_off(
     if drift.is_empty() {
         // Unobserved declared fields are unknown, not in sync: said so.
         let unobserved = unobserved_declared(input, decl);
-        let reason = if unobserved.is_empty() {
+        let reason: Cow<'static, str> = if unobserved.is_empty() {
             "in sync with the declaration".into()
         } else {
             format!(
                 "in sync on every field the provider observed; {} could not be observed this time (unknown, not in sync)",
                 join_fields(unobserved.iter().copied())
             )
+            .into()
         };
         return Some(Decision::new(
             State::InSync,

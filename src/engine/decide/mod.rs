@@ -14,14 +14,16 @@ mod removed;
 
 pub use drift::{each_difference, values_match};
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::deletion::DeletionGate;
-use super::overrides::{EffectiveOverride, OverrideInput, effective};
+use super::overrides::{DecidedOverrides, OverrideInput, effective};
 use crate::model::observation::{Capabilities, Observation, Observed};
 use crate::model::{Declaration, DriftPolicy, ManagedDatabase, SpecHash};
 use crate::sabotage::Sabotage;
@@ -240,8 +242,10 @@ pub struct Memory {
     /// declaration's spec hash equals `applied_spec_hash`: then they are the
     /// declared values).
     pub applied_fields: BTreeMap<String, Value>,
-    /// The commit of the last applied spec.
-    pub applied_commit: Option<String>,
+    /// The commit of the last applied spec (shared: most of a fleet was
+    /// applied at a handful of commits, and every resource's memory is
+    /// kept between cycles).
+    pub applied_commit: Option<Arc<str>>,
     /// tend created or adopted this resource and saw it exist.
     pub existed: bool,
     /// When each out-of-band drift (or the resource going missing, as field
@@ -253,9 +257,10 @@ pub struct Memory {
     /// When tend last wrote to the resource: an observation older than this
     /// is not used to decide a new write (a cache may lag).
     pub last_write_at: Option<SystemTime>,
-    /// The database name and provider tend manages the resource at.
+    /// The database name and provider tend manages the resource at (the
+    /// provider's name shared, as the commit is).
     pub database_name: Option<String>,
-    pub provider: Option<String>,
+    pub provider: Option<Arc<str>>,
     /// tend journalled a create or update of this resource after its last
     /// confirmed apply that was never confirmed (pending, or superseded
     /// after a crash), or a create that failed (refused halfway, it may
@@ -451,10 +456,12 @@ pub struct Decision {
     pub state: State,
     pub action: Action,
     pub rule: Rule,
-    /// A sentence for operators naming the rule.
-    pub reason: String,
+    /// A sentence for operators naming the rule. Borrowed when it is a
+    /// fixed sentence (every in-sync resource's, at every cycle): no
+    /// allocation for what most of a fleet says.
+    pub reason: Cow<'static, str>,
     pub drift: Vec<Drift>,
-    pub overrides: EffectiveOverride,
+    pub overrides: DecidedOverrides,
     /// Field values to set when `action` is `Create`, `Update` or `Adopt`.
     pub changes: BTreeMap<String, Value>,
     /// When a held action becomes due.
@@ -463,14 +470,19 @@ pub struct Decision {
 
 impl Decision {
     /// A decision with no drift, override or changes.
-    pub fn new(state: State, action: Action, rule: Rule, reason: String) -> Self {
+    pub fn new(
+        state: State,
+        action: Action,
+        rule: Rule,
+        reason: impl Into<Cow<'static, str>>,
+    ) -> Self {
         Decision {
             state,
             action,
             rule,
-            reason,
+            reason: reason.into(),
             drift: Vec::new(),
-            overrides: EffectiveOverride::default(),
+            overrides: DecidedOverrides::default(),
             changes: BTreeMap::new(),
             act_at: None,
         }
@@ -540,7 +552,7 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
     if let Some(expiry) = overrides.expires.filter(|at| *at > input.now) {
         decision.act_at = Some(decision.act_at.map_or(expiry, |at| at.min(expiry)));
     }
-    decision.overrides = overrides;
+    decision.overrides = overrides.into();
     let decision = failed_again(decision, input);
     match input.suspension {
         Some(suspension) if suspension.in_force(input.now) => {
@@ -591,7 +603,8 @@ fn failed_again(decision: Decision, input: &DecideInput<'_>) -> Decision {
                 Subject::Declared(d) => d.name(),
                 Subject::Removed(t) => t.last.metadata.name.as_str(),
             }
-        ),
+        )
+        .into(),
         act_at: None,
         ..decision
     }
@@ -621,7 +634,8 @@ fn suspended(decision: Decision, suspension: &super::Suspension, now: SystemTime
             decision.reason,
             decision.action.as_str().to_lowercase(),
             suspension.describe(now)
-        ),
+        )
+        .into(),
         act_at,
         ..decision
     }

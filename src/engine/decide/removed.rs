@@ -202,40 +202,34 @@ fn gate(input: &DecideInput<'_>, tomb: &Tombstone) -> Option<Decision> {
     let name = &tomb.last.metadata.name;
     match input.deletion {
         DeletionGate::Allowed => None,
-        DeletionGate::Approved { reason } => {
-            Some(Decision::new(
-                State::Deleting,
-                Action::Delete,
-                Rule::DeletionApproved,
-                format!(
-                    "`{name}` was removed in {} with deletionPolicy Delete; the mass-deletion guard holds deletions, but an operator approved this one ({reason}): delete it",
-                    short(&tomb.removal_commit)
-                ),
-            ))
-        }
+        DeletionGate::Approved { reason } => Some(Decision::new(
+            State::Deleting,
+            Action::Delete,
+            Rule::DeletionApproved,
+            format!(
+                "`{name}` was removed in {} with deletionPolicy Delete; the mass-deletion guard holds deletions, but an operator approved this one ({reason}): delete it",
+                short(&tomb.removal_commit)
+            ),
+        )),
         DeletionGate::Held {
             due,
             limit,
             managed,
             since,
-        } => {
-            Some(Decision::new(
-                State::Deleting,
-                Action::Hold,
-                Rule::DeletionGuard,
-                format!(
-                    "the mass-deletion guard holds every deletion since {}: {due} were due together, more than the limit of {limit} for {managed} managed resources (max_deletions / max_deletion_percent); nothing is deleted until the limits allow all {due}, the declarations are restored, or `tend deletions approve {name} --reason …`",
-                    time(*since)
-                ),
-            ))
-        }
-        DeletionGate::EmptyTree => {
-            Some(Decision::new(
-                State::Deleting,
-                Action::Hold,
-                Rule::DeletionGuard,
-                "the tracked tree declares nothing; an empty tree never deletes anything (it is more likely a mistake than the end of every database)".into(),
-            ))
-        }
+        } => Some(Decision::new(
+            State::Deleting,
+            Action::Hold,
+            Rule::DeletionGuard,
+            format!(
+                "the mass-deletion guard holds every deletion since {}: {due} were due together, more than the limit of {limit} for {managed} managed resources (max_deletions / max_deletion_percent); nothing is deleted until the limits allow all {due}, the declarations are restored, or `tend deletions approve {name} --reason …`",
+                time(*since)
+            ),
+        )),
+        DeletionGate::EmptyTree => Some(Decision::new(
+            State::Deleting,
+            Action::Hold,
+            Rule::DeletionGuard,
+            "the tracked tree declares nothing; an empty tree never deletes anything (it is more likely a mistake than the end of every database)",
+        )),
     }
 }

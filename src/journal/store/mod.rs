@@ -28,8 +28,8 @@ pub(crate) use read::{
 pub use read::{Intent, IntentState};
 pub use releases::Release;
 pub(crate) use status::{
-    COMMIT_STATUS_EVENT, DecidedFrom, LastOperation, PendingNotification, QueuedNotification,
-    RESOLVED_PREFIX,
+    COMMIT_STATUS_EVENT, DecidedAt, DecidedFrom, LastOperation, PendingNotification,
+    QueuedNotification, RESOLVED_PREFIX,
 };
 pub use write::Applied;
 pub(crate) use write::Tx;

@@ -4,7 +4,8 @@
 //! into a default: an empty memory, "no override" or "pending" would turn
 //! corruption into action (or inaction) on a production database.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -187,6 +188,24 @@ fn intent_row(r: &Row) -> Result<Result<Intent, CorruptRow>, SqlError> {
     }))
 }
 
+/// One `Arc<str>` for each distinct value read: a column most rows give
+/// the same few values of (a commit id, a provider's name) is held once,
+/// not as a string a row.
+#[derive(Default)]
+pub(super) struct SharedStrings(HashSet<Arc<str>>);
+
+impl SharedStrings {
+    /// `value`, shared with every equal value shared before.
+    pub(super) fn share(&mut self, value: String) -> Arc<str> {
+        if let Some(known) = self.0.get(value.as_str()) {
+            return known.clone();
+        }
+        let new: Arc<str> = Arc::from(value);
+        self.0.insert(new.clone());
+        new
+    }
+}
+
 impl StateStore {
     /// Maps every row of `sql` through `f`.
     pub(super) fn map_rows<T>(
@@ -268,6 +287,10 @@ impl StateStore {
             },
         };
         let mut out: HashMap<String, Memory> = HashMap::with_capacity(count);
+        // The commits and providers, one of each value: most of a fleet
+        // was applied at a handful of commits, on a handful of providers.
+        let mut shared = SharedStrings::default();
+        let mut share = |value: String| shared.share(value);
         let in_covered = |prefix: &str, column: &str| covered.filter(prefix, column);
         self.conn()
             .each(
@@ -281,11 +304,11 @@ impl StateStore {
                         r.get::<String>(0)?,
                         Memory {
                             applied_spec_hash: r.get::<Option<String>>(1)?.map(SpecHash),
-                            applied_commit: r.get(2)?,
+                            applied_commit: r.get::<Option<String>>(2)?.map(&mut share),
                             existed: r.get::<bool>(3)?,
                             last_write_at: r.get::<Option<i64>>(4)?.map(time),
                             database_name: Some(r.get(5)?),
-                            provider: Some(r.get(6)?),
+                            provider: Some(share(r.get(6)?)),
                             ..Memory::default()
                         },
                     );

@@ -161,7 +161,7 @@ pub(crate) fn detail(t: &Transition, report: &Report) -> String {
             .as_ref()
             .map(|o| format!("reason: {}", o.reason))
             .unwrap_or_default(),
-        (Some(r), _) => r.reason.clone(),
+        (Some(r), _) => r.reason.to_string(),
         (None, _) => String::new(),
     }
 }

@@ -473,7 +473,7 @@ mod tests {
 
     fn applied(store: &StateStore, name: &str) -> Result<(), StateError> {
         let (manifest, fields) = (serde_json::json!({}), BTreeMap::new());
-        let hash = SpecHash("spec-1".into());
+        let hash = SpecHash::from("spec-1");
         let applied = crate::journal::Applied {
             provider: "sandbox",
             database_name: name,
@@ -532,7 +532,7 @@ mod tests {
             let failure = crate::engine::OperationFailure {
                 operation_id: "op-1".into(),
                 kind: "update".into(),
-                spec_hash: SpecHash("spec-1".into()),
+                spec_hash: SpecHash::from("spec-1"),
                 observed: "seen".into(),
                 message: "refused".into(),
                 at: now,
@@ -541,7 +541,7 @@ mod tests {
             tx.forget("billing")
         })?;
         let request = serde_json::json!({});
-        let spec = SpecHash("spec-2".into());
+        let spec = SpecHash::from("spec-2");
         store.begin_intent("op-2", "ledger", "update", &spec, 1, &request, now)?;
         applied(&store, "accounts")?;
         // An upsert over a row noted already (its conflict policy is the

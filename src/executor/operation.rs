@@ -161,7 +161,7 @@ impl PlannedOperation {
         Ok(PlannedOperation {
             name: intent.name.clone(),
             kind,
-            spec_hash: SpecHash(intent.spec_hash.clone()),
+            spec_hash: SpecHash::from(intent.spec_hash.as_str()),
             generation: intent.generation,
             id: OperationId(intent.op_id.clone()),
             request,

@@ -415,7 +415,7 @@ mod tests {
         PlannedOperation {
             name: name.into(),
             kind: OperationKind::Delete,
-            spec_hash: SpecHash("h".into()),
+            spec_hash: SpecHash::from("h"),
             generation: 0,
             id: OperationId(format!("op-{name}")),
             request: JournalRequest {

@@ -50,7 +50,7 @@ impl Known {
         Known {
             name: decl.name().to_string(),
             file,
-            provider: decl.manifest.spec.provider.clone(),
+            provider: decl.manifest.spec.provider.as_deref().map(str::to_string),
             database_name: decl.manifest.database_name(),
         }
     }

@@ -6,21 +6,92 @@
 //! version does not change the hash of specs that do not use it. Key order,
 //! quoting, comments and formatting of the YAML cannot reach the hash.
 
+use std::borrow::Cow;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
 use super::declaration::ManagedDatabase;
 
-/// Hex sha256 of the canonical JSON of a normalised spec.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SpecHash(pub String);
+/// The sha256 of the canonical JSON of a normalised spec, written (in the
+/// state, the parse cache, reports) as 64 lower-case hex digits.
+///
+/// Held as its 32 bytes: every declaration, every resource's memory and
+/// every planned resource carries one, and as hex text each was a 64-byte
+/// allocation beside its `String`. Text that is not such a digest (the
+/// empty hash of a subject without a declaration, a test's label, a state
+/// row this build did not write) is kept as it was read, so it reads back
+/// and compares as the same text; a digest always takes the byte form, so
+/// two hashes are equal exactly when their texts are.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpecHash(HashRepr);
+
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum HashRepr {
+    Digest([u8; 32]),
+    Text(Box<str>),
+}
+
+impl SpecHash {
+    /// The hash whose digest is `digest`.
+    pub(crate) fn of_digest(digest: [u8; 32]) -> Self {
+        SpecHash(HashRepr::Digest(digest))
+    }
+
+    /// The hash written as `text`: a digest when `text` is 64 lower-case
+    /// hex digits, otherwise the text itself.
+    pub fn from_text(text: &str) -> Self {
+        let lower = !text.bytes().any(|b| b.is_ascii_uppercase());
+        match bytes_of_hex::<32>(text) {
+            Some(digest) if lower => SpecHash(HashRepr::Digest(digest)),
+            _ => SpecHash(HashRepr::Text(text.into())),
+        }
+    }
+
+    /// The text of the hash (64 hex digits for a digest).
+    pub fn to_text(&self) -> Cow<'_, str> {
+        match &self.0 {
+            HashRepr::Digest(digest) => Cow::Owned(hex(digest)),
+            HashRepr::Text(text) => Cow::Borrowed(text),
+        }
+    }
+}
+
+impl From<&str> for SpecHash {
+    fn from(text: &str) -> Self {
+        Self::from_text(text)
+    }
+}
+
+impl From<String> for SpecHash {
+    fn from(text: String) -> Self {
+        Self::from_text(&text)
+    }
+}
 
 impl fmt::Display for SpecHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.to_text())
+    }
+}
+
+impl fmt::Debug for SpecHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SpecHash").field(&self.to_text()).finish()
+    }
+}
+
+impl Serialize for SpecHash {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_text())
+    }
+}
+
+impl<'de> Deserialize<'de> for SpecHash {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(Self::from_text(&text))
     }
 }
 
@@ -96,19 +167,45 @@ pub(crate) fn normalized_spec_value(decl: &ManagedDatabase) -> serde_json::Value
 impl ManagedDatabase {
     /// See the module docs.
     pub fn spec_hash(&self) -> SpecHash {
-        SpecHash(sha256_hex(canonical_spec_json(self).as_bytes()))
+        SpecHash::of_digest(Sha256::digest(canonical_spec_json(self).as_bytes()).into())
     }
 
     /// The spec hash and the normalised spec it was computed from.
     pub fn spec_hash_and_value(&self) -> (SpecHash, serde_json::Value) {
         let value = normalized_spec_value(self);
-        (SpecHash(sha256_hex(value.to_string().as_bytes())), value)
+        let digest = Sha256::digest(value.to_string().as_bytes()).into();
+        (SpecHash::of_digest(digest), value)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_hash_reads_back_as_the_text_it_was_written_as() {
+        let decl: ManagedDatabase = serde_norway::from_str(
+            "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: a\n",
+        )
+        .unwrap();
+        let hash = decl.spec_hash();
+        let text = hash.to_string();
+        assert_eq!(text, sha256_hex(canonical_spec_json(&decl).as_bytes()));
+        assert_eq!(SpecHash::from(text.as_str()), hash);
+        assert!(matches!(hash.0, HashRepr::Digest(_)));
+        assert_eq!(serde_json::to_string(&hash).unwrap(), format!("\"{text}\""));
+        assert_eq!(
+            serde_json::from_str::<SpecHash>(&format!("\"{text}\"")).unwrap(),
+            hash
+        );
+        // Anything else is kept as written: upper-case hex is not the
+        // digest's text, so it is not equal to it.
+        for other in ["", "h", &text[1..], &text.to_uppercase()] {
+            let read = SpecHash::from(other);
+            assert_eq!(read.to_string(), other);
+            assert_ne!(read, hash);
+        }
+    }
 
     #[test]
     fn the_fast_normalised_value_equals_the_normalised_spec_serialised() {

@@ -74,10 +74,11 @@ impl OperationId {
         // Length-prefixed parts: no two different tuples share an input.
         let mut input = String::new();
         let generation = generation.to_string();
+        let spec_hash = spec_hash.to_text();
         let parts: &[&str] = if generation == "0" {
-            &[agent_id, name, kind.as_str(), &spec_hash.0]
+            &[agent_id, name, kind.as_str(), &spec_hash]
         } else {
-            &[agent_id, name, kind.as_str(), &spec_hash.0, &generation]
+            &[agent_id, name, kind.as_str(), &spec_hash, &generation]
         };
         for part in parts {
             input.push_str(&part.len().to_string());
@@ -137,7 +138,7 @@ mod tests {
 
     #[test]
     fn operation_ids_differ_per_part_and_repeat_per_input() {
-        let h = SpecHash("abc".into());
+        let h = SpecHash::from("abc");
         let a = OperationId::derive("agent", "orders", OperationKind::Create, &h);
         assert_eq!(
             a,

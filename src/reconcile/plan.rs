@@ -86,7 +86,7 @@ pub(crate) fn plan_subject<'s>(
             d.spec_hash.clone(),
         ),
         PlannedSubject::Removed(t) => (Cow::Borrowed(""), t.last.spec_hash()),
-        PlannedSubject::Unreadable => (Cow::Borrowed(""), crate::model::SpecHash(String::new())),
+        PlannedSubject::Unreadable => (Cow::Borrowed(""), crate::model::SpecHash::from("")),
     };
     let decision = match ctx.inputs.corrupt.get(&name) {
         // Unreadable state: reported as it is, nothing remembered (no

@@ -68,7 +68,7 @@ pub(crate) fn provider_name_of<'c>(
     match &manifest.spec.provider {
         Some(name) => config
             .providers
-            .get_key_value(name)
+            .get_key_value(&**name)
             .map(|(k, _)| k.as_str())
             .ok_or_else(|| {
                 format!(
@@ -129,7 +129,7 @@ pub(crate) fn undecidable<'s>(
         subject: PlannedSubject::Unreadable,
         file: Default::default(),
         provider: provider.to_string(),
-        spec_hash: SpecHash(String::new()),
+        spec_hash: SpecHash::from(""),
         observed: Observed::Failed("not observed".into()),
         memory: std::sync::Arc::default(),
         decision: Decision::new(State::Error, Action::None, rule, reason),
@@ -237,7 +237,14 @@ impl<'s> Routing<'s> {
                 Some(p) => Err(p),
                 None => provider_name_of(config, &tomb.last)
                     .map(str::to_string)
-                    .map_err(|_| tomb.last.spec.provider.clone().unwrap_or_default()),
+                    .map_err(|_| {
+                        tomb.last
+                            .spec
+                            .provider
+                            .as_deref()
+                            .unwrap_or_default()
+                            .to_string()
+                    }),
             };
             let renamed_to = match &provider {
                 Ok(p) if tomb.last.spec.deletion_policy == crate::model::DeletionPolicy::Delete => {

@@ -51,7 +51,7 @@ impl ProviderGroups {
             let mut groups = Groups::default();
             for (at, decl) in declarations.declarations.iter().enumerate() {
                 match &decl.manifest.spec.provider {
-                    Some(name) => groups.named.entry(name.clone()).or_default().push(at),
+                    Some(name) => groups.named.entry(name.to_string()).or_default().push(at),
                     None => groups.unnamed.push(at),
                 }
             }

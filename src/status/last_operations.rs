@@ -106,7 +106,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
         let names: Vec<String> = (0..2 * CHUNK + 7).map(|i| format!("db-{i:05}")).collect();
-        let hash = SpecHash("h".into());
+        let hash = SpecHash::from("h");
         for (i, name) in names.iter().enumerate() {
             // Every third has none; every fifth has two.
             for n in (0..1 + usize::from(i % 5 == 0)).filter(|_| i % 3 != 0) {

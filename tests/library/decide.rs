@@ -195,7 +195,7 @@ fn declared_change_is_applied_now() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
     // The last apply was of an earlier spec with a limit of 50.
-    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash("earlier-spec".into()));
+    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash::from("earlier-spec"));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));
@@ -332,7 +332,7 @@ fn a_suspension_holds_every_change_until_it_ends() {
 
     // A change declared in Git since the last apply.
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
-    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash("earlier-spec".into()));
+    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash::from("earlier-spec"));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));
@@ -395,7 +395,7 @@ fn a_refused_operation_is_failed_until_the_declaration_or_the_database_changes()
     case.memory = Memory {
         failure: Some(Box::new(failure(
             &Observed::NotFound,
-            &tend::testing::model::SpecHash("an-older-spec".into()),
+            &tend::testing::model::SpecHash::from("an-older-spec"),
         ))),
         ..Memory::default()
     };
@@ -936,7 +936,7 @@ fn an_observation_older_than_tends_last_write_is_not_used_for_a_new_write() {
     let decl = declaration("", "");
     let mut case = Case::new(&decl, ours(&[("connectionLimit", json!(50))]));
     // The last apply was of an earlier spec with a limit of 50.
-    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash("earlier-spec".into()));
+    case.memory.applied_spec_hash = Some(tend::testing::model::SpecHash::from("earlier-spec"));
     case.memory
         .applied_fields
         .insert("connectionLimit".into(), json!(50));

@@ -127,7 +127,7 @@ fn agents_starting_together_create_one_postgres_state() {
 
 fn last_operations_by_name_are_what_the_whole_read_gives(place: &Place) {
     let store = place.writer();
-    let (h, now) = (SpecHash("h".into()), SystemTime::now());
+    let (h, now) = (SpecHash::from("h"), SystemTime::now());
     for (op, name, state) in [
         ("op1", "orders", IntentState::Done),
         ("op2", "orders", IntentState::Failed),
@@ -161,7 +161,7 @@ fn last_operations_by_name_are_what_the_whole_read_gives(place: &Place) {
 
 fn superseded_pending_or_failed_creates_are_unconfirmed(place: &Place) {
     let store = place.writer();
-    let (h, now) = (SpecHash("h".into()), SystemTime::now());
+    let (h, now) = (SpecHash::from("h"), SystemTime::now());
     for (op, name) in [("op1", "a"), ("op2", "b"), ("op3", "c")] {
         store
             .begin_intent(op, name, "create", &h, 0, &Value::Null, now)
@@ -210,7 +210,7 @@ fn superseded_pending_or_failed_creates_are_unconfirmed(place: &Place) {
 
 fn generations_count_finished_operations(place: &Place) {
     let store = place.writer();
-    let h = SpecHash("h".into());
+    let h = SpecHash::from("h");
     let now = SystemTime::now();
     assert_eq!(store.next_generation("a", "update", &h).unwrap(), 0);
     assert_eq!(
@@ -258,7 +258,7 @@ fn applied(name: &str, hash: &SpecHash, fields: &BTreeMap<String, Value>, store:
 fn applied_fields_are_read_by_name_and_corrupt_values_reported(place: &Place) {
     let store = place.writer();
     let fields = BTreeMap::from([("owner".to_string(), Value::from("app"))]);
-    let hash = SpecHash("old".into());
+    let hash = SpecHash::from("old");
     for name in ["good", "bad"] {
         applied(name, &hash, &fields, &store);
     }
@@ -282,7 +282,7 @@ fn applied_fields_are_read_by_name_and_corrupt_values_reported(place: &Place) {
 
 fn unknown_intent_states_are_open_and_corrupt(place: &Place) {
     let store = place.writer();
-    let h = SpecHash("h".into());
+    let h = SpecHash::from("h");
     let now = SystemTime::now();
     for op in ["p", "d", "x", "j"] {
         store
@@ -324,7 +324,7 @@ fn unknown_intent_states_are_open_and_corrupt(place: &Place) {
 
 fn pruning_keeps_pending_and_recent_intents(place: &Place) {
     let store = place.writer();
-    let h = SpecHash("h".into());
+    let h = SpecHash::from("h");
     let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
     for (i, op) in ["a0", "a1", "a2", "a3", "a4"].iter().enumerate() {
         let at = old + Duration::from_secs(i as u64);
@@ -477,7 +477,7 @@ fn drift_and_attempts_are_kept_per_field(place: &Place) {
     let store = place.writer();
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(3_000_000);
     let fields = BTreeMap::new();
-    applied("a", &SpecHash("h".into()), &fields, &store);
+    applied("a", &SpecHash::from("h"), &fields, &store);
     store
         .write(|tx| tx.sync_drift("a", &["owner".into(), "encoding".into()], t0))
         .unwrap();
@@ -623,7 +623,7 @@ fn notifications_queue_and_conditions(place: &Place) {
 
 fn a_failed_write_leaves_nothing(place: &Place) {
     let store = place.writer();
-    let h = SpecHash("h".into());
+    let h = SpecHash::from("h");
     let failed: Result<(), _> = store.write(|tx| {
         tx.finish_intent("none", IntentState::Done, None, SystemTime::now())?;
         tx.record_write("x", SystemTime::now())?;
@@ -696,7 +696,7 @@ fn a_deposed_leaders_write_is_fenced_and_the_new_leaders_rows_stand() {
         pid: 1,
     };
     let ttl = Duration::from_millis(300);
-    let hash = SpecHash("h".into());
+    let hash = SpecHash::from("h");
     let fields_of = |owner: &str| BTreeMap::from([("owner".to_string(), Value::from(owner))]);
 
     let token_a = a.try_acquire_lease(&holder("a"), ttl).unwrap().unwrap();
@@ -802,7 +802,7 @@ fn journal_one_intent(store: &StateStore) {
             "op",
             "a",
             "create",
-            &SpecHash("h".into()),
+            &SpecHash::from("h"),
             0,
             &Value::Null,
             SystemTime::now(),

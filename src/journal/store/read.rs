@@ -303,7 +303,7 @@ impl StateStore {
                     out.insert(
                         r.get::<String>(0)?,
                         Memory {
-                            applied_spec_hash: r.get::<Option<String>>(1)?.map(SpecHash),
+                            applied_spec_hash: r.get::<Option<String>>(1)?.map(SpecHash::from),
                             applied_commit: r.get::<Option<String>>(2)?.map(&mut share),
                             existed: r.get::<bool>(3)?,
                             last_write_at: r.get::<Option<i64>>(4)?.map(time),
@@ -400,7 +400,7 @@ impl StateStore {
                         crate::engine::OperationFailure {
                             operation_id: r.get(1)?,
                             kind: r.get(2)?,
-                            spec_hash: SpecHash(r.get(3)?),
+                            spec_hash: SpecHash::from(r.get::<String>(3)?),
                             observed: r.get(4)?,
                             message: r.get(5)?,
                             at: time(r.get::<i64>(6)?),
@@ -448,7 +448,7 @@ impl StateStore {
                 name: name.clone(),
                 problem: format!("the applied field values are not a JSON object ({e})"),
             });
-            out.push((name.clone(), hash.map(SpecHash), fields));
+            out.push((name.clone(), hash.map(SpecHash::from), fields));
         }
         Ok(out)
     }
@@ -701,7 +701,7 @@ impl StateStore {
             "SELECT count(*) FROM intents WHERE name = ?1 AND kind = ?2 AND spec_hash = ?3 AND state != 'pending'"
         };
         Ok(self
-            .map_rows(sql, args![name, kind, spec_hash.0.as_str()], |r| {
+            .map_rows(sql, args![name, kind, spec_hash.to_string()], |r| {
                 r.get::<u32>(0)
             })?
             .first()

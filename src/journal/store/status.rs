@@ -477,7 +477,7 @@ mod tests {
     /// Journals `op` for `name` and finishes it at `ms`.
     fn finished(store: &StateStore, op: &str, name: &str, ms: u64) -> Outcome {
         let at = UNIX_EPOCH + Duration::from_millis(ms);
-        let hash = SpecHash("h".into());
+        let hash = SpecHash::from("h");
         store.begin_intent(op, name, "update", &hash, 1, &serde_json::json!({}), at)?;
         store.finish_intent(op, IntentState::Done, None, at)?;
         Ok(())

@@ -191,7 +191,7 @@ impl StateStore {
                 "INSERT INTO intents (op_id, name, kind, spec_hash, generation, request, state, attempts, created_ms, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7)
                  ON CONFLICT(op_id) DO UPDATE SET updated_ms = excluded.updated_ms",
-                args![op_id, name, kind, spec_hash.0.as_str(), generation, request.to_string(), ms(now)],
+                args![op_id, name, kind, spec_hash.to_string(), generation, request.to_string(), ms(now)],
             )?;
             if count_attempt {
                 tx.exec(
@@ -387,7 +387,7 @@ impl Tx<'_> {
              ON CONFLICT(name) DO UPDATE SET provider = excluded.provider, database_name = excluded.database_name, file = excluded.file,
                applied_spec_hash = excluded.applied_spec_hash, applied_fields = excluded.applied_fields, applied_commit = excluded.applied_commit,
                external_id = excluded.external_id, existed = 1, manifest = excluded.manifest, updated_ms = excluded.updated_ms",
-            args![name, a.provider, a.database_name, a.file, a.spec_hash.0.as_str(), fields, a.commit, a.external_id, a.manifest.to_string(), ms(now)],
+            args![name, a.provider, a.database_name, a.file, a.spec_hash.to_string(), fields, a.commit, a.external_id, a.manifest.to_string(), ms(now)],
         )?;
         self.exec("DELETE FROM drift_seen WHERE name = ?1", args![name])
     }
@@ -562,7 +562,7 @@ impl Tx<'_> {
                 name,
                 failure.operation_id.as_str(),
                 failure.kind.as_str(),
-                failure.spec_hash.0.as_str(),
+                failure.spec_hash.to_string(),
                 failure.observed.as_str(),
                 failure.message.as_str(),
                 ms(failure.at)

@@ -28,7 +28,7 @@ fn a_lost_create_response_retried_with_the_same_key_creates_one_database() {
         ..FaultConfig::default()
     };
     let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
-    let op = OperationId::derive("a", "orders", OperationKind::Create, &SpecHash("h".into()));
+    let op = OperationId::derive("a", "orders", OperationKind::Create, &SpecHash::from("h"));
     rt().block_on(async {
         assert!(
             sandbox

@@ -112,6 +112,36 @@ pub(crate) fn parse_http_date(text: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339(&format!("{year}-{month:02}-{day}T{clock}Z")).ok()
 }
 
+/// An optional time written as RFC 3339 text, and read back from it (a
+/// text that is not such a time is an error): `#[serde(with = ...)]`
+/// for a time held as a `SystemTime` and shown as text.
+pub(crate) mod optional_rfc3339 {
+    use std::time::SystemTime;
+
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub(crate) fn serialize<S: Serializer>(
+        time: &Option<SystemTime>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match time {
+            Some(time) => serializer.serialize_str(&super::rfc3339(*time)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SystemTime>, D::Error> {
+        match Option::<String>::deserialize(deserializer)? {
+            None => Ok(None),
+            Some(text) => super::parse_rfc3339(&text)
+                .map(Some)
+                .ok_or_else(|| de::Error::custom(format!("`{text}` is not an RFC 3339 time"))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +155,42 @@ mod tests {
         assert_eq!(parse_rfc3339("2026-12-01 18:00:00"), None);
         assert_eq!(parse_rfc3339("tomorrow"), None);
         assert_eq!(parse_rfc3339("2026-12-01T18:00:00+0é:00"), None);
+    }
+
+    /// The text a time held as a `SystemTime` is written as, and read
+    /// back as, is the one `rfc3339` makes; other text is refused.
+    #[test]
+    fn an_optional_time_is_written_and_read_as_rfc3339_text() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Held {
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                with = "optional_rfc3339"
+            )]
+            at: Option<SystemTime>,
+        }
+        let at = parse_rfc3339("2026-12-01T18:00:00Z").unwrap() + Duration::from_millis(250);
+        let text = serde_json::to_string(&Held { at: Some(at) }).unwrap();
+        assert_eq!(text, format!("{{\"at\":\"{}\"}}", rfc3339(at)));
+        // Written to the second, as every time tend writes.
+        let second = at - Duration::from_millis(250);
+        assert_eq!(
+            serde_json::from_str::<Held>(&text).unwrap(),
+            Held { at: Some(second) }
+        );
+        assert_eq!(serde_json::to_string(&Held { at: None }).unwrap(), "{}");
+        assert_eq!(
+            serde_json::from_str::<Held>("{}").unwrap(),
+            Held { at: None }
+        );
+        let refused = serde_json::from_str::<Held>(r#"{"at":"08:00"}"#).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("`08:00` is not an RFC 3339 time"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -338,8 +338,7 @@ pub(crate) fn page_into<W: Write>(out: &mut W, report: &Report, title: &str) {
             r.action.as_str().to_string(),
             format!("{}{unobserved}", h(&r.reason)),
             r.observed_at
-                .as_deref()
-                .map(|t| when(report, t))
+                .map(|t| when(report, &crate::time::rfc3339(t)))
                 .unwrap_or_else(|| "not observed".into()),
         ]
     });

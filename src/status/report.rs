@@ -201,10 +201,16 @@ pub struct ResourceReport {
     #[serde(rename = "override")]
     pub override_: Option<Box<OverrideReport>>,
     pub operation: Option<Box<OperationReport>>,
-    /// When the provider's answer about it was produced (RFC 3339); absent
-    /// when it could not be observed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_at: Option<String>,
+    /// When the provider's answer about it was produced (written as RFC
+    /// 3339); absent when it could not be observed. Held as a time, not as
+    /// its text: a fleet's report holds one for every resource, and the
+    /// text is only needed when the report is written.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::time::optional_rfc3339"
+    )]
+    pub observed_at: Option<SystemTime>,
     /// Declared fields the provider could not observe this time (the
     /// extensions of a database that refuses connections): neither in sync
     /// nor drifted, unknown.
@@ -655,11 +661,8 @@ fn resource_report(plan: &Plan<'_>, r: &crate::reconcile::PlannedResource<'_>) -
     let d = &r.decision;
     let ov = &d.overrides;
     let (observed_at, unobserved) = match &r.observed {
-        Observed::Found(o) => (
-            Some(rfc3339(o.observed_at)),
-            declared_unobserved(r, &o.unobserved),
-        ),
-        Observed::NotFound => (Some(rfc3339(plan.now)), Vec::new()),
+        Observed::Found(o) => (Some(o.observed_at), declared_unobserved(r, &o.unobserved)),
+        Observed::NotFound => (Some(plan.now), Vec::new()),
         Observed::Failed(_) => (None, Vec::new()),
     };
     // Drift tend leaves alone stays: Git can declare it instead.

@@ -256,7 +256,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "name": name, "file": format!("{name}.yaml"), "state": "InSync",
             "action": "None", "reason": reason, "drift": [],
-            "observedAt": observed_at,
+            "observedAt": format!("2027-01-15T{observed_at}:00Z"),
         }))
         .expect("a resource report")
     }
@@ -313,13 +313,14 @@ mod tests {
             "override": {"source": "annotation", "kind": "paused", "fields": ["owner"],
                          "reason": "incident", "expires": null, "expired": false},
             "operation": {"id": "op", "kind": "update", "state": "planned"},
-            "observedAt": "08:00", "unobserved": ["extensions"],
+            "observedAt": "2027-01-15T08:00:00Z", "unobserved": ["extensions"],
             "actsAt": "09:00", "propose": "tend propose orders", "ownedBy": "other",
         }))
         .expect("an entry");
         let digest = entry_digest(&base);
         let mut same = base.clone();
-        same.observed_at = Some("08:05".into());
+        same.observed_at = crate::time::parse_rfc3339("2027-01-15T08:05:00Z");
+        assert!(same.observed_at.is_some());
         assert_eq!(
             entry_digest(&same),
             digest,

@@ -160,7 +160,7 @@ mod tests {
     /// The text a time held as a `SystemTime` is written as, and read
     /// back as, is the one `rfc3339` makes; other text is refused.
     #[test]
-    fn an_optional_time_is_written_and_read_as_rfc3339_text() {
+    fn an_optional_time_is_written_and_read_as_rfc3339_text() -> Result<(), serde_json::Error> {
         #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
         struct Held {
             #[serde(
@@ -170,20 +170,18 @@ mod tests {
             )]
             at: Option<SystemTime>,
         }
-        let at = parse_rfc3339("2026-12-01T18:00:00Z").unwrap() + Duration::from_millis(250);
-        let text = serde_json::to_string(&Held { at: Some(at) }).unwrap();
+        let at = parse_rfc3339("2026-12-01T18:00:00Z").expect("an RFC 3339 time")
+            + Duration::from_millis(250);
+        let text = serde_json::to_string(&Held { at: Some(at) })?;
         assert_eq!(text, format!("{{\"at\":\"{}\"}}", rfc3339(at)));
         // Written to the second, as every time tend writes.
         let second = at - Duration::from_millis(250);
         assert_eq!(
-            serde_json::from_str::<Held>(&text).unwrap(),
+            serde_json::from_str::<Held>(&text)?,
             Held { at: Some(second) }
         );
-        assert_eq!(serde_json::to_string(&Held { at: None }).unwrap(), "{}");
-        assert_eq!(
-            serde_json::from_str::<Held>("{}").unwrap(),
-            Held { at: None }
-        );
+        assert_eq!(serde_json::to_string(&Held { at: None })?, "{}");
+        assert_eq!(serde_json::from_str::<Held>("{}")?, Held { at: None });
         let refused = serde_json::from_str::<Held>(r#"{"at":"08:00"}"#).unwrap_err();
         assert!(
             refused
@@ -191,6 +189,7 @@ mod tests {
                 .contains("`08:00` is not an RFC 3339 time"),
             "{refused}"
         );
+        Ok(())
     }
 
     #[test]

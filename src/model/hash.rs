@@ -131,9 +131,14 @@ pub(crate) fn bytes_of_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(bytes)
 }
 
+/// The sha256 of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
 /// Hex sha256 of `bytes`.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    hex(&sha256(bytes))
 }
 
 /// The canonical JSON text of a declaration's normalised spec.
@@ -167,14 +172,16 @@ pub(crate) fn normalized_spec_value(decl: &ManagedDatabase) -> serde_json::Value
 impl ManagedDatabase {
     /// See the module docs.
     pub fn spec_hash(&self) -> SpecHash {
-        SpecHash::of_digest(Sha256::digest(canonical_spec_json(self).as_bytes()).into())
+        SpecHash::of_digest(sha256(canonical_spec_json(self).as_bytes()))
     }
 
     /// The spec hash and the normalised spec it was computed from.
     pub fn spec_hash_and_value(&self) -> (SpecHash, serde_json::Value) {
         let value = normalized_spec_value(self);
-        let digest = Sha256::digest(value.to_string().as_bytes()).into();
-        (SpecHash::of_digest(digest), value)
+        (
+            SpecHash::of_digest(sha256(value.to_string().as_bytes())),
+            value,
+        )
     }
 }
 
@@ -183,19 +190,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_spec_hash_reads_back_as_the_text_it_was_written_as() {
+    fn a_spec_hash_reads_back_as_the_text_it_was_written_as() -> Result<(), serde_json::Error> {
         let decl: ManagedDatabase = serde_norway::from_str(
             "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: a\n",
         )
-        .unwrap();
+        .expect("a minimal declaration parses");
         let hash = decl.spec_hash();
         let text = hash.to_string();
         assert_eq!(text, sha256_hex(canonical_spec_json(&decl).as_bytes()));
         assert_eq!(SpecHash::from(text.as_str()), hash);
         assert!(matches!(hash.0, HashRepr::Digest(_)));
-        assert_eq!(serde_json::to_string(&hash).unwrap(), format!("\"{text}\""));
+        assert_eq!(serde_json::to_string(&hash)?, format!("\"{text}\""));
         assert_eq!(
-            serde_json::from_str::<SpecHash>(&format!("\"{text}\"")).unwrap(),
+            serde_json::from_str::<SpecHash>(&format!("\"{text}\""))?,
             hash
         );
         // Anything else is kept as written: upper-case hex is not the
@@ -205,6 +212,7 @@ mod tests {
             assert_eq!(read.to_string(), other);
             assert_ne!(read, hash);
         }
+        Ok(())
     }
 
     #[test]

@@ -270,10 +270,7 @@ pub(crate) fn render(
         };
         rendered += 1;
         let yaml = serde_norway::to_string(&file).unwrap_or_else(|e| format!("error: {e}\n"));
-        let digest: [u8; 32] = {
-            use sha2::Digest;
-            sha2::Sha256::digest(yaml.as_bytes()).into()
-        };
+        let digest = crate::model::hash::sha256(yaml.as_bytes());
         let commit = match (was, &source_commit) {
             (Some(was), _) if was.digest == digest => Some(was.commit.clone()),
             (_, Some(now)) => Some(now.clone()),

@@ -290,7 +290,6 @@ impl StateStore {
         // The commits and providers, one of each value: most of a fleet
         // was applied at a handful of commits, on a handful of providers.
         let mut shared = SharedStrings::default();
-        let mut share = |value: String| shared.share(value);
         let in_covered = |prefix: &str, column: &str| covered.filter(prefix, column);
         self.conn()
             .each(
@@ -304,11 +303,13 @@ impl StateStore {
                         r.get::<String>(0)?,
                         Memory {
                             applied_spec_hash: r.get::<Option<String>>(1)?.map(SpecHash::from),
-                            applied_commit: r.get::<Option<String>>(2)?.map(&mut share),
+                            applied_commit: r
+                                .get::<Option<String>>(2)?
+                                .map(|commit| shared.share(commit)),
                             existed: r.get::<bool>(3)?,
                             last_write_at: r.get::<Option<i64>>(4)?.map(time),
                             database_name: Some(r.get(5)?),
-                            provider: Some(share(r.get(6)?)),
+                            provider: Some(shared.share(r.get(6)?)),
                             ..Memory::default()
                         },
                     );

@@ -241,7 +241,7 @@ fn daemon_over_10000_declarations() {
         ),
     );
     figure(
-        "**run: peak resident memory (target <= 100 MB)**",
+        "**run: peak resident memory (target <= 64 MB)**",
         format!("{:.1} MiB", hwm_kib(pid) as f64 / 1024.0),
         "VmHWM",
     );
@@ -250,7 +250,7 @@ fn daemon_over_10000_declarations() {
         median(polls[1..].to_vec()) / median(git_fetch)
     );
     println!(
-        "RSS after 10 cycles {} KiB, after 1,010 {} KiB ({:+.1} %; target within 5 %); peak {} KiB (target <= 100 MB)",
+        "RSS after 10 cycles {} KiB, after 1,010 {} KiB ({:+.1} %; target within 5 %); peak {} KiB (target <= 64 MB)",
         rss_10,
         rss_1000,
         (rss_1000 as f64 / rss_10 as f64 - 1.0) * 100.0,

@@ -12,7 +12,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use support::TendCommand;
-use support::bench::{Scale, figure, spread};
+use support::bench::{Scale, durations, figure, spread};
 use support::config::TendConfig;
 use support::daemon::Daemon;
 use support::git::{GitDaemon, TestRepo, free_port, git_if_any, status_file};
@@ -45,8 +45,6 @@ fn status_kib(pid: u32, key: &str) -> u64 {
         .unwrap()
 }
 
-/// How many `cycle done` lines the log holds, and how many of them ran
-/// operations.
 /// Counts the agent's finished cycles (all, and those that ran
 /// operations) from its log, reading only what was appended since the
 /// last count: the cold start logs a line per database created (17 MB at
@@ -59,6 +57,15 @@ struct CycleCounter {
     partial: Vec<u8>,
     done: usize,
     busy: usize,
+    /// The cycles' wall times, summed (ms).
+    whole_ms: f64,
+    /// The cycles' provider observations ("observing" to "observed"),
+    /// summed (ms). Two cycles run at once and their lines interleave,
+    /// unmarked by provider; each line says how far into its own cycle it
+    /// is, so the sum of the "observed" marks less that of the
+    /// "observing" marks is the sum of the observations however they
+    /// pair.
+    observe_ms: f64,
 }
 
 impl CycleCounter {
@@ -69,6 +76,8 @@ impl CycleCounter {
             partial: Vec::new(),
             done: 0,
             busy: 0,
+            whole_ms: 0.0,
+            observe_ms: 0.0,
         }
     }
 
@@ -88,13 +97,24 @@ impl CycleCounter {
             .rposition(|b| *b == b'\n')
             .map_or(0, |at| at + 1);
         let lines: Vec<u8> = self.partial.drain(..ended).collect();
-        for line in String::from_utf8_lossy(&lines).lines() {
+        let text = String::from_utf8_lossy(&lines);
+        for line in text.lines() {
             if line.contains("cycle done in") {
                 self.done += 1;
                 self.busy += usize::from(!line.contains("operations=0"));
             }
         }
+        let sum = |message: &str| durations(&text, message).iter().sum::<f64>();
+        self.whole_ms += sum("cycle done in ");
+        self.observe_ms += sum("observed, ") - sum("observing, ");
         (self.done, self.busy)
+    }
+
+    /// tend's own time in the cycles counted so far: their wall times less
+    /// their provider observations (the sandbox runs in the agent's
+    /// process; in production a provider's listing is its server's time).
+    fn own_ms(&self) -> f64 {
+        self.whole_ms - self.observe_ms
     }
 }
 
@@ -183,34 +203,66 @@ fn one_agent_over_100000_declarations_on_10_providers() {
     );
     let (_, busy) = cycles_done();
     assert!(busy >= 1, "the cold cycles created nothing");
+    // The no-change cycles are measured once the cold start's status is
+    // written: the status writer commits 100,000 files after the cold
+    // cycles (tens of seconds on two cores), and requests made meanwhile
+    // time that commit as much as their own cycles. Every provider's
+    // cycle is one commit of its whole part, so one file of each shows it.
+    let cold = work.head();
+    daemon.wait_for(
+        "the cold start's status on the status branch",
+        Duration::from_secs(900),
+        || {
+            (n.saturating_sub(PROVIDERS)..n).all(|i| {
+                let file = format!("tend-status:{}", status_file(&format!("db-{i:06}")));
+                git_if_any(&bare, &["show", &file]).is_some_and(|f| f.contains(&cold))
+            })
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
 
-    // No-change cycles: each request runs every provider's cycle.
-    let run = |count: usize| -> Vec<f64> {
+    // No-change cycles: each request runs every provider's cycle. Each
+    // gives its wall time and tend's own time, summed over the providers'
+    // cycles (two run at once: the sum is the work, not the wait).
+    let own_so_far = || counter.borrow().own_ms();
+    let run = |count: usize| -> Vec<(f64, f64)> {
         (0..count)
             .map(|_| {
                 let (before, _) = cycles_done();
+                let own_before = own_so_far();
                 let t = Instant::now();
                 let answer = daemon.request("POST", "/v1/reconcile", &[], b"").unwrap();
                 assert_eq!(answer.status, 202, "{}", answer.body);
                 daemon.wait_for("every provider's cycle", Duration::from_secs(120), || {
                     cycles_done().0 >= before + PROVIDERS
                 });
-                t.elapsed().as_secs_f64() * 1000.0
+                let wall = t.elapsed().as_secs_f64() * 1000.0;
+                (wall, own_so_far() - own_before)
             })
             .collect()
     };
     let (_, busy_before) = cycles_done();
-    let mut walls = run(first);
+    let mut requests = run(first);
     let rss_first = status_kib(pid, "VmRSS:");
-    walls.extend(run(more));
+    requests.extend(run(more));
     let rss_more = status_kib(pid, "VmRSS:");
     let (_, busy_after) = cycles_done();
     assert_eq!(busy_after, busy_before, "no-change cycles ran operations");
-    let (v, d) = spread(&walls);
+    let walls: Vec<f64> = requests.iter().map(|(wall, _)| *wall).collect();
+    let own: Vec<f64> = requests.iter().map(|(_, own)| *own).collect();
+    let (v, d) = spread(&own);
     figure(
         &format!(
-            "**scale: no-change cycle of all {PROVIDERS} providers, wall (target <= 400 ms)**"
+            "**scale: no-change cycle of all {PROVIDERS} providers, tend's own (target <= 400 ms)**"
         ),
+        v,
+        &format!(
+            "{d}; the {PROVIDERS} cycles' wall times less their provider observations, summed"
+        ),
+    );
+    let (v, d) = spread(&walls);
+    figure(
+        &format!("scale: no-change cycle of all {PROVIDERS} providers, wall"),
         v,
         &format!("{d}; from POST /v1/reconcile to the last provider's cycle done"),
     );

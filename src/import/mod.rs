@@ -489,8 +489,8 @@ mod tests {
     fn every_database_is_imported_or_said_why_not() {
         let mut marked = observation("theirs", json!({}));
         marked.labels = crate::model::FlatMap::from([
-            (crate::provider::OWNER_AGENT_LABEL.into(), "other".into()),
-            (crate::provider::OWNER_DECLARATION_LABEL.into(), "t".into()),
+            (crate::provider::OWNER_AGENT_LABEL, "other".into()),
+            (crate::provider::OWNER_DECLARATION_LABEL, "t".into()),
         ]);
         let plan = import(vec![
             observation("b", json!({})),

@@ -7,22 +7,143 @@
 //! `String` keys), so two entries cost as much as eleven; here they cost
 //! their own size. Lookups are a binary search, iteration is in key order
 //! as a `BTreeMap`'s is, and it reads and writes as the same JSON object.
+//!
+//! Keys that every map of a fleet repeats (a spec field's name, a
+//! `tend.dev/` label's) are borrowed from the binary ([`Key`]): a listing
+//! of 10,000 databases read every cycle allocated four key strings for
+//! each, to hold `connectionLimit` and `tend.dev/owner-agent` once more.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Deref;
 
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A map from `String` keys, sorted by key, each key once.
+/// A [`FlatMap`] key: text that compares, hashes, reads and writes as the
+/// string it is, held without an allocation when it is one of the names
+/// tend itself defines ([`known_key`]).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(Cow<'static, str>);
+
+/// The name `text` is, when tend defines it: a spec field, an ownership
+/// marker label, or a `tend.dev/` annotation a provider label may carry.
+fn known_key(text: &str) -> Option<&'static str> {
+    if let Some(field) = super::fields::field_info(text) {
+        return Some(field.name);
+    }
+    [
+        super::observation::OWNER_AGENT_LABEL,
+        super::observation::OWNER_DECLARATION_LABEL,
+    ]
+    .into_iter()
+    .chain(super::overrides::KNOWN_ANNOTATIONS.iter().copied())
+    .find(|known| *known == text)
+}
+
+impl Key {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Key {
+    fn from(text: &str) -> Self {
+        Key(match known_key(text) {
+            Some(known) => Cow::Borrowed(known),
+            None => Cow::Owned(text.to_owned()),
+        })
+    }
+}
+
+impl From<String> for Key {
+    fn from(text: String) -> Self {
+        Key(match known_key(&text) {
+            Some(known) => Cow::Borrowed(known),
+            None => Cow::Owned(text),
+        })
+    }
+}
+
+impl From<Key> for String {
+    fn from(key: Key) -> Self {
+        key.0.into_owned()
+    }
+}
+
+impl Deref for Key {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Key {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Key {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            // A borrowed or transient string is looked up before anything
+            // is allocated: a known key costs nothing.
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Key, E> {
+                Ok(Key::from(text))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Key, E> {
+                Ok(Key::from(text))
+            }
+        }
+
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A map from string keys, sorted by key, each key once.
 ///
 /// Invariant: `entries` is sorted by key with no key twice (every
 /// constructor and mutator keeps it), so lookups may binary-search and
 /// equality is that of the maps.
 #[derive(Clone, PartialEq, Eq)]
 pub struct FlatMap<V> {
-    entries: Vec<(String, V)>,
+    entries: Vec<(Key, V)>,
 }
 
 impl<V> Default for FlatMap<V> {
@@ -33,16 +154,14 @@ impl<V> Default for FlatMap<V> {
 
 /// The iterator of [`FlatMap::iter`].
 pub(crate) type Iter<'a, V> =
-    std::iter::Map<std::slice::Iter<'a, (String, V)>, fn(&'a (String, V)) -> (&'a String, &'a V)>;
+    std::iter::Map<std::slice::Iter<'a, (Key, V)>, fn(&'a (Key, V)) -> (&'a str, &'a V)>;
 
 /// `entries` as a [`FlatMap::iter`] gives them.
-fn pairs<V>(entries: &[(String, V)]) -> Iter<'_, V> {
-    fn pair_ref<V>(entry: &(String, V)) -> (&String, &V) {
+fn pairs<V>(entries: &[(Key, V)]) -> Iter<'_, V> {
+    fn pair_ref<V>(entry: &(Key, V)) -> (&str, &V) {
         (&entry.0, &entry.1)
     }
-    entries
-        .iter()
-        .map(pair_ref as fn(&(String, V)) -> (&String, &V))
+    entries.iter().map(pair_ref as fn(&(Key, V)) -> (&str, &V))
 }
 
 impl<V> FlatMap<V> {
@@ -62,34 +181,22 @@ impl<V> FlatMap<V> {
     }
 
     /// Where `key` is, or where it would go.
-    fn position<Q>(&self, key: &Q) -> Result<usize, usize>
-    where
-        String: Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
-        self.entries
-            .binary_search_by(|(k, _)| Borrow::<Q>::borrow(k).cmp(key))
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.entries.binary_search_by(|(k, _)| k.as_str().cmp(key))
     }
 
-    pub fn get<Q>(&self, key: &Q) -> Option<&V>
-    where
-        String: Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
+    pub fn get(&self, key: &str) -> Option<&V> {
         self.position(key).ok().map(|at| &self.entries[at].1)
     }
 
-    pub fn contains_key<Q>(&self, key: &Q) -> bool
-    where
-        String: Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
+    pub fn contains_key(&self, key: &str) -> bool {
         self.position(key).is_ok()
     }
 
     /// Sets `key` to `value`; the value it had, if any.
-    pub fn insert(&mut self, key: String, value: V) -> Option<V> {
-        match self.position(key.as_str()) {
+    pub fn insert(&mut self, key: impl Into<Key>, value: V) -> Option<V> {
+        let key = key.into();
+        match self.position(&key) {
             Ok(at) => Some(std::mem::replace(&mut self.entries[at].1, value)),
             Err(at) => {
                 self.entries.insert(at, (key, value));
@@ -99,11 +206,7 @@ impl<V> FlatMap<V> {
     }
 
     /// Takes `key` out; its value, if it had one.
-    pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
-    where
-        String: Borrow<Q>,
-        Q: Ord + ?Sized,
-    {
+    pub fn remove(&mut self, key: &str) -> Option<V> {
         self.position(key).ok().map(|at| self.entries.remove(at).1)
     }
 
@@ -124,12 +227,12 @@ impl<V> FlatMap<V> {
         pairs(&self.entries[at..])
     }
 
-    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &String> + ExactSizeIterator {
-        self.entries.iter().map(|(k, _)| k)
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator {
+        self.entries.iter().map(|(k, _)| k.as_str())
     }
 
     /// From pairs in any order; of a key given twice, the last value.
-    fn from_pairs(mut entries: Vec<(String, V)>) -> Self {
+    fn from_pairs(mut entries: Vec<(Key, V)>) -> Self {
         // A stable sort keeps a key's values in the order given; `dedup_by`
         // keeps the first of a run, so it takes each later value into it.
         entries.sort_by(|a, b| a.0.cmp(&b.0));
@@ -147,32 +250,28 @@ impl<V> FlatMap<V> {
 
 /// `map[key]`: the value of a key the caller knows is there (panics
 /// otherwise, as a `BTreeMap`'s does).
-impl<V, Q> std::ops::Index<&Q> for FlatMap<V>
-where
-    String: Borrow<Q>,
-    Q: Ord + ?Sized,
-{
+impl<V> std::ops::Index<&str> for FlatMap<V> {
     type Output = V;
 
-    fn index(&self, key: &Q) -> &V {
+    fn index(&self, key: &str) -> &V {
         self.get(key).expect("no entry for the key in the map")
     }
 }
 
-impl<V> FromIterator<(String, V)> for FlatMap<V> {
-    fn from_iter<I: IntoIterator<Item = (String, V)>>(pairs: I) -> Self {
-        FlatMap::from_pairs(pairs.into_iter().collect())
+impl<V, K: Into<Key>> FromIterator<(K, V)> for FlatMap<V> {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> Self {
+        FlatMap::from_pairs(pairs.into_iter().map(|(k, v)| (k.into(), v)).collect())
     }
 }
 
-impl<V, const N: usize> From<[(String, V); N]> for FlatMap<V> {
-    fn from(pairs: [(String, V); N]) -> Self {
-        FlatMap::from_pairs(Vec::from(pairs))
+impl<V, K: Into<Key>, const N: usize> From<[(K, V); N]> for FlatMap<V> {
+    fn from(pairs: [(K, V); N]) -> Self {
+        pairs.into_iter().collect()
     }
 }
 
-impl<V> Extend<(String, V)> for FlatMap<V> {
-    fn extend<I: IntoIterator<Item = (String, V)>>(&mut self, pairs: I) {
+impl<V, K: Into<Key>> Extend<(K, V)> for FlatMap<V> {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, pairs: I) {
         for (k, v) in pairs {
             self.insert(k, v);
         }
@@ -180,8 +279,8 @@ impl<V> Extend<(String, V)> for FlatMap<V> {
 }
 
 impl<V> IntoIterator for FlatMap<V> {
-    type Item = (String, V);
-    type IntoIter = std::vec::IntoIter<(String, V)>;
+    type Item = (Key, V);
+    type IntoIter = std::vec::IntoIter<(Key, V)>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.entries.into_iter()
@@ -189,7 +288,7 @@ impl<V> IntoIterator for FlatMap<V> {
 }
 
 impl<'a, V> IntoIterator for &'a FlatMap<V> {
-    type Item = (&'a String, &'a V);
+    type Item = (&'a str, &'a V);
     type IntoIter = Iter<'a, V>;
 
     fn into_iter(self) -> Self::IntoIter {
@@ -224,7 +323,7 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for FlatMap<V> {
                 // The hint is the sender's word: bounded, so a damaged one
                 // cannot reserve memory the input does not fill.
                 let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-                while let Some(pair) = map.next_entry()? {
+                while let Some(pair) = map.next_entry::<Key, V>()? {
                     entries.push(pair);
                 }
                 Ok(FlatMap::from_pairs(entries))
@@ -249,10 +348,7 @@ mod tests {
         .into();
         assert_eq!(map.len(), 2);
         assert_eq!(map.get("b"), Some(&3));
-        assert_eq!(
-            map.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["a", "b"]
-        );
+        assert_eq!(map.keys().collect::<Vec<_>>(), ["a", "b"]);
     }
 
     #[test]
@@ -264,7 +360,7 @@ mod tests {
         assert_eq!(map.insert("c".to_string(), 9), Some(1));
         assert_eq!(map.remove("m"), Some(1));
         assert_eq!(map.remove("m"), None);
-        let pairs: Vec<(&str, usize)> = map.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let pairs: Vec<(&str, usize)> = map.iter().map(|(k, v)| (k, *v)).collect();
         assert_eq!(pairs, [("a", 1), ("c", 9), ("x", 1)]);
         assert!(map.contains_key("x") && !map.contains_key("m"));
     }
@@ -280,5 +376,28 @@ mod tests {
             serde_json::to_string(&tree).unwrap()
         );
         assert_eq!(format!("{flat:?}"), format!("{tree:?}"));
+    }
+
+    #[test]
+    fn keys_tend_defines_are_borrowed_and_others_owned() -> Result<(), serde_json::Error> {
+        let json = r#"{"work_mem":"4MB","tend.dev/owner-agent":"a","connectionLimit":1}"#;
+        let map: FlatMap<serde_json::Value> = serde_json::from_str(json)?;
+        let borrowed: Vec<(&str, bool)> = map
+            .entries
+            .iter()
+            .map(|(k, _)| (k.as_str(), matches!(k.0, Cow::Borrowed(_))))
+            .collect();
+        assert_eq!(
+            borrowed,
+            [
+                ("connectionLimit", true),
+                ("tend.dev/owner-agent", true),
+                ("work_mem", false)
+            ]
+        );
+        // Either way a key is the text it was read from.
+        assert_eq!(Key::from("owner"), Key::from("owner".to_string()));
+        assert_eq!(map.get("work_mem"), Some(&serde_json::json!("4MB")));
+        Ok(())
     }
 }

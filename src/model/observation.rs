@@ -113,7 +113,7 @@ impl Observation {
                     k.strip_prefix("parameters.")
                         .is_some_and(|o| o.eq_ignore_ascii_case(key))
                 })
-                .cloned();
+                .map(str::to_owned);
             if let Some(spelled) = spelled
                 && let Some(value) = self.fields.remove(&spelled)
             {
@@ -230,7 +230,7 @@ mod tests {
             "parameters.datestyle",
             "connectionLimit",
         ]);
-        let keys: Vec<&str> = obs.fields.keys().map(String::as_str).collect();
+        let keys: Vec<&str> = obs.fields.keys().collect();
         assert_eq!(
             keys,
             [

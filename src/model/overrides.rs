@@ -219,12 +219,12 @@ pub(crate) fn parse_annotations(
 
 /// [`parse_annotations`] over plain strings (local overrides, provider
 /// labels): the same rules, every problem in one message.
-pub(crate) fn parse_override_strings<'a>(
-    pairs: impl IntoIterator<Item = (&'a String, &'a String)>,
+pub(crate) fn parse_override_strings<'a, K: AsRef<str>>(
+    pairs: impl IntoIterator<Item = (K, &'a String)>,
 ) -> Result<TendAnnotations, String> {
     let annotations = pairs
         .into_iter()
-        .map(|(k, v)| (k.clone(), ScalarString(v.clone())))
+        .map(|(k, v)| (k.as_ref().to_owned(), ScalarString(v.clone())))
         .collect();
     parse_annotations(&annotations).map_err(|problems| {
         problems

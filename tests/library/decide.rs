@@ -563,9 +563,9 @@ fn override_from_a_provider_label_is_honoured() {
     let mut observed = ours(&[("connectionLimit", json!(500))]);
     if let Observed::Found(obs) = &mut observed {
         obs.labels
-            .insert("tend.dev/ignore-fields".into(), "connectionLimit".into());
+            .insert("tend.dev/ignore-fields", "connectionLimit".into());
         obs.labels
-            .insert("tend.dev/override-reason".into(), "dba on call".into());
+            .insert("tend.dev/override-reason", "dba on call".into());
     }
     let mut case = Case::new(&decl, observed);
     case.now = t(100_000);
@@ -579,7 +579,7 @@ fn an_invalid_provider_label_override_stops_all_action() {
     let decl = declaration("", "");
     let mut observed = ours(&[("connectionLimit", json!(500))]);
     if let Observed::Found(obs) = &mut observed {
-        obs.labels.insert("tend.dev/pasued".into(), "true".into());
+        obs.labels.insert("tend.dev/pasued", "true".into());
     }
     let d = Case::new(&decl, observed).run();
     expect(

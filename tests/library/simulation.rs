@@ -601,7 +601,7 @@ async fn run_schedule(
                     ];
                     for (k, v) in keys {
                         if *on {
-                            db.labels.insert(k.into(), v.into());
+                            db.labels.insert(k, v.into());
                         } else {
                             db.labels.remove(k);
                         }
@@ -625,7 +625,7 @@ async fn run_schedule(
                         Some(o) if Some(o.limit) == current => o.at,
                         _ => now,
                     };
-                    db.fields.insert("connectionLimit".into(), json!(limit));
+                    db.fields.insert("connectionLimit", json!(limit));
                     sandbox.save(&state).unwrap();
                     w.out_of_band
                         .insert(name_of(name), OutOfBand { limit: *limit, at });

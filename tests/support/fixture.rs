@@ -129,6 +129,6 @@ pub fn change_limit(sandbox: &SandboxProvider, name: &str, limit: i64) {
         .get_mut(name)
         .unwrap()
         .fields
-        .insert("connectionLimit".into(), serde_json::json!(limit));
+        .insert("connectionLimit", serde_json::json!(limit));
     sandbox.save(&state).unwrap();
 }

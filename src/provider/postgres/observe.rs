@@ -165,7 +165,7 @@ impl PostgresProvider {
         for obs in out.iter_mut() {
             match found.remove(&obs.database_name) {
                 Some(Ok(extensions)) => {
-                    obs.fields.insert("extensions".into(), extensions);
+                    obs.fields.insert("extensions", extensions);
                 }
                 // One database that cannot be reached (CONNECT revoked,
                 // dropped meanwhile) leaves its extensions unknown; it does
@@ -186,15 +186,15 @@ impl PostgresProvider {
 fn server_fields(row: &tokio_postgres::Row) -> (String, FlatMap<Value>, FlatMap<String>, bool) {
     let name: String = row.get(0);
     let mut fields = FlatMap::new();
-    fields.insert("databaseName".into(), json!(name));
-    fields.insert("owner".into(), json!(row.get::<_, String>(2)));
-    fields.insert("encoding".into(), json!(row.get::<_, String>(3)));
-    fields.insert("locale".into(), json!(row.get::<_, String>(4)));
-    fields.insert("connectionLimit".into(), json!(row.get::<_, i32>(5)));
+    fields.insert("databaseName", json!(name));
+    fields.insert("owner", json!(row.get::<_, String>(2)));
+    fields.insert("encoding", json!(row.get::<_, String>(3)));
+    fields.insert("locale", json!(row.get::<_, String>(4)));
+    fields.insert("connectionLimit", json!(row.get::<_, i32>(5)));
     let allow: bool = row.get(6);
-    fields.insert("allowConnections".into(), json!(allow));
+    fields.insert("allowConnections", json!(allow));
     if let Some(comment) = row.get::<_, Option<String>>(7) {
-        fields.insert("comment".into(), json!(comment));
+        fields.insert("comment", json!(comment));
     }
     for setting in row.get::<_, Vec<String>>(8) {
         if let Some((k, v)) = setting.split_once('=') {

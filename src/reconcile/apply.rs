@@ -277,7 +277,7 @@ async fn execute_decisions(
         agent.runtimes(),
         ctx,
         work,
-        |r| r.provider.as_str(),
+        |r| &*r.provider,
         |r| planned_operation(agent, plan.commit.as_deref(), r),
         agent.progress(),
     )
@@ -342,7 +342,7 @@ fn planned_operation(
 ) -> Option<PlannedOperation> {
     let op = r.operation.as_ref()?;
     let manifest = r.subject.manifest()?;
-    let capabilities = &agent.runtimes().get(&r.provider)?.capabilities();
+    let capabilities = &agent.runtimes().get(&*r.provider)?.capabilities();
     let request = request::build(
         op.kind,
         agent.agent_id(),

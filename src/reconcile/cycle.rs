@@ -343,6 +343,7 @@ fn decide_all<'s>(
         };
         let observed = observe::distribute(&subjects, views.remove(&provider));
         let capabilities = runtime.capabilities();
+        let provider: Arc<str> = Arc::from(provider);
         for (routed, observed) in subjects.into_iter().zip(observed) {
             let name = routed.subject.name();
             let mut memory = memories.take(name);

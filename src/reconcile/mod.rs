@@ -167,7 +167,9 @@ pub struct PlannedResource<'s> {
     /// Path of the file relative to the repository root (borrowed from
     /// the snapshot: a Git path is UTF-8; empty for a removed declaration).
     pub file: std::borrow::Cow<'s, str>,
-    pub provider: String,
+    /// Shared by every resource of the provider's cycle (one allocation a
+    /// cycle, not one a resource).
+    pub provider: Arc<str>,
     pub spec_hash: SpecHash,
     pub observed: Observed,
     /// Shared with the read it came from (see `inputs::Memories::take`).

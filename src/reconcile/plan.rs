@@ -57,7 +57,7 @@ pub fn operation_kind(action: Action) -> Option<OperationKind> {
 /// pushes the memory effects of the decision onto `effects`.
 pub(crate) fn plan_subject<'s>(
     ctx: &PlanContext<'_>,
-    provider: &str,
+    provider: &std::sync::Arc<str>,
     capabilities: &Capabilities,
     routed: Routed<'s>,
     mut observed: Observed,
@@ -136,7 +136,7 @@ pub(crate) fn plan_subject<'s>(
         name,
         subject,
         file,
-        provider: provider.to_string(),
+        provider: provider.clone(),
         spec_hash,
         observed,
         memory,

@@ -118,7 +118,7 @@ impl Fixture {
         };
         let r = plan_subject(
             &ctx,
-            "p",
+            &std::sync::Arc::from("p"),
             &caps(),
             routed,
             observed,

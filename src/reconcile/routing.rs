@@ -128,7 +128,7 @@ pub(crate) fn undecidable<'s>(
         name: name.to_string(),
         subject: PlannedSubject::Unreadable,
         file: Default::default(),
-        provider: provider.to_string(),
+        provider: Arc::from(provider),
         spec_hash: SpecHash::from(""),
         observed: Observed::Failed("not observed".into()),
         memory: std::sync::Arc::default(),

@@ -164,7 +164,7 @@ pub(super) fn decided_again(
         name.extend(manifest.database_name_bytes());
         if databases
             .get(&name)
-            .is_some_and(|providers| providers.contains(&r.provider.as_str()))
+            .is_some_and(|providers| providers.contains(&&*r.provider))
         {
             again.insert(r.name.clone());
         }
@@ -184,12 +184,12 @@ pub(super) fn views_after(
     let mut views: HashMap<String, Vec<Observation>> = HashMap::new();
     let mut provider_of = HashMap::new();
     for r in plan.resources {
-        let view = views.entry(r.provider.clone()).or_default();
+        let view = views.entry(r.provider.to_string()).or_default();
         if let Observed::Found(obs) = r.observed {
             view.push(obs);
         }
         if confirmed.contains_key(&r.name) {
-            provider_of.insert(r.name, r.provider);
+            provider_of.insert(r.name, r.provider.to_string());
         }
     }
     confirm(views, &provider_of, confirmed)
@@ -205,12 +205,12 @@ pub(super) fn views_of(
     let mut views: HashMap<String, Vec<Observation>> = HashMap::new();
     let mut provider_of = HashMap::new();
     for r in plan.resources.iter().filter(|r| again.contains(&r.name)) {
-        let view = views.entry(r.provider.clone()).or_default();
+        let view = views.entry(r.provider.to_string()).or_default();
         if let Observed::Found(obs) = &r.observed {
             view.push(obs.clone());
         }
         if confirmed.contains_key(&r.name) {
-            provider_of.insert(r.name.clone(), r.provider.clone());
+            provider_of.insert(r.name.clone(), r.provider.to_string());
         }
     }
     confirm(views, &provider_of, confirmed)

@@ -38,7 +38,7 @@ fn plan<'s>(declarations: &'s [(Arc<Declaration>, &str)]) -> Plan<'s> {
             name: d.name().to_string(),
             subject: PlannedSubject::Declared(d),
             file: "x.yaml".into(),
-            provider: provider.to_string(),
+            provider: std::sync::Arc::from(*provider),
             spec_hash: d.spec_hash.clone(),
             observed: Observed::NotFound,
             memory: Arc::default(),

@@ -162,14 +162,18 @@ impl SandboxProvider {
         digest: &str,
         database_name: &str,
     ) -> Result<(), ProviderError> {
-        let recorded = RecordedOperation {
+        self.store_operation(&op.0, &Self::recorded(kind, digest, database_name))
+            .map_err(|e| self.to_provider_error(database_name, e))
+    }
+
+    /// A call's record under its idempotency key, first used.
+    pub(super) fn recorded(kind: &str, digest: &str, database_name: &str) -> RecordedOperation {
+        RecordedOperation {
             request_digest: digest.to_string(),
             database_name: database_name.to_string(),
             kind: kind.to_string(),
             uses: 1,
-        };
-        self.store_operation(&op.0, &recorded)
-            .map_err(|e| self.to_provider_error(database_name, e))
+        }
     }
 
     pub(super) fn digest(kind: &str, request: &impl Serialize) -> String {

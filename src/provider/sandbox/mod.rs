@@ -386,12 +386,11 @@ impl Provider for SandboxProvider {
                 previous: None,
             };
             self.apply_fields(&mut db, request);
-            // The database first, then the key: a crash between the two
-            // leaves a database a retry meets as "exists" (a conflict the
-            // caller confirms by observation), never a key without its effect.
-            self.store_database(&stored_as, &db)
+            // The database and its key together: a process killed
+            // meanwhile leaves neither, and the replay creates it once.
+            let recorded = Self::recorded("create", &digest, &stored_as);
+            self.store_created(&stored_as, &db, &op.0, &recorded)
                 .map_err(|e| self.to_provider_error(name, e))?;
-            self.record_key(op, "create", &digest, &stored_as)?;
             if stored_as != *name {
                 return self.answer(&stored_as);
             }

@@ -290,6 +290,36 @@ impl SandboxProvider {
         self.put(Table::Operations, key, op)
     }
 
+    /// Stores a new database and the idempotency key of the call that
+    /// made it in one transaction, as a provider commits an effect with
+    /// its key. Two writes left a window, and the sandbox runs in tend's
+    /// process: killed between them, it kept a database without the key,
+    /// and where names are not unique the replay under the same key made a
+    /// second one (`NAME~1`).
+    pub(super) fn store_created(
+        &self,
+        name: &str,
+        database: &SandboxDatabase,
+        key: &str,
+        op: &RecordedOperation,
+    ) -> Result<(), SandboxError> {
+        let database = self.encode(database)?;
+        let op = self.encode(op)?;
+        let insert = |table: Table| {
+            format!(
+                "INSERT OR REPLACE INTO {} ({}, body) VALUES (?1, ?2)",
+                table.name(),
+                table.key_column()
+            )
+        };
+        self.with_conn(|c| {
+            let tx = c.unchecked_transaction()?;
+            tx.execute(&insert(Table::Databases), params![name, database])?;
+            tx.execute(&insert(Table::Operations), params![key, op])?;
+            tx.commit()
+        })
+    }
+
     /// Everything in the sandbox (an absent file is an empty sandbox).
     pub fn load(&self) -> Result<SandboxState, SandboxError> {
         Ok(SandboxState {

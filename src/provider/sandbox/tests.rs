@@ -172,3 +172,36 @@ fn the_call_log_is_bounded() {
     // The newest calls are still read.
     assert!(!sandbox.calls().is_empty());
 }
+
+#[test]
+fn a_create_whose_key_cannot_be_recorded_leaves_no_database()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let faults = FaultConfig {
+        names_not_unique: true,
+        ..FaultConfig::default()
+    };
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, faults);
+    let op = OperationId::derive("a", "orders", OperationKind::Create, &SpecHash::from("h"));
+    let rt = rt();
+    // The schema exists once the sandbox was read; then every key write
+    // fails, as a process killed between the two writes would leave it.
+    assert!(rt.block_on(sandbox.observe("orders"))?.is_none());
+    let db = rusqlite::Connection::open(sandbox.db_path())?;
+    db.execute_batch(
+        "CREATE TRIGGER no_keys BEFORE INSERT ON operations BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )?;
+    assert!(rt.block_on(sandbox.create(&op, &request(5))).is_err());
+    assert!(
+        sandbox.load()?.databases.is_empty(),
+        "no database without its key"
+    );
+    // The replay under the same key, once keys are written again, makes
+    // one database, not `orders~1` beside a stray `orders`.
+    db.execute_batch("DROP TRIGGER no_keys;")?;
+    rt.block_on(sandbox.create(&op, &request(5)))?;
+    rt.block_on(sandbox.create(&op, &request(5)))?;
+    let names: Vec<String> = sandbox.load()?.databases.keys().cloned().collect();
+    assert_eq!(names, ["orders"]);
+    Ok(())
+}

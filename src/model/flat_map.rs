@@ -21,10 +21,10 @@ use std::ops::Deref;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A [`FlatMap`] key: text that compares, hashes, reads and writes as the
-/// string it is, held without an allocation when it is one of the names
+/// A [`FlatMap`] key: text that compares, reads and writes as the string
+/// it is, held without an allocation when it is one of the names
 /// tend itself defines ([`known_key`]).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key(Cow<'static, str>);
 
 /// The name `text` is, when tend defines it: a spec field, an ownership
@@ -86,21 +86,9 @@ impl Borrow<str> for Key {
     }
 }
 
-impl AsRef<str> for Key {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

@@ -35,6 +35,16 @@ impl Table {
         }
     }
 
+    /// The statement that writes one row (replacing it): the key as `?1`,
+    /// the body as `?2`.
+    pub(super) fn replace_sql(self) -> String {
+        format!(
+            "INSERT OR REPLACE INTO {} ({}, body) VALUES (?1, ?2)",
+            self.name(),
+            self.key_column()
+        )
+    }
+
     /// What a row is, for messages.
     pub(super) fn describe(self, key: &str) -> String {
         match self {
@@ -218,12 +228,7 @@ impl SandboxProvider {
     /// Writes one row (replacing it).
     fn put(&self, table: Table, key: &str, value: &impl Serialize) -> Result<(), SandboxError> {
         let body = self.encode(value)?;
-        let sql = format!(
-            "INSERT OR REPLACE INTO {} ({}, body) VALUES (?1, ?2)",
-            table.name(),
-            table.key_column()
-        );
-        self.with_conn(|c| c.execute(&sql, params![key, body]))
+        self.with_conn(|c| c.execute(&table.replace_sql(), params![key, body]))
             .map(drop)
     }
 
@@ -305,17 +310,10 @@ impl SandboxProvider {
     ) -> Result<(), SandboxError> {
         let database = self.encode(database)?;
         let op = self.encode(op)?;
-        let insert = |table: Table| {
-            format!(
-                "INSERT OR REPLACE INTO {} ({}, body) VALUES (?1, ?2)",
-                table.name(),
-                table.key_column()
-            )
-        };
         self.with_conn(|c| {
             let tx = c.unchecked_transaction()?;
-            tx.execute(&insert(Table::Databases), params![name, database])?;
-            tx.execute(&insert(Table::Operations), params![key, op])?;
+            tx.execute(&Table::Databases.replace_sql(), params![name, database])?;
+            tx.execute(&Table::Operations.replace_sql(), params![key, op])?;
             tx.commit()
         })
     }

@@ -177,6 +177,22 @@ impl SharedMemories {
         if self.memories.is_empty() {
             return Arc::default();
         }
+        // Over the last snapshot's, still in use: only the names declared
+        // differently are derived again (a commit changes a few).
+        let carried = slot
+            .as_ref()
+            .and_then(|(of, derived)| Some((of.upgrade()?, Arc::clone(derived))));
+        if let Some((before, derived)) = carried
+            && let Some(names) = declared_differently(&before, snapshot)
+        {
+            let mut derived = Arc::unwrap_or_clone(derived);
+            for name in names {
+                derived.update(name, self.memories.get(name).map(Arc::as_ref), snapshot);
+            }
+            let derived = Arc::new(derived);
+            *slot = Some((Arc::downgrade(snapshot), derived.clone()));
+            return derived;
+        }
         // One index of the declarations by name: a lookup per memory in
         // the sorted list touches a dozen declarations scattered in
         // memory, and at 10,000 resources those cache misses cost
@@ -203,6 +219,45 @@ impl SharedMemories {
         let derived = Arc::new(derived);
         *slot = Some((Arc::downgrade(snapshot), derived.clone()));
         derived
+    }
+}
+
+/// The names declared in one snapshot and not the other, or with another
+/// spec: a walk of the two sorted sets (a declaration the parse cache
+/// carried over is the same `Arc` in both). `None` when they are more
+/// than an eighth of the fleet (and a few), which is derived again whole.
+fn declared_differently<'a>(before: &'a Snapshot, now: &'a Snapshot) -> Option<Vec<&'a str>> {
+    use std::cmp::Ordering;
+    let (mut old, mut new) = (
+        before.declarations.declarations.iter().peekable(),
+        now.declarations.declarations.iter().peekable(),
+    );
+    let most = now.declarations.declarations.len() / 8 + 8;
+    let mut names = Vec::new();
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => return Some(names),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(a), Some(b)) if Arc::ptr_eq(a, b) => Ordering::Equal,
+            (Some(a), Some(b)) => a.name().cmp(b.name()),
+        };
+        let name = match order {
+            Ordering::Less => old.next().map(|d| d.name()),
+            Ordering::Greater => new.next().map(|d| d.name()),
+            Ordering::Equal => {
+                let (a, b) = (old.next(), new.next());
+                a.zip(b)
+                    .filter(|(a, b)| !Arc::ptr_eq(a, b) && a.spec_hash != b.spec_hash)
+                    .map(|(_, b)| b.name())
+            }
+        };
+        if let Some(name) = name {
+            names.push(name);
+            if names.len() > most {
+                return None;
+            }
+        }
     }
 }
 
@@ -502,6 +557,50 @@ mod tests {
             declarations: crate::model::DeclarationSet::from_files(files.collect()),
             provider_groups: Default::default(),
         }
+    }
+
+    /// A new snapshot's facts are derived over the last one's from the
+    /// names declared differently alone (a declaration carried over is
+    /// the same `Arc`), and are what deriving them whole gives.
+    #[test]
+    fn a_new_snapshot_s_facts_are_derived_from_the_declarations_that_changed() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let (store, cache) = retaining(&dir)?;
+        for name in ["billing", "ledger", "orders", "payments"] {
+            applied(&store, name)?;
+        }
+        let read = cache.current(&store)?;
+        let before = Arc::new(declaring(&["accounts", "orders", "payments"]));
+        let first = read.derived(&before);
+        assert_eq!(first.undeclared, ["billing", "ledger"]);
+        // The next commit: `orders` removed, `ledger` declared as applied,
+        // `accounts` and `payments` carried over.
+        let mut now = (*before).clone();
+        now.provider_groups = Default::default();
+        let list = &mut now.declarations.declarations;
+        list.retain(|d| d.name() != "orders");
+        let mut ledger = (*declaring(&["ledger"]).declarations.declarations[0]).clone();
+        ledger.spec_hash = SpecHash::from("spec-1");
+        list.insert(1, Arc::new(ledger));
+        let now = Arc::new(now);
+        assert_eq!(
+            declared_differently(&before, &now),
+            Some(vec!["ledger", "orders"])
+        );
+        let derived = read.derived(&now);
+        let whole = SharedMemories::new(store.read_memories()?).derived(&now);
+        assert_eq!(
+            (&derived.undeclared, &derived.changed),
+            (&whole.undeclared, &whole.changed)
+        );
+        assert_eq!(derived.undeclared, ["billing", "orders"]);
+        assert_eq!(derived.changed, ["billing", "orders", "payments"]);
+        // A whole new fleet is derived again whole.
+        let names: Vec<String> = (0..20).map(|i| format!("db-{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let other = Arc::new(declaring(&names));
+        assert_eq!(declared_differently(&now, &other), None);
+        Ok(())
     }
 
     /// Each memory of `read`, as a whole read returns them.

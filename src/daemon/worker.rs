@@ -174,6 +174,11 @@ pub(crate) async fn run(
         let Some(snapshot) = inputs.snapshots.borrow_and_update().clone() else {
             continue;
         };
+        // Counted as running from the moment it takes the snapshot up: the
+        // status writer, woken by another worker's report moving to the
+        // commit, waits for this one's cycle instead of publishing first.
+        // (Not while it waits for a turn: that can be long.)
+        let mut arriving = Some(board.cycle_running());
         // Whatever woke it, a cycle over a snapshot the worker has not
         // reconciled decides that snapshot's changes too.
         let names = names.and_then(|names| {
@@ -213,11 +218,17 @@ pub(crate) async fn run(
                     names: Some(names), ..
                 },
             ) if names.len() <= SMALL_CYCLE => None,
-            (None, _) => match wait_for_turn(&provider, &mut inputs, &mut request, false).await {
-                Turn::Taken(permit) => Some(permit),
-                Turn::Commit | Turn::Stop => return,
-            },
+            (None, _) => {
+                arriving = None;
+                match wait_for_turn(&provider, &mut inputs, &mut request, false).await {
+                    Turn::Taken(permit) => Some(permit),
+                    Turn::Commit | Turn::Stop => return,
+                }
+            }
         };
+        // (Handed over to `running` with no await between, unless the
+        // test hook wedges the worker here.)
+        drop(arriving);
         super::hooks::wedge_point().await;
         let running = board.cycle_running();
         inputs.heartbeats.beat(&provider, true);

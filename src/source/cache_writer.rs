@@ -5,42 +5,96 @@
 //! # Guarantees
 //! * Writes follow each other: a write waits for the one before it, so
 //!   the newest snapshot's cache is the one left on disk.
+//! * The running agent's write waits for the source to be quiet
+//!   ([`QUIET`]) and is dropped when a newer snapshot's supersedes it: at
+//!   100,000 files a write is 0.3 s of a core and 50 MB of disk, which a
+//!   burst of commits would pay at each and the next commit's cycle and
+//!   status commit would wait beside. The parse results for the next
+//!   commit are made at once all the same. A write not made (the agent
+//!   stopped first) costs the next process the parsing of the files
+//!   changed since the cache on disk, nothing else: each file's results
+//!   are keyed by its blob.
 //! * A snapshot whose set has a diagnostic (a name declared twice, known
 //!   only once the set is built) is not written: its files' own results
 //!   are no longer known, and an older cache costs parsing, nothing else.
 
 use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use git2::Oid;
 
 use super::parse_cache::{self, ParsedTree};
 use super::snapshot::Snapshot;
 
+/// How long the running agent's parse cache write waits for a newer
+/// snapshot before it is made.
+pub(super) const QUIET: Duration = Duration::from_secs(5);
+
+/// How long snapshots may supersede each other's writes: a source whose
+/// declarations change more often than [`QUIET`] still has its cache
+/// written this often.
+pub(super) const MAX_UNWRITTEN: Duration = Duration::from_secs(60);
+
 /// Starts writing the parse cache of `snapshot` (of `tree`, at source path
 /// `path`) to `file`, after `previous` is done; the parse results made on
-/// the way go to `made`, for the next commit's poll.
+/// the way go to `made`, for the next commit's poll. With `quiet`, they
+/// go there at once, and the write waits for the quiet time; it is made
+/// at once when the receiver's sender sends (the source goes), and not at
+/// all when that sender goes without sending (a newer write supersedes
+/// it).
 pub(super) fn start(
     previous: Option<JoinHandle<()>>,
     (file, path, tree): (PathBuf, String, Oid),
     snapshot: Arc<Snapshot>,
     made: Arc<Mutex<Option<ParsedTree>>>,
+    quiet: Option<(Duration, Receiver<()>)>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("tend-parse-cache".into())
         .spawn(move || {
             // Made from the snapshot's own declarations (shared, not
             // copied).
-            let parses = snapshot.parse_results();
+            let parses = match quiet {
+                None => snapshot.parse_results(),
+                Some((wait, superseded)) => {
+                    // For the next commit at once; the snapshot is kept
+                    // (the source holds it too, until the next) to make
+                    // them again for the write if a poll took them.
+                    let parses = snapshot.parse_results();
+                    let made_now = parses.is_some();
+                    if let Some(parses) = parses {
+                        *made.lock().unwrap_or_else(|p| p.into_inner()) = Some(parses);
+                    }
+                    match superseded.recv_timeout(wait) {
+                        // Quiet, or told to write now (the source goes).
+                        Err(RecvTimeoutError::Timeout) | Ok(()) => {}
+                        Err(RecvTimeoutError::Disconnected) => {
+                            tracing::debug!(
+                                "source: parse cache write superseded by a newer snapshot's"
+                            );
+                            return;
+                        }
+                    }
+                    let taken = || made.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    made_now
+                        .then(|| taken().or_else(|| snapshot.parse_results()))
+                        .flatten()
+                }
+            };
             drop(snapshot);
-            if let Some(previous) = previous {
-                let _ = previous.join();
-            }
             let Some(parses) = parses else {
+                if let Some(previous) = previous {
+                    let _ = previous.join();
+                }
                 tracing::debug!("source: parse cache not written for a set with diagnostics");
                 return;
             };
+            if let Some(previous) = previous {
+                let _ = previous.join();
+            }
             let mut declarations = parses.declarations.as_slice();
             let entries = parses.files.iter().map(|f| {
                 let (own, rest) = declarations.split_at(f.declarations.min(declarations.len()));
@@ -56,7 +110,11 @@ pub(super) fn start(
                 )
             });
             parse_cache::store_logged(&file, &path, tree, entries, ", beside the cycles");
-            *made.lock().unwrap_or_else(|p| p.into_inner()) = Some(parses);
+            // (Unless a newer write has put its own there since.)
+            let mut slot = made.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                *slot = Some(parses);
+            }
         })
 }
 

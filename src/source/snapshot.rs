@@ -98,54 +98,59 @@ impl Snapshot {
             .map(|i| list[i].as_ref())
     }
 
-    /// The files (path order) with their declarations (file order), when
-    /// the declarations are exactly what the files parse to alone: a
-    /// snapshot with any diagnostic gives `None`, since a diagnostic may be
-    /// one file's view of another (a name declared in two files drops
-    /// both copies, and the file that keeps its bytes would come back
-    /// without its own).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn per_file(
-        &self,
-    ) -> Option<Vec<(&str, Oid, Vec<&Arc<crate::model::Declaration>>)>> {
+    /// The parse results it was built from, sharing its declarations:
+    /// the files (path order) with their declarations (file order), when
+    /// the declarations are exactly what the files parse to alone. `None`
+    /// for a snapshot with any diagnostic, since a diagnostic may be one
+    /// file's view of another (a name declared in two files drops both
+    /// copies, and the file that keeps its bytes would come back without
+    /// its own); and for a declaration whose file is not among the files
+    /// (results without it would be wrong for that file).
+    ///
+    /// The declarations are sorted by their file's path and merged with
+    /// the files, one allocation a file (its path): grouping them in a map
+    /// of paths, a list each, took 160 ms of a core at 100,000 files at
+    /// every commit.
+    pub(crate) fn parse_results(&self) -> Option<super::parse_cache::ParsedTree> {
+        use super::parse_cache::{ParsedFile, ParsedTree, object_id};
         if !self.declarations.diagnostics.is_empty() {
             return None;
         }
-        let mut by_file: std::collections::HashMap<&Path, Vec<&Arc<crate::model::Declaration>>> =
-            std::collections::HashMap::with_capacity(self.files.len());
-        for decl in &self.declarations.declarations {
-            by_file.entry(decl.file.as_path()).or_default().push(decl);
+        fn file_of(d: &Arc<crate::model::Declaration>) -> &[u8] {
+            d.file.as_os_str().as_encoded_bytes()
         }
-        let files = self
-            .files
-            .iter()
-            .map(|(path, blob)| {
-                let mut declarations = by_file.remove(Path::new(path)).unwrap_or_default();
-                declarations.sort_by_key(|d| (d.line, d.column));
-                (path.as_str(), *blob, declarations)
-            })
-            .collect();
-        Some(files)
-    }
-
-    /// The parse results it was built from ([`Snapshot::per_file`]),
-    /// sharing its declarations.
-    pub(crate) fn parse_results(&self) -> Option<super::parse_cache::ParsedTree> {
-        let files = self
-            .per_file()?
-            .into_iter()
-            .map(|(path, blob, declarations)| {
-                let contents = crate::model::load::FileContents {
-                    declarations: declarations.into_iter().cloned().collect(),
-                    diagnostics: Vec::new(),
-                };
-                (
-                    path.to_string(),
-                    super::parse_cache::object_id(blob),
-                    contents,
-                )
+        let mut by_file: Vec<&Arc<crate::model::Declaration>> =
+            self.declarations.declarations.iter().collect();
+        by_file.sort_unstable_by(|a, b| {
+            file_of(a)
+                .cmp(file_of(b))
+                .then((a.line, a.column).cmp(&(b.line, b.column)))
+        });
+        let mut out = ParsedTree {
+            tree: None,
+            files: Vec::with_capacity(self.files.len()),
+            declarations: Vec::with_capacity(by_file.len()),
+        };
+        let mut rest = by_file.as_slice();
+        for (path, blob) in &self.files {
+            let own = rest
+                .iter()
+                .take_while(|d| file_of(d) == path.as_bytes())
+                .count();
+            let (declarations, after) = rest.split_at(own);
+            rest = after;
+            out.declarations
+                .extend(declarations.iter().map(|d| Arc::clone(d)));
+            out.files.push(ParsedFile {
+                path: path.clone(),
+                blob: object_id(*blob),
+                declarations: own,
+                diagnostics: Vec::new(),
             });
-        Some(super::parse_cache::ParsedTree::from_contents(None, files))
+        }
+        // Each file's declarations came right before the next file's: a
+        // declaration left over names a file not listed.
+        rest.is_empty().then_some(out)
     }
 }
 

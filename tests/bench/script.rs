@@ -44,6 +44,7 @@ fn the_benchmark_script_prints_every_figure() {
         "**scale: no-change cycle of all 10 providers, tend's own (target <= 400 ms)**",
         "scale: no-change cycle of all 10 providers, wall",
         "**scale: `tend run` peak resident memory (target <= 400 MB)**",
+        "**scale: one-file commit, webhook to status commit and report written (target <= 1 s)**",
     ] {
         assert!(
             rows.iter().any(|r| r.starts_with(&format!("| {needed}"))),

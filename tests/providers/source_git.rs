@@ -527,7 +527,8 @@ fn a_long_running_writer_takes_parse_results_made_beside_its_cycles() {
     let now = SystemTime::now();
     assert_eq!(names(&source.poll(now)), ["a", "b"]);
     assert_eq!(source.parse_count(), 2);
-    // (Written on a thread of its own: renamed into place when done.)
+    // (Written on a thread of its own once the source is quiet for five
+    // seconds: renamed into place when done.)
     let written = Instant::now();
     let cache = loop {
         let found = walk(state.path())
@@ -535,7 +536,7 @@ fn a_long_running_writer_takes_parse_results_made_beside_its_cycles() {
             .find(|p| p.ends_with("parse-cache.jsonl"));
         match found {
             Some(cache) if source.parse_results_made() => break cache,
-            _ if written.elapsed() < Duration::from_secs(10) => {
+            _ if written.elapsed() < Duration::from_secs(30) => {
                 std::thread::sleep(Duration::from_millis(20))
             }
             _ => panic!("no parse cache was written on disk, or no parse results made"),
@@ -569,6 +570,60 @@ fn a_long_running_writer_takes_parse_results_made_beside_its_cycles() {
     let reread = next.poll(now);
     assert_eq!(next.parse_count(), 0, "a file parsed again");
     assert_eq!(declarations(&reread), declarations(&fourth));
+}
+
+/// The running agent's parse cache waits for a quiet source: the parse
+/// results for the next commit are made at once, the file is not written
+/// within the quiet time, a newer commit's write supersedes the waiting
+/// one, and the source going writes the newest at once (a next process
+/// parses nothing and reads the newest commit's declarations).
+#[test]
+fn a_running_writers_parse_cache_waits_for_a_quiet_source() {
+    let repo = repo_with(&[("db/a.yaml", "a", 1), ("db/b.yaml", "b", 2)]);
+    // Two declarations in one file, in a subdirectory: the results made
+    // from the snapshot give each file its own.
+    let two = format!("{}---\n{}", manifest("d", 4), manifest("c", 3));
+    repo.write("db/sub/two.yaml", &two);
+    repo.commit("two in one file");
+    let state = tempfile::tempdir().unwrap();
+    let cache = state.path().join("source/parse-cache.jsonl");
+    let mut source = open(state.path(), settings(&repo.url(), "main", "db")).parses_on_disk();
+    let now = SystemTime::now();
+    let polled = Instant::now();
+    assert_eq!(names(&source.poll(now)), ["a", "b", "c", "d"]);
+    while !source.parse_results_made() {
+        assert!(
+            polled.elapsed() < Duration::from_secs(10),
+            "no parse results made"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // (Five seconds of quiet; this test's polls take milliseconds.)
+    assert!(!cache.exists(), "the parse cache was written at once");
+    repo.write("db/b.yaml", &manifest("b", 20));
+    repo.commit("b: 20");
+    let second = source.poll(now);
+    assert_eq!(source.parse_count(), 4, "only the changed file is parsed");
+    assert!(
+        !cache.exists(),
+        "the first commit's parse cache was written"
+    );
+    assert!(
+        polled.elapsed() < Duration::from_secs(5),
+        "the test was too slow to tell"
+    );
+    drop(source);
+    assert!(
+        cache.exists(),
+        "the source went without writing its parse cache"
+    );
+    let mut next = open(state.path(), settings(&repo.url(), "main", "db"));
+    let reread = next.poll(now);
+    assert_eq!(next.parse_count(), 0, "a file parsed again");
+    assert_eq!(declarations(&reread), declarations(&second));
+    let fresh_state = tempfile::tempdir().unwrap();
+    let fresh = open(fresh_state.path(), settings(&repo.url(), "main", "db")).poll(now);
+    assert_eq!(declarations(&second), declarations(&fresh));
 }
 
 /// Every file below `dir`.

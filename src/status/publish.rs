@@ -225,8 +225,15 @@ impl StatusPublisher {
                 beside = Some(written);
                 Some((branch, published))
             }
-            // The running agent's, digested already.
-            Some(branch) if self.keeps_renders && self.failing_since.is_none() => {
+            // The running agent's, digested already, over a render of
+            // its own (a first render, every file at once, is not run
+            // beside the report files: together they raised the peak
+            // memory of a cold start at 10,000 resources).
+            Some(branch)
+                if self.keeps_renders
+                    && self.failing_since.is_none()
+                    && self.rendered.is_some() =>
+            {
                 let mut files = self.files.clone();
                 let title = self.title;
                 let digest = digested.as_ref().map(|d| d.report.as_str());

@@ -31,12 +31,12 @@ use super::snapshot::Snapshot;
 
 /// How long the running agent's parse cache write waits for a newer
 /// snapshot before it is made.
-pub(super) const QUIET: Duration = Duration::from_secs(5);
+const QUIET: Duration = Duration::from_secs(5);
 
 /// How long snapshots may supersede each other's writes: a source whose
 /// declarations change more often than [`QUIET`] still has its cache
 /// written this often.
-pub(super) const MAX_UNWRITTEN: Duration = Duration::from_secs(60);
+const MAX_UNWRITTEN: Duration = Duration::from_secs(60);
 
 /// Starts writing the parse cache of `snapshot` (of `tree`, at source path
 /// `path`) to `file`, after `previous` is done; the parse results made on
@@ -45,7 +45,7 @@ pub(super) const MAX_UNWRITTEN: Duration = Duration::from_secs(60);
 /// at once when the receiver's sender sends (the source goes), and not at
 /// all when that sender goes without sending (a newer write supersedes
 /// it).
-pub(super) fn start(
+fn start(
     previous: Option<JoinHandle<()>>,
     (file, path, tree): (PathBuf, String, Oid),
     snapshot: Arc<Snapshot>,
@@ -116,6 +116,86 @@ pub(super) fn start(
                 *slot = Some(parses);
             }
         })
+}
+
+/// The source's parse cache writes: the thread writing (or waiting to
+/// write) the newest, and what tells a waiting one to give way or write
+/// now. When this goes, a waiting write is made at once and the newest is
+/// finished: the next process reads it whole.
+#[derive(Debug, Default)]
+pub(super) struct Writes {
+    writing: Option<JoinHandle<()>>,
+    /// Held while a write waits for a quiet source: dropped, it tells that
+    /// write a newer one supersedes it; sent on, to write now.
+    pending: Option<std::sync::mpsc::Sender<()>>,
+    /// Since when the writes waiting for a quiet source have superseded
+    /// each other (bounded by [`MAX_UNWRITTEN`]).
+    unwritten_since: Option<std::time::Instant>,
+}
+
+impl Writes {
+    /// Writes the parse cache of `snapshot` (see [`start`]) after the
+    /// write before it; with `quiet` (the running agent), once the source
+    /// is quiet, superseding the write waiting.
+    pub(super) fn schedule(
+        &mut self,
+        target: (PathBuf, String, Oid),
+        snapshot: Arc<Snapshot>,
+        made: Arc<Mutex<Option<ParsedTree>>>,
+        quiet: bool,
+    ) {
+        let previous = self.writing.take();
+        // The last one written is what a finished thread left.
+        let now = std::time::Instant::now();
+        let waiting = previous.as_ref().is_some_and(|p| !p.is_finished());
+        let since = match self.unwritten_since {
+            Some(since) if waiting => since,
+            _ => now,
+        };
+        let overdue = now.duration_since(since) >= MAX_UNWRITTEN;
+        self.unwritten_since = (!overdue).then_some(since);
+        // Replacing the sender (or dropping it, for a write made at once)
+        // makes the one waiting give way.
+        self.pending = None;
+        let quiet = (quiet && !overdue).then(|| {
+            let (pending, superseded) = std::sync::mpsc::channel();
+            self.pending = Some(pending);
+            (QUIET, superseded)
+        });
+        let file = target.0.clone();
+        match start(previous, target, snapshot, made, quiet) {
+            Ok(handle) => self.writing = Some(handle),
+            Err(e) => tracing::warn!(
+                "cannot start writing the parse cache {}: {e}; the next process parses every file",
+                file.display()
+            ),
+        }
+    }
+
+    /// Before a write made on the caller's thread: the one waiting gives
+    /// way, the one writing finishes.
+    pub(super) fn settle(&mut self) {
+        self.pending = None;
+        if let Some(writing) = self.writing.take() {
+            let _ = writing.join();
+        }
+    }
+
+    /// The newest write, for the caller to wait for ([`CacheWriting`]).
+    pub(super) fn take(&mut self) -> CacheWriting {
+        CacheWriting(self.writing.take())
+    }
+}
+
+impl Drop for Writes {
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            let _ = pending.send(());
+        }
+        if let Some(writing) = self.writing.take() {
+            let _ = writing.join();
+        }
+    }
 }
 
 /// The parse cache being written beside a one-shot command's cycle

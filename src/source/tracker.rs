@@ -119,15 +119,8 @@ pub struct Source {
     /// The on-disk cache being read while the first fetch runs.
     cache_loading: Option<std::thread::JoinHandle<ParsedTree>>,
     /// The on-disk cache being written beside the cycles (the running
-    /// agent).
-    cache_writing: Option<std::thread::JoinHandle<()>>,
-    /// Held while the running agent's write waits for a quiet source:
-    /// dropped, it tells that write a newer one supersedes it; sent on, to
-    /// write now.
-    cache_write_pending: Option<std::sync::mpsc::Sender<()>>,
-    /// Since when the writes waiting for a quiet source have superseded
-    /// each other (bounded by [`cache_writer::MAX_UNWRITTEN`]).
-    cache_unwritten_since: Option<std::time::Instant>,
+    /// agent's, a one-shot command's written beside).
+    cache_writes: cache_writer::Writes,
     /// The last snapshot's parse results, made by that thread beside the
     /// cycles (the running agent): the next commit takes them instead of
     /// copying them on its own path.
@@ -219,9 +212,7 @@ impl Source {
             cache_file,
             cache_loaded: false,
             cache_loading,
-            cache_writing: None,
-            cache_write_pending: None,
-            cache_unwritten_since: None,
+            cache_writes: cache_writer::Writes::default(),
             parses_made: Arc::default(),
             retain_parses: true,
             reread_disk_cache: false,
@@ -352,7 +343,7 @@ impl Source {
         self.retain_parses = false;
         self.write_beside = self.access == Access::Writer;
         let outcome = self.poll(now);
-        (outcome, CacheWriting(self.cache_writing.take()))
+        (outcome, self.cache_writes.take())
     }
 
     /// The snapshot of the last accepted commit, built from the local Git
@@ -447,10 +438,7 @@ impl Source {
         if store && !later {
             // After the one being written beside (the newest is last), or
             // instead of the one waiting for a quiet source.
-            self.cache_write_pending = None;
-            if let Some(writing) = self.cache_writing.take() {
-                let _ = writing.join();
-            }
+            self.cache_writes.settle();
             let entries = files
                 .iter()
                 .zip(&contents)
@@ -496,35 +484,10 @@ impl Source {
     /// the one writing the previous one (see [`super::cache_writer`]).
     fn store_parses_later(&mut self, tree: Oid, snapshot: Arc<Snapshot>) {
         let target = (self.cache_file.clone(), self.settings.path.clone(), tree);
-        let previous = self.cache_writing.take();
-        // The running agent's waits for a quiet source; this one
-        // supersedes the one waiting (the last one written is what a
-        // finished thread left).
-        let now = std::time::Instant::now();
-        let waiting = previous.as_ref().is_some_and(|p| !p.is_finished());
-        let since = match self.cache_unwritten_since {
-            Some(since) if waiting => since,
-            _ => now,
-        };
-        let overdue = now.duration_since(since) >= cache_writer::MAX_UNWRITTEN;
-        self.cache_unwritten_since = (!overdue).then_some(since);
-        let quiet = (self.reread_disk_cache && !overdue).then(|| {
-            let (pending, superseded) = std::sync::mpsc::channel();
-            self.cache_write_pending = Some(pending);
-            (cache_writer::QUIET, superseded)
-        });
-        if quiet.is_none() {
-            // Written at once, after the one waiting gives way.
-            self.cache_write_pending = None;
-        }
         let made = self.parses_made.clone();
-        match cache_writer::start(previous, target, snapshot, made, quiet) {
-            Ok(handle) => self.cache_writing = Some(handle),
-            Err(e) => tracing::warn!(
-                "cannot start writing the parse cache {}: {e}; the next process parses every file",
-                self.cache_file.display()
-            ),
-        }
+        // The running agent's waits for a quiet source.
+        let quiet = self.reread_disk_cache;
+        self.cache_writes.schedule(target, snapshot, made, quiet);
     }
 
     /// Lists the files under the tree and parses those whose blob changed
@@ -790,18 +753,4 @@ fn descends_from(repo: &Repository, head: Oid, old: Oid) -> bool {
         }
     }
     false
-}
-
-/// A parse cache being written is finished before the source goes: the
-/// next process reads it whole.
-impl Drop for Source {
-    fn drop(&mut self) {
-        // A write waiting for a quiet source is made now.
-        if let Some(pending) = self.cache_write_pending.take() {
-            let _ = pending.send(());
-        }
-        if let Some(writing) = self.cache_writing.take() {
-            let _ = writing.join();
-        }
-    }
 }

@@ -207,20 +207,12 @@ impl StatusPublisher {
             {
                 // The history gets the report once the branch's outcome
                 // says which one it is (below).
-                let files = self.files.clone();
                 let title = self.title;
-                let (published, written) = std::thread::scope(|scope| {
-                    let writing = scope.spawn(|| {
-                        let started = std::time::Instant::now();
-                        let written = files.write_latest(report, title);
-                        tracing::debug!("report files written in {:?}", started.elapsed());
-                        written
-                    });
-                    let published = self.publish_branch(&branch, report, None);
-                    let written = writing.join().unwrap_or_else(|panic| {
-                        std::panic::resume_unwind(panic);
-                    });
-                    (published, written)
+                let (published, written) = self.publish_beside(&branch, report, None, |files| {
+                    let started = std::time::Instant::now();
+                    let written = files.write_latest(report, title);
+                    tracing::debug!("report files written in {:?}", started.elapsed());
+                    written
                 });
                 beside = Some(written);
                 Some((branch, published))
@@ -234,19 +226,12 @@ impl StatusPublisher {
                     && self.failing_since.is_none()
                     && self.rendered.is_some() =>
             {
-                let mut files = self.files.clone();
                 let title = self.title;
                 let digest = digested.as_ref().map(|d| d.report.as_str());
-                let (published, written) = std::thread::scope(|scope| {
-                    let writing =
-                        scope.spawn(|| Self::write_files(&mut files, report, title, digest));
-                    let published = self.publish_branch(&branch, report, digested.as_ref());
-                    let written = writing.join().unwrap_or_else(|panic| {
-                        std::panic::resume_unwind(panic);
+                let (published, written) =
+                    self.publish_beside(&branch, report, digested.as_ref(), |files| {
+                        Self::write_files(files, report, title, digest)
                     });
-                    (published, written)
-                });
-                self.files = files;
                 written_beside = Some(written);
                 Some((branch, published))
             }
@@ -327,6 +312,28 @@ impl StatusPublisher {
             outcome.proposals = auto.run(report);
         }
         outcome
+    }
+
+    /// Publishes the branch while `write` writes the report files on a
+    /// thread of its own (their state is this publisher's again after).
+    fn publish_beside<T: Send>(
+        &mut self,
+        branch: &StatusBranch,
+        report: &Report,
+        digested: Option<&Digested>,
+        write: impl FnOnce(&mut ReportFiles) -> T + Send,
+    ) -> (Result<Option<String>, StatusBranchError>, T) {
+        let mut files = self.files.clone();
+        let (published, written) = std::thread::scope(|scope| {
+            let writing = scope.spawn(|| write(&mut files));
+            let published = self.publish_branch(branch, report, digested);
+            let written = writing.join().unwrap_or_else(|panic| {
+                std::panic::resume_unwind(panic);
+            });
+            (published, written)
+        });
+        self.files = files;
+        (published, written)
     }
 
     /// Writes the report files of `report`, timed in the debug log.

@@ -156,9 +156,10 @@ impl StatusPublisher {
         &self,
         base: Option<HashMap<String, InputsDigest>>,
         unchanged: &'a super::branch_files::Unchanged<'a>,
+        kept: super::branch_files::Kept<'a>,
     ) -> Inputs<'a> {
         if self.keeps_renders || self.renders_file.is_some() {
-            Inputs::Keep(base, unchanged)
+            Inputs::Keep(base, unchanged, kept)
         } else {
             Inputs::Forget
         }
@@ -499,22 +500,32 @@ impl StatusPublisher {
                     .is_some_and(|changed| !changed.contains(&r.name))
         };
         let mut read_by_name = None;
+        // The entries found kept here are told to the render, which then
+        // looks nothing up again for them (at 100,000 resources the
+        // lookups were most of the files' making).
+        let mut kept = None;
         if partial && let Some(store) = &self.store {
-            let known = |i: usize, r: &ResourceReport| {
-                last_operations.contains_key(&r.name)
-                    || base_digests
-                        .as_ref()
-                        .is_some_and(|base| base.contains_key(&r.name))
-                        && decided.contains_key(&r.name)
-                        && unchanged(i, r)
+            let is_kept = |i: usize, r: &ResourceReport| {
+                base_digests
+                    .as_ref()
+                    .is_some_and(|base| base.contains_key(&r.name))
+                    && decided.contains_key(&r.name)
+                    && unchanged(i, r)
             };
-            let to_render: Vec<&str> = report
+            let found: Vec<bool> = report
                 .resources
                 .iter()
                 .enumerate()
-                .filter(|(i, r)| !known(*i, r))
-                .map(|(_, r)| r.name.as_str())
+                .map(|(i, r)| is_kept(i, r))
                 .collect();
+            let to_render: Vec<&str> = report
+                .resources
+                .iter()
+                .zip(&found)
+                .filter(|(r, kept)| !**kept && !last_operations.contains_key(&r.name))
+                .map(|(r, _)| r.name.as_str())
+                .collect();
+            kept = Some(found);
             if to_render.len() > READ_BY_NAME_AT_MOST {
                 // Every resource's, read along the render: they replace
                 // those finished since (the newest of each, all the same).
@@ -546,7 +557,7 @@ impl StatusPublisher {
             &mut last_operations,
             &mut operations_unread,
             &decided,
-            self.inputs(base_digests, &unchanged),
+            self.inputs(base_digests, &unchanged, kept.as_deref()),
             &mut hold,
         );
         // Only what changed over that commit, or every file.
@@ -564,7 +575,7 @@ impl StatusPublisher {
                 &mut last_operations,
                 &mut operations_unread,
                 &decided,
-                self.inputs(None, &super::branch_files::none_unchanged),
+                self.inputs(None, &super::branch_files::none_unchanged, None),
                 &mut hold,
             );
             published = branch.publish(&rendered.files, &message, None, None)?;

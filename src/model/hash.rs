@@ -265,6 +265,32 @@ mod tests {
     }
 
     #[test]
+    fn a_parsed_declaration_s_database_name_is_the_manifest_s() {
+        for (name, spec) in [
+            ("a-b-c", ""),
+            ("abc", "spec:\n  connectionLimit: 5\n"),
+            ("a-b", "spec:\n  databaseName: custom\n"),
+            ("x-y", "spec:\n  databaseName: \"007\"\n"),
+        ] {
+            let text = format!(
+                "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\n{spec}"
+            );
+            let parsed = crate::model::parse_file(std::path::Path::new("db.yaml"), text.as_bytes());
+            assert!(parsed.diagnostics.is_empty(), "{:?}", parsed.diagnostics);
+            let decl = &parsed.declarations[0];
+            assert_eq!(
+                decl.database_name(),
+                decl.manifest.database_name(),
+                "{name}"
+            );
+            assert!(
+                matches!(decl.database_name(), std::borrow::Cow::Borrowed(_)),
+                "{name}: built, not borrowed from the normalised spec"
+            );
+        }
+    }
+
+    #[test]
     fn hex_decodes_what_it_encodes_and_nothing_else() {
         let bytes = [0x00, 0x0f, 0xa5, 0xff];
         assert_eq!(bytes_of_hex::<4>(&hex(&bytes)), Some(bytes));

@@ -64,6 +64,20 @@ impl Declaration {
     pub fn name(&self) -> &str {
         &self.manifest.metadata.name
     }
+
+    /// [`ManagedDatabase::database_name`], borrowed from the normalised
+    /// spec (which always names the database) instead of built: a cycle
+    /// routes every declaration of its provider.
+    pub fn database_name(&self) -> std::borrow::Cow<'_, str> {
+        match self
+            .normalized_spec
+            .get("databaseName")
+            .and_then(serde_json::Value::as_str)
+        {
+            Some(name) => std::borrow::Cow::Borrowed(name),
+            None => std::borrow::Cow::Owned(self.manifest.database_name()),
+        }
+    }
 }
 
 /// What one file holds.

@@ -249,7 +249,10 @@ pub(crate) async fn observe_all(
         let Some(runtime) = runtimes.get(provider).cloned() else {
             continue;
         };
-        let names: Vec<String> = subjects.iter().map(|r| r.database_name.clone()).collect();
+        let names: Vec<String> = subjects
+            .iter()
+            .map(|r| r.database_name.to_string())
+            .collect();
         // Per-database fields (extensions) only where a declaration manages them.
         let deep: Vec<String> = subjects
             .iter()
@@ -258,7 +261,7 @@ pub(crate) async fn observe_all(
                     .declaration()
                     .is_some_and(|d| d.manifest.spec.extensions.is_some())
             })
-            .map(|r| r.database_name.clone())
+            .map(|r| r.database_name.to_string())
             .collect();
         let provider = provider.clone();
         tasks.spawn(async move {
@@ -305,7 +308,7 @@ pub(crate) fn distribute(subjects: &[Routed<'_>], view: Option<ProviderView>) ->
     let mut observed: Vec<Observed> = subjects.iter().map(|_| Observed::NotFound).collect();
     let mut listed = listing.0.into_iter().peekable();
     for run in order.chunk_by(|a, b| subjects[*a].database_name == subjects[*b].database_name) {
-        let name = subjects[run[0]].database_name.as_str();
+        let name = &*subjects[run[0]].database_name;
         while listed
             .next_if(|o| o.database_name.as_str() < name)
             .is_some()

@@ -22,7 +22,7 @@ fn seen(database: &str, answer: &str) -> Observation {
 fn routed(database: &str) -> Routed<'static> {
     Routed {
         subject: PlannedSubject::Unreadable,
-        database_name: database.into(),
+        database_name: database.to_string().into(),
     }
 }
 

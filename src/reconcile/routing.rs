@@ -7,6 +7,7 @@
 //! the resources that cannot be decided at all (reported `Error`), and the
 //! tombstone effects for the planner to commit.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -27,7 +28,8 @@ use crate::source::Snapshot;
 #[derive(Debug)]
 pub(crate) struct Routed<'s> {
     pub subject: PlannedSubject<'s>,
-    pub database_name: String,
+    /// Borrowed from the declaration where it has one.
+    pub database_name: Cow<'s, str>,
 }
 
 /// The subjects of a cycle, routed.
@@ -138,14 +140,18 @@ pub(crate) fn undecidable<'s>(
 }
 
 impl<'s> Routing<'s> {
-    fn push(&mut self, provider: &str, subject: PlannedSubject<'s>, database_name: String) {
-        self.by_provider
-            .entry(provider.to_string())
-            .or_default()
-            .push(Routed {
-                subject,
-                database_name,
-            });
+    fn push(&mut self, provider: &str, subject: PlannedSubject<'s>, database_name: Cow<'s, str>) {
+        let routed = Routed {
+            subject,
+            database_name,
+        };
+        // The provider's name is copied once a cycle, not once a subject.
+        match self.by_provider.get_mut(provider) {
+            Some(subjects) => subjects.push(routed),
+            None => {
+                self.by_provider.insert(provider.to_string(), vec![routed]);
+            }
+        }
     }
 
     /// Routes the subjects of a cycle over `snapshot` at `now`.
@@ -167,6 +173,11 @@ impl<'s> Routing<'s> {
         let routed: Box<dyn Iterator<Item = &Arc<Declaration>>> = match scope {
             Scope::Provider { provider, .. } => {
                 grouped = snapshot.routed_by(provider, |name| config.providers.contains_key(name));
+                // Sized once: a provider's subjects are most of what it
+                // routes.
+                routing
+                    .by_provider
+                    .insert(provider.to_string(), Vec::with_capacity(grouped.len()));
                 Box::new(grouped.iter().map(|&at| &all[at]))
             }
             _ => Box::new(all.iter()),
@@ -179,8 +190,11 @@ impl<'s> Routing<'s> {
             match provider_of(config, decl) {
                 Ok(provider) if !scope.admits(decl.name(), provider) => {}
                 Ok(provider) => {
-                    let db = decl.manifest.database_name();
-                    routing.push(provider, PlannedSubject::Declared(decl), db);
+                    routing.push(
+                        provider,
+                        PlannedSubject::Declared(decl),
+                        decl.database_name(),
+                    );
                 }
                 Err(message) => routing.diagnostics.push(Diagnostic {
                     file: decl.file.clone(),
@@ -190,6 +204,11 @@ impl<'s> Routing<'s> {
                 }),
             }
         }
+        // (A provider with nothing routed has no entry, as before it was
+        // sized.)
+        routing
+            .by_provider
+            .retain(|_, subjects| !subjects.is_empty());
         // Where each database is declared, for renames: only a cycle with
         // removed declarations needs it (a map of the whole fleet is not
         // built for nothing every cycle).
@@ -271,7 +290,7 @@ impl<'s> Routing<'s> {
             match provider {
                 Ok(provider) if !scope.admits(&name, &provider) => {}
                 Ok(provider) => {
-                    let db = tomb.last.database_name();
+                    let db = Cow::Owned(tomb.last.database_name());
                     self.push(&provider, PlannedSubject::Removed(Box::new(tomb)), db);
                 }
                 Err(gone) => self.undecidable.push(undecidable(

@@ -305,3 +305,25 @@ fn a_provider_cycle_takes_its_own_group_and_reports_the_unroutable() {
     assert_eq!(every, ["a", "b", "e", "f"]);
     assert_eq!(all.diagnostics.len(), unroutable.len());
 }
+
+#[test]
+fn a_provider_s_own_group_is_routed_without_a_copy() {
+    let at = |name: &str, provider: &str| {
+        (
+            format!("{name}.yaml"),
+            manifest(name, &format!("  provider: {provider}\n")),
+        )
+    };
+    let files = [at("a", "p1"), at("b", "p0"), at("c", "p1"), at("d", "gone")];
+    let borrowed: Vec<(&str, String)> =
+        files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
+    let snapshot = snapshot(&borrowed);
+    let configured = |name: &str| ["p0", "p1", "gone"].contains(&name);
+    let own = snapshot.routed_by("p1", configured);
+    assert!(matches!(own, std::borrow::Cow::Borrowed(_)));
+    assert_eq!(&*own, [0, 2]);
+    // With `gone` no longer configured, its declarations are p0's too.
+    let merged = snapshot.routed_by("p0", |name| ["p0", "p1"].contains(&name));
+    assert!(matches!(merged, std::borrow::Cow::Owned(_)));
+    assert_eq!(&*merged, [1, 3]);
+}

@@ -66,28 +66,33 @@ impl Snapshot {
     /// that name none: all a cycle of `provider`'s worker routes (every
     /// other declaration belongs to another configured provider's
     /// worker).
+    ///
+    /// Borrowed from the snapshot when the provider's own group is all of
+    /// it (the usual case): a copy of 10,000 positions at every cycle was
+    /// a large allocation in a fragmented heap.
     pub(crate) fn routed_by(
         &self,
         provider: &str,
         configured: impl Fn(&str) -> bool,
-    ) -> Vec<usize> {
+    ) -> std::borrow::Cow<'_, [usize]> {
         let groups = self.provider_groups.of(&self.declarations);
-        let mut picked: Vec<usize> = groups.named.get(provider).cloned().unwrap_or_default();
-        let mut merged = false;
-        for (name, group) in &groups.named {
-            if name != provider && !configured(name) {
-                picked.extend(group);
-                merged = true;
-            }
+        let own: &[usize] = groups.named.get(provider).map_or(&[], Vec::as_slice);
+        let others: Vec<&Vec<usize>> = groups
+            .named
+            .iter()
+            .filter(|(name, _)| *name != provider && !configured(name))
+            .map(|(_, group)| group)
+            .chain(Some(&groups.unnamed).filter(|unnamed| !unnamed.is_empty()))
+            .collect();
+        if others.is_empty() {
+            return std::borrow::Cow::Borrowed(own);
         }
-        if !groups.unnamed.is_empty() {
-            picked.extend(&groups.unnamed);
-            merged = true;
+        let mut picked = own.to_vec();
+        for group in others {
+            picked.extend(group);
         }
-        if merged {
-            picked.sort_unstable();
-        }
-        picked
+        picked.sort_unstable();
+        std::borrow::Cow::Owned(picked)
     }
 
     /// The declaration named `name` (a search of the sorted set).

@@ -328,7 +328,10 @@ impl Memories {
             None => self.shared.memories.get(name).cloned(),
         }
         .unwrap_or_default();
-        if let Some((hash, fields)) = self.applied.remove(name) {
+        // (Most cycles read no applied values: no name is hashed then.)
+        if !self.applied.is_empty()
+            && let Some((hash, fields)) = self.applied.remove(name)
+        {
             let memory = Arc::make_mut(&mut memory);
             memory.applied_spec_hash = hash;
             memory.applied_fields = fields;

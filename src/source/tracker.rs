@@ -125,6 +125,9 @@ pub struct Source {
     /// cycles (the running agent): the next commit takes them instead of
     /// copying them on its own path.
     parses_made: Arc<std::sync::Mutex<Option<ParsedTree>>>,
+    /// How many times a commit took those (for tests: a new one may be
+    /// made again at any moment after).
+    parses_made_taken: u64,
     /// Keep parse results in memory for the next poll (false for
     /// [`Source::poll_once`] and [`Source::parses_on_disk`]).
     retain_parses: bool,
@@ -214,6 +217,7 @@ impl Source {
             cache_loading,
             cache_writes: cache_writer::Writes::default(),
             parses_made: Arc::default(),
+            parses_made_taken: 0,
             retain_parses: true,
             reread_disk_cache: false,
             write_beside: false,
@@ -249,6 +253,12 @@ impl Source {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some()
+    }
+
+    /// How many commits took the parse results the running writer's
+    /// thread made (rather than copying or reading them).
+    pub fn parse_results_taken(&self) -> u64 {
+        self.parses_made_taken
     }
 
     /// The last accepted commit (persisted).
@@ -637,6 +647,7 @@ impl Source {
             None if self.reread_disk_cache
                 && let Some(parses) = made() =>
             {
+                self.parses_made_taken += 1;
                 parses
             }
             // Not made yet (a commit right after the last): copying the

@@ -13,6 +13,10 @@
 //!   (`report_digest::digest`, which covers at least what the content
 //!   digest does) is that of the last one this process found the newest
 //!   entry to say is neither hashed nor compared.
+//! * What a process knew of the files when it last wrote them is recorded
+//!   beside them ([`FilesRecord`]), and a new process takes it instead of
+//!   reading `latest.json` and the newest history entry back, for as long
+//!   as both are the files it describes.
 //! * Files are streamed to disk, never built whole in memory: at 10,000
 //!   resources the three renderings are megabytes each.
 
@@ -22,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::Digest;
 
+use super::files_record::FilesRecord;
 use super::report::Report;
 use super::{html, render};
 
@@ -51,6 +56,9 @@ pub(crate) struct ReportFiles {
     /// written without hashing it and no history entry is added. At
     /// 100,000 resources the hashing was a third of writing the files.
     newest_report: Option<String>,
+    /// Whether the last writer's record was looked for (once, before the
+    /// first file is written: see [`ReportFiles::recall`]).
+    recalled: bool,
 }
 
 /// Keys of the pretty JSON whose values move every cycle: left out of the
@@ -248,6 +256,7 @@ impl ReportFiles {
             keep,
             newest: None,
             newest_report: None,
+            recalled: false,
         }
     }
 
@@ -261,25 +270,73 @@ impl ReportFiles {
         title: &str,
         report_digest: Option<&str>,
     ) -> Result<(), ReportFilesError> {
+        self.recall();
         if report_digest.is_some_and(|d| self.newest_report.as_deref() == Some(d)) {
             self.write_renderings(report, title, false)?;
-            return Ok(());
+        } else {
+            let digest = self.write_latest(report, title)?;
+            self.history_of(report, digest)?;
+            self.newest_report = report_digest.map(str::to_string);
         }
-        let digest = self.write_latest(report, title)?;
-        self.add_history(report, digest)?;
-        self.newest_report = report_digest.map(str::to_string);
+        self.record(report);
         Ok(())
     }
 
     /// The three `latest.*` files only; returns `latest.json`'s content
     /// digest, for [`ReportFiles::add_history`].
     pub(crate) fn write_latest(
-        &self,
+        &mut self,
         report: &Report,
         title: &str,
     ) -> Result<String, ReportFilesError> {
+        self.recall();
         self.write_renderings(report, title, true)
             .map(|digest| digest.unwrap_or_default())
+    }
+
+    /// Once, before this process first writes a file: what the last writer
+    /// recorded of the files, while they are still the ones it described,
+    /// stands in for reading them back (the newest history entry's
+    /// content digest, and the report digest `latest.json` says the same
+    /// as). The history's part holds only while its newest entry is the
+    /// one recorded.
+    fn recall(&mut self) {
+        if std::mem::replace(&mut self.recalled, true) {
+            return;
+        }
+        let Some(record) = FilesRecord::read(&self.dir) else {
+            return;
+        };
+        let newest_entry = entries(&self.dir.join("history"))
+            .ok()
+            .and_then(|mut names| names.pop());
+        if self.keep == 0 || (newest_entry.is_some() && record.newest_entry == newest_entry) {
+            self.newest = self.newest.take().or(record.content);
+            self.newest_report = self.newest_report.take().or(record.report);
+        }
+    }
+
+    /// Records what this process knows of the files just written (see
+    /// [`FilesRecord`]); a record that cannot be written is stale, not
+    /// wrong, and only costs the next process a read.
+    fn record(&self, report: &Report) {
+        let newest_entry = match self.keep {
+            0 => None,
+            _ => entries(&self.dir.join("history"))
+                .ok()
+                .and_then(|mut names| names.pop()),
+        };
+        let record = FilesRecord {
+            report: self.newest_report.clone(),
+            content: self.newest.clone().filter(|_| newest_entry.is_some()),
+            newest_entry,
+            source_since: report.source.error.as_ref().map(|e| e.since.clone()),
+            status_branch_since: report.status_branch.as_ref().map(|b| b.since.clone()),
+            ..FilesRecord::default()
+        };
+        if let Err(e) = record.write(&self.dir) {
+            tracing::debug!("reports: cannot record what was written: {e}");
+        }
     }
 
     /// The three `latest.*` files; `latest.json`'s content digest when
@@ -334,6 +391,14 @@ impl ReportFiles {
         report: &Report,
         digest: String,
     ) -> Result<(), ReportFilesError> {
+        self.recall();
+        self.history_of(report, digest)?;
+        self.record(report);
+        Ok(())
+    }
+
+    /// [`ReportFiles::add_history`], unrecorded.
+    fn history_of(&mut self, report: &Report, digest: String) -> Result<(), ReportFilesError> {
         // Whichever report that was, the history is now compared by
         // content again (see `write`).
         self.newest_report = None;
@@ -354,8 +419,15 @@ impl ReportFiles {
 
     /// Since when `latest.json` says the source and the status branch have
     /// been failing (a one-shot command carries both on): its resources
-    /// are passed over, not read into entries.
+    /// are passed over, not read into entries. What the last writer
+    /// recorded is taken instead while it describes the file.
     pub(crate) fn read_last_failures(&self) -> LastFailures {
+        if let Some(record) = FilesRecord::read(&self.dir) {
+            return LastFailures {
+                source_since: record.source_since,
+                status_branch_since: record.status_branch_since,
+            };
+        }
         fs::read(self.dir.join("latest.json"))
             .ok()
             .and_then(|bytes| serde_json::from_slice::<LastReportHead>(&bytes).ok())
@@ -449,24 +521,26 @@ mod tests {
     /// A report whose digest is that of the newest history entry's report
     /// adds no entry and is written whole; any other is compared by its
     /// content, as without a digest.
+    /// A report of one resource made at `minute`, `reason` its entry's.
+    fn report(minute: u32, reason: &str) -> Report {
+        let at = format!("2027-01-15T08:{minute:02}:00Z");
+        serde_json::from_value(serde_json::json!({
+            "formatVersion": 1, "generatedAt": at,
+            "agent": {"id": "agent", "version": "0"},
+            "source": {"url": "/repo", "branch": "main"},
+            "summary": super::super::report::Summary::default(),
+            "resources": [{"name": "orders", "file": "orders.yaml", "state": "InSync",
+                           "action": "None", "reason": reason, "drift": [],
+                           "observedAt": at}],
+            "errors": [],
+        }))
+        .expect("a report")
+    }
+
     #[test]
     fn a_report_known_by_its_digest_adds_no_history_entry_and_is_written() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut files = ReportFiles::new(dir.path(), 10);
-        let report = |minute: u32, reason: &str| -> Report {
-            let at = format!("2027-01-15T08:{minute:02}:00Z");
-            serde_json::from_value(serde_json::json!({
-                "formatVersion": 1, "generatedAt": at,
-                "agent": {"id": "agent", "version": "0"},
-                "source": {"url": "/repo", "branch": "main"},
-                "summary": super::super::report::Summary::default(),
-                "resources": [{"name": "orders", "file": "orders.yaml", "state": "InSync",
-                               "action": "None", "reason": reason, "drift": [],
-                               "observedAt": at}],
-                "errors": [],
-            }))
-            .expect("a report")
-        };
         let history = || {
             entries(&dir.path().join("history"))
                 .expect("the history")
@@ -503,6 +577,62 @@ mod tests {
         write(report(6, "drifted"), None);
         assert_eq!(history(), 4);
         assert!(latest().contains("08:06:00Z"));
+    }
+
+    /// A new process takes the last writer's record for what it would
+    /// read back: the report digest `latest.json` was written for, and the
+    /// newest history entry's content digest. Each is shown trusted with
+    /// files that (against the contract) say something else. Files that
+    /// are not the recorded ones are read again.
+    #[test]
+    fn a_new_process_takes_the_last_writer_s_record_while_the_files_are_its() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let history = || entries(&dir.path().join("history")).expect("the history");
+        let latest = || fs::read_to_string(dir.path().join("latest.json")).expect("latest.json");
+        let process = || ReportFiles::new(dir.path(), 10);
+        process()
+            .write(&report(0, ""), "t", Some("d1"))
+            .expect("written");
+        assert_eq!(history().len(), 1);
+        // The recorded report digest: this report is not hashed.
+        process()
+            .write(&report(1, "trusted"), "t", Some("d1"))
+            .expect("written");
+        assert_eq!(history().len(), 1, "the recorded digest was not taken");
+        assert!(latest().contains("trusted"), "latest.json was not written");
+        // The recorded content digest of the newest entry (a one-shot
+        // command writes `latest.json` beside the status branch, then adds
+        // it to the history): the entry is not read back. It is replaced
+        // here by one that says something else; read, it would differ.
+        let newest = dir.path().join("history").join(&history()[0]);
+        fs::remove_file(&newest).unwrap();
+        fs::write(&newest, r#"{"resources": ["something else"]}"#).unwrap();
+        let mut files = process();
+        let digest = files.write_latest(&report(2, ""), "t").expect("written");
+        files.add_history(&report(2, ""), digest).expect("added");
+        assert_eq!(history().len(), 1, "the newest entry was read back");
+        // Another entry made newest: the recorded content is not its.
+        let mut files = process();
+        let added = dir.path().join("history/20270115T090000Z-000.json");
+        fs::write(&added, r#"{"resources": ["another"]}"#).unwrap();
+        let digest = files.write_latest(&report(3, ""), "t").expect("written");
+        files.add_history(&report(3, ""), digest).expect("added");
+        assert_eq!(history().len(), 3, "a stale record's content was taken");
+        // `latest.json` written by someone else: the report digest is not
+        // taken, the report is compared by content.
+        fs::remove_file(&added).unwrap();
+        let replaced = dir.path().join("replaced.json");
+        fs::write(&replaced, latest()).unwrap();
+        fs::rename(&replaced, dir.path().join("latest.json")).unwrap();
+        process()
+            .write(&report(4, "drifted"), "t", Some("d1"))
+            .expect("written");
+        assert_eq!(history().len(), 3, "a stale record's digest was taken");
+        assert!(
+            latest().contains("drifted") && history().iter().any(|n| n.contains("T0804")),
+            "{:?}",
+            history()
+        );
     }
 
     #[test]
@@ -551,6 +681,44 @@ mod tests {
         let working = r#"{"source": {"url": "u", "branch": "main"}, "resources": []}"#;
         fs::write(dir.path().join("latest.json"), working).unwrap();
         assert_eq!(files.read_last_failures(), LastFailures::default());
+    }
+
+    /// Written by tend, the failures are taken from its record (shown by
+    /// a `latest.json` that, against the contract, says otherwise); a
+    /// `latest.json` written by anything else is read.
+    #[test]
+    fn the_last_failures_are_taken_from_the_record_of_the_file_tend_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut failing = report(0, "");
+        failing.status_branch = Some(super::super::report::StatusBranchReport {
+            branch: "tend-status".into(),
+            error: "rejected".into(),
+            since: "2027-01-15T07:00:00Z".into(),
+        });
+        let mut files = ReportFiles::new(dir.path(), 0);
+        files.write(&failing, "t", None).expect("written");
+        let path = dir.path().join("latest.json");
+        let said = fs::read_to_string(&path).unwrap();
+        let other = said.replace("2027-01-15T07:00:00Z", "2027-01-15T06:00:00Z");
+        // In place: the same file, as recorded (length and time kept).
+        let meta = fs::metadata(&path).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(other.as_bytes()))
+            .unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(meta.modified()?))
+            .unwrap();
+        let since = |files: &ReportFiles| files.read_last_failures().status_branch_since;
+        let files = ReportFiles::new(dir.path(), 0);
+        assert_eq!(since(&files).as_deref(), Some("2027-01-15T07:00:00Z"));
+        let replaced = dir.path().join("replaced.json");
+        fs::write(&replaced, &other).unwrap();
+        fs::rename(&replaced, &path).unwrap();
+        assert_eq!(since(&files).as_deref(), Some("2027-01-15T06:00:00Z"));
     }
 
     /// The streaming hasher digests what hashing each whole kept line

@@ -6,6 +6,7 @@ pub(crate) mod board;
 pub(crate) mod branch;
 pub(crate) mod branch_files;
 pub(crate) mod files;
+mod files_record;
 pub(crate) mod html;
 pub(crate) mod kept_renders;
 pub(crate) mod last_operations;

@@ -518,9 +518,6 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    /// A report whose digest is that of the newest history entry's report
-    /// adds no entry and is written whole; any other is compared by its
-    /// content, as without a digest.
     /// A report of one resource made at `minute`, `reason` its entry's.
     fn report(minute: u32, reason: &str) -> Report {
         let at = format!("2027-01-15T08:{minute:02}:00Z");
@@ -537,6 +534,9 @@ mod tests {
         .expect("a report")
     }
 
+    /// A report whose digest is that of the newest history entry's report
+    /// adds no entry and is written whole; any other is compared by its
+    /// content, as without a digest.
     #[test]
     fn a_report_known_by_its_digest_adds_no_history_entry_and_is_written() {
         let dir = tempfile::tempdir().expect("a temporary directory");

@@ -14,8 +14,8 @@
 //!   digest only while the newest entry is the one it names. A file
 //!   written by anything else, restored, or removed makes it stale, and
 //!   the files are read as before.
-//! * A record another version of tend wrote is not trusted: the digests
-//!   are this version's.
+//! * A record another build of tend wrote is not trusted (the digests are
+//!   this build's), as the parse cache's entries are not.
 //! * It is written after the files it describes, and not synced: lost or
 //!   half written in a crash, it is stale or unreadable, never wrong.
 
@@ -56,8 +56,9 @@ impl Stamp {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct FilesRecord {
-    /// The tend version that wrote it (set by [`FilesRecord::write`]).
-    pub version: String,
+    /// The build of tend that wrote it (`parse_cache::build_id`, set by
+    /// [`FilesRecord::write`]).
+    pub build: String,
     /// The `latest.json` described (stamped by [`FilesRecord::write`]);
     /// `None` never matches.
     pub latest: Option<Stamp>,
@@ -79,7 +80,7 @@ impl FilesRecord {
     pub(super) fn read(dir: &Path) -> Option<FilesRecord> {
         let bytes = fs::read(dir.join(RECORD)).ok()?;
         let record: FilesRecord = serde_json::from_slice(&bytes).ok()?;
-        (record.version == env!("CARGO_PKG_VERSION")
+        (record.build == crate::source::parse_cache::build_id()
             && record.latest.is_some()
             && record.latest == Stamp::of_latest(dir))
         .then_some(record)
@@ -90,7 +91,7 @@ impl FilesRecord {
     /// leaves the old one, which no longer matches.
     pub(super) fn write(mut self, dir: &Path) -> io::Result<()> {
         self.latest = Stamp::of_latest(dir);
-        env!("CARGO_PKG_VERSION").clone_into(&mut self.version);
+        crate::source::parse_cache::build_id().clone_into(&mut self.build);
         let mut tmp = tempfile::Builder::new()
             .prefix(".latest-record.")
             .suffix(".tmp")
@@ -143,11 +144,11 @@ mod tests {
         recorded(dir.path());
         fs::write(dir.path().join(RECORD), "{\"latest\": {\"ino").unwrap();
         assert_eq!(FilesRecord::read(dir.path()), None, "a torn record");
-        // Another version's.
+        // Another build's.
         let record = recorded(dir.path());
         let mut json = serde_json::to_value(&record).unwrap();
-        json["version"] = "0.0.1".into();
+        json["build"] = "0.0.1 1 1".into();
         fs::write(dir.path().join(RECORD), json.to_string()).unwrap();
-        assert_eq!(FilesRecord::read(dir.path()), None, "another version's");
+        assert_eq!(FilesRecord::read(dir.path()), None, "another build's");
     }
 }

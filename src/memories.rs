@@ -99,11 +99,7 @@ impl SharedMemories {
     pub fn new(stored: StoredMemories) -> SharedMemories {
         let existed = stored.memories.values().filter(|m| m.existed).count();
         SharedMemories {
-            memories: stored
-                .memories
-                .into_iter()
-                .map(|(name, memory)| (name, Arc::new(memory)))
-                .collect(),
+            memories: stored.memories,
             freshness: stored.freshness,
             number: stored.number,
             existed,
@@ -118,7 +114,7 @@ impl SharedMemories {
     fn with_changes(
         last: Arc<SharedMemories>,
         names: Vec<String>,
-        mut changed: HashMap<String, Memory>,
+        mut changed: HashMap<String, Arc<Memory>>,
         (freshness, number): (crate::journal::store::Freshness, u64),
     ) -> SharedMemories {
         // What the last read derived over a snapshot still in use is
@@ -138,7 +134,7 @@ impl SharedMemories {
         };
         for name in &names {
             let before = match changed.remove(name) {
-                Some(memory) => memories.insert(name.clone(), Arc::new(memory)),
+                Some(memory) => memories.insert(name.clone(), memory),
                 None => memories.remove(name),
             };
             existed -= usize::from(before.is_some_and(|m| m.existed));
@@ -278,7 +274,10 @@ impl Memories {
     #[cfg(test)]
     pub(crate) fn of(memories: HashMap<String, Memory>) -> Memories {
         Memories::over(Arc::new(SharedMemories::new(StoredMemories {
-            memories,
+            memories: memories
+                .into_iter()
+                .map(|(name, memory)| (name, Arc::new(memory)))
+                .collect(),
             freshness: None,
             number: 0,
         })))
@@ -606,10 +605,10 @@ mod tests {
         Ok(())
     }
 
-    /// Each memory of `read`, as a whole read returns them.
-    fn held(read: &SharedMemories) -> HashMap<String, Memory> {
-        let memories = read.memories.iter();
-        memories.map(|(n, m)| (n.clone(), (**m).clone())).collect()
+    /// Each memory of `read`, as a whole read returns them (compared by
+    /// value: `Arc`'s equality is its content's).
+    fn held(read: &SharedMemories) -> HashMap<String, Arc<Memory>> {
+        read.memories.clone()
     }
 
     #[test]

@@ -132,7 +132,10 @@ pub struct OverrideSeen {
 /// [`StateStore::applied_fields`]).
 #[derive(Debug, Default)]
 pub struct StoredMemories {
-    pub memories: HashMap<String, Memory>,
+    /// Shared from the start: the agent's cache holds them so, and making
+    /// a second map of them (moving every memory into its `Arc`) cost the
+    /// CPU-bound start of a one-shot command milliseconds at 10,000.
+    pub memories: HashMap<String, Arc<Memory>>,
     /// When they were read (`None`: unknown, never reused).
     pub freshness: Option<super::Freshness>,
     /// Which read of the store's they are (see
@@ -149,7 +152,7 @@ pub enum MemoriesSince {
     /// without an entry in `memories` has no memory left.
     Changed {
         names: Vec<String>,
-        memories: HashMap<String, Memory>,
+        memories: HashMap<String, Arc<Memory>>,
         freshness: Freshness,
         number: u64,
     },
@@ -286,7 +289,7 @@ impl StateStore {
                 None => 0,
             },
         };
-        let mut out: HashMap<String, Memory> = HashMap::with_capacity(count);
+        let mut out: HashMap<String, Arc<Memory>> = HashMap::with_capacity(count);
         // The commits and providers, one of each value: most of a fleet
         // was applied at a handful of commits, on a handful of providers.
         let mut shared = SharedStrings::default();
@@ -301,7 +304,7 @@ impl StateStore {
                 &mut |r| {
                     out.insert(
                         r.get::<String>(0)?,
-                        Memory {
+                        Arc::new(Memory {
                             applied_spec_hash: r.get::<Option<String>>(1)?.map(SpecHash::from),
                             applied_commit: r
                                 .get::<Option<String>>(2)?
@@ -311,7 +314,7 @@ impl StateStore {
                             database_name: Some(r.get(5)?),
                             provider: Some(shared.share(r.get(6)?)),
                             ..Memory::default()
-                        },
+                        }),
                     );
                     Ok(())
                 },
@@ -325,8 +328,7 @@ impl StateStore {
             &[],
             |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)),
         )? {
-            out.entry(name)
-                .or_default()
+            Arc::make_mut(out.entry(name).or_default())
                 .drift_first_seen
                 .insert(field, time(seen));
         }
@@ -347,7 +349,7 @@ impl StateStore {
             &[],
             |r| r.get::<String>(0),
         )? {
-            out.entry(name).or_default().unconfirmed_write = true;
+            Arc::make_mut(out.entry(name).or_default()).unconfirmed_write = true;
         }
         // A state written before format 4 has no values: its counts read
         // as counted against nothing, so they never hold a field.
@@ -382,8 +384,7 @@ impl StateStore {
                 ))
             },
         )? {
-            out.entry(name)
-                .or_default()
+            Arc::make_mut(out.entry(name).or_default())
                 .failed_attempts
                 .insert(field, attempts);
         }
@@ -409,7 +410,7 @@ impl StateStore {
                     ))
                 },
             )? {
-                out.entry(name).or_default().failure = Some(Box::new(failure));
+                Arc::make_mut(out.entry(name).or_default()).failure = Some(Box::new(failure));
             }
         }
         Ok(StoredMemories {

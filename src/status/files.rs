@@ -307,13 +307,18 @@ impl ReportFiles {
         let Some(record) = FilesRecord::read(&self.dir) else {
             return;
         };
-        let newest_entry = entries(&self.dir.join("history"))
-            .ok()
-            .and_then(|mut names| names.pop());
+        let newest_entry = self.newest_entry();
         if self.keep == 0 || (newest_entry.is_some() && record.newest_entry == newest_entry) {
             self.newest = self.newest.take().or(record.content);
             self.newest_report = self.newest_report.take().or(record.report);
         }
+    }
+
+    /// The newest history entry's file name, if any.
+    fn newest_entry(&self) -> Option<String> {
+        entries(&self.dir.join("history"))
+            .ok()
+            .and_then(|mut names| names.pop())
     }
 
     /// Records what this process knows of the files just written (see
@@ -322,9 +327,7 @@ impl ReportFiles {
     fn record(&self, report: &Report) {
         let newest_entry = match self.keep {
             0 => None,
-            _ => entries(&self.dir.join("history"))
-                .ok()
-                .and_then(|mut names| names.pop()),
+            _ => self.newest_entry(),
         };
         let record = FilesRecord {
             report: self.newest_report.clone(),
@@ -518,6 +521,8 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    type Outcome = Result<(), Box<dyn std::error::Error>>;
+
     /// A report of one resource made at `minute`, `reason` its entry's.
     fn report(minute: u32, reason: &str) -> Report {
         let at = format!("2027-01-15T08:{minute:02}:00Z");
@@ -585,7 +590,7 @@ mod tests {
     /// files that (against the contract) say something else. Files that
     /// are not the recorded ones are read again.
     #[test]
-    fn a_new_process_takes_the_last_writer_s_record_while_the_files_are_its() {
+    fn a_new_process_takes_the_last_writer_s_record_while_the_files_are_its() -> Outcome {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let history = || entries(&dir.path().join("history")).expect("the history");
         let latest = || fs::read_to_string(dir.path().join("latest.json")).expect("latest.json");
@@ -605,8 +610,8 @@ mod tests {
         // it to the history): the entry is not read back. It is replaced
         // here by one that says something else; read, it would differ.
         let newest = dir.path().join("history").join(&history()[0]);
-        fs::remove_file(&newest).unwrap();
-        fs::write(&newest, r#"{"resources": ["something else"]}"#).unwrap();
+        fs::remove_file(&newest)?;
+        fs::write(&newest, r#"{"resources": ["something else"]}"#)?;
         let mut files = process();
         let digest = files.write_latest(&report(2, ""), "t").expect("written");
         files.add_history(&report(2, ""), digest).expect("added");
@@ -614,16 +619,16 @@ mod tests {
         // Another entry made newest: the recorded content is not its.
         let mut files = process();
         let added = dir.path().join("history/20270115T090000Z-000.json");
-        fs::write(&added, r#"{"resources": ["another"]}"#).unwrap();
+        fs::write(&added, r#"{"resources": ["another"]}"#)?;
         let digest = files.write_latest(&report(3, ""), "t").expect("written");
         files.add_history(&report(3, ""), digest).expect("added");
         assert_eq!(history().len(), 3, "a stale record's content was taken");
         // `latest.json` written by someone else: the report digest is not
         // taken, the report is compared by content.
-        fs::remove_file(&added).unwrap();
+        fs::remove_file(&added)?;
         let replaced = dir.path().join("replaced.json");
-        fs::write(&replaced, latest()).unwrap();
-        fs::rename(&replaced, dir.path().join("latest.json")).unwrap();
+        fs::write(&replaced, latest())?;
+        fs::rename(&replaced, dir.path().join("latest.json"))?;
         process()
             .write(&report(4, "drifted"), "t", Some("d1"))
             .expect("written");
@@ -633,6 +638,7 @@ mod tests {
             "{:?}",
             history()
         );
+        Ok(())
     }
 
     #[test]
@@ -687,8 +693,8 @@ mod tests {
     /// a `latest.json` that, against the contract, says otherwise); a
     /// `latest.json` written by anything else is read.
     #[test]
-    fn the_last_failures_are_taken_from_the_record_of_the_file_tend_wrote() {
-        let dir = tempfile::tempdir().unwrap();
+    fn the_last_failures_are_taken_from_the_record_of_the_file_tend_wrote() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let mut failing = report(0, "");
         failing.status_branch = Some(super::super::report::StatusBranchReport {
             branch: "tend-status".into(),
@@ -698,27 +704,26 @@ mod tests {
         let mut files = ReportFiles::new(dir.path(), 0);
         files.write(&failing, "t", None).expect("written");
         let path = dir.path().join("latest.json");
-        let said = fs::read_to_string(&path).unwrap();
+        let said = fs::read_to_string(&path)?;
         let other = said.replace("2027-01-15T07:00:00Z", "2027-01-15T06:00:00Z");
         // In place: the same file, as recorded (length and time kept).
-        let meta = fs::metadata(&path).unwrap();
+        let meta = fs::metadata(&path)?;
         fs::OpenOptions::new()
             .write(true)
             .open(&path)
-            .and_then(|mut f| f.write_all(other.as_bytes()))
-            .unwrap();
+            .and_then(|mut f| f.write_all(other.as_bytes()))?;
         fs::File::options()
             .write(true)
             .open(&path)
-            .and_then(|f| f.set_modified(meta.modified()?))
-            .unwrap();
+            .and_then(|f| f.set_modified(meta.modified()?))?;
         let since = |files: &ReportFiles| files.read_last_failures().status_branch_since;
         let files = ReportFiles::new(dir.path(), 0);
         assert_eq!(since(&files).as_deref(), Some("2027-01-15T07:00:00Z"));
         let replaced = dir.path().join("replaced.json");
-        fs::write(&replaced, &other).unwrap();
-        fs::rename(&replaced, &path).unwrap();
+        fs::write(&replaced, &other)?;
+        fs::rename(&replaced, &path)?;
         assert_eq!(since(&files).as_deref(), Some("2027-01-15T06:00:00Z"));
+        Ok(())
     }
 
     /// The streaming hasher digests what hashing each whole kept line

@@ -108,6 +108,8 @@ impl FilesRecord {
 mod tests {
     use super::*;
 
+    type Outcome = Result<(), Box<dyn std::error::Error>>;
+
     fn recorded(dir: &Path) -> FilesRecord {
         FilesRecord {
             report: Some("r".into()),
@@ -124,31 +126,32 @@ mod tests {
     /// A record describes one `latest.json`: another file renamed over it
     /// (even of the same length), or none, makes it stale.
     #[test]
-    fn a_record_is_read_only_while_latest_json_is_the_file_it_describes() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_record_is_read_only_while_latest_json_is_the_file_it_describes() -> Outcome {
+        let dir = tempfile::tempdir()?;
         assert_eq!(FilesRecord::read(dir.path()), None, "no record yet");
-        fs::write(dir.path().join("latest.json"), "{\"a\": 1}\n").unwrap();
+        fs::write(dir.path().join("latest.json"), "{\"a\": 1}\n")?;
         let record = recorded(dir.path());
         assert_eq!(record.report.as_deref(), Some("r"));
         assert_eq!(record.content.as_deref(), Some("c"));
         // Replaced as tend replaces it, same length.
         let other = dir.path().join("other.json");
-        fs::write(&other, "{\"a\": 2}\n").unwrap();
-        fs::rename(&other, dir.path().join("latest.json")).unwrap();
+        fs::write(&other, "{\"a\": 2}\n")?;
+        fs::rename(&other, dir.path().join("latest.json"))?;
         assert_eq!(FilesRecord::read(dir.path()), None, "a new latest.json");
         recorded(dir.path());
-        fs::remove_file(dir.path().join("latest.json")).unwrap();
+        fs::remove_file(dir.path().join("latest.json"))?;
         assert_eq!(FilesRecord::read(dir.path()), None, "no latest.json");
         // Half written: unreadable, not trusted.
-        fs::write(dir.path().join("latest.json"), "{}\n").unwrap();
+        fs::write(dir.path().join("latest.json"), "{}\n")?;
         recorded(dir.path());
-        fs::write(dir.path().join(RECORD), "{\"latest\": {\"ino").unwrap();
+        fs::write(dir.path().join(RECORD), "{\"latest\": {\"ino")?;
         assert_eq!(FilesRecord::read(dir.path()), None, "a torn record");
         // Another build's.
         let record = recorded(dir.path());
-        let mut json = serde_json::to_value(&record).unwrap();
+        let mut json = serde_json::to_value(&record)?;
         json["build"] = "0.0.1 1 1".into();
-        fs::write(dir.path().join(RECORD), json.to_string()).unwrap();
+        fs::write(dir.path().join(RECORD), json.to_string())?;
         assert_eq!(FilesRecord::read(dir.path()), None, "another build's");
+        Ok(())
     }
 }

@@ -114,6 +114,12 @@ pub(super) fn run_apply(config_path: &Path, args: &ApplyArgs) -> io::Result<u8> 
     if let (Some(notifier), Some(store)) = (&notifier, agent.store()) {
         deliver(notifier, store, &agent);
     }
+    // Last, when all is written: the status commits and fetches of this
+    // and earlier runs packed, when due (see `source::cache_pack`).
+    crate::source::cache_pack::pack_logged(
+        &crate::source::repo_dir(&agent.config().state_dir),
+        &crate::source::cache_pack::limits(),
+    );
     Ok(code)
 }
 

@@ -150,7 +150,7 @@ impl Running {
             .set_operation_deadline(crate::executor::RetryPolicy::operation_deadline(
                 agent.config(),
             ));
-        let source = agent.source()?.parses_on_disk();
+        let source = agent.source()?.parses_on_disk().packing_beside();
         let config = agent.config();
         let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;
         *shared
@@ -288,7 +288,7 @@ impl Running {
             crate::time::duration(delay),
             self.restart.source_restarts
         );
-        let source = self.agent.source()?.parses_on_disk();
+        let source = self.agent.source()?.parses_on_disk().packing_beside();
         let config = self.agent.config();
         let wakeups = Wakeups::new(config.source.interval, &config.source.url)?;
         *shared

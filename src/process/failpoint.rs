@@ -23,6 +23,7 @@
 //! | [`STATUS_WRITER_PANIC`] | (none) | the first status writer panics before it publishes |
 //! | [`REQUEST_TIMEOUT`] | milliseconds | the HTTP server's request timeout |
 //! | [`LAST_OPERATIONS_UNREAD`] | (none) | the status writer's read of the operations finished since its last render fails |
+//! | [`GIT_PACK_LOOSE`] | objects | the loose objects above which the Git cache is packed |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -46,6 +47,9 @@ pub const REQUEST_TIMEOUT: &str = "request-timeout";
 /// The state's read of the operations finished since a mark
 /// (`StateStore::last_operations_since`).
 pub const LAST_OPERATIONS_UNREAD: &str = "last-operations-unread";
+/// The loose objects above which the Git cache is packed
+/// (`source::cache_pack::limits`).
+pub const GIT_PACK_LOOSE: &str = "git-pack-loose";
 
 /// The failpoints `FAILPOINTS` names, for the life of the process (the
 /// binary's `main` holds the value).

@@ -16,6 +16,7 @@
 //! them on `spawn_blocking` (a `Repository` is not `Sync`).
 
 pub(crate) mod auth;
+pub(crate) mod cache_pack;
 pub(crate) mod cache_writer;
 pub(crate) mod changes;
 pub(crate) mod fetch;

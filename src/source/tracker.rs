@@ -134,6 +134,10 @@ pub struct Source {
     /// Read the on-disk parse cache again at every new head instead of
     /// keeping a copy in memory ([`Source::parses_on_disk`]).
     reread_disk_cache: bool,
+    /// Whether a fetch that brought a new head packs the Git cache on a
+    /// thread of its own when it is due (the running agent:
+    /// [`Source::packing_beside`]).
+    packs_beside: bool,
     /// Write the parse cache on a thread of its own, whose end the caller
     /// waits for ([`Source::poll_once_writing_beside`]).
     write_beside: bool,
@@ -220,6 +224,7 @@ impl Source {
             parses_made_taken: 0,
             retain_parses: true,
             reread_disk_cache: false,
+            packs_beside: false,
             write_beside: false,
             last_good: None,
             failure: None,
@@ -333,6 +338,15 @@ impl Source {
         self
     }
 
+    /// For a long-running writer (`tend run`): a fetch that brought a new
+    /// head packs the Git cache when it is due (see
+    /// [`super::cache_pack`]), on a thread of its own. A one-shot command
+    /// packs at its end instead.
+    pub fn packing_beside(mut self) -> Self {
+        self.packs_beside = self.access == Access::Writer;
+        self
+    }
+
     /// One poll by a process that polls once (`tend apply`, `tend plan`):
     /// the parse results go into the snapshot instead of being copied
     /// into a cache no later poll would read.
@@ -385,7 +399,11 @@ impl Source {
                 })?;
             self.verifier.check(&repo, head, self.accepted, now)?;
         }
-        self.snapshot_at(head)
+        let changed = self.snapshot_at(head)?;
+        if changed && self.packs_beside {
+            super::cache_pack::pack_beside(&self.repo_dir);
+        }
+        Ok(changed)
     }
 
     /// Builds the snapshot of `head` unless it is the current one.

@@ -246,6 +246,13 @@ impl StatusPublisher {
             match published {
                 Ok(committed) => {
                     self.failing_since = None;
+                    // The running agent's status commits add loose
+                    // objects to the Git cache: packed beside the next
+                    // publications when due (a one-shot command packs at
+                    // its end).
+                    if committed.is_some() && self.keeps_renders {
+                        crate::source::cache_pack::pack_beside(&branch.repo_dir);
+                    }
                     outcome.committed = committed;
                     if report.status_branch.is_some() {
                         let mut cleared = report.clone();

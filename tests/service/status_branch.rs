@@ -106,6 +106,17 @@ impl Remote {
         self.served.path().join(name)
     }
 
+    /// [`Remote::status_commits`], 0 while the branch does not exist.
+    fn status_commits_so_far(&self) -> usize {
+        std::process::Command::new("git")
+            .args(["rev-list", "--count", "tend-status"])
+            .current_dir(&self.bare)
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     fn status_commits(&self) -> usize {
         self.git(&["rev-list", "--count", "tend-status"])
             .parse()
@@ -1077,4 +1088,102 @@ fn a_failed_read_of_the_finished_operations_keeps_every_last_operation() {
     let billing = remote.show(&status_file("billing"));
     assert!(billing.contains("kind: create"), "{billing}");
     assert_eq!(remote.status_commits(), 2);
+}
+
+/// The loose objects and the packs of the agent's Git cache.
+fn cache_shape(remote: &Remote) -> (usize, usize) {
+    let objects = remote.dir.path().join("state/source/repo.git/objects");
+    let mut loose = 0;
+    for dir in std::fs::read_dir(&objects).unwrap().flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if name.len() == 2 {
+            loose += std::fs::read_dir(dir.path()).unwrap().count();
+        }
+    }
+    let packs = std::fs::read_dir(objects.join("pack"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+        .count();
+    (loose, packs)
+}
+
+/// A one-shot apply packs the Git cache at its end once its loose objects
+/// pass the limit (here lowered to none), and the next apply reads the
+/// packed status branch and source and commits over them; below the
+/// limit, nothing is packed.
+#[test]
+fn a_one_shot_apply_packs_the_git_cache_past_its_limit_and_the_branch_goes_on() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "status-agent");
+    apply(&config, 0);
+    let (loose, _) = cache_shape(&remote);
+    assert!(
+        loose > 5,
+        "a first status commit leaves loose objects: {loose}"
+    );
+
+    remote.push_orders(20);
+    let packing = TendCommand::new(&["--config", &config, "apply"])
+        .env("FAILPOINTS", "git-pack-loose=return(0)")
+        .expect_code(0);
+    assert!(
+        packing.stderr.contains("packed") && packing.stderr.contains("objects of the Git cache"),
+        "{}",
+        packing.stderr
+    );
+    let (loose, packs) = cache_shape(&remote);
+    assert_eq!(loose, 0, "every loose object packed");
+    assert!(packs >= 1);
+    assert!(remote.show(&status_file("orders")).contains("kind: update"));
+
+    // Over the packed cache: the source and the branch read, a new commit.
+    remote.push_orders(21);
+    apply(&config, 0);
+    assert_eq!(remote.status_commits(), 3);
+    let orders = remote.show(&status_file("orders"));
+    assert!(orders.contains("kind: update"), "{orders}");
+    let (loose, _) = cache_shape(&remote);
+    assert!(loose > 0, "below the limit, nothing is packed: {loose}");
+}
+
+/// The running agent packs the Git cache beside its status commits, and
+/// goes on committing over the packed cache.
+#[test]
+fn the_running_agent_packs_the_git_cache_beside_its_status_commits() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let port = support::git::free_port();
+    let config = TendConfig::new(remote.dir.path(), &url)
+        .top("agent_id", Some("\"run-agent\""))
+        .status("branch", "\"tend-status\"")
+        .source("interval", "\"100ms\"")
+        .reconcile("resync", "\"100ms\"")
+        .server("listen", &format!("\"127.0.0.1:{port}\""))
+        .write();
+    let daemon = support::daemon::Daemon::start(
+        &config,
+        port,
+        &[("FAILPOINTS", "git-pack-loose=return(0)")],
+    );
+    daemon.wait_ready();
+    let packed = |n: usize| daemon.log().matches("objects of the Git cache in").count() >= n;
+    daemon.wait_for("the first pack", std::time::Duration::from_secs(20), || {
+        remote.status_commits_so_far() == 1 && packed(1)
+    });
+    remote.push_orders(30);
+    daemon.wait_for(
+        "a status commit over the packed cache, packed in turn",
+        std::time::Duration::from_secs(20),
+        || remote.status_commits_so_far() == 2 && packed(2),
+    );
+    let orders = remote.show(&status_file("orders"));
+    assert!(orders.contains("kind: update"), "{orders}");
+    assert!(!daemon.log().contains("cannot pack"), "{}", daemon.log());
+    daemon.wait_for(
+        "no loose object left",
+        std::time::Duration::from_secs(10),
+        || cache_shape(&remote).0 == 0,
+    );
 }

@@ -15,6 +15,7 @@ pub(crate) mod publish;
 pub mod render;
 pub(crate) mod report;
 pub(crate) mod report_digest;
+mod sorted_merge;
 pub(crate) mod writer;
 
 pub(crate) use report::Report;

@@ -449,11 +449,9 @@ impl Report {
     pub fn merge<'a>(parts: impl IntoIterator<Item = &'a Report>) -> Option<Report> {
         let parts: Vec<&Report> = parts.into_iter().collect();
         let mut merged = (*parts.first()?).clone();
-        for part in &parts[1..] {
-            merged.resources.extend(part.resources.iter().cloned());
-        }
-        merged.resources.sort_by(|a, b| a.name.cmp(&b.name));
-        merged.resources.dedup_by(|a, b| a.name == b.name);
+        let resources: Vec<&[Arc<ResourceReport>]> =
+            parts.iter().map(|p| p.resources.as_slice()).collect();
+        merged.resources = super::sorted_merge::merge_by_key(&resources, |r| r.name.as_str());
         merged.merge_fields(&parts);
         Some(merged)
     }

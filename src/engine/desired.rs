@@ -6,20 +6,20 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::model::observation::Capabilities;
-use crate::model::{ManagedDatabase, NormalizedSpec};
+use crate::model::{FlatMap, ManagedDatabase, NormalizedSpec};
 
 /// The declared value of every field the provider observes and the
 /// declaration sets. Absent fields are not managed and are not listed.
 pub fn desired_fields(decl: &ManagedDatabase, caps: &Capabilities) -> BTreeMap<String, Value> {
     desired_fields_of(&NormalizedSpec::of(decl), caps)
+        .into_iter()
+        .map(|(k, v)| (String::from(k), v))
+        .collect()
 }
 
 /// [`desired_fields`] from an already normalised spec.
-pub(crate) fn desired_fields_of(
-    spec: &NormalizedSpec,
-    caps: &Capabilities,
-) -> BTreeMap<String, Value> {
-    let mut out = BTreeMap::new();
+pub(crate) fn desired_fields_of(spec: &NormalizedSpec, caps: &Capabilities) -> FlatMap<Value> {
+    let mut out = FlatMap::new();
     for (name, value) in spec.iter() {
         if !caps.fields.contains_key(name) {
             continue;

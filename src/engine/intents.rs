@@ -251,7 +251,7 @@ mod tests {
             Rule::DeclaredChange,
             "update",
         );
-        decision.changes.insert("connectionLimit".into(), 20.into());
+        decision.changes.insert("connectionLimit", 20.into());
         let work = PendingWork {
             kind: OperationKind::Update,
             id: OperationId("abcdef0123456789".into()),

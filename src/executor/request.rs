@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::operation::{JournalRequest, RequestBody};
 use crate::engine::desired::desired_fields;
-use crate::model::ManagedDatabase;
+use crate::model::{FlatMap, ManagedDatabase};
 use crate::provider::{
     Capabilities, ChangeRequest, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, OperationKind,
 };
@@ -37,7 +37,7 @@ pub(crate) fn build(
     kind: OperationKind,
     agent_id: &str,
     subject: RequestSubject<'_>,
-    changes: &BTreeMap<String, Value>,
+    changes: &FlatMap<Value>,
     capabilities: &Capabilities,
 ) -> JournalRequest {
     let manifest = subject.manifest;
@@ -49,12 +49,18 @@ pub(crate) fn build(
             labels,
         })
     };
+    let fields = || -> BTreeMap<String, Value> {
+        changes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    };
     let body = match kind {
         // Only the ownership marker: `metadata.labels` stay in Git (tend
         // does not reconcile labels at a provider, so it does not write
         // them there once and then leave them to drift).
-        OperationKind::Create => change(changes.clone(), marker(agent_id, subject.name)),
-        OperationKind::Update => change(changes.clone(), BTreeMap::new()),
+        OperationKind::Create => change(fields(), marker(agent_id, subject.name)),
+        OperationKind::Update => change(fields(), BTreeMap::new()),
         OperationKind::Adopt => change(BTreeMap::new(), marker(agent_id, subject.name)),
         // A label with an empty value is removed.
         OperationKind::Release => change(

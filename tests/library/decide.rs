@@ -12,7 +12,7 @@ use tend::testing::engine::{
     OverrideInput, OverrideSource, Policy, Rule, State, Subject, Tombstone, decide,
 };
 use tend::testing::model::{
-    Declaration, DeclarationSet, OnExpiry, OverrideExpiry, OverrideSpec, parse_file,
+    Declaration, DeclarationSet, FlatMap, OnExpiry, OverrideExpiry, OverrideSpec, parse_file,
 };
 use tend::testing::provider::{
     Capabilities, OWNER_AGENT_LABEL, OWNER_DECLARATION_LABEL, Observation, Observed, ResourceStatus,
@@ -202,10 +202,7 @@ fn declared_change_is_applied_now() {
     let d = case.run();
     expect(&d, State::Drifted, Action::Update, Rule::DeclaredChange);
     assert_eq!(d.drift[0].origin, DriftOrigin::Declared);
-    assert_eq!(
-        d.changes,
-        BTreeMap::from([("connectionLimit".to_string(), json!(100))])
-    );
+    assert_eq!(d.changes, FlatMap::from([("connectionLimit", json!(100))]));
 }
 
 #[test]
@@ -457,10 +454,7 @@ fn ignored_fields_are_left_but_others_corrected() {
     case.now = t(1000);
     let d = case.run();
     expect(&d, State::Drifted, Action::Update, Rule::DriftCorrect);
-    assert_eq!(
-        d.changes,
-        BTreeMap::from([("owner".to_string(), json!("app"))])
-    );
+    assert_eq!(d.changes, FlatMap::from([("owner", json!("app"))]));
     assert!(
         d.drift
             .iter()
@@ -724,10 +718,7 @@ fn removed_parameters_are_reset() {
     case.now = t(1000);
     let d = case.run();
     expect(&d, State::Drifted, Action::Update, Rule::DriftCorrect);
-    assert_eq!(
-        d.changes,
-        BTreeMap::from([("parameters.old".to_string(), Value::Null)])
-    );
+    assert_eq!(d.changes, FlatMap::from([("parameters.old", Value::Null)]));
 }
 
 fn tombstone(decl: &Declaration, policy: &str) -> Tombstone {

@@ -1,8 +1,8 @@
 //! Field-level drift: what differs, where the difference came from, and
 //! which differences may be corrected now.
 
+use crate::model::FlatMap;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -298,7 +298,7 @@ fn differ(count: usize) -> &'static str {
 /// (or, with `driftPolicy: Report`, is only reported).
 fn corrections(input: &DecideInput<'_>, decl: &Declaration, active: &[&Drift]) -> Decision {
     let policy = input.policy;
-    let mut changes = BTreeMap::new();
+    let mut changes = FlatMap::new();
     let mut held: Vec<(&str, SystemTime)> = Vec::new();
     let report = report_only(policy, &decl.manifest);
     for d in active {
@@ -329,7 +329,7 @@ fn corrections(input: &DecideInput<'_>, decl: &Declaration, active: &[&Drift]) -
         let declared = active
             .iter()
             .any(|d| d.origin == DriftOrigin::Declared && changes.contains_key(&d.field));
-        let fields = join_fields(changes.keys().map(String::as_str));
+        let fields = join_fields(changes.keys());
         let (rule, why) = if !declared {
             (
                 Rule::DriftCorrect,

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::deletion::DeletionGate;
 use super::overrides::{DecidedOverrides, OverrideInput, effective};
 use crate::model::observation::{Capabilities, Observation, Observed};
-use crate::model::{Declaration, DriftPolicy, ManagedDatabase, SpecHash};
+use crate::model::{Declaration, DriftPolicy, FlatMap, ManagedDatabase, SpecHash};
 use crate::sabotage::Sabotage;
 
 /// What tend reports about a resource (docs/reports.md).
@@ -463,7 +463,10 @@ pub struct Decision {
     pub drift: Vec<Drift>,
     pub overrides: DecidedOverrides,
     /// Field values to set when `action` is `Create`, `Update` or `Adopt`.
-    pub changes: BTreeMap<String, Value>,
+    /// A flat map: a create's few fields in a `BTreeMap` took a whole
+    /// node of eleven slots (636 bytes a resource, 6.4 MB of a cold
+    /// cycle's 32.6 MB heap peak at 10,000 creates).
+    pub changes: FlatMap<Value>,
     /// When a held action becomes due.
     pub act_at: Option<SystemTime>,
 }
@@ -483,7 +486,7 @@ impl Decision {
             reason: reason.into(),
             drift: Vec::new(),
             overrides: DecidedOverrides::default(),
-            changes: BTreeMap::new(),
+            changes: FlatMap::new(),
             act_at: None,
         }
     }

@@ -5,6 +5,7 @@
 pub mod failpoint;
 pub mod heap;
 pub(crate) mod owner;
+pub(crate) mod priority;
 pub(crate) mod sqlite;
 
 /// Exit codes shared by the commands and the daemon.

@@ -322,7 +322,15 @@ impl Memories {
     /// command), shared when other cycles hold it too (copied only where
     /// this cycle read its applied field values).
     pub(crate) fn take(&mut self, name: &str) -> Arc<Memory> {
-        let mut memory = match Arc::get_mut(&mut self.shared) {
+        // The count is read before `get_mut` is tried: `get_mut` takes the
+        // shared read's counters for writing (a locked instruction), and the
+        // running agent's cycles, which share the read, took them from each
+        // other's cores at every resource.
+        let own = match Arc::strong_count(&self.shared) {
+            1 => Arc::get_mut(&mut self.shared),
+            _ => None,
+        };
+        let mut memory = match own {
             Some(own) => own.memories.remove(name),
             None => self.shared.memories.get(name).cloned(),
         }

@@ -5,7 +5,6 @@
 pub mod failpoint;
 pub mod heap;
 pub(crate) mod owner;
-pub(crate) mod priority;
 pub(crate) mod sqlite;
 
 /// Exit codes shared by the commands and the daemon.

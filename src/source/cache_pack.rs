@@ -138,10 +138,7 @@ pub(crate) fn pack_beside(repo_dir: &Path) {
     let dir = repo_dir.to_path_buf();
     let spawned = std::thread::Builder::new()
         .name("git-pack".into())
-        .spawn(move || {
-            crate::process::priority::lower_this_thread();
-            pack_logged(&dir, &limits)
-        });
+        .spawn(move || pack_logged(&dir, &limits));
     if let Err(e) = spawned {
         tracing::warn!("source: cannot start packing the Git cache: {e}");
     }

@@ -1137,6 +1137,10 @@ fn a_one_shot_apply_packs_the_git_cache_past_its_limit_and_the_branch_goes_on() 
     assert_eq!(loose, 0, "every loose object packed");
     assert!(packs >= 1);
     assert!(remote.show(&status_file("orders")).contains("kind: update"));
+    // A reader borrows the packed objects (Git alternates) and sees the
+    // commit the cache holds.
+    let plan = TendCommand::new(&["--config", &config, "plan", "--format", "json"]).expect_code(0);
+    assert_eq!(plan.json()["summary"]["total"], 2, "{}", plan.stdout);
 
     // Over the packed cache: the source and the branch read, a new commit.
     remote.push_orders(21);

@@ -54,6 +54,12 @@ pub(crate) fn write_atomically_with<T>(
     Ok(value)
 }
 
+/// Syncs `path` to disk: a file's content, or a directory's entries (a
+/// rename or a removal in it).
+pub(crate) fn sync_path(path: &Path) -> io::Result<()> {
+    File::open(path)?.sync_all()
+}
+
 /// Opens `path` for reading if it is a regular file (symbolic links are
 /// followed: systemd's credentials may be links).
 pub(crate) fn open_regular(path: &Path) -> io::Result<File> {

@@ -11,10 +11,7 @@ use crate::model::{FlatMap, ManagedDatabase, NormalizedSpec};
 /// The declared value of every field the provider observes and the
 /// declaration sets. Absent fields are not managed and are not listed.
 pub fn desired_fields(decl: &ManagedDatabase, caps: &Capabilities) -> BTreeMap<String, Value> {
-    desired_fields_of(&NormalizedSpec::of(decl), caps)
-        .into_iter()
-        .map(|(k, v)| (String::from(k), v))
-        .collect()
+    desired_fields_of(&NormalizedSpec::of(decl), caps).into()
 }
 
 /// [`desired_fields`] from an already normalised spec.

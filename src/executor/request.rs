@@ -49,12 +49,7 @@ pub(crate) fn build(
             labels,
         })
     };
-    let fields = || -> BTreeMap<String, Value> {
-        changes
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect()
-    };
+    let fields = || BTreeMap::from(changes.clone());
     let body = match kind {
         // Only the ownership marker: `metadata.labels` stay in Git (tend
         // does not reconcile labels at a provider, so it does not write

@@ -266,6 +266,13 @@ impl<V, K: Into<Key>> Extend<(K, V)> for FlatMap<V> {
     }
 }
 
+/// The same map as a `BTreeMap` (what the provider requests carry).
+impl<V> From<FlatMap<V>> for std::collections::BTreeMap<String, V> {
+    fn from(map: FlatMap<V>) -> Self {
+        map.into_iter().map(|(k, v)| (String::from(k), v)).collect()
+    }
+}
+
 impl<V> IntoIterator for FlatMap<V> {
     type Item = (Key, V);
     type IntoIter = std::vec::IntoIter<(Key, V)>;

@@ -439,15 +439,10 @@ fn remove_if_stale(entry: &fs::DirEntry, prefix: &str) {
 
 /// Syncs `path` (a file, or a directory's entries) to disk.
 fn sync(path: &Path) -> Result<(), SourceError> {
-    fs::File::open(path)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| SourceError::Io {
-            path: path.display().to_string(),
-            source: crate::cause::Cause::explained(
-                format!("cannot sync the new pack to disk: {e}"),
-                e,
-            ),
-        })
+    crate::files::sync_path(path).map_err(|e| SourceError::Io {
+        path: path.display().to_string(),
+        source: crate::cause::Cause::explained(format!("cannot sync the new pack to disk: {e}"), e),
+    })
 }
 
 #[cfg(test)]

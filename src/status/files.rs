@@ -383,7 +383,7 @@ impl ReportFiles {
             })
             .map_err(at(&path))?;
         }
-        sync_dir(&self.dir).map_err(at(&self.dir))?;
+        sync_path(&self.dir).map_err(at(&self.dir))?;
         Ok(digest)
     }
 
@@ -411,7 +411,7 @@ impl ReportFiles {
         let history = self.dir.join("history");
         self.add_to_history(&history, &self.dir.join("latest.json"), report, digest)
             .map_err(at(&history))?;
-        sync_dir(&self.dir).map_err(at(&self.dir))
+        sync_path(&self.dir).map_err(at(&self.dir))
     }
 
     /// The report in `latest.json`, if there is a readable one.
@@ -481,7 +481,7 @@ impl ReportFiles {
         for old in &kept[..excess] {
             fs::remove_file(history.join(old))?;
         }
-        sync_dir(history)
+        sync_path(history)
     }
 }
 
@@ -511,11 +511,7 @@ fn compact_time(rfc3339: &str) -> String {
 }
 
 pub(crate) use crate::files::write_atomically;
-use crate::files::write_atomically_with;
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
+use crate::files::{sync_path, write_atomically_with};
 
 #[cfg(test)]
 mod tests {

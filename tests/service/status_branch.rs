@@ -134,6 +134,16 @@ impl Remote {
         &self,
         change: impl FnOnce(TendConfig) -> TendConfig,
     ) -> support::daemon::Daemon {
+        self.run_agent_with_env(change, &[])
+    }
+
+    /// [`Remote::run_agent_with`], the agent's environment extended by
+    /// `env`.
+    fn run_agent_with_env(
+        &self,
+        change: impl FnOnce(TendConfig) -> TendConfig,
+        env: &[(&str, &str)],
+    ) -> support::daemon::Daemon {
         let url = format!("file://{}", self.bare.display());
         let port = support::git::free_port();
         let config = change(
@@ -145,7 +155,7 @@ impl Remote {
                 .server("listen", &format!("\"127.0.0.1:{port}\"")),
         )
         .write();
-        let daemon = support::daemon::Daemon::start(&config, port, &[]);
+        let daemon = support::daemon::Daemon::start(&config, port, env);
         daemon.wait_ready();
         daemon
     }
@@ -1157,21 +1167,7 @@ fn a_one_shot_apply_packs_the_git_cache_past_its_limit_and_the_branch_goes_on() 
 #[test]
 fn the_running_agent_packs_the_git_cache_beside_its_status_commits() {
     let remote = Remote::new();
-    let url = format!("file://{}", remote.bare.display());
-    let port = support::git::free_port();
-    let config = TendConfig::new(remote.dir.path(), &url)
-        .top("agent_id", Some("\"run-agent\""))
-        .status("branch", "\"tend-status\"")
-        .source("interval", "\"100ms\"")
-        .reconcile("resync", "\"100ms\"")
-        .server("listen", &format!("\"127.0.0.1:{port}\""))
-        .write();
-    let daemon = support::daemon::Daemon::start(
-        &config,
-        port,
-        &[("FAILPOINTS", "git-pack-loose=return(0)")],
-    );
-    daemon.wait_ready();
+    let daemon = remote.run_agent_with_env(|c| c, &[("FAILPOINTS", "git-pack-loose=return(0)")]);
     let packed = |n: usize| daemon.log().matches("objects of the Git cache in").count() >= n;
     daemon.wait_for("the first pack", std::time::Duration::from_secs(20), || {
         remote.status_commits_so_far() == 1 && packed(1)

@@ -1,7 +1,6 @@
 //! Field-level drift: what differs, where the difference came from, and
 //! which differences may be corrected now.
 
-use crate::model::FlatMap;
 use std::borrow::Cow;
 use std::time::SystemTime;
 
@@ -14,7 +13,7 @@ use super::{
 use crate::engine::desired::manages_parameters;
 use crate::engine::overrides::EffectiveOverride;
 use crate::model::observation::{Observation, Observed};
-use crate::model::{Declaration, Mutability, NormalizedSpec};
+use crate::model::{Declaration, FlatMap, Mutability, NormalizedSpec};
 
 pub(super) fn compute_drift(
     input: &DecideInput<'_>,

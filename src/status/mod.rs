@@ -16,6 +16,7 @@ pub mod render;
 pub(crate) mod report;
 pub(crate) mod report_digest;
 mod sorted_merge;
+mod times_only;
 pub(crate) mod writer;
 
 pub(crate) use report::Report;

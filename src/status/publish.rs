@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
@@ -22,6 +22,7 @@ use super::last_operations::ReadAlong;
 use super::notify::deliver::Notifier;
 use super::report::{Report, ResourceReport, StatusBranchReport};
 use super::report_digest::{Digested, EntryDigests};
+use super::times_only::FilesSaid;
 use crate::agent::Agent;
 use crate::journal::{DecidedFrom, LastOperation, StateStore};
 use crate::propose::branch::ProposalBranch;
@@ -43,6 +44,10 @@ pub(crate) struct PublishOutcome {
     pub notify_error: Option<crate::journal::StateError>,
     /// What `[status] propose` did.
     pub proposals: AutoOutcome,
+    /// The report files were left as they are: the report says what they
+    /// say, and only its times moved (see [`FilesSaid`]). They are
+    /// due this long from now.
+    pub files_deferred: Option<Duration>,
 }
 
 /// The status step of one agent.
@@ -91,6 +96,9 @@ pub(crate) struct StatusPublisher {
     /// publisher last recorded it (it alone writes it while it runs), so
     /// it is not read back at every status commit. `None`: read it.
     decided: Option<DecidedFrom>,
+    /// The running agent's: what its report files were last written
+    /// from, and when.
+    files_said: FilesSaid,
 }
 
 impl StatusPublisher {
@@ -140,6 +148,7 @@ impl StatusPublisher {
             renders_saved: true,
             decided: None,
             rendered: None,
+            files_said: FilesSaid::default(),
         }
     }
 
@@ -200,6 +209,11 @@ impl StatusPublisher {
         // says already. A one-shot command's is digested where the branch
         // is published, beside the files.
         let digested = self.keeps_renders.then(|| timed_digest(report));
+        let files_may_wait = self.files_said.may_wait(
+            digested.as_ref().map(|d| d.report.as_str()),
+            self.failing_since.is_none() && report.status_branch.is_none(),
+            now,
+        );
         let branch_result = match self.branch.clone() {
             Some(branch)
                 if !self.keeps_renders
@@ -225,7 +239,8 @@ impl StatusPublisher {
             Some(branch)
                 if self.keeps_renders
                     && self.failing_since.is_none()
-                    && self.rendered.is_some() =>
+                    && self.rendered.is_some()
+                    && files_may_wait.is_none() =>
             {
                 let title = self.title;
                 let digest = digested.as_ref().map(|d| d.report.as_str());
@@ -278,6 +293,12 @@ impl StatusPublisher {
             }
         }
         let files = match (beside, written_beside, &report_with) {
+            // Only the times moved, and the branch committed nothing: the
+            // files are written later (or with the next change).
+            (None, None, None) if files_may_wait.is_some() && outcome.committed.is_none() => {
+                outcome.files_deferred = files_may_wait;
+                Ok(())
+            }
             (_, Some(written), None) => written,
             (Some(written), _, None) => {
                 written.and_then(|digest| self.files.add_history(report, digest))
@@ -290,8 +311,14 @@ impl StatusPublisher {
                 digested.as_ref().map(|d| d.report.as_str()),
             ),
         };
-        if let Err(e) = files {
-            outcome.files_error = Some(e);
+        match files {
+            Err(e) => outcome.files_error = Some(e),
+            Ok(()) if outcome.files_deferred.is_some() => {}
+            Ok(()) => {
+                let digest = digested.as_ref().filter(|_| report_with.is_none());
+                self.files_said
+                    .written(digest.map(|d| d.report.as_str()), now);
+            }
         }
         // A release is shown once: once the report that shows it is
         // written (and committed, with a status branch), later reports

@@ -7,7 +7,9 @@
 //!   publications (every provider finishing a cycle) is one write, made
 //!   once the cycles running end (or after a bound); publications start
 //!   at most one a second, sooner when they are quick; the last change is
-//!   always written.
+//!   always written. A report whose times alone moved may leave the report
+//!   files as they are for a while (see `times_only`): the writer comes
+//!   back for it when they are due.
 //! * A failure is logged once per distinct error and shows in the report;
 //!   it is retried at the next change, or a minute later when nothing
 //!   changes. It never stops the agent.
@@ -62,6 +64,8 @@ pub(crate) async fn run(
     let mut last_error: Option<String> = None;
     // When the last publication may be followed by the next.
     let mut next_allowed: Option<tokio::time::Instant> = None;
+    // When the report files left as they were are due.
+    let mut files_due: Option<tokio::time::Instant> = None;
     loop {
         let failing = publisher.failing();
         tokio::select! {
@@ -71,8 +75,12 @@ pub(crate) async fn run(
                 }
             }
             _ = tokio::time::sleep(RETRY_FAILED), if failing => {}
+            _ = tokio::time::sleep_until(files_due.unwrap_or_else(tokio::time::Instant::now)),
+                if files_due.is_some() => {}
             _ = stop.cancelled() => return,
         }
+        // Set again by the publication below if the files wait still.
+        files_due = None;
         tokio::time::sleep(COALESCE).await;
         if let Some(at) = next_allowed {
             tokio::time::sleep_until(at).await;
@@ -107,6 +115,12 @@ pub(crate) async fn run(
                 return;
             }
         };
+        files_due = outcome.files_deferred.map(|wait| {
+            tracing::debug!(
+                "status: only the report's times moved; its files are written in {wait:?}"
+            );
+            tokio::time::Instant::now() + wait
+        });
         if let Some(commit) = &outcome.committed {
             tracing::info!(commit = %commit, "status branch: committed");
         }

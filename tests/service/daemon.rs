@@ -676,6 +676,55 @@ fn tend_status_prints_the_running_agents_last_report() {
     );
 }
 
+/// A cycle whose report says what the report files say, only later (a
+/// no-change request), leaves the files as they are for a while; the
+/// status writer then writes them by itself, with no other cycle, so they
+/// show the last observation.
+#[test]
+fn report_files_whose_report_only_moved_times_are_written_when_due() {
+    let env = Env::new(|c| c.reconcile("observe", "\"1h\""));
+    let daemon = env.start(&[("TEND_LOG", "debug")]);
+    let latest = env.config.state_dir().join("reports/latest.json");
+    let generated = || -> Option<String> {
+        let text = std::fs::read_to_string(&latest).ok()?;
+        let report: Value = serde_json::from_str(&text).ok()?;
+        report["generatedAt"].as_str().map(str::to_string)
+    };
+    daemon.wait_for("the first report files", Duration::from_secs(20), || {
+        generated().is_some()
+    });
+    let first = generated();
+    let cycles = || daemon.log().matches("cycle done in").count();
+    let left = || {
+        daemon
+            .log()
+            .matches("status: only the report's times moved; its files are written in")
+            .count()
+    };
+    // The report's times are to the second.
+    std::thread::sleep(Duration::from_millis(1100));
+    let (before, left_before) = (cycles(), left());
+    let answer = daemon.request("POST", "/v1/reconcile", &[], b"").unwrap();
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    daemon.wait_for("the files left for later", Duration::from_secs(20), || {
+        left() > left_before
+    });
+    let after = cycles();
+    assert!(after > before, "the request ran no cycle");
+    daemon.wait_for(
+        "the files written by the status writer alone",
+        Duration::from_secs(30),
+        || generated() != first,
+    );
+    assert_eq!(cycles(), after, "another cycle wrote them");
+    assert_eq!(
+        daemon.status()["resources"][0]["state"],
+        "InSync",
+        "{}",
+        daemon.log()
+    );
+}
+
 /// `tend status` beside an agent that is up but has finished no cycle yet
 /// says so (it is not "not running": an operator would restart a healthy
 /// agent), and an agent answering for another configuration is refused.

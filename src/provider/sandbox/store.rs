@@ -193,14 +193,16 @@ impl SandboxProvider {
         f(conn).map_err(|e| self.storage_err(e))
     }
 
+    /// `body` decoded; `what` names it in the error (built only then: a
+    /// sandbox's observation decodes every row).
     pub(super) fn decode<T: serde::de::DeserializeOwned>(
         &self,
-        what: &str,
+        what: impl FnOnce() -> String,
         body: &str,
     ) -> Result<T, SandboxError> {
         serde_json::from_str(body).map_err(|e| SandboxError::Corrupt {
             path: self.db_path(),
-            source: Cause::explained(format!("{what}: {e}"), e),
+            source: Cause::explained(format!("{}: {e}", what()), e),
         })
     }
 
@@ -221,7 +223,7 @@ impl SandboxProvider {
         );
         let body: Option<String> =
             self.with_conn(|c| c.query_row(&sql, [key], |r| r.get(0)).optional())?;
-        body.map(|b| self.decode(&table.describe(key), &b))
+        body.map(|b| self.decode(|| table.describe(key), &b))
             .transpose()
     }
 
@@ -232,7 +234,9 @@ impl SandboxProvider {
             .map(drop)
     }
 
-    /// Every row, by key.
+    /// Every row, by key. Each body is decoded from the row's own bytes
+    /// (a copy of every body first cost an allocation a row, at every
+    /// observation of a sandbox holding thousands).
     fn all<T: serde::de::DeserializeOwned>(
         &self,
         table: Table,
@@ -242,17 +246,32 @@ impl SandboxProvider {
             table.key_column(),
             table.name()
         );
-        let rows: Vec<(String, String)> = self.with_conn(|c| {
+        let mut decoded = Ok(Vec::new());
+        self.with_conn(|c| {
             let mut stmt = c.prepare(&sql)?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let key: String = row.get(0)?;
+                let body = row.get_ref(1)?.as_str().map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        1,
+                        rusqlite::types::Type::Text,
+                        e.into(),
+                    )
+                })?;
+                match self.decode(|| table.describe(&key), body) {
+                    Ok(value) => out.push((key, value)),
+                    Err(e) => {
+                        decoded = Err(e);
+                        return Ok(());
+                    }
+                }
+            }
+            decoded = Ok(out);
+            Ok(())
         })?;
-        rows.into_iter()
-            .map(|(key, body)| {
-                let value = self.decode(&table.describe(&key), &body)?;
-                Ok((key, value))
-            })
-            .collect()
+        decoded
     }
 
     /// One database.

@@ -205,3 +205,32 @@ fn a_create_whose_key_cannot_be_recorded_leaves_no_database()
     assert_eq!(names, ["orders"]);
     Ok(())
 }
+
+#[test]
+fn a_row_that_does_not_decode_is_named_and_fails_the_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+    rt().block_on(async {
+        sandbox
+            .create(&OperationId("c".into()), &request(5))
+            .await
+            .unwrap();
+    });
+    let name = sandbox.databases().unwrap()[0].0.clone();
+    rusqlite::Connection::open(sandbox.db_path())
+        .unwrap()
+        .execute(
+            "UPDATE databases SET body = '{not json' WHERE name = ?1",
+            [&name],
+        )
+        .unwrap();
+    let error = sandbox.databases().unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("is corrupt") && message.contains(&format!("database `{name}`")),
+        "{message}"
+    );
+    let cause = std::error::Error::source(&error).expect("a cause");
+    let json = std::error::Error::source(cause).expect("the underlying error");
+    assert!(json.is::<serde_json::Error>(), "{json:?}");
+}

@@ -246,7 +246,7 @@ impl SandboxProvider {
             table.key_column(),
             table.name()
         );
-        let mut decoded = Ok(Vec::new());
+        // The query's error is SQLite's; a row's, its body's.
         self.with_conn(|c| {
             let mut stmt = c.prepare(&sql)?;
             let mut rows = stmt.query([])?;
@@ -262,16 +262,11 @@ impl SandboxProvider {
                 })?;
                 match self.decode(|| table.describe(&key), body) {
                     Ok(value) => out.push((key, value)),
-                    Err(e) => {
-                        decoded = Err(e);
-                        return Ok(());
-                    }
+                    Err(e) => return Ok(Err(e)),
                 }
             }
-            decoded = Ok(out);
-            Ok(())
-        })?;
-        decoded
+            Ok(Ok(out))
+        })?
     }
 
     /// One database.

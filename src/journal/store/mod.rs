@@ -151,6 +151,10 @@ pub struct StateStore {
     /// it: its freshness and its number (each read takes the next, so two
     /// reads at one freshness are told apart).
     last_memory_read: Mutex<Option<(Freshness, u64)>>,
+    /// The last [`StateStore::finished_operations_mark`] and the freshness
+    /// it was counted at: while that holds, no operation can have
+    /// finished, and the count of every finished one is not made again.
+    finished_mark: Mutex<Option<(Freshness, (i64, i64))>>,
 }
 
 /// Identifies a moment of the database's content: this store's writes
@@ -188,6 +192,7 @@ impl StateStore {
             fenced: std::sync::atomic::AtomicBool::new(false),
             tracks_rows: std::sync::atomic::AtomicBool::new(false),
             last_memory_read: Mutex::new(None),
+            finished_mark: Mutex::new(None),
         }
     }
 

@@ -237,15 +237,17 @@ impl SandboxProvider {
     /// Every row, by key. Each body is decoded from the row's own bytes
     /// (a copy of every body first cost an allocation a row, at every
     /// observation of a sandbox holding thousands).
+    ///
+    /// The table is read in its own order and sorted here: `ORDER BY` the
+    /// key walked the key's index and looked each row up in the table, a
+    /// B-tree search a row (about 7 % of a running agent's CPU over
+    /// 100,000 databases). Rows are mostly stored in key order already,
+    /// and the sort finds a sorted run in one pass.
     fn all<T: serde::de::DeserializeOwned>(
         &self,
         table: Table,
     ) -> Result<Vec<(String, T)>, SandboxError> {
-        let sql = format!(
-            "SELECT {0}, body FROM {1} ORDER BY {0}",
-            table.key_column(),
-            table.name()
-        );
+        let sql = format!("SELECT {}, body FROM {}", table.key_column(), table.name());
         // The query's error is SQLite's; a row's, its body's.
         self.with_conn(|c| {
             let mut stmt = c.prepare(&sql)?;
@@ -265,6 +267,7 @@ impl SandboxProvider {
                     Err(e) => return Ok(Err(e)),
                 }
             }
+            out.sort_by(|(a, _), (b, _)| a.cmp(b));
             Ok(Ok(out))
         })?
     }

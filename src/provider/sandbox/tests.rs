@@ -234,3 +234,34 @@ fn a_row_that_does_not_decode_is_named_and_fails_the_listing() {
     let json = std::error::Error::source(cause).expect("the underlying error");
     assert!(json.is::<serde_json::Error>(), "{json:?}");
 }
+
+/// The listing is in name order (byte order, as SQLite's own), whatever
+/// order the rows were stored in.
+#[test]
+fn the_listing_is_in_name_order_whatever_the_order_of_creation()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let sandbox = SandboxProvider::new("s", dir.path(), Duration::ZERO, FaultConfig::default());
+    let names = ["orders", "Billing", "billing", "ledger-10", "ledger-9", "a"];
+    rt().block_on(async {
+        for (i, name) in names.iter().enumerate() {
+            let mut request = request(5);
+            request.database_name = name.to_string();
+            sandbox
+                .create(&OperationId(format!("c-{i}")), &request)
+                .await?;
+        }
+        Ok::<_, ProviderError>(())
+    })?;
+    let listed: Vec<String> = sandbox.databases()?.into_iter().map(|(n, _)| n).collect();
+    let by_sqlite: Vec<String> = rusqlite::Connection::open(sandbox.db_path())?
+        .prepare("SELECT name FROM databases ORDER BY name")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut sorted: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    sorted.sort();
+    assert_eq!(listed.len(), names.len(), "{listed:?}");
+    assert_eq!(listed, sorted);
+    assert_eq!(listed, by_sqlite);
+    Ok(())
+}

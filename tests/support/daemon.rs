@@ -149,9 +149,14 @@ impl Daemon {
     }
 
     /// Waits until `/readyz` answers 200.
+    ///
+    /// Only this process's readiness counts: its log must say it listens
+    /// on the port (any server on the port answers `/readyz`, another
+    /// test's agent too, after this one failed to bind).
     pub fn wait_ready(&self) {
+        let listening = format!("listening on http://127.0.0.1:{}", self.port);
         self.wait_for("/readyz", Duration::from_secs(30), || {
-            self.get("/readyz").is_some_and(|r| r.status == 200)
+            self.log().contains(&listening) && self.get("/readyz").is_some_and(|r| r.status == 200)
         });
     }
 

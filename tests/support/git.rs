@@ -146,12 +146,29 @@ pub fn manifest(name: &str, limit: u32) -> String {
     )
 }
 
+/// A loopback port nothing listens on, for a server a test starts next.
+///
+/// Chosen at random below the kernel's ephemeral range (32768-60999 by
+/// default), never by binding port 0: a port handed out that way is free
+/// only until the next outgoing connection of any test on the machine,
+/// which takes its local port from that same range. One was: a test's
+/// agent failed to bind, and another test's server on the port answered
+/// its readiness check. Ports here are taken only by another test's
+/// server, at random, and one found taken is passed over.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, Hasher};
+    const FIRST: u16 = 20_000;
+    const COUNT: u16 = 12_000;
+    for _ in 0..1_000 {
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let port = FIRST + (random % u64::from(COUNT)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {FIRST}-{}", FIRST + COUNT - 1);
 }
 
 fn wait_for_port(port: u16) {

@@ -480,8 +480,20 @@ impl StatusPublisher {
         // Every resource's last operation is read along the render
         // ([`ReadAlong`]), not before it.
         let mut read_along = false;
+        // (What finished since cannot be told apart from the rest: every
+        // resource's is read along too, as for a first render.)
         let taken = match (&self.store, since_render) {
-            (Some(store), Some((then, now))) => store.last_operations_since(then, now),
+            (Some(store), Some((then, now))) => {
+                store
+                    .last_operations_since(then, now)
+                    .map(|taken| match taken {
+                        Some((operations, changed)) => (operations, Some(changed)),
+                        None => {
+                            read_along = true;
+                            Default::default()
+                        }
+                    })
+            }
             (Some(_), None) => {
                 read_along = true;
                 Ok(Default::default())
@@ -499,8 +511,8 @@ impl StatusPublisher {
             read_along = true;
             Default::default()
         });
-        // (A whole read says nothing of what changed: every file is
-        // digested, and every last operation is there.)
+        // (Without what changed, every file is digested, and every last
+        // operation is read along.)
         let partial = partial && operations_changed.is_some();
         let decided = match (self.decided.take(), &self.store) {
             (Some(kept), _) => kept,

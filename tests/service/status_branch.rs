@@ -1100,6 +1100,36 @@ fn a_failed_read_of_the_finished_operations_keeps_every_last_operation() {
     assert_eq!(remote.status_commits(), 2);
 }
 
+/// When the operations finished since the last render cannot be told
+/// apart from the rest (the count moved by more than the newer ones: here
+/// a pruned generation of no resource of the fleet, as a prune beside an
+/// operation finished in the mark's own millisecond would), every
+/// resource's last operation is read along the render, and none is lost.
+#[test]
+fn operations_not_told_apart_since_the_last_render_are_read_along_and_none_is_lost() {
+    let remote = Remote::new();
+    let url = format!("file://{}", remote.bare.display());
+    let config = remote.config(&url, "status-agent");
+    apply(&config, 0);
+    let state = rusqlite::Connection::open(remote.dir.path().join("state/state.db")).unwrap();
+    state
+        .execute(
+            "INSERT INTO pruned_generations (name, kind, spec_hash, count) VALUES ('ghost', 'update', 'h', 1)",
+            [],
+        )
+        .unwrap();
+    drop(state);
+    remote.push_orders(20);
+    apply(&config, 0);
+    // orders has its update, billing (unchanged) still its create: read
+    // along, not left out of the files rendered again.
+    let orders = remote.show(&status_file("orders"));
+    assert!(orders.contains("kind: update"), "{orders}");
+    let billing = remote.show(&status_file("billing"));
+    assert!(billing.contains("kind: create"), "{billing}");
+    assert_eq!(remote.status_commits(), 2);
+}
+
 /// The loose objects and the packs of the agent's Git cache.
 fn cache_shape(remote: &Remote) -> (usize, usize) {
     let objects = remote.dir.path().join("state/source/repo.git/objects");

@@ -158,9 +158,8 @@ fn finished_row(r: &super::sql::Row) -> Result<(String, LastOperation), super::s
 }
 
 /// What [`StateStore::last_operations_since`] returns: last operations by
-/// resource, and the resources whose last operation changed (`None`: any
-/// may have, and every resource's is there).
-pub(crate) type Taken = (HashMap<String, LastOperation>, Option<HashSet<String>>);
+/// resource, and the resources whose last operation changed.
+pub(crate) type Taken = (HashMap<String, LastOperation>, HashSet<String>);
 
 impl StateStore {
     /// The last operations finished since `then` (a
@@ -172,14 +171,18 @@ impl StateStore {
     /// every resource's (hundreds of milliseconds and tens of megabytes at
     /// 100,000 resources, held by the running agent between commits
     /// before). When the counts show something else changed (an
-    /// operation pruned, one finished with an older time), every
-    /// resource's last operation, as [`Self::last_operations`] reads them,
-    /// and `None`.
+    /// operation pruned, one finished with an older time, or in the
+    /// mark's own millisecond after it), `None`: any resource's may have
+    /// changed, and the caller reads every resource's along its render
+    /// (`status::last_operations::ReadAlong`), a thousand at a time. A
+    /// whole read here held 100,000 of them at once, at the end of a cold
+    /// start, where operations finish many to a millisecond: the running
+    /// agent's peak.
     pub(crate) fn last_operations_since(
         &self,
         then: (i64, i64),
         now: (i64, i64),
-    ) -> Result<Taken, StateError> {
+    ) -> Result<Option<Taken>, StateError> {
         use crate::process::failpoint::{LAST_OPERATIONS_UNREAD, fired};
         if fired(LAST_OPERATIONS_UNREAD).is_some() {
             return Err(StateError::Io {
@@ -188,7 +191,7 @@ impl StateStore {
             });
         }
         if then == now {
-            return Ok((HashMap::new(), Some(HashSet::new())));
+            return Ok(Some((HashMap::new(), HashSet::new())));
         }
         let (count, newest) = then;
         let incremental = if now.0 >= count && now.1 >= newest {
@@ -202,7 +205,7 @@ impl StateStore {
             None
         };
         let Some(rows) = incremental else {
-            return Ok((self.last_operations()?, None));
+            return Ok(None);
         };
         let mut operations: HashMap<String, LastOperation> = HashMap::new();
         for (name, op) in rows {
@@ -217,7 +220,7 @@ impl StateStore {
             }
         }
         let changed = operations.keys().cloned().collect();
-        Ok((operations, Some(changed)))
+        Ok(Some((operations, changed)))
     }
 }
 
@@ -505,27 +508,23 @@ mod tests {
     }
 
     /// The last operations since `then`, checked against a whole read of
-    /// the same resources, and which changed (`None`: read whole).
+    /// the same resources, and which changed (`None`: every resource's is
+    /// to be read, nothing was).
     fn same_as_whole(
         store: &StateStore,
         then: (i64, i64),
     ) -> Result<Option<Vec<String>>, Box<dyn std::error::Error>> {
         let now = store.finished_operations_mark()?;
-        let (read, changed) = store.last_operations_since(then, now)?;
+        let Some((read, changed)) = store.last_operations_since(then, now)? else {
+            return Ok(None);
+        };
         let whole = store.last_operations()?;
-        match &changed {
-            Some(_) => {
-                for (name, op) in &read {
-                    assert_eq!(Some(op), whole.get(name), "{name}");
-                }
-            }
-            None => assert_eq!(read, whole),
+        for (name, op) in &read {
+            assert_eq!(Some(op), whole.get(name), "{name}");
         }
-        Ok(changed.map(|c| {
-            let mut c: Vec<String> = c.into_iter().collect();
-            c.sort();
-            c
-        }))
+        let mut changed: Vec<String> = changed.into_iter().collect();
+        changed.sort();
+        Ok(Some(changed))
     }
 
     #[test]
@@ -624,18 +623,22 @@ mod tests {
         finished(&store, "op-2", "billing", 1_000)?;
         finished(&store, "op-3", "ledger", 1_500)?;
         let mark = store.finished_operations_mark()?;
-        let (none, changed) = store.last_operations_since(mark, mark)?;
+        let (none, changed) = store
+            .last_operations_since(mark, mark)?
+            .ok_or("nothing finished: told apart")?;
         assert!(none.is_empty());
-        assert_eq!(changed, Some(HashSet::new()), "nothing finished since");
+        assert_eq!(changed, HashSet::new(), "nothing finished since");
         finished(&store, "op-5", "orders", 2_000)?;
         finished(&store, "op-4", "orders", 2_000)?;
         let now = store.finished_operations_mark()?;
-        let (newer, changed) = store.last_operations_since(mark, now)?;
+        let (newer, changed) = store
+            .last_operations_since(mark, now)?
+            .ok_or("newer operations: told apart")?;
         // ledger finished in the mark's own millisecond: read again and
         // counted as changed (a file rendered again at worst, never one
         // kept that changed).
-        let changed: Option<BTreeSet<String>> = changed.map(|c| c.into_iter().collect());
-        assert_eq!(changed, Some(["ledger", "orders"].map(String::from).into()));
+        let changed: BTreeSet<String> = changed.into_iter().collect();
+        assert_eq!(changed, ["ledger", "orders"].map(String::from).into());
         let mut read: Vec<&String> = newer.keys().collect();
         read.sort();
         assert_eq!(read, ["ledger", "orders"]);

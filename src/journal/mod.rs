@@ -22,9 +22,9 @@ pub use store::{
     Applied, Fence, Intent, IntentState, LeaseHolder, PgStateSettings, Release, StateStore,
 };
 pub(crate) use store::{
-    Approval, BackendKind, CorruptRow, DecidedAt, DecidedFrom, HeldLease, LastOperation,
-    LocalOverride, MemoriesSince, OverrideSeen, PendingNotification, QueuedNotification,
-    StoredMemories, TombstoneRow, Tx,
+    Approval, BackendKind, CorruptRow, DecidedAt, DecidedFrom, FinishedMark, HeldLease,
+    LastOperation, LocalOverride, MemoriesSince, OverrideSeen, PendingNotification,
+    QueuedNotification, StoredMemories, TombstoneRow, Tx,
 };
 
 use std::sync::Arc;

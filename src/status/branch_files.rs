@@ -162,6 +162,16 @@ pub(crate) enum Inputs<'a> {
 /// looked for.
 pub(crate) type Kept<'a> = Option<&'a [bool]>;
 
+impl<'a> Inputs<'a> {
+    /// The entries known kept over the last render, if any were looked for.
+    pub(crate) fn kept(&self) -> Kept<'a> {
+        match self {
+            Inputs::Keep(_, _, kept) => *kept,
+            Inputs::Forget => None,
+        }
+    }
+}
+
 /// Whether a report entry is known unchanged since the last render.
 /// It is told the entry's place in the report, and the entry.
 pub(crate) type Unchanged<'a> = dyn Fn(usize, &ResourceReport) -> bool + 'a;

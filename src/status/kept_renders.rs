@@ -24,10 +24,11 @@ use std::path::{Path, PathBuf};
 
 use super::branch_files::InputsDigest;
 use super::report_digest::EntryDigests;
+use crate::journal::FinishedMark;
 use crate::model::hash::{bytes_of_hex, push_hex};
 
 /// What the first line starts with (bumped when the layout changes).
-const MAGIC: &str = "tend-status-inputs 2";
+const MAGIC: &str = "tend-status-inputs 3";
 
 /// What a render left for the next process.
 #[derive(Debug, PartialEq)]
@@ -38,7 +39,7 @@ pub(crate) struct KeptRenders {
     pub inputs: HashMap<String, InputsDigest>,
     /// The report entries' digests and the finished-operations mark at
     /// that render (see the module's invariants).
-    pub entries: Option<(EntryDigests, (i64, i64))>,
+    pub entries: Option<(EntryDigests, FinishedMark)>,
 }
 
 /// The file in the state dir.
@@ -60,17 +61,18 @@ pub(crate) fn load(file: &Path) -> Option<KeptRenders> {
         "-" => None,
         counts => {
             let mut counts = counts.split(' ').map(str::parse::<i64>);
-            let (count, newest, kept) = (
-                counts.next()?.ok()?,
-                counts.next()?.ok()?,
-                counts.next()?.ok()?,
-            );
+            let mark = FinishedMark {
+                count: counts.next()?.ok()?,
+                newest_ms: counts.next()?.ok()?,
+                at_newest: counts.next()?.ok()?,
+            };
+            let kept = counts.next()?.ok()?;
             // (Not sized by the count: a damaged one must not allocate.)
             let mut entries = Vec::new();
             for _ in 0..kept {
                 entries.push(bytes_of_hex::<16>(lines.next()?)?);
             }
-            Some((EntryDigests::of(&entries), (count, newest)))
+            Some((EntryDigests::of(&entries), mark))
         }
     };
     // Counted: a file cut short at a line's end would otherwise leave
@@ -99,7 +101,7 @@ pub(crate) fn store(
     file: &Path,
     commit: &str,
     inputs: &HashMap<String, InputsDigest>,
-    entries: Option<(&EntryDigests, (i64, i64))>,
+    entries: Option<(&EntryDigests, FinishedMark)>,
 ) -> std::io::Result<()> {
     if inputs.keys().any(|name| name.contains(['\n', '\r'])) {
         return match std::fs::remove_file(file) {
@@ -111,8 +113,15 @@ pub(crate) fn store(
     let mut text = String::with_capacity(inputs.len() * 130);
     let _ = writeln!(text, "{MAGIC} {commit} {build}");
     match entries {
-        Some((entries, (count, newest))) => {
-            let _ = writeln!(text, "entries {count} {newest} {}", entries.len());
+        Some((entries, mark)) => {
+            let _ = writeln!(
+                text,
+                "entries {} {} {} {}",
+                mark.count,
+                mark.newest_ms,
+                mark.at_newest,
+                entries.len()
+            );
             for entry in entries.iter() {
                 push_hex(&mut text, entry);
                 text.push('\n');
@@ -146,12 +155,17 @@ mod tests {
             ("billing".to_string(), [255u8; 32]),
         ]
         .into();
+        let mark = FinishedMark {
+            count: 12,
+            newest_ms: 345,
+            at_newest: 6,
+        };
         let entries = EntryDigests::of(&[[1u8; 16], [0xab; 16]]);
-        store(&file, "c0ffee", &inputs, Some((&entries, (12, 345))))?;
+        store(&file, "c0ffee", &inputs, Some((&entries, mark)))?;
         let kept = KeptRenders {
             commit: "c0ffee".to_string(),
             inputs: inputs.clone(),
-            entries: Some((entries, (12, 345))),
+            entries: Some((entries, mark)),
         };
         assert_eq!(load(&file).as_ref(), Some(&kept));
         store(&file, "c0ffee", &inputs, None)?;
@@ -162,17 +176,17 @@ mod tests {
         assert_eq!(load(&file).as_ref(), Some(&without), "the entries left out");
 
         let entries = EntryDigests::of(&[[1u8; 16]]);
-        store(&file, "c0ffee", &inputs, Some((&entries, (12, 345))))?;
+        store(&file, "c0ffee", &inputs, Some((&entries, mark)))?;
         let text = std::fs::read_to_string(&file)?;
         for damaged in [
-            text.replacen("tend-status-inputs 2", "tend-status-inputs 1", 1),
+            text.replacen("tend-status-inputs 3", "tend-status-inputs 2", 1),
             text.replacen(crate::source::parse_cache::build_id(), "0.0.1 1 1", 1),
             text.replacen(" orders", "orders", 1),
             text.replacen("07", "zz", 1),
             text.replacen("0101", "01", 1),
-            text.replacen("entries 12 345 1", "entries 12 345 2", 1),
-            text.replacen("entries 12 345 1", "entries 12 1", 1),
-            text.replacen("entries 12 345 1", "entries 12 345 999999999999999", 1),
+            text.replacen("entries 12 345 6 1", "entries 12 345 6 2", 1),
+            text.replacen("entries 12 345 6 1", "entries 12 345 1", 1),
+            text.replacen("entries 12 345 6 1", "entries 12 345 6 999999999999999", 1),
             text.replacen("\ninputs 2\n", "\ninputs 3\n", 1),
             text.lines().take(4).map(|l| format!("{l}\n")).collect(),
         ] {

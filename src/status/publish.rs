@@ -24,7 +24,7 @@ use super::report::{Report, ResourceReport, StatusBranchReport};
 use super::report_digest::{Digested, EntryDigests};
 use super::times_only::FilesSaid;
 use crate::agent::Agent;
-use crate::journal::{DecidedFrom, LastOperation, StateStore};
+use crate::journal::{DecidedFrom, FinishedMark, LastOperation, StateStore};
 use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
@@ -82,7 +82,7 @@ pub(crate) struct StatusPublisher {
     /// says the same at the next, and the state's finished-operations mark
     /// then (for this process's next render, and kept for the next
     /// process with `rendered`).
-    rendered_entries: Option<(EntryDigests, (i64, i64))>,
+    rendered_entries: Option<(EntryDigests, FinishedMark)>,
     /// Whether the state remembers what that render decided each file
     /// from, as the render did: only then are its entries' digests
     /// trusted, in this process or the next.
@@ -419,8 +419,11 @@ impl StatusPublisher {
             }
         };
         let content = format!(
-            "{}\n{finished:?}\n{}\n{}\n{}",
+            "{}\n{} {} {}\n{}\n{}\n{}",
             report_digest,
+            finished.count,
+            finished.newest_ms,
+            finished.at_newest,
             branch.url,
             branch.branch,
             env!("CARGO_PKG_VERSION")
@@ -483,17 +486,12 @@ impl StatusPublisher {
         // (What finished since cannot be told apart from the rest: every
         // resource's is read along too, as for a first render.)
         let taken = match (&self.store, since_render) {
-            (Some(store), Some((then, now))) => {
-                store
-                    .last_operations_since(then, now)
-                    .map(|taken| match taken {
-                        Some((operations, changed)) => (operations, Some(changed)),
-                        None => {
-                            read_along = true;
-                            Default::default()
-                        }
-                    })
-            }
+            (Some(store), Some((then, now))) => store.last_operations_since(then, now).map(|t| {
+                read_along = t.is_none();
+                t.map_or_else(Default::default, |(operations, changed)| {
+                    (operations, Some(changed))
+                })
+            }),
             (Some(_), None) => {
                 read_along = true;
                 Ok(Default::default())
@@ -573,10 +571,9 @@ impl StatusPublisher {
                 .collect();
             kept = Some(found);
             if to_render.len() > READ_BY_NAME_AT_MOST {
-                // Every resource's, read along the render: they replace
-                // those finished since (the newest of each, all the same).
+                // Read along the render: those it renders, not those kept
+                // or finished since.
                 read_along = true;
-                last_operations = HashMap::new();
             } else {
                 read_by_name = Some(to_render.len());
                 match store.last_operations_of(&to_render) {
@@ -703,8 +700,9 @@ impl StatusPublisher {
 }
 
 /// [`render`], with each resource's last operation from `last_operations`,
-/// or (`along`) read from that state along the render: a read that fails
-/// is said, and sets `unread`.
+/// or (`along`) read from that state along the render where it is not
+/// there, except for the entries `inputs` has kept (the render asks
+/// nothing of them): a read that fails is said, and sets `unread`.
 fn render_reading(
     report: &Report,
     along: Option<&StateStore>,
@@ -717,9 +715,11 @@ fn render_reading(
     let Some(store) = along else {
         return render(report, last_operations, decided, inputs, hold);
     };
-    let mut along = ReadAlong::new(store, &report.resources);
+    let mut along = ReadAlong::new(store, &report.resources, last_operations, inputs.kept());
     let rendered = render(report, &mut along, decided, inputs, hold);
-    if let Some(e) = along.failure() {
+    let (read, failed) = along.finish();
+    tracing::debug!("status branch: the last operations of {read} resources read along the render");
+    if let Some(e) = failed {
         tracing::warn!("status branch: cannot read the last operations: {e}");
         *unread = true;
     }

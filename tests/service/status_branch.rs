@@ -59,6 +59,28 @@ impl Remote {
         commit
     }
 
+    /// Adds `count` declarations under `fleet/` (`db-0000`…), committed
+    /// and pushed; the configuration of an agent of that fleet, whose
+    /// sandbox creates them quickly.
+    fn fleet(&self, count: usize) -> String {
+        for i in 0..count {
+            let name = format!("db-{i:04}");
+            self.repo
+                .write(&format!("fleet/{name}.yaml"), &manifest(&name, 10));
+        }
+        self.repo.commit(&format!("a fleet of {count}"));
+        let bare = self.bare.display().to_string();
+        self.repo.git(&["push", "-q", &bare, "main"]);
+        TendConfig::new(self.dir.path(), &format!("file://{bare}"))
+            .top("agent_id", Some("\"fleet-agent\""))
+            .status("branch", "\"tend-status\"")
+            .sandbox("rate_limit", "10000")
+            .sandbox("max_concurrency", "64")
+            .write()
+            .display()
+            .to_string()
+    }
+
     fn config(&self, url: &str, agent: &str) -> String {
         TendConfig::new(self.dir.path(), url)
             .top("agent_id", Some(&format!("\"{agent}\"")))
@@ -531,25 +553,7 @@ fn a_branch_of_the_first_format_is_rewritten_sharded() {
 #[test]
 fn a_one_resource_change_rewrites_a_bounded_set_of_trees() {
     let remote = Remote::new();
-    for i in 0..1000 {
-        let name = format!("db-{i:04}");
-        remote
-            .repo
-            .write(&format!("fleet/{name}.yaml"), &manifest(&name, 10));
-    }
-    remote.repo.commit("a thousand");
-    remote
-        .repo
-        .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
-    let url = format!("file://{}", remote.bare.display());
-    let config = TendConfig::new(remote.dir.path(), &url)
-        .top("agent_id", Some("\"fleet-agent\""))
-        .status("branch", "\"tend-status\"")
-        .sandbox("rate_limit", "10000")
-        .sandbox("max_concurrency", "64")
-        .write()
-        .display()
-        .to_string();
+    let config = remote.fleet(1000);
     apply(&config, 0);
     let before = remote.git(&["rev-parse", "tend-status"]);
     // One resource changes (and drifts: it needs attention).
@@ -1128,6 +1132,43 @@ fn operations_not_told_apart_since_the_last_render_are_read_along_and_none_is_lo
     let billing = remote.show(&status_file("billing"));
     assert!(billing.contains("kind: create"), "{billing}");
     assert_eq!(remote.status_commits(), 2);
+}
+
+/// Over a known render, more entries than are read by name before the
+/// render change with no operation of theirs (here 250 files moved): their
+/// last operations are read along the render, those alone, not every
+/// resource's, and each moved file still shows its own.
+#[test]
+fn many_entries_changed_without_an_operation_have_only_theirs_read_along() {
+    let remote = Remote::new();
+    let config = remote.fleet(250);
+    apply(&config, 0);
+    remote.repo.git(&["mv", "fleet", "moved"]);
+    remote.repo.commit("the fleet moved");
+    let bare = remote.bare.display().to_string();
+    remote.repo.git(&["push", "-q", &bare, "main"]);
+    let run = TendCommand::new(&["--config", &config, "apply"])
+        .env("TEND_LOG", "tend=debug")
+        .expect_code(0);
+    let said = |what: &str| run.stderr.lines().any(|l| l.contains(what));
+    assert!(
+        said("250 resource files rendered, 2 kept"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        said("the last operations of 250 resources read along the render"),
+        "{}",
+        run.stderr
+    );
+    let moved = remote.show(&status_file("db-0123"));
+    assert!(moved.contains("moved/db-0123.yaml"), "{moved}");
+    assert!(moved.contains("kind: create"), "{moved}");
+    assert!(
+        remote
+            .show(&status_file("billing"))
+            .contains("kind: create")
+    );
 }
 
 /// The loose objects and the packs of the agent's Git cache.

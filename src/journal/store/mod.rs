@@ -28,7 +28,7 @@ pub(crate) use read::{
 pub use read::{Intent, IntentState};
 pub use releases::Release;
 pub(crate) use status::{
-    COMMIT_STATUS_EVENT, DecidedAt, DecidedFrom, LastOperation, PendingNotification,
+    COMMIT_STATUS_EVENT, DecidedAt, DecidedFrom, FinishedMark, LastOperation, PendingNotification,
     QueuedNotification, RESOLVED_PREFIX,
 };
 pub use write::Applied;
@@ -154,7 +154,7 @@ pub struct StateStore {
     /// The last [`StateStore::finished_operations_mark`] and the freshness
     /// it was counted at: while that holds, no operation can have
     /// finished, and the count of every finished one is not made again.
-    finished_mark: Mutex<Option<(Freshness, (i64, i64))>>,
+    finished_mark: Mutex<Option<(Freshness, FinishedMark)>>,
 }
 
 /// Identifies a moment of the database's content: this store's writes

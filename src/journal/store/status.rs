@@ -24,10 +24,23 @@ pub struct LastOperation {
     pub finished_at: SystemTime,
 }
 
+/// How many operations have finished, when the newest did and how many
+/// finished in that millisecond: it moves whenever one finishes (a cheap
+/// stand-in for every last operation), and over an earlier mark it tells
+/// whether what finished since can be read alone
+/// ([`StateStore::last_operations_since`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FinishedMark {
+    /// Operations finished, those pruned from the journal since included.
+    pub count: i64,
+    /// When the newest finished (milliseconds since the epoch; 0: none).
+    pub newest_ms: i64,
+    /// How many of the journal's finished operations finished then.
+    pub at_newest: i64,
+}
+
 impl StateStore {
-    /// How many operations have finished and when the newest did: it
-    /// moves whenever one finishes (a cheap stand-in for every last
-    /// operation). The count takes in the operations pruned from the
+    /// The state's [`FinishedMark`]. The count takes in the operations pruned from the
     /// journal (`pruned_generations`), so a prune does not lower it: a
     /// prune and an operation finished beside it would otherwise leave the
     /// count where it was, and an operation finished in the newest
@@ -40,7 +53,7 @@ impl StateStore {
     /// count walks every finished row: 100,000 of them took about 9 ms at
     /// each status publication of a running agent that had written
     /// nothing.
-    pub fn finished_operations_mark(&self) -> Result<(i64, i64), StateError> {
+    pub fn finished_operations_mark(&self) -> Result<FinishedMark, StateError> {
         let freshness = self.freshness()?;
         let mut last = self.finished_mark.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((at, mark)) = *last
@@ -53,28 +66,42 @@ impl StateStore {
         Ok(mark)
     }
 
-    fn count_finished_operations(&self) -> Result<(i64, i64), StateError> {
-        let sql = if self.has_table("pruned_generations")? {
-            "SELECT count(*) + CAST(coalesce((SELECT sum(count) FROM pruned_generations), 0) AS BIGINT), \
-             coalesce(max(updated_ms), 0) FROM intents WHERE state IN ('done', 'failed')"
+    fn count_finished_operations(&self) -> Result<FinishedMark, StateError> {
+        let pruned = if self.has_table("pruned_generations")? {
+            " + CAST(coalesce((SELECT sum(count) FROM pruned_generations), 0) AS BIGINT)"
         } else {
-            "SELECT count(*), coalesce(max(updated_ms), 0) FROM intents WHERE state IN ('done', 'failed')"
+            ""
         };
+        // One statement: the three are of one snapshot of the journal.
+        let sql = format!(
+            "SELECT count(*){pruned}, coalesce(max(updated_ms), 0), \
+             (SELECT count(*) FROM intents WHERE state IN ('done', 'failed') AND updated_ms = \
+              (SELECT max(updated_ms) FROM intents WHERE state IN ('done', 'failed'))) \
+             FROM intents WHERE state IN ('done', 'failed')"
+        );
         Ok(self
-            .map_rows(sql, &[], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .map_rows(&sql, &[], |r| {
+                Ok(FinishedMark {
+                    count: r.get(0)?,
+                    newest_ms: r.get(1)?,
+                    at_newest: r.get(2)?,
+                })
+            })?
             .first()
             .copied()
-            .unwrap_or((0, 0)))
+            .unwrap_or_default())
     }
 
     /// The newest finished (done or failed) operation of every resource
     /// that has one (of two finished in the same millisecond, the lower
     /// id: always the same one).
     ///
-    /// Every finished row is read and the newest kept here: the SQL that
-    /// grouped by name and joined back (materialised, then indexed on the
-    /// fly, then sorted) took 30 ms at 10,000 resources, as long as a
-    /// one-shot `tend apply`'s own work.
+    /// The status writer reads these by name ([`Self::last_operations_of`],
+    /// along its render) or since a mark ([`Self::last_operations_since`]),
+    /// never all at once: this whole read is the reference those are
+    /// checked against in tests (at 100,000 resources it held tens of
+    /// megabytes at the running agent's peak). Every finished row is read
+    /// and the newest kept here.
     pub fn last_operations(&self) -> Result<HashMap<String, LastOperation>, StateError> {
         let rows = self.map_rows(
             "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
@@ -170,18 +197,24 @@ impl StateStore {
     /// last operation of any other file it renders by name, instead of
     /// every resource's (hundreds of milliseconds and tens of megabytes at
     /// 100,000 resources, held by the running agent between commits
-    /// before). When the counts show something else changed (an
-    /// operation pruned, one finished with an older time, or in the
-    /// mark's own millisecond after it), `None`: any resource's may have
-    /// changed, and the caller reads every resource's along its render
-    /// (`status::last_operations::ReadAlong`), a thousand at a time. A
-    /// whole read here held 100,000 of them at once, at the end of a cold
-    /// start, where operations finish many to a millisecond: the running
-    /// agent's peak.
+    /// before).
+    ///
+    /// What finished since is read alone when the rows finished after the
+    /// mark's newest millisecond are as many as finished since, or the
+    /// rows finished in it or after are those it counted then and every
+    /// one counted since: then none finished with an older time, and what
+    /// finished in the mark's own millisecond, after the mark or not, is
+    /// among those read (again, and changed at worst: a file rendered
+    /// again, never one kept that changed). When the counts show something else changed (an
+    /// operation pruned, or finished with an older time), `None`: any
+    /// resource's may have changed, and the caller reads every resource's
+    /// along its render (`status::last_operations::ReadAlong`), a
+    /// thousand at a time. A whole read here held 100,000 of them at once,
+    /// at the end of a cold start: the running agent's peak.
     pub(crate) fn last_operations_since(
         &self,
-        then: (i64, i64),
-        now: (i64, i64),
+        then: FinishedMark,
+        now: FinishedMark,
     ) -> Result<Option<Taken>, StateError> {
         use crate::process::failpoint::{LAST_OPERATIONS_UNREAD, fired};
         if fired(LAST_OPERATIONS_UNREAD).is_some() {
@@ -193,20 +226,23 @@ impl StateStore {
         if then == now {
             return Ok(Some((HashMap::new(), HashSet::new())));
         }
-        let (count, newest) = then;
-        let incremental = if now.0 >= count && now.1 >= newest {
-            let rows = self.finished_since(newest)?;
-            let newer = rows
-                .iter()
-                .filter(|(_, op)| op.finished_at > time(newest))
-                .count();
-            (usize::try_from(now.0 - count).ok() == Some(newer)).then_some(rows)
-        } else {
-            None
-        };
-        let Some(rows) = incremental else {
+        if now.count < then.count || now.newest_ms < then.newest_ms {
             return Ok(None);
-        };
+        }
+        let rows = self.finished_since(then.newest_ms)?;
+        let since = now.count - then.count;
+        let newer = rows
+            .iter()
+            .filter(|(_, op)| op.finished_at > time(then.newest_ms))
+            .count();
+        // Every one since finished after the mark's millisecond (those of
+        // that millisecond may have been pruned since), or in it or after
+        // and those of it are all still there.
+        let told_apart = i64::try_from(newer).ok() == Some(since)
+            || i64::try_from(rows.len()).ok() == then.at_newest.checked_add(since);
+        if !told_apart {
+            return Ok(None);
+        }
         let mut operations: HashMap<String, LastOperation> = HashMap::new();
         for (name, op) in rows {
             // The newest; of two in the same millisecond, the lower id (as
@@ -512,7 +548,7 @@ mod tests {
     /// to be read, nothing was).
     fn same_as_whole(
         store: &StateStore,
-        then: (i64, i64),
+        then: FinishedMark,
     ) -> Result<Option<Vec<String>>, Box<dyn std::error::Error>> {
         let now = store.finished_operations_mark()?;
         let Some((read, changed)) = store.last_operations_since(then, now)? else {
@@ -545,6 +581,15 @@ mod tests {
             Some(vec!["billing".to_string(), "orders".to_string()])
         );
         assert_eq!(store.last_operations()?["orders"].id, "op-3");
+        // Finished in the mark's own millisecond after it (a cold start
+        // finishes many to a millisecond): told apart, and changed.
+        let mark = store.finished_operations_mark()?;
+        finished(&store, "op-6", "ledger", 2_000)?;
+        finished(&store, "op-7", "audit", 2_000)?;
+        assert_eq!(
+            same_as_whole(&store, mark)?,
+            Some(["audit", "ledger", "orders"].map(String::from).to_vec())
+        );
         // Finished with an older time (a clock stepped back): read whole.
         let mark = store.finished_operations_mark()?;
         finished(&store, "op-0", "ledger", 500)?;
@@ -554,9 +599,10 @@ mod tests {
         let mark = store.finished_operations_mark()?;
         finished(&store, "op-5", "orders", 3_000)?;
         assert!(store.prune_journal(UNIX_EPOCH + Duration::from_millis(10_000), 1)? > 0);
+        // (audit and ledger finished in the mark's millisecond: read again.)
         assert_eq!(
             same_as_whole(&store, mark)?,
-            Some(vec!["orders".to_string()])
+            Some(["audit", "ledger", "orders"].map(String::from).to_vec())
         );
         Ok(())
     }
@@ -570,21 +616,26 @@ mod tests {
         let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
         finished(&store, "op-1", "orders", 1_000)?;
         let mark = store.finished_operations_mark()?;
-        assert_eq!(mark, (1, 1_000));
+        let at = |count, newest_ms, at_newest| FinishedMark {
+            count,
+            newest_ms,
+            at_newest,
+        };
+        assert_eq!(mark, at(1, 1_000, 1));
         assert_eq!(store.finished_operations_mark()?, mark);
         let other = StateStore::open(dir.path(), true)?.ok_or("no second state store")?;
         finished(&other, "op-2", "billing", 2_000)?;
-        assert_eq!(store.finished_operations_mark()?, (2, 2_000));
+        assert_eq!(store.finished_operations_mark()?, at(2, 2_000, 1));
         // Behind tend's back (a raw connection, as an older binary).
         let raw = rusqlite::Connection::open(dir.path().join("state.db"))?;
         raw.execute(
             "UPDATE intents SET updated_ms = 3000 WHERE op_id = 'op-2'",
             [],
         )?;
-        assert_eq!(store.finished_operations_mark()?, (2, 3_000));
+        assert_eq!(store.finished_operations_mark()?, at(2, 3_000, 1));
         // This store's own write.
         finished(&store, "op-3", "ledger", 4_000)?;
-        assert_eq!(store.finished_operations_mark()?, (3, 4_000));
+        assert_eq!(store.finished_operations_mark()?, at(3, 4_000, 1));
         Ok(())
     }
 

@@ -64,7 +64,7 @@ pub(crate) fn load(file: &Path) -> Option<KeptRenders> {
             let mark = FinishedMark {
                 count: counts.next()?.ok()?,
                 newest_ms: counts.next()?.ok()?,
-                at_newest: counts.next()?.ok()?,
+                recent: counts.next()?.ok()?,
             };
             let kept = counts.next()?.ok()?;
             // (Not sized by the count: a damaged one must not allocate.)
@@ -119,7 +119,7 @@ pub(crate) fn store(
                 "entries {} {} {} {}",
                 mark.count,
                 mark.newest_ms,
-                mark.at_newest,
+                mark.recent,
                 entries.len()
             );
             for entry in entries.iter() {
@@ -158,7 +158,7 @@ mod tests {
         let mark = FinishedMark {
             count: 12,
             newest_ms: 345,
-            at_newest: 6,
+            recent: 6,
         };
         let entries = EntryDigests::of(&[[1u8; 16], [0xab; 16]]);
         store(&file, "c0ffee", &inputs, Some((&entries, mark)))?;

@@ -423,7 +423,7 @@ impl StatusPublisher {
             report_digest,
             finished.count,
             finished.newest_ms,
-            finished.at_newest,
+            finished.recent,
             branch.url,
             branch.branch,
             env!("CARGO_PKG_VERSION")

@@ -154,12 +154,12 @@ fn last_operations_by_name_are_what_the_whole_read_gives(place: &Place) {
     // journal: pruning alone does not move its count or newest time (only
     // how many of the journal's rows finished then).
     let mark = store.finished_operations_mark().unwrap();
-    assert_eq!((mark.count, mark.at_newest), (3, 3), "three finished");
+    assert_eq!((mark.count, mark.recent), (3, 3), "three finished");
     let later = now + std::time::Duration::from_secs(3600);
     assert_eq!(store.prune_journal(later, 1).unwrap(), 1, "orders' older");
     let pruned = store.finished_operations_mark().unwrap();
     assert_eq!(
-        (pruned.count, pruned.newest_ms, pruned.at_newest),
+        (pruned.count, pruned.newest_ms, pruned.recent),
         (mark.count, mark.newest_ms, 2)
     );
 }

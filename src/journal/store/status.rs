@@ -25,9 +25,9 @@ pub struct LastOperation {
 }
 
 /// How many operations have finished, when the newest did and how many
-/// finished in that millisecond: it moves whenever one finishes (a cheap
-/// stand-in for every last operation), and over an earlier mark it tells
-/// whether what finished since can be read alone
+/// finished in the [`RECENT_MS`] before it: it moves whenever one
+/// finishes (a cheap stand-in for every last operation), and over an
+/// earlier mark it tells whether what finished since can be read alone
 /// ([`StateStore::last_operations_since`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FinishedMark {
@@ -35,13 +35,22 @@ pub struct FinishedMark {
     pub count: i64,
     /// When the newest finished (milliseconds since the epoch; 0: none).
     pub newest_ms: i64,
-    /// How many of the journal's finished operations finished then.
-    pub at_newest: i64,
+    /// How many of the journal's finished operations finished in the
+    /// [`RECENT_MS`] up to `newest_ms`.
+    pub recent: i64,
 }
 
+/// How far before a mark's newest operation the operations finished since
+/// it are looked for. An operation is stamped when its result is
+/// confirmed and written to the journal after: with hundreds confirmed at
+/// once (a cold start), one stamped before the mark is often written
+/// after it. Those stamped this long before are not told apart from the
+/// rest (every last operation is read then).
+pub(crate) const RECENT_MS: i64 = 10_000;
+
 impl StateStore {
-    /// The state's [`FinishedMark`]. The count takes in the operations pruned from the
-    /// journal (`pruned_generations`), so a prune does not lower it: a
+    /// The state's [`FinishedMark`]. The count takes in the operations
+    /// pruned from the journal (`pruned_generations`), so a prune does not lower it: a
     /// prune and an operation finished beside it would otherwise leave the
     /// count where it was, and an operation finished in the newest
     /// millisecond (or with an older time) would go unseen.
@@ -75,8 +84,8 @@ impl StateStore {
         // One statement: the three are of one snapshot of the journal.
         let sql = format!(
             "SELECT count(*){pruned}, coalesce(max(updated_ms), 0), \
-             (SELECT count(*) FROM intents WHERE state IN ('done', 'failed') AND updated_ms = \
-              (SELECT max(updated_ms) FROM intents WHERE state IN ('done', 'failed'))) \
+             (SELECT count(*) FROM intents WHERE state IN ('done', 'failed') AND updated_ms >= \
+              (SELECT max(updated_ms) FROM intents WHERE state IN ('done', 'failed')) - {RECENT_MS}) \
              FROM intents WHERE state IN ('done', 'failed')"
         );
         Ok(self
@@ -84,7 +93,7 @@ impl StateStore {
                 Ok(FinishedMark {
                     count: r.get(0)?,
                     newest_ms: r.get(1)?,
-                    at_newest: r.get(2)?,
+                    recent: r.get(2)?,
                 })
             })?
             .first()
@@ -201,12 +210,13 @@ impl StateStore {
     ///
     /// What finished since is read alone when the rows finished after the
     /// mark's newest millisecond are as many as finished since, or the
-    /// rows finished in it or after are those it counted then and every
-    /// one counted since: then none finished with an older time, and what
-    /// finished in the mark's own millisecond, after the mark or not, is
-    /// among those read (again, and changed at worst: a file rendered
-    /// again, never one kept that changed). When the counts show something else changed (an
-    /// operation pruned, or finished with an older time), `None`: any
+    /// rows finished in the [`RECENT_MS`] before it or after are those
+    /// the mark counted then and every one counted since: then none
+    /// finished earlier, and what finished in that window, after the mark
+    /// or not, is among those read (again, and changed at worst: a file
+    /// rendered again, never one kept that changed). When the counts show
+    /// something else changed (an operation pruned, or finished earlier
+    /// than that window), `None`: any
     /// resource's may have changed, and the caller reads every resource's
     /// along its render (`status::last_operations::ReadAlong`), a
     /// thousand at a time. A whole read here held 100,000 of them at once,
@@ -229,17 +239,17 @@ impl StateStore {
         if now.count < then.count || now.newest_ms < then.newest_ms {
             return Ok(None);
         }
-        let rows = self.finished_since(then.newest_ms)?;
+        let rows = self.finished_since(then.newest_ms.saturating_sub(RECENT_MS))?;
         let since = now.count - then.count;
         let newer = rows
             .iter()
             .filter(|(_, op)| op.finished_at > time(then.newest_ms))
             .count();
         // Every one since finished after the mark's millisecond (those of
-        // that millisecond may have been pruned since), or in it or after
-        // and those of it are all still there.
+        // the window may have been pruned since), or in the window or
+        // after and those of it are all still there.
         let told_apart = i64::try_from(newer).ok() == Some(since)
-            || i64::try_from(rows.len()).ok() == then.at_newest.checked_add(since);
+            || i64::try_from(rows.len()).ok() == then.recent.checked_add(since);
         if !told_apart {
             return Ok(None);
         }
@@ -567,42 +577,43 @@ mod tests {
     fn last_operations_since_a_mark_are_what_a_whole_read_gives() -> Outcome {
         let dir = tempfile::tempdir()?;
         let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
-        finished(&store, "op-1", "orders", 1_000)?;
-        finished(&store, "op-2", "billing", 1_000)?;
+        let names = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect());
+        // (Times from 100 s: the window before a mark is 10 s.)
+        finished(&store, "op-1", "orders", 100_000)?;
+        finished(&store, "op-2", "billing", 100_000)?;
         let mark = store.finished_operations_mark()?;
         assert_eq!(same_as_whole(&store, mark)?, Some(vec![]));
         // Newer, and two in the same millisecond (the lower id is the one).
-        finished(&store, "op-4", "orders", 2_000)?;
-        finished(&store, "op-3", "orders", 2_000)?;
+        finished(&store, "op-4", "orders", 102_000)?;
+        finished(&store, "op-3", "orders", 102_000)?;
         // (billing finished in the mark's own millisecond: read again and
         // counted as changed, a file rendered again at worst.)
-        assert_eq!(
-            same_as_whole(&store, mark)?,
-            Some(vec!["billing".to_string(), "orders".to_string()])
-        );
+        assert_eq!(same_as_whole(&store, mark)?, names(&["billing", "orders"]));
         assert_eq!(store.last_operations()?["orders"].id, "op-3");
         // Finished in the mark's own millisecond after it (a cold start
-        // finishes many to a millisecond): told apart, and changed.
+        // finishes many to a millisecond), or stamped before the mark and
+        // written after it (within the window): told apart, and changed.
         let mark = store.finished_operations_mark()?;
-        finished(&store, "op-6", "ledger", 2_000)?;
-        finished(&store, "op-7", "audit", 2_000)?;
+        finished(&store, "op-6", "ledger", 102_000)?;
+        finished(&store, "op-7", "audit", 102_000)?;
+        finished(&store, "op-8", "cache", 95_000)?;
         assert_eq!(
             same_as_whole(&store, mark)?,
-            Some(["audit", "ledger", "orders"].map(String::from).to_vec())
+            names(&["audit", "billing", "cache", "ledger", "orders"])
         );
-        // Finished with an older time (a clock stepped back): read whole.
+        // Finished before the window (a clock stepped back): read whole.
         let mark = store.finished_operations_mark()?;
-        finished(&store, "op-0", "ledger", 500)?;
+        finished(&store, "op-0", "ledger", 50_000)?;
         assert_eq!(same_as_whole(&store, mark)?, None);
         // Pruned beside a newer one: the count takes in what was pruned,
         // so what finished since is still read alone, and is right.
         let mark = store.finished_operations_mark()?;
-        finished(&store, "op-5", "orders", 3_000)?;
-        assert!(store.prune_journal(UNIX_EPOCH + Duration::from_millis(10_000), 1)? > 0);
-        // (audit and ledger finished in the mark's millisecond: read again.)
+        finished(&store, "op-5", "orders", 103_000)?;
+        assert!(store.prune_journal(UNIX_EPOCH + Duration::from_millis(200_000), 1)? > 0);
+        // (Those of the window are read again.)
         assert_eq!(
             same_as_whole(&store, mark)?,
-            Some(["audit", "ledger", "orders"].map(String::from).to_vec())
+            names(&["audit", "billing", "cache", "ledger", "orders"])
         );
         Ok(())
     }
@@ -616,26 +627,26 @@ mod tests {
         let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
         finished(&store, "op-1", "orders", 1_000)?;
         let mark = store.finished_operations_mark()?;
-        let at = |count, newest_ms, at_newest| FinishedMark {
+        let at = |count, newest_ms, recent| FinishedMark {
             count,
             newest_ms,
-            at_newest,
+            recent,
         };
         assert_eq!(mark, at(1, 1_000, 1));
         assert_eq!(store.finished_operations_mark()?, mark);
         let other = StateStore::open(dir.path(), true)?.ok_or("no second state store")?;
         finished(&other, "op-2", "billing", 2_000)?;
-        assert_eq!(store.finished_operations_mark()?, at(2, 2_000, 1));
+        assert_eq!(store.finished_operations_mark()?, at(2, 2_000, 2));
         // Behind tend's back (a raw connection, as an older binary).
         let raw = rusqlite::Connection::open(dir.path().join("state.db"))?;
         raw.execute(
             "UPDATE intents SET updated_ms = 3000 WHERE op_id = 'op-2'",
             [],
         )?;
-        assert_eq!(store.finished_operations_mark()?, at(2, 3_000, 1));
+        assert_eq!(store.finished_operations_mark()?, at(2, 3_000, 2));
         // This store's own write.
         finished(&store, "op-3", "ledger", 4_000)?;
-        assert_eq!(store.finished_operations_mark()?, at(3, 4_000, 1));
+        assert_eq!(store.finished_operations_mark()?, at(3, 4_000, 3));
         Ok(())
     }
 
@@ -672,22 +683,22 @@ mod tests {
         let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
         finished(&store, "op-1", "orders", 1_000)?;
         finished(&store, "op-2", "billing", 1_000)?;
-        finished(&store, "op-3", "ledger", 1_500)?;
+        finished(&store, "op-3", "ledger", 20_000)?;
         let mark = store.finished_operations_mark()?;
         let (none, changed) = store
             .last_operations_since(mark, mark)?
             .ok_or("nothing finished: told apart")?;
         assert!(none.is_empty());
         assert_eq!(changed, HashSet::new(), "nothing finished since");
-        finished(&store, "op-5", "orders", 2_000)?;
-        finished(&store, "op-4", "orders", 2_000)?;
+        finished(&store, "op-5", "orders", 21_000)?;
+        finished(&store, "op-4", "orders", 21_000)?;
         let now = store.finished_operations_mark()?;
         let (newer, changed) = store
             .last_operations_since(mark, now)?
             .ok_or("newer operations: told apart")?;
-        // ledger finished in the mark's own millisecond: read again and
+        // ledger finished in the window before the mark: read again and
         // counted as changed (a file rendered again at worst, never one
-        // kept that changed).
+        // kept that changed); billing, 19 s before, is not read.
         let changed: BTreeSet<String> = changed.into_iter().collect();
         assert_eq!(changed, ["ledger", "orders"].map(String::from).into());
         let mut read: Vec<&String> = newer.keys().collect();

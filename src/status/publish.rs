@@ -493,6 +493,10 @@ impl StatusPublisher {
                 })
             }),
             (Some(_), None) => {
+                tracing::debug!(
+                    "status branch: no render to go on from (over it: {over_render}, its entries recorded: {})",
+                    self.entries_recorded
+                );
                 read_along = true;
                 Ok(Default::default())
             }

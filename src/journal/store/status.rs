@@ -31,7 +31,8 @@ pub struct LastOperation {
 /// ([`StateStore::last_operations_since`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FinishedMark {
-    /// Operations finished, those pruned from the journal since included.
+    /// Operations finished, those pruned from the journal since included,
+    /// and each finished again (begun again once finished) counted again.
     pub count: i64,
     /// When the newest finished (milliseconds since the epoch; 0: none).
     pub newest_ms: i64,
@@ -47,6 +48,13 @@ pub struct FinishedMark {
 /// after it. Those stamped this long before are not told apart from the
 /// rest (every last operation is read then).
 pub(crate) const RECENT_MS: i64 = 10_000;
+
+/// The `meta` key counting the intents begun again once finished: each
+/// finishes again, and its row moves to a later time without the count
+/// of finished rows moving. At a cold start at 100,000, a few failed
+/// creates retried in each status commit's interval made every one of
+/// them read every last operation.
+pub(crate) const REFINISHED: &str = "refinished";
 
 impl StateStore {
     /// The state's [`FinishedMark`]. The count takes in the operations
@@ -81,9 +89,12 @@ impl StateStore {
         } else {
             ""
         };
+        let refinished = format!(
+            " + coalesce((SELECT CAST(value AS BIGINT) FROM meta WHERE key = '{REFINISHED}'), 0)"
+        );
         // One statement: the three are of one snapshot of the journal.
         let sql = format!(
-            "SELECT count(*){pruned}, coalesce(max(updated_ms), 0), \
+            "SELECT count(*){pruned}{refinished}, coalesce(max(updated_ms), 0), \
              (SELECT count(*) FROM intents WHERE state IN ('done', 'failed') AND updated_ms >= \
               (SELECT max(updated_ms) FROM intents WHERE state IN ('done', 'failed')) - {RECENT_MS}) \
              FROM intents WHERE state IN ('done', 'failed')"
@@ -237,6 +248,9 @@ impl StateStore {
             return Ok(Some((HashMap::new(), HashSet::new())));
         }
         if now.count < then.count || now.newest_ms < then.newest_ms {
+            tracing::debug!(
+                "status branch: the finished operations went back from {then:?} to {now:?}"
+            );
             return Ok(None);
         }
         let rows = self.finished_since(then.newest_ms.saturating_sub(RECENT_MS))?;
@@ -251,6 +265,10 @@ impl StateStore {
         let told_apart = i64::try_from(newer).ok() == Some(since)
             || i64::try_from(rows.len()).ok() == then.recent.checked_add(since);
         if !told_apart {
+            tracing::debug!(
+                "status branch: the operations finished since {then:?} cannot be told apart at {now:?}: {} rows from the window, {newer} newer",
+                rows.len()
+            );
             return Ok(None);
         }
         let mut operations: HashMap<String, LastOperation> = HashMap::new();
@@ -615,6 +633,66 @@ mod tests {
             same_as_whole(&store, mark)?,
             names(&["audit", "billing", "cache", "ledger", "orders"])
         );
+        Ok(())
+    }
+
+    /// A failed operation begun again under its id and finished again
+    /// (a retry): its row moves later while the finished rows stay as
+    /// many. Counted as finished again, it is told apart beside others
+    /// finished in the mark's millisecond after it (not counted, every
+    /// last operation was read); and it no longer hides an operation
+    /// finished before the window (not counted, that one went unseen).
+    #[test]
+    fn an_operation_finished_again_is_told_apart_and_hides_none() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
+        let (hash, json) = (SpecHash::from("h"), serde_json::json!({}));
+        let at = |ms| UNIX_EPOCH + Duration::from_millis(ms);
+        let (begin, finish) = (&StateStore::begin_intent, &StateStore::finish_intent);
+        for (op, name, ms) in [("op-2", "billing", 50_000), ("op-8", "queue", 20_000)] {
+            begin(&store, op, name, "update", &hash, 1, &json, at(ms))?;
+            finish(&store, op, IntentState::Failed, Some("refused"), at(ms))?;
+        }
+        finished(&store, "op-1", "orders", 100_000)?;
+        let mark = store.finished_operations_mark()?;
+        finished(&store, "op-3", "ledger", 120_000)?;
+        finished(&store, "op-4", "audit", 100_000)?;
+        finished(&store, "op-5", "cache", 100_000)?;
+        begin(
+            &store,
+            "op-2",
+            "billing",
+            "update",
+            &hash,
+            1,
+            &json,
+            at(130_000),
+        )?;
+        finish(&store, "op-2", IntentState::Done, None, at(130_000))?;
+        assert_eq!(
+            same_as_whole(&store, mark)?,
+            Some(
+                ["audit", "billing", "cache", "ledger", "orders"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
+        assert_eq!(store.last_operations()?["billing"].result, "done");
+        // One stamped long before, written beside a retry.
+        let mark = store.finished_operations_mark()?;
+        finished(&store, "op-7", "late", 10_000)?;
+        begin(
+            &store,
+            "op-8",
+            "queue",
+            "update",
+            &hash,
+            1,
+            &json,
+            at(140_000),
+        )?;
+        finish(&store, "op-8", IntentState::Done, None, at(140_000))?;
+        assert_eq!(same_as_whole(&store, mark)?, None, "late would go unseen");
         Ok(())
     }
 

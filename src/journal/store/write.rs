@@ -19,6 +19,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::sql::{Row, SqlError, SqlValue, TxControl, args};
+use super::status::REFINISHED;
 use super::{Backend, BackendKind, StateStore, ms};
 use crate::engine::HeldDeletion;
 use crate::journal::{IntentState, StateError};
@@ -187,6 +188,22 @@ impl StateStore {
         count_attempt: bool,
     ) -> Result<u32, StateError> {
         self.write(|tx| {
+            // An intent begun again once finished (a failed operation
+            // retried under its id) finishes again: counted as such for
+            // the status writer's mark (`FinishedMark`), as its row moves
+            // to a later time.
+            let refinished = match self.kind {
+                BackendKind::Sqlite => "CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)",
+                BackendKind::Postgres => "(meta.value::bigint + 1)::text",
+            };
+            tx.exec(
+                &format!(
+                    "INSERT INTO meta (key, value) SELECT '{REFINISHED}', '1' \
+                     WHERE EXISTS (SELECT 1 FROM intents WHERE op_id = ?1 AND state IN ('done', 'failed')) \
+                     ON CONFLICT (key) DO UPDATE SET value = {refinished}"
+                ),
+                args![op_id],
+            )?;
             tx.exec(
                 "INSERT INTO intents (op_id, name, kind, spec_hash, generation, request, state, attempts, created_ms, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7)

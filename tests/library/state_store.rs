@@ -162,6 +162,21 @@ fn last_operations_by_name_are_what_the_whole_read_gives(place: &Place) {
         (pruned.count, pruned.newest_ms, pruned.recent),
         (mark.count, mark.newest_ms, 2)
     );
+    // What finished since a mark is told apart, and read as the whole
+    // read gives it (the mark counted with the rows, in one statement).
+    let later = now + std::time::Duration::from_millis(1);
+    store
+        .finish_intent("op4", IntentState::Done, None, later)
+        .unwrap();
+    let (read, changed) = store
+        .last_operations_since(pruned, store.finished_operations_mark().unwrap())
+        .unwrap()
+        .expect("told apart");
+    assert!(changed.contains("ledger"), "{changed:?}");
+    let whole = store.last_operations().unwrap();
+    for (name, op) in &read {
+        assert_eq!(Some(op), whole.get(name), "{name}");
+    }
 }
 
 fn superseded_pending_or_failed_creates_are_unconfirmed(place: &Place) {

@@ -84,32 +84,29 @@ impl StateStore {
     }
 
     fn count_finished_operations(&self) -> Result<FinishedMark, StateError> {
+        let sql = format!("SELECT {}", self.mark_columns()?);
+        Ok(self
+            .map_rows(&sql, &[], |r| mark_at(r, 0))?
+            .first()
+            .copied()
+            .unwrap_or_default())
+    }
+
+    /// The [`FinishedMark`]'s three columns, as scalar subqueries: in one
+    /// statement, of one snapshot of the journal (with the rows it reads).
+    fn mark_columns(&self) -> Result<String, StateError> {
+        const FINISHED: &str = "FROM intents WHERE state IN ('done', 'failed')";
         let pruned = if self.has_table("pruned_generations")? {
             " + CAST(coalesce((SELECT sum(count) FROM pruned_generations), 0) AS BIGINT)"
         } else {
             ""
         };
-        let refinished = format!(
-            " + coalesce((SELECT CAST(value AS BIGINT) FROM meta WHERE key = '{REFINISHED}'), 0)"
-        );
-        // One statement: the three are of one snapshot of the journal.
-        let sql = format!(
-            "SELECT count(*){pruned}{refinished}, coalesce(max(updated_ms), 0), \
-             (SELECT count(*) FROM intents WHERE state IN ('done', 'failed') AND updated_ms >= \
-              (SELECT max(updated_ms) FROM intents WHERE state IN ('done', 'failed')) - {RECENT_MS}) \
-             FROM intents WHERE state IN ('done', 'failed')"
-        );
-        Ok(self
-            .map_rows(&sql, &[], |r| {
-                Ok(FinishedMark {
-                    count: r.get(0)?,
-                    newest_ms: r.get(1)?,
-                    recent: r.get(2)?,
-                })
-            })?
-            .first()
-            .copied()
-            .unwrap_or_default())
+        Ok(format!(
+            "(SELECT count(*) {FINISHED}){pruned} \
+               + coalesce((SELECT CAST(value AS BIGINT) FROM meta WHERE key = '{REFINISHED}'), 0), \
+             (SELECT coalesce(max(updated_ms), 0) {FINISHED}), \
+             (SELECT count(*) {FINISHED} AND updated_ms >= (SELECT max(updated_ms) {FINISHED}) - {RECENT_MS})"
+        ))
     }
 
     /// The newest finished (done or failed) operation of every resource
@@ -162,14 +159,27 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Every operation finished at or after `since_ms`.
-    fn finished_since(&self, since_ms: i64) -> Result<Vec<(String, LastOperation)>, StateError> {
-        self.map_rows(
-            "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
+    /// Every operation finished at or after `since_ms`, and the state's
+    /// mark as they were read (`None` without a row).
+    fn finished_since(&self, since_ms: i64) -> Result<FinishedSince, StateError> {
+        let sql = format!(
+            "SELECT name, op_id, kind, state, last_error, updated_ms, {} FROM intents \
              WHERE state IN ('done', 'failed') AND updated_ms >= ?1 ORDER BY op_id",
-            args![since_ms],
-            finished_row,
-        )
+            self.mark_columns()?
+        );
+        let mut mark = None;
+        let rows = self.map_rows(&sql, args![since_ms], |r| {
+            let row = finished_row(r)?;
+            Ok((row, mark_at(r, 6)?))
+        })?;
+        let rows = rows
+            .into_iter()
+            .map(|(row, at)| {
+                mark = Some(at);
+                row
+            })
+            .collect();
+        Ok((rows, mark))
     }
 }
 
@@ -191,6 +201,18 @@ fn keep_newest(out: &mut HashMap<String, LastOperation>, name: String, op: LastO
     }
 }
 
+/// The operations [`StateStore::finished_since`] reads, and the mark then.
+type FinishedSince = (Vec<(String, LastOperation)>, Option<FinishedMark>);
+
+/// The [`FinishedMark`] in a row's columns from `first` on.
+fn mark_at(r: &super::sql::Row, first: usize) -> Result<FinishedMark, super::sql::SqlError> {
+    Ok(FinishedMark {
+        count: r.get(first)?,
+        newest_ms: r.get(first + 1)?,
+        recent: r.get(first + 2)?,
+    })
+}
+
 fn finished_row(r: &super::sql::Row) -> Result<(String, LastOperation), super::sql::SqlError> {
     Ok((
         r.get::<String>(0)?,
@@ -206,7 +228,7 @@ fn finished_row(r: &super::sql::Row) -> Result<(String, LastOperation), super::s
 
 /// What [`StateStore::last_operations_since`] returns: last operations by
 /// resource, and the resources whose last operation changed.
-pub(crate) type Taken = (HashMap<String, LastOperation>, HashSet<String>);
+pub type Taken = (HashMap<String, LastOperation>, HashSet<String>);
 
 impl StateStore {
     /// The last operations finished since `then` (a
@@ -232,7 +254,7 @@ impl StateStore {
     /// along its render (`status::last_operations::ReadAlong`), a
     /// thousand at a time. A whole read here held 100,000 of them at once,
     /// at the end of a cold start: the running agent's peak.
-    pub(crate) fn last_operations_since(
+    pub fn last_operations_since(
         &self,
         then: FinishedMark,
         now: FinishedMark,
@@ -247,13 +269,16 @@ impl StateStore {
         if then == now {
             return Ok(Some((HashMap::new(), HashSet::new())));
         }
+        let (rows, read_at) = self.finished_since(then.newest_ms.saturating_sub(RECENT_MS))?;
+        // (Counted as the rows were read: operations finish after `now`
+        // was taken, and they are read too.)
+        let now = read_at.unwrap_or(now);
         if now.count < then.count || now.newest_ms < then.newest_ms {
             tracing::debug!(
                 "status branch: the finished operations went back from {then:?} to {now:?}"
             );
             return Ok(None);
         }
-        let rows = self.finished_since(then.newest_ms.saturating_sub(RECENT_MS))?;
         let since = now.count - then.count;
         let newer = rows
             .iter()
@@ -693,6 +718,30 @@ mod tests {
         )?;
         finish(&store, "op-8", IntentState::Done, None, at(140_000))?;
         assert_eq!(same_as_whole(&store, mark)?, None, "late would go unseen");
+        Ok(())
+    }
+
+    /// Operations finished after the caller took its mark and before the
+    /// rows are read (a cold start finishes hundreds a second): the rows
+    /// are counted as they are read, and told apart.
+    #[test]
+    fn operations_finished_while_the_caller_reads_are_told_apart() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
+        finished(&store, "op-1", "orders", 100_000)?;
+        let then = store.finished_operations_mark()?;
+        finished(&store, "op-2", "billing", 100_000)?;
+        let now = store.finished_operations_mark()?;
+        finished(&store, "op-3", "ledger", 100_000)?;
+        let (read, changed) = store
+            .last_operations_since(then, now)?
+            .ok_or("not told apart")?;
+        let changed: BTreeSet<String> = changed.into_iter().collect();
+        assert_eq!(
+            changed,
+            ["billing", "ledger", "orders"].map(String::from).into()
+        );
+        assert_eq!(read["ledger"].id, "op-3");
         Ok(())
     }
 

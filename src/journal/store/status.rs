@@ -228,7 +228,7 @@ fn finished_row(r: &super::sql::Row) -> Result<(String, LastOperation), super::s
 
 /// What [`StateStore::last_operations_since`] returns: last operations by
 /// resource, and the resources whose last operation changed.
-pub type Taken = (HashMap<String, LastOperation>, HashSet<String>);
+pub(crate) type Taken = (HashMap<String, LastOperation>, HashSet<String>);
 
 impl StateStore {
     /// The last operations finished since `then` (a

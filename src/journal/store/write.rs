@@ -188,22 +188,7 @@ impl StateStore {
         count_attempt: bool,
     ) -> Result<u32, StateError> {
         self.write(|tx| {
-            // An intent begun again once finished (a failed operation
-            // retried under its id) finishes again: counted as such for
-            // the status writer's mark (`FinishedMark`), as its row moves
-            // to a later time.
-            let refinished = match self.kind {
-                BackendKind::Sqlite => "CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)",
-                BackendKind::Postgres => "(meta.value::bigint + 1)::text",
-            };
-            tx.exec(
-                &format!(
-                    "INSERT INTO meta (key, value) SELECT '{REFINISHED}', '1' \
-                     WHERE EXISTS (SELECT 1 FROM intents WHERE op_id = ?1 AND state IN ('done', 'failed')) \
-                     ON CONFLICT (key) DO UPDATE SET value = {refinished}"
-                ),
-                args![op_id],
-            )?;
+            tx.count_refinish(op_id)?;
             tx.exec(
                 "INSERT INTO intents (op_id, name, kind, spec_hash, generation, request, state, attempts, created_ms, updated_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', 0, ?7, ?7)
@@ -480,6 +465,28 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Counts a change to `op_id`'s row if it is finished already (begun
+    /// again, finished again, or an error noted on it: a failed operation
+    /// retried under its id): its row moves to a later time while the
+    /// finished rows stay as many, and the status writer's mark
+    /// (`FinishedMark`) counts it as one finished again. Uncounted, such a
+    /// change could stand in for an operation finished since and not
+    /// seen by the status files.
+    fn count_refinish(&self, op_id: &str) -> Result<(), StateError> {
+        let plus_one = match self.store.kind {
+            BackendKind::Sqlite => "CAST(CAST(meta.value AS INTEGER) + 1 AS TEXT)",
+            BackendKind::Postgres => "(meta.value::bigint + 1)::text",
+        };
+        self.exec(
+            &format!(
+                "INSERT INTO meta (key, value) SELECT '{REFINISHED}', '1' \
+                 WHERE EXISTS (SELECT 1 FROM intents WHERE op_id = ?1 AND state IN ('done', 'failed')) \
+                 ON CONFLICT (key) DO UPDATE SET value = {plus_one}"
+            ),
+            args![op_id],
+        )
+    }
+
     /// Marks an intent's outcome.
     pub fn finish_intent(
         &self,
@@ -488,6 +495,7 @@ impl Tx<'_> {
         error: Option<&str>,
         now: SystemTime,
     ) -> Result<(), StateError> {
+        self.count_refinish(op_id)?;
         self.exec(
             "UPDATE intents SET state = ?2, last_error = ?3, updated_ms = ?4 WHERE op_id = ?1",
             args![op_id, state.as_str(), error, ms(now)],
@@ -501,6 +509,7 @@ impl Tx<'_> {
         error: &str,
         now: SystemTime,
     ) -> Result<(), StateError> {
+        self.count_refinish(op_id)?;
         self.exec(
             "UPDATE intents SET last_error = ?2, updated_ms = ?3 WHERE op_id = ?1",
             args![op_id, error, ms(now)],

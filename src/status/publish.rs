@@ -481,10 +481,9 @@ impl StatusPublisher {
         let mut operations_unread = false;
         let partial = since_render.is_some();
         // Every resource's last operation is read along the render
-        // ([`ReadAlong`]), not before it.
+        // ([`ReadAlong`]), not before it (also when what finished since
+        // cannot be told apart from the rest).
         let mut read_along = false;
-        // (What finished since cannot be told apart from the rest: every
-        // resource's is read along too, as for a first render.)
         let taken = match (&self.store, since_render) {
             (Some(store), Some((then, now))) => store.last_operations_since(then, now).map(|t| {
                 read_along = t.is_none();
@@ -493,9 +492,9 @@ impl StatusPublisher {
                 })
             }),
             (Some(_), None) => {
+                let recorded = self.entries_recorded;
                 tracing::debug!(
-                    "status branch: no render to go on from (over it: {over_render}, its entries recorded: {})",
-                    self.entries_recorded
+                    "status branch: no render to go on from (over it: {over_render}, its entries recorded: {recorded})"
                 );
                 read_along = true;
                 Ok(Default::default())

@@ -47,7 +47,7 @@ const TABLES: &[(&str, &str)] = &[
 
 /// `meta` keys that describe the state's content (the format keys belong
 /// to each backend's own layout).
-const COPIED_META: &[&str] = &["agent_id", "suspension", super::status::REFINISHED];
+const COPIED_META: &[&str] = &["agent_id", "suspension", super::finished::REFINISHED];
 
 impl StateStore {
     /// Copies this (SQLite) state into `target` (PostgreSQL), which must

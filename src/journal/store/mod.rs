@@ -7,6 +7,7 @@
 mod agent_id;
 mod backup;
 mod copy;
+mod finished;
 mod inspect;
 pub(crate) mod lease;
 mod migrations;
@@ -19,6 +20,7 @@ mod status;
 mod suspension;
 mod write;
 
+pub(crate) use finished::FinishedMark;
 pub(crate) use lease::HeldLease;
 pub use lease::{Fence, LeaseHolder};
 pub use postgres::PgStateSettings;
@@ -28,7 +30,7 @@ pub(crate) use read::{
 pub use read::{Intent, IntentState};
 pub use releases::Release;
 pub(crate) use status::{
-    COMMIT_STATUS_EVENT, DecidedAt, DecidedFrom, FinishedMark, LastOperation, PendingNotification,
+    COMMIT_STATUS_EVENT, DecidedAt, DecidedFrom, LastOperation, PendingNotification,
     QueuedNotification, RESOLVED_PREFIX,
 };
 pub use write::Applied;

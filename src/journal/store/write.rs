@@ -18,8 +18,8 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+use super::finished::REFINISHED;
 use super::sql::{Row, SqlError, SqlValue, TxControl, args};
-use super::status::REFINISHED;
 use super::{Backend, BackendKind, StateStore, ms};
 use crate::engine::HeldDeletion;
 use crate::journal::{IntentState, StateError};

@@ -40,6 +40,7 @@ pub(super) fn status_writer(
     crate::status::writer::run(
         shared.board.clone(),
         publisher,
+        agent.clock().clone(),
         shared.metrics.clone(),
         restart.wake.clone(),
         restart.stop_rx.clone(),

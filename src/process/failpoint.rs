@@ -17,7 +17,7 @@
 //! | --- | --- | --- |
 //! | [`AFTER_INTENT`], [`AFTER_CALL`], [`AFTER_CONFIRM`], [`BEFORE_FETCH`] | `pause` | writes `TEND_TEST_PAUSE_FILE` and sleeps: a crash test's SIGKILL lands exactly there |
 //! | the commit points | `crash` | an in-process crash ([`SimulatedCrash`]): the simulation |
-//! | [`BEFORE_INPUTS`] | `until-resumed` | writes the file and waits until the test removes it |
+//! | [`BEFORE_INPUTS`], [`STATUS_WRITER_TAKEN`] | `until-resumed` | writes the file and waits until the test removes it |
 //! | [`HANG_OPERATIONS`] | (none) | every operation hangs for good after its intent |
 //! | [`WEDGE`] | (none) | every provider worker hangs before its second cycle |
 //! | [`STATUS_WRITER_PANIC`] | (none) | the first status writer panics before it publishes |
@@ -42,6 +42,9 @@ pub const HANG_OPERATIONS: &str = "hang-operations";
 pub const WEDGE: &str = "wedge";
 /// The status writer, before its first publication.
 pub const STATUS_WRITER_PANIC: &str = "status-writer-panic";
+/// The status writer, with the board's report taken, before it reads the
+/// state and publishes.
+pub const STATUS_WRITER_TAKEN: &str = "status-writer-taken";
 /// The HTTP server's request timeout.
 pub const REQUEST_TIMEOUT: &str = "request-timeout";
 /// The state's read of the operations finished since a mark

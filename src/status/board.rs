@@ -143,9 +143,20 @@ pub(crate) struct StatusBoard {
     inner: Mutex<Inner>,
     /// Bumped at every change, for whoever waits on one.
     changes: watch::Sender<u64>,
-    /// How many workers are in a cycle: the status writer waits for the
-    /// cycles a commit started to end (up to a bound) before it writes.
-    running: watch::Sender<usize>,
+    /// The workers in a cycle: the status writer waits for the cycles a
+    /// commit started to end (up to a bound) before it writes.
+    running: watch::Sender<Running>,
+}
+
+/// The cycles running, as the board counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Running {
+    pub cycles: usize,
+    /// When the count last left 0 (by the agent's clock): the first of
+    /// them began then, or one that ran beside them did. While some run,
+    /// every operation finished before then is in the workers' reports (a
+    /// cycle publishes its report before it ends).
+    pub since: Option<SystemTime>,
 }
 
 impl Default for StatusBoard {
@@ -153,7 +164,7 @@ impl Default for StatusBoard {
         StatusBoard {
             inner: Mutex::default(),
             changes: watch::Sender::new(0),
-            running: watch::Sender::new(0),
+            running: watch::Sender::new(Running::default()),
         }
     }
 }
@@ -163,7 +174,12 @@ pub(crate) struct RunningCycle<'b>(&'b StatusBoard);
 
 impl Drop for RunningCycle<'_> {
     fn drop(&mut self) {
-        self.0.running.send_modify(|n| *n = n.saturating_sub(1));
+        self.0.running.send_modify(|r| {
+            r.cycles = r.cycles.saturating_sub(1);
+            if r.cycles == 0 {
+                r.since = None;
+            }
+        });
     }
 }
 
@@ -370,15 +386,34 @@ impl StatusBoard {
         })
     }
 
-    /// Counts a cycle as running until the guard is dropped.
-    pub(crate) fn cycle_running(&self) -> RunningCycle<'_> {
-        self.running.send_modify(|n| *n += 1);
+    /// Counts a cycle begun at `now` (the agent's clock) as running until
+    /// the guard is dropped.
+    pub(crate) fn cycle_running(&self, now: SystemTime) -> RunningCycle<'_> {
+        self.running.send_modify(|r| {
+            if r.cycles == 0 {
+                r.since = Some(now);
+            }
+            r.cycles += 1;
+        });
         RunningCycle(self)
     }
 
-    /// How many cycles are running, watched.
-    pub(crate) fn running_cycles(&self) -> watch::Receiver<usize> {
+    /// The cycles running, watched.
+    pub(crate) fn running_cycles(&self) -> watch::Receiver<Running> {
         self.running.subscribe()
+    }
+
+    /// Until when every operation finished is in the workers' reports,
+    /// asked at `now` (the agent's clock), before the report is taken:
+    /// `now` when no cycle runs (a cycle that ran an operation published
+    /// its report before it ended), else when the cycles running began.
+    /// An operation finished later may be missing from the report.
+    pub(crate) fn reported_until(&self, now: SystemTime) -> SystemTime {
+        let running = *self.running.borrow();
+        match running.since {
+            Some(since) if running.cycles > 0 => since.min(now),
+            _ => now,
+        }
     }
 }
 
@@ -510,5 +545,27 @@ mod tests {
             .collect();
         assert_eq!(held, [("billing", ""), ("orders", "changed")]);
         assert_eq!(latest.summary.total, 2);
+    }
+
+    /// Every operation finished before the report is taken is in it when
+    /// no cycle runs; while some do, only those finished before the
+    /// first of them began.
+    #[test]
+    fn the_report_holds_the_operations_finished_before_the_cycles_running() {
+        let (_, then, board) = setting();
+        let at = |s: u64| then + Duration::from_secs(s);
+        assert_eq!(board.reported_until(at(10)), at(10));
+        let first = board.cycle_running(at(1));
+        let second = board.cycle_running(at(2));
+        assert_eq!(board.reported_until(at(10)), at(1));
+        drop(first);
+        assert_eq!(board.reported_until(at(10)), at(1), "the first began then");
+        drop(second);
+        assert_eq!(board.reported_until(at(10)), at(10));
+        let third = board.cycle_running(at(11));
+        assert_eq!(board.reported_until(at(12)), at(11));
+        assert_eq!(board.running_cycles().borrow().cycles, 1);
+        drop(third);
+        assert_eq!(*board.running_cycles().borrow(), Running::default());
     }
 }

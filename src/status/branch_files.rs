@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -142,17 +143,20 @@ pub(crate) type InputsDigest = [u8; 32];
 pub(crate) enum Inputs<'a> {
     /// A one-shot publication: nothing is kept, nothing is digested.
     Forget,
-    /// The last render's digests, over the commit it published (`None`:
-    /// every file is rendered), and which report entries are known to be
-    /// unchanged since (saying the same, with the same last operation):
-    /// their digests are taken as they were, not computed again. The
-    /// digests are brought up to date in place: a resource kept costs
-    /// nothing.
-    Keep(
-        Option<HashMap<String, InputsDigest>>,
-        &'a Unchanged<'a>,
-        Kept<'a>,
-    ),
+    /// The last render's digests, over the commit it published (`base`;
+    /// `None`: every file is rendered), and which report entries are
+    /// known to be unchanged since (saying the same, with the same last
+    /// operation): their digests are taken as they were, not computed
+    /// again. The digests are brought up to date in place: a resource
+    /// kept costs nothing.
+    Keep {
+        base: Option<HashMap<String, InputsDigest>>,
+        unchanged: &'a Unchanged<'a>,
+        kept: Kept<'a>,
+        /// Every operation finished by then is in the report (see
+        /// [`Rendered::ahead`]); `None`: every one the state holds is.
+        reported_until: Option<SystemTime>,
+    },
 }
 
 /// The report entries (by place) a caller found kept already: in the last
@@ -166,7 +170,7 @@ impl<'a> Inputs<'a> {
     /// The entries known kept over the last render, if any were looked for.
     pub(crate) fn kept(&self) -> Kept<'a> {
         match self {
-            Inputs::Keep(_, _, kept) => *kept,
+            Inputs::Keep { kept, .. } => *kept,
             Inputs::Forget => None,
         }
     }
@@ -198,6 +202,17 @@ pub(crate) struct Rendered {
     pub inputs: HashMap<String, InputsDigest>,
     /// How many resource files were rendered (the others are kept).
     pub rendered: usize,
+    /// How many of them show a last operation that finished after the
+    /// report was taken (`reported_until`): the report is behind the
+    /// journal there (a cycle that began after it was taken ran the
+    /// operation), and its source commit may be older than the one the
+    /// operation was run for. Such a file is written, but neither its
+    /// inputs nor its `decidedFrom` are kept: the next render makes it
+    /// again, over a report that knows the operation, and it then names
+    /// that report's commit. (Kept, the next report's entry would render
+    /// the same bytes, and the file would name the older commit until the
+    /// resource changed again.)
+    pub ahead: usize,
 }
 
 /// The branch's files, by path, and what changed of each resource's
@@ -220,10 +235,16 @@ pub(crate) fn render(
     previous: Inputs<'_>,
     hold: &mut dyn FnMut(Vec<u8>) -> FileContent,
 ) -> Rendered {
-    let (keep, previous, unchanged, kept): (_, _, &Unchanged<'_>, _) = match previous {
-        Inputs::Forget => (false, None, &none_unchanged, None),
-        Inputs::Keep(previous, unchanged, kept) => (true, previous, unchanged, kept),
-    };
+    let (keep, previous, unchanged, kept, reported_until): (_, _, &Unchanged<'_>, _, _) =
+        match previous {
+            Inputs::Forget => (false, None, &none_unchanged, None, None),
+            Inputs::Keep {
+                base,
+                unchanged,
+                kept,
+                reported_until,
+            } => (true, base, unchanged, kept, reported_until),
+        };
     // Over the last render's commit, its digests are this render's: a
     // resource kept is left as it is there.
     let over_base = previous.is_some();
@@ -231,7 +252,7 @@ pub(crate) fn render(
     let had_inputs = inputs.len();
     let mut files = BTreeMap::new();
     let mut changes = Vec::new();
-    let (mut found_decided, mut found_inputs, mut rendered) = (0, 0, 0);
+    let (mut found_decided, mut found_inputs, mut rendered, mut ahead) = (0, 0, 0, 0);
     let mut json = Vec::new();
     let source_commit_id = report.source.commit.as_deref();
     // One id for every file decided at this commit.
@@ -258,7 +279,10 @@ pub(crate) fn render(
         if before.is_some() && was.is_some() && unchanged(i, r) {
             continue;
         }
-        let op = last_operations.of(i, &r.name).map(|o| OperationFile {
+        let last = last_operations.of(i, &r.name);
+        let newer_than_report =
+            matches!((last, reported_until), (Some(o), Some(until)) if o.finished_at > until);
+        let op = last.map(|o| OperationFile {
             id: &o.id,
             kind: &o.kind,
             result: &o.result,
@@ -313,6 +337,12 @@ pub(crate) fn render(
             file_name(&r.name),
             hold(format!("{HEADER}{decided_from}{yaml}").into_bytes()),
         );
+        if newer_than_report {
+            // Made again by the next render (see `Rendered::ahead`).
+            ahead += 1;
+            inputs.remove(&r.name);
+            continue;
+        }
         let now = commit.map(|commit| DecidedAt { digest, commit });
         // What the next render compares: these fields, with the
         // `decidedFrom` remembered from this one (the digest above, when
@@ -369,6 +399,7 @@ pub(crate) fn render(
         decided: changes,
         inputs,
         rendered,
+        ahead,
     }
 }
 
@@ -565,156 +596,28 @@ fn more_not_listed(out: &mut String, more: usize, what: &str) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-
-    /// A report of `entries` (name, reason) at commit `c1`.
-    fn report(entries: &[(&str, &str)]) -> Report {
-        let mut report: Report = serde_json::from_value(serde_json::json!({
-            "formatVersion": 1, "generatedAt": "2027-01-15T08:00:00Z",
-            "agent": {"id": "agent", "version": "0"},
-            "source": {"url": "/repo", "branch": "main", "commit": "c1"},
-            "summary": super::super::report::Summary::default(),
-            "resources": [], "errors": [],
-        }))
-        .expect("a report");
-        report.resources = entries
-            .iter()
-            .map(|(name, reason)| {
-                Arc::new(
-                    serde_json::from_value(serde_json::json!({
-                        "name": name, "file": format!("{name}.yaml"), "state": "InSync",
-                        "action": "None", "reason": reason, "drift": [],
-                    }))
-                    .expect("a resource report"),
-                )
-            })
-            .collect();
-        report
-    }
-
-    /// A whole render of `billing`, `ledger` and `orders`, and the
-    /// `decidedFrom` the state then remembers.
-    fn first_render() -> (Rendered, DecidedFrom) {
-        let first = report(&[("billing", ""), ("ledger", ""), ("orders", "")]);
-        let whole = render(
-            &first,
-            &mut HashMap::new(),
-            &DecidedFrom::new(),
-            Inputs::Keep(None, &none_unchanged, None),
-            &mut FileContent::Bytes,
-        );
-        let decided: DecidedFrom = whole
-            .decided
-            .iter()
-            .map(|(name, now)| (name.clone(), now.clone().expect("a decidedFrom")))
-            .collect();
-        (whole, decided)
-    }
-
-    #[test]
-    fn over_the_last_render_only_what_changed_is_named() {
-        let mut none = HashMap::new();
-        let (whole, decided) = first_render();
-        assert!(!whole.over_base);
-        assert_eq!(whole.rendered, 3);
-        assert_eq!(
-            whole.files.len(),
-            5,
-            "three resources, agent.yaml, SUMMARY.md"
-        );
-        // `orders` changed, `ledger` went, `payments` came, `billing` stayed.
-        let second = report(&[("billing", ""), ("orders", "drifted"), ("payments", "")]);
-        let over = render(
-            &second,
-            &mut none,
-            &decided,
-            Inputs::Keep(Some(whole.inputs), &none_unchanged, None),
-            &mut FileContent::Bytes,
-        );
-        assert!(over.over_base);
-        assert_eq!(over.rendered, 2);
-        let named: Vec<(&str, bool)> = over
-            .files
-            .iter()
-            .map(|(path, content)| (path.as_str(), matches!(content, FileContent::Removed)))
-            .collect();
-        let expected = [
-            (file_name("ledger"), true),
-            (file_name("orders"), false),
-            (file_name("payments"), false),
-            ("SUMMARY.md".to_string(), false),
-            ("agent.yaml".to_string(), false),
-        ];
-        let mut expected: Vec<(&str, bool)> =
-            expected.iter().map(|(p, r)| (p.as_str(), *r)).collect();
-        expected.sort();
-        assert_eq!(named, expected);
-        let mut keys: Vec<&str> = over.inputs.keys().map(String::as_str).collect();
-        keys.sort();
-        assert_eq!(keys, ["billing", "orders", "payments"]);
-        let changed: Vec<(&str, bool)> = over
-            .decided
-            .iter()
-            .map(|(name, now)| (name.as_str(), now.is_some()))
-            .collect();
-        assert_eq!(
-            changed,
-            [("orders", true), ("payments", true), ("ledger", false)]
-        );
-    }
-
-    #[test]
-    fn entries_the_caller_found_kept_are_taken_as_they_were() {
-        let (whole, decided) = first_render();
-        let second = report(&[("billing", ""), ("orders", "drifted"), ("payments", "")]);
-        let with = |kept: &[bool]| {
-            render(
-                &second,
-                &mut HashMap::new(),
-                &decided,
-                Inputs::Keep(Some(whole.inputs.clone()), &none_unchanged, Some(kept)),
-                &mut FileContent::Bytes,
-            )
-        };
-        // `billing` found kept: the same files as when render looks.
-        let found = with(&[true, false, false]);
-        assert_eq!(found.rendered, 2, "orders and payments");
-        let paths: Vec<&str> = found.files.keys().map(String::as_str).collect();
-        let mut expected = vec![
-            file_name("ledger"),
-            file_name("orders"),
-            file_name("payments"),
-            "SUMMARY.md".to_string(),
-            "agent.yaml".to_string(),
-        ];
-        expected.sort();
-        assert_eq!(paths, expected);
-        assert!(matches!(
-            found.files[&file_name("ledger")],
-            FileContent::Removed
-        ));
-        // Whatever the caller says is kept is not rendered, and a resource
-        // gone is still found gone.
-        let trusted = with(&[true, true, false]);
-        assert_eq!(trusted.rendered, 1, "payments alone");
-        assert!(!trusted.files.contains_key(&file_name("orders")));
-        assert!(matches!(
-            trusted.files[&file_name("ledger")],
-            FileContent::Removed
-        ));
-        let mut keys: Vec<&str> = trusted.inputs.keys().map(String::as_str).collect();
-        keys.sort();
-        assert_eq!(keys, ["billing", "orders", "payments"]);
-    }
-
-    #[test]
-    fn a_name_never_leaves_the_status_directory() {
-        // `printf %s orders | sha256sum`: 1c168a…; `../x`: d6b96a…
-        assert_eq!(file_name("orders"), "status/1c/orders.yaml");
-        assert_eq!(file_name("../x"), "status/d6/%2E%2E%2Fx.yaml");
-    }
+/// The status commit's message: the counts and the source commit.
+pub(crate) fn commit_message(report: &Report) -> String {
+    let s = &report.summary;
+    let commit = report.source.commit.as_deref().unwrap_or("none");
+    let short = commit.get(..12).unwrap_or(commit);
+    format!(
+        "tend status at {short}: {}, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors\n\nDecided from commit {commit} of {} (branch {}) by agent {}, tend {}.\n",
+        s.resources(),
+        s.in_sync,
+        s.drifted,
+        s.missing,
+        s.blocked,
+        s.overridden,
+        s.deleting,
+        s.errors,
+        report.source.url,
+        report.source.branch,
+        report.agent.id,
+        report.agent.version
+    )
 }
+
+#[cfg(test)]
+#[path = "branch_files_tests.rs"]
+mod tests;

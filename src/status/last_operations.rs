@@ -11,8 +11,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::report::ResourceReport;
-use crate::journal::{LastOperation, StateError, StateStore};
+use super::branch_files::{FileContent, Inputs, Rendered, render};
+use super::report::{Report, ResourceReport};
+use crate::journal::{DecidedFrom, LastOperation, StateError, StateStore};
 
 /// The last operation of a report's entries, asked in the report's order.
 pub(crate) trait LastOperationOf {
@@ -121,6 +122,33 @@ impl LastOperationOf for ReadAlong<'_> {
         }
         self.chunk.get(name)
     }
+}
+
+/// [`render`], with each resource's last operation from `last_operations`,
+/// or (`along`) read from that state along the render where it is not
+/// there, except for the entries `inputs` has kept (the render asks
+/// nothing of them): a read that fails is said, and sets `unread`.
+pub(crate) fn render_reading(
+    report: &Report,
+    along: Option<&StateStore>,
+    last_operations: &mut HashMap<String, LastOperation>,
+    unread: &mut bool,
+    decided: &DecidedFrom,
+    inputs: Inputs<'_>,
+    hold: &mut dyn FnMut(Vec<u8>) -> FileContent,
+) -> Rendered {
+    let Some(store) = along else {
+        return render(report, last_operations, decided, inputs, hold);
+    };
+    let mut along = ReadAlong::new(store, &report.resources, last_operations, inputs.kept());
+    let rendered = render(report, &mut along, decided, inputs, hold);
+    let (read, failed) = along.finish();
+    tracing::debug!("status branch: the last operations of {read} resources read along the render");
+    if let Some(e) = failed {
+        tracing::warn!("status branch: cannot read the last operations: {e}");
+        *unread = true;
+    }
+    rendered
 }
 
 #[cfg(test)]

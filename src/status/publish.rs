@@ -16,15 +16,15 @@ use std::time::{Duration, SystemTime};
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
-use super::branch_files::{FileContent, Inputs, InputsDigest, Rendered, render};
+use super::branch_files::{Inputs, InputsDigest, Rendered};
 use super::files::{ReportFiles, ReportFilesError};
-use super::last_operations::ReadAlong;
+use super::last_operations::render_reading;
 use super::notify::deliver::Notifier;
 use super::report::{Report, ResourceReport, StatusBranchReport};
 use super::report_digest::{Digested, EntryDigests};
 use super::times_only::FilesSaid;
 use crate::agent::Agent;
-use crate::journal::{DecidedFrom, FinishedMark, LastOperation, StateStore};
+use crate::journal::{DecidedFrom, FinishedMark, StateStore};
 use crate::propose::branch::ProposalBranch;
 
 /// What publishing did.
@@ -99,6 +99,9 @@ pub(crate) struct StatusPublisher {
     /// The running agent's: what its report files were last written
     /// from, and when.
     files_said: FilesSaid,
+    /// The running agent's: every operation finished by then is in the
+    /// report being published (see [`Self::publish_as_of`]).
+    reported_until: Option<SystemTime>,
 }
 
 impl StatusPublisher {
@@ -149,6 +152,7 @@ impl StatusPublisher {
             decided: None,
             rendered: None,
             files_said: FilesSaid::default(),
+            reported_until: None,
         }
     }
 
@@ -168,7 +172,12 @@ impl StatusPublisher {
         kept: super::branch_files::Kept<'a>,
     ) -> Inputs<'a> {
         if self.keeps_renders || self.renders_file.is_some() {
-            Inputs::Keep(base, unchanged, kept)
+            Inputs::Keep {
+                base,
+                unchanged,
+                kept,
+                reported_until: self.reported_until,
+            }
         } else {
             Inputs::Forget
         }
@@ -186,6 +195,20 @@ impl StatusPublisher {
     /// tries again later even if nothing changes).
     pub(crate) fn failing(&self) -> bool {
         self.failing_since.is_some()
+    }
+
+    /// [`Self::publish`] of a report that holds every operation finished
+    /// by `reported_until` (the running agent's: the state is read after
+    /// the report is taken, and may hold newer ones, whose files are then
+    /// made again by the next publication; see `Rendered::ahead`).
+    pub(crate) fn publish_as_of(
+        &mut self,
+        report: &Report,
+        now: SystemTime,
+        reported_until: SystemTime,
+    ) -> PublishOutcome {
+        self.reported_until = Some(reported_until);
+        self.publish(report, now)
     }
 
     /// Publishes `report` (blocking: Git and file I/O) at `now`.
@@ -592,7 +615,7 @@ impl StatusPublisher {
                 }
             }
         }
-        let message = commit_message(report);
+        let message = super::branch_files::commit_message(report);
         let read = started.elapsed();
         // Each file's blob is written as it is rendered: a whole render
         // holds ids, not files.
@@ -632,18 +655,23 @@ impl StatusPublisher {
             }
         }
         tracing::debug!(
-            "status branch: {} resource files rendered, {} kept; the state read in {read:?}, the files made in {:?}, published in {:?}{}",
+            "status branch: {} resource files rendered, {} kept; the state read in {read:?}, the files made in {:?}, published in {:?}{}{}",
             rendered.rendered,
             report.resources.len() - rendered.rendered,
             made - read,
             started.elapsed() - made,
             read_by_name
                 .map(|n| format!("; the last operations of {n} resources read by name"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            match rendered.ahead {
+                0 => String::new(),
+                n => format!("; {n} with an operation newer than the report, made again next"),
+            }
         );
         let Rendered {
             decided: changes,
             inputs,
+            ahead,
             ..
         } = rendered;
         // Remembered once the files are on the branch (a failed push keeps
@@ -668,13 +696,19 @@ impl StatusPublisher {
                 ),
             }
         }
-        // The key of what the branch holds now.
+        // The key of what the branch holds now; none, when files were
+        // made from operations newer than the report: the next
+        // publication makes them again, even of the same report and mark.
         let (key, now_at) = match &published {
             Published::Committed(id) | Published::Unchanged(id) => {
                 (key_at(Some(id)), Some(id.clone()))
             }
             // (Returned above.)
             Published::NeedsEveryFile => (key, None),
+        };
+        let (key, content) = match ahead {
+            0 => (key, content),
+            _ => (String::new(), String::new()),
         };
         self.rendered = now_at
             .filter(|_| !inputs.is_empty())
@@ -700,33 +734,6 @@ impl StatusPublisher {
             Published::Unchanged(_) | Published::NeedsEveryFile => None,
         })
     }
-}
-
-/// [`render`], with each resource's last operation from `last_operations`,
-/// or (`along`) read from that state along the render where it is not
-/// there, except for the entries `inputs` has kept (the render asks
-/// nothing of them): a read that fails is said, and sets `unread`.
-fn render_reading(
-    report: &Report,
-    along: Option<&StateStore>,
-    last_operations: &mut HashMap<String, LastOperation>,
-    unread: &mut bool,
-    decided: &DecidedFrom,
-    inputs: Inputs<'_>,
-    hold: &mut dyn FnMut(Vec<u8>) -> FileContent,
-) -> Rendered {
-    let Some(store) = along else {
-        return render(report, last_operations, decided, inputs, hold);
-    };
-    let mut along = ReadAlong::new(store, &report.resources, last_operations, inputs.kept());
-    let rendered = render(report, &mut along, decided, inputs, hold);
-    let (read, failed) = along.finish();
-    tracing::debug!("status branch: the last operations of {read} resources read along the render");
-    if let Some(e) = failed {
-        tracing::warn!("status branch: cannot read the last operations: {e}");
-        *unread = true;
-    }
-    rendered
 }
 
 /// What was rendered is kept for the next process when the publisher goes
@@ -766,7 +773,7 @@ impl Drop for StatusPublisher {
 /// The most resources whose last operations a status commit over a known
 /// render reads by name before rendering, a hundred a query; with more,
 /// every resource's is read along the render, a thousand at a time
-/// ([`ReadAlong`]).
+/// ([`super::last_operations::ReadAlong`]).
 const READ_BY_NAME_AT_MOST: usize = 200;
 
 /// `report`'s digest, timed in the debug log.
@@ -775,26 +782,4 @@ fn timed_digest(report: &Report) -> Digested {
     let digested = super::report_digest::digest(report);
     tracing::debug!("the report digested in {:?}", started.elapsed());
     digested
-}
-
-/// The status commit's message: the counts and the source commit.
-fn commit_message(report: &Report) -> String {
-    let s = &report.summary;
-    let commit = report.source.commit.as_deref().unwrap_or("none");
-    let short = commit.get(..12).unwrap_or(commit);
-    format!(
-        "tend status at {short}: {}, {} in sync, {} drifted, {} missing, {} blocked, {} overridden, {} deleting, {} errors\n\nDecided from commit {commit} of {} (branch {}) by agent {}, tend {}.\n",
-        s.resources(),
-        s.in_sync,
-        s.drifted,
-        s.missing,
-        s.blocked,
-        s.overridden,
-        s.deleting,
-        s.errors,
-        report.source.url,
-        report.source.branch,
-        report.agent.id,
-        report.agent.version
-    )
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use super::board::StatusBoard;
 use super::publish::StatusPublisher;
+use crate::clock::Clock;
 use crate::telemetry::Metrics;
 
 /// How long the writer waits after a change for the ones that follow it.
@@ -54,6 +55,7 @@ const RETRY_FAILED: Duration = Duration::from_secs(60);
 pub(crate) async fn run(
     board: Arc<StatusBoard>,
     publisher: StatusPublisher,
+    clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     deliveries: Arc<tokio::sync::Notify>,
     stop: tokio_util::sync::CancellationToken,
@@ -88,18 +90,23 @@ pub(crate) async fn run(
         // Right before the report is taken: a commit's cycles may have
         // started while the writer waited for its turn.
         tokio::select! {
-            _ = running.wait_for(|n| *n == 0) => {}
+            _ = running.wait_for(|r| r.cycles == 0) => {}
             _ = tokio::time::sleep(SETTLE) => {}
             _ = stop.cancelled() => return,
         }
         changes.borrow_and_update();
         let started = tokio::time::Instant::now();
         panic_point();
+        // Asked before the report is taken: the state is read after it,
+        // and may hold operations it does not (see `publish_as_of`).
+        let reported_until = board.reported_until(clock.now());
         let Some(report) = board.latest() else {
             continue;
         };
         let published = tokio::task::spawn_blocking(move || {
-            let outcome = publisher.publish(&report, SystemTime::now());
+            use crate::process::failpoint::{STATUS_WRITER_TAKEN, stop_point};
+            stop_point(STATUS_WRITER_TAKEN);
+            let outcome = publisher.publish_as_of(&report, SystemTime::now(), reported_until);
             (publisher, outcome)
         })
         .await;

@@ -334,25 +334,45 @@ fn one_agent_over_100000_declarations_on_10_providers() {
         // not this change reconciled.
         let file = format!("tend-status:{}", status_file(&format!("db-{i:06}")));
         let sent = daemon.signed_webhook(SECRET);
-        let mut at_commit = None;
-        let mut at_report = None;
-        daemon.wait_for(
+        let at_commit = std::cell::Cell::new(None);
+        let at_report = std::cell::Cell::new(None);
+        support::eventually(
             "the status commit and the report",
             Duration::from_secs(60),
             || {
-                if at_commit.is_none()
+                if at_commit.get().is_none()
                     && tip() != before
                     && git_if_any(&bare, &["show", &file]).is_some_and(|f| f.contains(&commit))
                 {
-                    at_commit = Some(sent.elapsed());
+                    at_commit.set(Some(sent.elapsed()));
                 }
-                if at_report.is_none() && report_names(&commit) {
-                    at_report = Some(sent.elapsed());
+                if at_report.get().is_none() && report_names(&commit) {
+                    at_report.set(Some(sent.elapsed()));
                 }
-                at_commit.is_some() && at_report.is_some()
+                at_commit.get().zip(at_report.get())
+            },
+            // Which of the two is missing, and what the branch and the
+            // report files said instead.
+            || {
+                let head = std::fs::read(&latest_json).unwrap_or_default();
+                format!(
+                    "commit {commit}: status commit seen {:?}, report seen {:?}
+                     --- tip {:?} (before the webhook {before:?}), {file}:
+{}
+                     --- latest.json's first 1 KB:
+{}
+--- log
+{}",
+                    at_commit.get(),
+                    at_report.get(),
+                    tip(),
+                    git_if_any(&bare, &["show", &file]).unwrap_or_default(),
+                    String::from_utf8_lossy(&head[..head.len().min(1024)]),
+                    daemon.log()
+                )
             },
         );
-        let (at_commit, at_report) = (at_commit.unwrap(), at_report.unwrap());
+        let (at_commit, at_report) = (at_commit.get().unwrap(), at_report.get().unwrap());
         committed.push(at_commit.as_secs_f64() * 1000.0);
         reconciled.push(at_commit.max(at_report).as_secs_f64() * 1000.0);
     }

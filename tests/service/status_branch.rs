@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use support::TendCommand;
 use support::config::TendConfig;
-use support::git::{GitDaemon, HttpGitServer, TestRepo, git, manifest, status_file};
+use support::git::{GitDaemon, HttpGitServer, TestRepo, git, git_if_any, manifest, status_file};
 
 const BILLING: &str = "apiVersion: tend.dev/v1alpha1
 kind: ManagedDatabase
@@ -1257,4 +1257,71 @@ fn the_running_agent_packs_the_git_cache_beside_its_status_commits() {
         std::time::Duration::from_secs(10),
         || cache_shape(&remote).0 == 0,
     );
+}
+
+/// The status writer takes the fleet's report, then reads the state: a
+/// commit's cycle may run an operation in between. That publication shows
+/// the operation under the older report's commit; the next one, over the
+/// commit's report, names the commit, though the resource's entry says
+/// the same as before (in sync). Before, the file named the older commit
+/// until the resource changed again.
+#[test]
+fn an_operation_newer_than_the_report_taken_names_its_commit_next() {
+    let remote = Remote::new();
+    let paused = remote.dir.path().join("writer-paused");
+    let daemon = remote.run_agent_with_env(
+        |c| c,
+        &[
+            ("FAILPOINTS", "status-writer-taken=return(until-resumed)"),
+            ("TEND_TEST_PAUSE_FILE", paused.to_str().unwrap()),
+        ],
+    );
+    let resume = || match std::fs::remove_file(&paused) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("{e}"),
+        _ => {}
+    };
+    let orders = status_file("orders");
+    let names = |commit: &str| {
+        let file = git_if_any(&remote.bare, &["show", &format!("tend-status:{orders}")]);
+        file.is_some_and(|f| f.contains(&format!("decidedFrom: \"{commit}\"")))
+    };
+    // Every publication goes through until orders' file names the first
+    // commit.
+    let first = remote.git(&["rev-parse", "main"]);
+    daemon.wait_for(
+        "orders' file at the first commit",
+        std::time::Duration::from_secs(60),
+        || {
+            resume();
+            names(&first)
+        },
+    );
+    // A publication holds a report taken before the next commit, while
+    // the commit's cycle updates orders.
+    daemon.wait_for("a report taken", std::time::Duration::from_secs(30), || {
+        paused.exists()
+    });
+    let updates = || daemon.log().matches("update orders: done").count();
+    let second = remote.push_orders(20);
+    daemon.wait_for("orders updated", std::time::Duration::from_secs(30), || {
+        updates() == 1
+    });
+    resume();
+    daemon.wait_for(
+        "orders' file at the commit that updated it",
+        std::time::Duration::from_secs(30),
+        || {
+            resume();
+            names(&second)
+        },
+    );
+    assert!(
+        daemon
+            .log()
+            .contains("1 with an operation newer than the report, made again next"),
+        "{}",
+        daemon.log()
+    );
+    let file = remote.show(&orders);
+    assert!(file.contains("kind: update"), "{file}");
 }

@@ -156,7 +156,12 @@ fn last_operations_by_name_are_what_the_whole_read_gives(place: &Place) {
     let mark = store.finished_operations_mark().unwrap();
     assert_eq!((mark.count, mark.recent), (3, 3), "three finished");
     let later = now + std::time::Duration::from_secs(3600);
-    assert_eq!(store.prune_journal(later, 1).unwrap(), 1, "orders' older");
+    assert_eq!(store.prune_journal(later, 1).unwrap(), 1, "orders' op2");
+    assert_eq!(
+        store.last_operations().unwrap(),
+        whole,
+        "a prune keeps every last operation (op1 of one millisecond)"
+    );
     let pruned = store.finished_operations_mark().unwrap();
     assert_eq!(
         (pruned.count, pruned.newest_ms, pruned.recent),

@@ -518,6 +518,28 @@ mod tests {
         Ok(())
     }
 
+    /// A prune never changes a resource's last operation (the mark does
+    /// not see it): of two finished in one millisecond, the one the read
+    /// gives (the lower id) is kept, and a newer pending intent does not
+    /// push the last finished one out.
+    #[test]
+    fn a_prune_keeps_every_last_operation() -> Outcome {
+        let dir = tempfile::tempdir()?;
+        let store = StateStore::open(dir.path(), true)?.ok_or("no state store")?;
+        finished(&store, "op-1", "orders", 1_000)?;
+        finished(&store, "op-2", "orders", 1_000)?;
+        finished(&store, "op-3", "billing", 1_000)?;
+        let at = UNIX_EPOCH + Duration::from_millis(2_000);
+        let (hash, json) = (SpecHash::from("h"), serde_json::json!({}));
+        store.begin_intent("op-4", "billing", "update", &hash, 2, &json, at)?;
+        let before = store.last_operations()?;
+        assert_eq!(before["orders"].id, "op-1");
+        let pruned = store.prune_journal(UNIX_EPOCH + Duration::from_millis(10_000), 1)?;
+        assert_eq!(pruned, 1, "orders' op-2");
+        assert_eq!(store.last_operations()?, before);
+        Ok(())
+    }
+
     /// Operations finished after the caller took its mark and before the
     /// rows are read (a cold start finishes hundreds a second): the rows
     /// are counted as they are read, and told apart.

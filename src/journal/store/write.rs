@@ -305,16 +305,21 @@ impl StateStore {
 
 impl StateStore {
     /// Drops finished intents last updated before `cutoff`, keeping the
-    /// newest `keep` of each resource (what `explain` shows) and every
-    /// pending one; their counts stay in `pruned_generations`, so no
-    /// operation id is ever reused. Returns how many were dropped.
+    /// newest `keep` finished ones of each resource (what `explain` shows)
+    /// and every pending one; their counts stay in `pruned_generations`,
+    /// so no operation id is ever reused. Returns how many were dropped.
+    ///
+    /// Finished intents are ranked as the last-operation read ranks them
+    /// (newest first; of one millisecond, the lower id), and pending ones
+    /// are not ranked: a prune never changes a resource's last operation,
+    /// which the status writer's mark does not see change.
     pub fn prune_journal(&self, cutoff: SystemTime, keep: u32) -> Result<usize, StateError> {
         // The finished intents to drop, ranked newest first per resource.
         const PRUNABLE: &str = "SELECT op_id FROM (
-                 SELECT op_id, state, updated_ms,
-                        row_number() OVER (PARTITION BY name ORDER BY updated_ms DESC, op_id DESC) AS newest
-                 FROM intents) AS ranked
-             WHERE state != 'pending' AND updated_ms < ?1 AND newest > ?2";
+                 SELECT op_id, updated_ms,
+                        row_number() OVER (PARTITION BY name ORDER BY updated_ms DESC, op_id ASC) AS newest
+                 FROM intents WHERE state != 'pending') AS ranked
+             WHERE updated_ms < ?1 AND newest > ?2";
         self.write(|tx| {
             tx.exec(
                 &format!(

@@ -3,6 +3,7 @@
 //! status line, and the state of the source.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -145,18 +146,40 @@ pub(crate) struct StatusBoard {
     changes: watch::Sender<u64>,
     /// The workers in a cycle: the status writer waits for the cycles a
     /// commit started to end (up to a bound) before it writes.
-    running: watch::Sender<Running>,
+    running: watch::Sender<Vec<Began>>,
+    /// The id of the next cycle counted.
+    next_cycle: AtomicU64,
 }
 
-/// The cycles running, as the board counts them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Running {
-    pub cycles: usize,
-    /// When the count last left 0 (by the agent's clock): the first of
-    /// them began then, or one that ran beside them did. While some run,
-    /// every operation finished before then is in the workers' reports (a
-    /// cycle publishes its report before it ends).
-    pub since: Option<SystemTime>,
+/// A cycle running, as the board counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Began {
+    id: u64,
+    /// The commit it decides.
+    pub commit: String,
+    /// When it began, by the agent's clock.
+    pub at: SystemTime,
+}
+
+/// Until when every operation finished is in `report`, taken after `now`
+/// and after `running` was (the agent's clock): `now`, or when the first
+/// of the cycles running over another commit than the report's began. (A
+/// cycle publishes its report before it ends: an operation finished
+/// before `now` by a cycle no longer running is in the report. One
+/// finished by a cycle still running over the report's own commit may not
+/// be, but its file names the right commit, and the cycle's entry, when
+/// it comes, is compared with it as with any other: a cold start's
+/// operations are not all made again.)
+pub(crate) fn reported_until(running: &[Began], report: &Report, now: SystemTime) -> SystemTime {
+    let Some(commit) = report.source.commit.as_deref() else {
+        // (A report of no commit names none in any file.)
+        return now;
+    };
+    running
+        .iter()
+        .filter(|b| b.commit != commit)
+        .map(|b| b.at)
+        .fold(now, SystemTime::min)
 }
 
 impl Default for StatusBoard {
@@ -164,22 +187,23 @@ impl Default for StatusBoard {
         StatusBoard {
             inner: Mutex::default(),
             changes: watch::Sender::new(0),
-            running: watch::Sender::new(Running::default()),
+            running: watch::Sender::new(Vec::new()),
+            next_cycle: AtomicU64::new(0),
         }
     }
 }
 
 /// A worker's cycle, counted by the board while it is held.
-pub(crate) struct RunningCycle<'b>(&'b StatusBoard);
+pub(crate) struct RunningCycle<'b> {
+    board: &'b StatusBoard,
+    id: u64,
+}
 
 impl Drop for RunningCycle<'_> {
     fn drop(&mut self) {
-        self.0.running.send_modify(|r| {
-            r.cycles = r.cycles.saturating_sub(1);
-            if r.cycles == 0 {
-                r.since = None;
-            }
-        });
+        self.board
+            .running
+            .send_modify(|running| running.retain(|b| b.id != self.id));
     }
 }
 
@@ -386,34 +410,23 @@ impl StatusBoard {
         })
     }
 
-    /// Counts a cycle begun at `now` (the agent's clock) as running until
-    /// the guard is dropped.
-    pub(crate) fn cycle_running(&self, now: SystemTime) -> RunningCycle<'_> {
-        self.running.send_modify(|r| {
-            if r.cycles == 0 {
-                r.since = Some(now);
-            }
-            r.cycles += 1;
+    /// Counts a cycle over `commit`, begun at `now` (the agent's clock),
+    /// as running until the guard is dropped.
+    pub(crate) fn cycle_running(&self, commit: &str, now: SystemTime) -> RunningCycle<'_> {
+        let id = self.next_cycle.fetch_add(1, Ordering::Relaxed);
+        self.running.send_modify(|running| {
+            running.push(Began {
+                id,
+                commit: commit.to_string(),
+                at: now,
+            })
         });
-        RunningCycle(self)
+        RunningCycle { board: self, id }
     }
 
     /// The cycles running, watched.
-    pub(crate) fn running_cycles(&self) -> watch::Receiver<Running> {
+    pub(crate) fn running_cycles(&self) -> watch::Receiver<Vec<Began>> {
         self.running.subscribe()
-    }
-
-    /// Until when every operation finished is in the workers' reports,
-    /// asked at `now` (the agent's clock), before the report is taken:
-    /// `now` when no cycle runs (a cycle that ran an operation published
-    /// its report before it ended), else when the cycles running began.
-    /// An operation finished later may be missing from the report.
-    pub(crate) fn reported_until(&self, now: SystemTime) -> SystemTime {
-        let running = *self.running.borrow();
-        match running.since {
-            Some(since) if running.cycles > 0 => since.min(now),
-            _ => now,
-        }
     }
 }
 
@@ -547,25 +560,35 @@ mod tests {
         assert_eq!(latest.summary.total, 2);
     }
 
-    /// Every operation finished before the report is taken is in it when
-    /// no cycle runs; while some do, only those finished before the
-    /// first of them began.
+    /// Every operation finished before the report is taken is in it,
+    /// but those of the cycles running over another commit than the
+    /// report's, since the first of them began.
     #[test]
-    fn the_report_holds_the_operations_finished_before_the_cycles_running() {
-        let (_, then, board) = setting();
+    fn the_report_holds_the_operations_finished_but_those_of_another_commit() {
+        let (config, then, board) = setting();
         let at = |s: u64| then + Duration::from_secs(s);
-        assert_eq!(board.reported_until(at(10)), at(10));
-        let first = board.cycle_running(at(1));
-        let second = board.cycle_running(at(2));
-        assert_eq!(board.reported_until(at(10)), at(1));
+        let mut report = crate::status::report::empty_report(&config, "agent", then);
+        report.source.commit = Some("c1".into());
+        let until_of = |report: &Report, now: u64| {
+            let running = board.running_cycles().borrow().clone();
+            reported_until(&running, report, at(now))
+        };
+        let until = |now: u64| until_of(&report, now);
+        assert_eq!(until(10), at(10));
+        let same = board.cycle_running("c1", at(1));
+        assert_eq!(until(10), at(10), "a cycle over the report's commit");
+        let first = board.cycle_running("c2", at(2));
+        let second = board.cycle_running("c2", at(3));
+        assert_eq!(until(10), at(2));
         drop(first);
-        assert_eq!(board.reported_until(at(10)), at(1), "the first began then");
-        drop(second);
-        assert_eq!(board.reported_until(at(10)), at(10));
-        let third = board.cycle_running(at(11));
-        assert_eq!(board.reported_until(at(12)), at(11));
-        assert_eq!(board.running_cycles().borrow().cycles, 1);
-        drop(third);
-        assert_eq!(*board.running_cycles().borrow(), Running::default());
+        assert_eq!(until(10), at(3));
+        drop((same, second));
+        assert_eq!(until(10), at(10));
+        assert!(board.running_cycles().borrow().is_empty());
+        // A report of no commit names none.
+        let _running = board.cycle_running("c2", at(11));
+        let mut none = report.clone();
+        none.source.commit = None;
+        assert_eq!(until_of(&none, 12), at(12));
     }
 }

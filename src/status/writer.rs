@@ -90,7 +90,7 @@ pub(crate) async fn run(
         // Right before the report is taken: a commit's cycles may have
         // started while the writer waited for its turn.
         tokio::select! {
-            _ = running.wait_for(|r| r.cycles == 0) => {}
+            _ = running.wait_for(Vec::is_empty) => {}
             _ = tokio::time::sleep(SETTLE) => {}
             _ = stop.cancelled() => return,
         }
@@ -99,10 +99,12 @@ pub(crate) async fn run(
         panic_point();
         // Asked before the report is taken: the state is read after it,
         // and may hold operations it does not (see `publish_as_of`).
-        let reported_until = board.reported_until(clock.now());
+        let now = clock.now();
+        let cycles = running.borrow().clone();
         let Some(report) = board.latest() else {
             continue;
         };
+        let reported_until = super::board::reported_until(&cycles, &report, now);
         let published = tokio::task::spawn_blocking(move || {
             use crate::process::failpoint::{STATUS_WRITER_TAKEN, stop_point};
             stop_point(STATUS_WRITER_TAKEN);

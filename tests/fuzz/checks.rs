@@ -33,6 +33,9 @@ pub fn config(data: &[u8]) {
 }
 
 /// The parse cache reader: any content reads as a cache or as empty.
+/// (The file is removed after each input: a fuzzing process ends with
+/// `exit`, which runs no destructor, and left a directory in the temporary
+/// directory at every run.)
 pub fn parse_cache(data: &[u8]) {
     let dir = std::env::temp_dir().join(format!("tend-fuzz-cache-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
@@ -40,6 +43,7 @@ pub fn parse_cache(data: &[u8]) {
     if std::fs::write(&file, data).is_ok() {
         let _ = tend::testing::source::parse_cache::load(&file, "databases");
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Webhook verification: header lines `name: value` up to a blank line,

@@ -155,29 +155,43 @@ pub(crate) struct StatusBoard {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Began {
     id: u64,
-    /// The commit it decides.
+    /// The commit it decides, and that commit's committer time (RFC 3339,
+    /// as reports give it).
     pub commit: String,
+    pub commit_time: String,
     /// When it began, by the agent's clock.
     pub at: SystemTime,
 }
 
 /// Until when every operation finished is in `report`, taken after `now`
 /// and after `running` was (the agent's clock): `now`, or when the first
-/// of the cycles running over another commit than the report's began. (A
-/// cycle publishes its report before it ends: an operation finished
+/// of the cycles running over a newer commit than the report's began.
+///
+/// A cycle publishes its report before it ends: an operation finished
 /// before `now` by a cycle no longer running is in the report. One
-/// finished by a cycle still running over the report's own commit may not
-/// be, but its file names the right commit, and the cycle's entry, when
-/// it comes, is compared with it as with any other: a cold start's
-/// operations are not all made again.)
+/// finished by a cycle still running may not be; only a cycle over a
+/// newer commit (a commit no part is at yet: the report names the newest
+/// of its parts') would have its operation's file name an older commit
+/// than the one it was run for. One of a cycle over the report's commit
+/// or an older one names that commit, and the cycle's entry, when it
+/// comes, is compared with it as with any other: a cold start's
+/// operations are not made again, even when a commit lands during it.
 pub(crate) fn reported_until(running: &[Began], report: &Report, now: SystemTime) -> SystemTime {
-    let Some(commit) = report.source.commit.as_deref() else {
+    let source = &report.source;
+    let Some(commit) = source.commit.as_deref() else {
         // (A report of no commit names none in any file.)
         return now;
     };
+    let newer = |b: &&Began| {
+        b.commit != commit
+            && source
+                .commit_time
+                .as_deref()
+                .is_none_or(|time| b.commit_time.as_str() >= time)
+    };
     running
         .iter()
-        .filter(|b| b.commit != commit)
+        .filter(newer)
         .map(|b| b.at)
         .fold(now, SystemTime::min)
 }
@@ -410,14 +424,19 @@ impl StatusBoard {
         })
     }
 
-    /// Counts a cycle over `commit`, begun at `now` (the agent's clock),
-    /// as running until the guard is dropped.
-    pub(crate) fn cycle_running(&self, commit: &str, now: SystemTime) -> RunningCycle<'_> {
+    /// Counts a cycle over `commit` (committed at `commit_time`), begun at
+    /// `now` (the agent's clock), as running until the guard is dropped.
+    pub(crate) fn cycle_running(
+        &self,
+        (commit, commit_time): (&str, SystemTime),
+        now: SystemTime,
+    ) -> RunningCycle<'_> {
         let id = self.next_cycle.fetch_add(1, Ordering::Relaxed);
         self.running.send_modify(|running| {
             running.push(Began {
                 id,
                 commit: commit.to_string(),
+                commit_time: crate::time::rfc3339(commit_time),
                 at: now,
             })
         });
@@ -561,34 +580,67 @@ mod tests {
     }
 
     /// Every operation finished before the report is taken is in it,
-    /// but those of the cycles running over another commit than the
+    /// but those of the cycles running over a newer commit than the
     /// report's, since the first of them began.
     #[test]
-    fn the_report_holds_the_operations_finished_but_those_of_another_commit() {
+    fn the_report_holds_the_operations_finished_but_those_of_a_newer_commit() {
         let (config, then, board) = setting();
         let at = |s: u64| then + Duration::from_secs(s);
+        let (c1, c2) = (("c1", at(0)), ("c2", at(5)));
         let mut report = crate::status::report::empty_report(&config, "agent", then);
         report.source.commit = Some("c1".into());
+        report.source.commit_time = Some(crate::time::rfc3339(at(0)));
         let until_of = |report: &Report, now: u64| {
             let running = board.running_cycles().borrow().clone();
             reported_until(&running, report, at(now))
         };
         let until = |now: u64| until_of(&report, now);
         assert_eq!(until(10), at(10));
-        let same = board.cycle_running("c1", at(1));
+        let same = board.cycle_running(c1, at(1));
         assert_eq!(until(10), at(10), "a cycle over the report's commit");
-        let first = board.cycle_running("c2", at(2));
-        let second = board.cycle_running("c2", at(3));
+        let first = board.cycle_running(c2, at(2));
+        let second = board.cycle_running(c2, at(3));
         assert_eq!(until(10), at(2));
         drop(first);
         assert_eq!(until(10), at(3));
         drop((same, second));
         assert_eq!(until(10), at(10));
         assert!(board.running_cycles().borrow().is_empty());
+        // Over c2, a cycle over the older c1 bounds nothing.
+        let _older = board.cycle_running(c1, at(11));
+        let mut newer = report.clone();
+        newer.source.commit = Some("c2".into());
+        newer.source.commit_time = Some(crate::time::rfc3339(at(5)));
+        assert_eq!(until_of(&newer, 12), at(12));
+        assert_eq!(until(12), at(12), "c1's own");
         // A report of no commit names none.
-        let _running = board.cycle_running("c2", at(11));
+        let _running = board.cycle_running(c2, at(13));
+        assert_eq!(until(14), at(13));
         let mut none = report.clone();
         none.source.commit = None;
-        assert_eq!(until_of(&none, 12), at(12));
+        assert_eq!(until_of(&none, 14), at(14));
+    }
+
+    /// The merged report names the newest commit of its parts, whichever
+    /// provider's it is.
+    #[test]
+    fn the_merged_report_names_the_newest_commit() {
+        let (config, then, board) = setting();
+        let at = |s: u64| then + Duration::from_secs(s);
+        let part = |commit: &str, time: SystemTime| {
+            let mut r = crate::status::report::empty_report(&config, "agent", then);
+            r.source =
+                crate::status::report::SourceInfo::of(&config, Some(commit.into()), Some(time));
+            r
+        };
+        board.publish("a", part("c1", at(1)), None);
+        board.publish("b", part("c2", at(2)), None);
+        let commit = || board.latest().and_then(|r| r.source.commit.clone());
+        assert_eq!(commit().as_deref(), Some("c2"));
+        board.publish("a", part("c3", at(3)), None);
+        assert_eq!(commit().as_deref(), Some("c3"));
+        // Of equal times, the first part's.
+        board.publish("b", part("c4", at(3)), None);
+        assert_eq!(commit().as_deref(), Some("c3"));
     }
 }

@@ -138,6 +138,12 @@ pub(crate) enum FileContent {
 /// (or, without one, the source commit). Equal digests render equal bytes.
 pub(crate) type InputsDigest = [u8; 32];
 
+/// The inputs kept for a file made from an operation newer than its
+/// report (see [`Rendered::ahead`]): no render's (a digest of zeros), so
+/// the file is made again by the next render, and kept all the same, so a
+/// resource gone by then still has its file removed.
+pub(crate) const AHEAD_OF_REPORT: InputsDigest = [0; 32];
+
 /// What [`render`] knows of the last render, and whether to digest this
 /// one's inputs for the next.
 pub(crate) enum Inputs<'a> {
@@ -207,7 +213,7 @@ pub(crate) struct Rendered {
     /// journal there (a cycle that began after it was taken ran the
     /// operation), and its source commit may be older than the one the
     /// operation was run for. Such a file is written, but neither its
-    /// inputs nor its `decidedFrom` are kept: the next render makes it
+    /// inputs ([`AHEAD_OF_REPORT`]) nor its `decidedFrom` are kept: the next render makes it
     /// again, over a report that knows the operation, and it then names
     /// that report's commit. (Kept, the next report's entry would render
     /// the same bytes, and the file would name the older commit until the
@@ -253,6 +259,14 @@ pub(crate) fn render(
     let mut files = BTreeMap::new();
     let mut changes = Vec::new();
     let (mut found_decided, mut found_inputs, mut rendered, mut ahead) = (0, 0, 0, 0);
+    // To the millisecond, as the state keeps the times of operations: one
+    // finished in the bound's own millisecond may be after it.
+    let reported_until = reported_until.map(|until| {
+        let into_ms = until
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() % 1_000_000);
+        until - std::time::Duration::from_nanos(into_ms.into())
+    });
     let mut json = Vec::new();
     let source_commit_id = report.source.commit.as_deref();
     // One id for every file decided at this commit.
@@ -272,6 +286,7 @@ pub(crate) fn render(
             None
         };
         found_inputs += usize::from(before.is_some());
+        let before = before.filter(|digest| *digest != AHEAD_OF_REPORT);
         // An entry saying the same as at the last render, with the same last
         // operation and `decidedFrom`: its inputs are the same (at
         // 100,000 resources, digesting them all again costs most of a
@@ -281,7 +296,7 @@ pub(crate) fn render(
         }
         let last = last_operations.of(i, &r.name);
         let newer_than_report =
-            matches!((last, reported_until), (Some(o), Some(until)) if o.finished_at > until);
+            matches!((last, reported_until), (Some(o), Some(until)) if o.finished_at >= until);
         let op = last.map(|o| OperationFile {
             id: &o.id,
             kind: &o.kind,
@@ -340,7 +355,9 @@ pub(crate) fn render(
         if newer_than_report {
             // Made again by the next render (see `Rendered::ahead`).
             ahead += 1;
-            inputs.remove(&r.name);
+            if keep {
+                inputs.insert(r.name.clone(), AHEAD_OF_REPORT);
+            }
             continue;
         }
         let now = commit.map(|commit| DecidedAt { digest, commit });

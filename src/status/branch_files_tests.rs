@@ -202,7 +202,20 @@ fn an_operation_newer_than_the_report_is_decided_at_the_next() {
     assert_eq!((ahead.rendered, ahead.ahead), (1, 1));
     assert!(ahead.files.contains_key(&file_name("orders")), "written");
     assert!(ahead.decided.is_empty(), "{:?}", ahead.decided);
-    assert!(!ahead.inputs.contains_key("orders"));
+    assert_eq!(ahead.inputs.get("orders"), Some(&AHEAD_OF_REPORT));
+    // Gone from the next report: its file goes.
+    let gone = render(
+        &report(&[("billing", ""), ("ledger", "")]),
+        &mut done(101),
+        &decided,
+        keep(Some(ahead.inputs.clone()), taken(102)),
+        &mut FileContent::Bytes,
+    );
+    assert!(matches!(
+        gone.files.get(&file_name("orders")),
+        Some(FileContent::Removed)
+    ));
+    assert_eq!(gone.decided, [("orders".to_string(), None)]);
     // The commit's report, taken at 102 s: the same entry, at `c2`.
     let mut after = before.clone();
     after.source.commit = Some("c2".into());
@@ -217,7 +230,22 @@ fn an_operation_newer_than_the_report_is_decided_at_the_next() {
     assert_eq!(decided_from(&next).as_deref(), Some("\"c2\""));
     assert_eq!(next.decided.len(), 1);
     assert_eq!(next.decided[0].0, "orders");
+    assert_ne!(next.inputs.get("orders"), Some(&AHEAD_OF_REPORT));
     assert!(next.inputs.contains_key("orders"));
+    // Finished in the bound's own millisecond (the state keeps
+    // milliseconds): perhaps after it.
+    let (whole, decided) = first_render();
+    let same_ms = render(
+        &before,
+        &mut done(100),
+        &decided,
+        keep(
+            Some(whole.inputs),
+            Some(UNIX_EPOCH + Duration::from_micros(100_000_400)),
+        ),
+        &mut FileContent::Bytes,
+    );
+    assert_eq!(same_ms.ahead, 1);
     // Without a time (a one-shot publication) nothing is ahead.
     let (whole, decided) = first_render();
     let unbounded = render(

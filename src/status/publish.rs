@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use super::auto_propose::{AutoOutcome, AutoPropose};
 use super::branch::{Published, StatusBranch, StatusBranchError};
-use super::branch_files::{Inputs, InputsDigest, Rendered};
+use super::branch_files::{AHEAD_OF_REPORT, Inputs, InputsDigest, Rendered};
 use super::files::{ReportFiles, ReportFilesError};
 use super::last_operations::render_reading;
 use super::notify::deliver::Notifier;
@@ -578,7 +578,8 @@ impl StatusPublisher {
             let is_kept = |i: usize, r: &ResourceReport| {
                 base_digests
                     .as_ref()
-                    .is_some_and(|base| base.contains_key(&r.name))
+                    .and_then(|base| base.get(&r.name))
+                    .is_some_and(|digest| *digest != AHEAD_OF_REPORT)
                     && decided.contains_key(&r.name)
                     && unchanged(i, r)
             };

@@ -463,7 +463,12 @@ impl Report {
             return;
         };
         self.generated_at.clone_from(&first.generated_at);
-        self.source.clone_from(&first.source);
+        // The newest commit's source (of equal committer times, the first
+        // part's): a status file must not keep an older one as its
+        // `decidedFrom` when the older part's entries come to say the same.
+        let newest = parts.iter().rev().max_by_key(|p| &p.source.commit_time);
+        let newest = newest.copied().unwrap_or(first);
+        self.source.clone_from(&newest.source);
         self.errors.clone_from(&first.errors);
         self.suspended.clone_from(&first.suspended);
         self.orphaned_overrides

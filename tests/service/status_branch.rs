@@ -1325,3 +1325,60 @@ fn an_operation_newer_than_the_report_taken_names_its_commit_next() {
     let file = remote.show(&orders);
     assert!(file.contains("kind: update"), "{file}");
 }
+
+/// A commit changing two providers' declarations: the status writer
+/// publishes while the slower provider's cycle still runs (its report is
+/// at the commit before), and the faster one's file names the new commit,
+/// then and after. Before, the merged report took the first provider's
+/// commit, the file was recorded as decided from the older commit, and
+/// kept it once the slower provider came to say the same.
+#[test]
+fn a_file_of_a_faster_provider_names_the_newer_commit() {
+    let remote = Remote::new();
+    let declare = |name: &str, provider: &str, limit: u32| {
+        remote.repo.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  provider: {provider}\n  connectionLimit: {limit}\n"
+            ),
+        );
+    };
+    // Provider `a` (before `sandbox` in name order): six databases, one
+    // call a second; `sandbox`: `fast`.
+    let declare_all = |limit: u32| {
+        for i in 0..6 {
+            declare(&format!("a-{i}"), "a", limit);
+        }
+        declare("fast", "sandbox", limit);
+        for gone in ["orders.yaml", "billing.yaml"] {
+            let _ = std::fs::remove_file(remote.repo.path().join(gone));
+        }
+        let commit = remote.repo.commit(&format!("every limit {limit}"));
+        remote
+            .repo
+            .git(&["push", "-q", &remote.bare.display().to_string(), "main"]);
+        commit
+    };
+    let first = declare_all(10);
+    let daemon = remote.run_agent_with(|c| {
+        c.section("providers.a", "kind", "\"sandbox\"")
+            .section("providers.a", "rate_limit", "1")
+            .section("providers.a", "max_concurrency", "1")
+    });
+    let fast = status_file("fast");
+    let names = |commit: &str| {
+        let file = git_if_any(&remote.bare, &["show", &format!("tend-status:{fast}")]);
+        file.is_some_and(|f| f.contains(&format!("decidedFrom: \"{commit}\"")))
+    };
+    let long = std::time::Duration::from_secs(60);
+    daemon.wait_for("fast's file at the first commit", long, || names(&first));
+    // One commit: `fast` and all of `a`'s.
+    let second = declare_all(20);
+    daemon.wait_for("fast's file at the second commit", long, || names(&second));
+    daemon.wait_for("a's updates", long, || {
+        daemon.log().matches("update a-").count() == 6
+    });
+    // Every status commit since names the second commit for `fast`.
+    daemon.run_cycles(1);
+    assert!(names(&second), "{}", remote.show(&fast));
+}

@@ -146,6 +146,10 @@ pub(crate) async fn run(
     // turn, and its place in the queue for one.
     let mut full_pending = false;
     let mut request: Option<TurnRequest> = None;
+    // The last cycle, when it ended without its report (it failed): until
+    // a cycle reports, the status writer knows its operations may be in
+    // the journal and not in the reports. (Held for its drop.)
+    let mut _unreported = None;
     loop {
         let wake = if std::mem::take(&mut full_pending) {
             Wake::Full
@@ -252,7 +256,8 @@ pub(crate) async fn run(
         )
         .await;
         drop(permit);
-        drop(running);
+        // (After this cycle's report: a failed one's goes with it.)
+        _unreported = (!done).then(|| running.ended_unreported());
         // A whole cycle that ran (the commit's, over a snapshot never
         // reconciled whole) is the one that gave way.
         full_pending &= kind != "full";

@@ -161,11 +161,16 @@ pub(crate) struct Began {
     pub commit_time: String,
     /// When it began, by the agent's clock.
     pub at: SystemTime,
+    /// Whether it still runs (the status writer waits for it); `false`: it
+    /// ended without its report (it failed), and its operations may be in
+    /// the journal until one of its worker's cycles reports.
+    pub runs: bool,
 }
 
 /// Until when every operation finished is in `report`, taken after `now`
 /// and after `running` was (the agent's clock): `now`, or when the first
-/// of the cycles running over a newer commit than the report's began.
+/// of the cycles running (or ended unreported) over a newer commit than
+/// the report's began.
 ///
 /// A cycle publishes its report before it ends: an operation finished
 /// before `now` by a cycle no longer running is in the report. One
@@ -211,6 +216,21 @@ impl Default for StatusBoard {
 pub(crate) struct RunningCycle<'b> {
     board: &'b StatusBoard,
     id: u64,
+}
+
+impl RunningCycle<'_> {
+    /// The cycle ended without publishing its report (it failed): it is
+    /// no longer waited for, but still bounds what the reports hold (see
+    /// [`reported_until`]) until the guard is dropped, when a later cycle
+    /// of its worker has reported.
+    pub(crate) fn ended_unreported(self) -> Self {
+        self.board.running.send_modify(|running| {
+            for began in running.iter_mut().filter(|b| b.id == self.id) {
+                began.runs = false;
+            }
+        });
+        self
+    }
 }
 
 impl Drop for RunningCycle<'_> {
@@ -438,6 +458,7 @@ impl StatusBoard {
                 commit: commit.to_string(),
                 commit_time: crate::time::rfc3339(commit_time),
                 at: now,
+                runs: true,
             })
         });
         RunningCycle { board: self, id }
@@ -642,5 +663,22 @@ mod tests {
         // Of equal times, the first part's.
         board.publish("b", part("c4", at(3)), None);
         assert_eq!(commit().as_deref(), Some("c3"));
+    }
+
+    /// A cycle that ended without its report is not waited for, and
+    /// bounds what the reports hold until its guard goes.
+    #[test]
+    fn a_cycle_ended_unreported_bounds_until_its_worker_reports() {
+        let (config, then, board) = setting();
+        let at = |s: u64| then + Duration::from_secs(s);
+        let mut report = crate::status::report::empty_report(&config, "agent", then);
+        report.source.commit = Some("c1".into());
+        report.source.commit_time = Some(crate::time::rfc3339(at(0)));
+        let running = || board.running_cycles().borrow().clone();
+        let failed = board.cycle_running(("c2", at(5)), at(1)).ended_unreported();
+        assert!(running().iter().all(|b| !b.runs), "not waited for");
+        assert_eq!(reported_until(&running(), &report, at(10)), at(1));
+        drop(failed);
+        assert_eq!(reported_until(&running(), &report, at(10)), at(10));
     }
 }

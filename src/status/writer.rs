@@ -90,7 +90,7 @@ pub(crate) async fn run(
         // Right before the report is taken: a commit's cycles may have
         // started while the writer waited for its turn.
         tokio::select! {
-            _ = running.wait_for(Vec::is_empty) => {}
+            _ = running.wait_for(|cycles| cycles.iter().all(|b| !b.runs)) => {}
             _ = tokio::time::sleep(SETTLE) => {}
             _ = stop.cancelled() => return,
         }

@@ -125,6 +125,10 @@ pub(super) async fn plan_cycle<'s>(
             subjects.retain(|routed| only.contains(routed.subject.name()));
         }
     }
+    // A whole provider's cycle takes its memories by position.
+    if scope.is_whole() {
+        memories.align(snapshot);
+    }
     let mut resources = decide_all(agent, &ctx, by_provider, views, &mut memories, &mut effects);
     resources.append(&mut routing.undecidable);
     // Declarations arrive sorted; only tombstones or several providers
@@ -346,7 +350,7 @@ fn decide_all<'s>(
         let provider: Arc<str> = Arc::from(provider);
         for (routed, observed) in subjects.into_iter().zip(observed) {
             let name = routed.subject.name();
-            let mut memory = memories.take(name);
+            let mut memory = memories.take(name, routed.position);
             let released = ctx
                 .inputs
                 .releases

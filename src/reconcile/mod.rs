@@ -77,6 +77,12 @@ impl Scope {
         }
     }
 
+    /// Whether every resource is in scope (of every provider, or of the
+    /// one), not some names.
+    pub fn is_whole(&self) -> bool {
+        matches!(self, Scope::All | Scope::Provider { names: None, .. })
+    }
+
     /// Whether the resource `name` at `provider` is in scope.
     pub fn admits(&self, name: &str, provider: &str) -> bool {
         self.contains(name)

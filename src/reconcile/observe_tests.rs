@@ -23,6 +23,7 @@ fn routed(database: &str) -> Routed<'static> {
     Routed {
         subject: PlannedSubject::Unreadable,
         database_name: database.to_string().into(),
+        position: None,
     }
 }
 

@@ -115,6 +115,7 @@ impl Fixture {
         let routed = Routed {
             subject,
             database_name: "orders".into(),
+            position: None,
         };
         let r = plan_subject(
             &ctx,

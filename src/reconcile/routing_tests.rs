@@ -327,3 +327,60 @@ fn a_provider_s_own_group_is_routed_without_a_copy() {
     assert!(matches!(merged, std::borrow::Cow::Owned(_)));
     assert_eq!(&*merged, [1, 3]);
 }
+
+/// A provider's cycle over its own group alone (every declaration names
+/// it: none is looked up) still refuses the fields its kind does not
+/// manage, as a whole cycle does, and routes each declaration with its
+/// position in the snapshot.
+#[test]
+fn a_provider_s_own_group_is_checked_for_the_fields_it_manages() {
+    let config = config(
+        "[providers.pg]\nkind = \"postgres\"\nurl = \"postgres://tend@127.0.0.1:1/postgres\"\n",
+    );
+    let files = [
+        ("a.yaml", manifest("a", "  provider: pg\n")),
+        ("b.yaml", manifest("b", "  provider: pg\n  size: small\n")),
+        ("c.yaml", manifest("c", "  provider: pg\n")),
+    ];
+    let snapshot = snapshot(&files);
+    assert!(matches!(
+        snapshot.routed_by("pg", |name| name == "pg"),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    let scope = Scope::Provider {
+        provider: "pg".into(),
+        names: None,
+    };
+    let own = Routing::route(
+        &config,
+        &Policy::default(),
+        &snapshot,
+        &mut Inputs::default(),
+        &scope,
+        t(0),
+    );
+    let whole = Routing::route(
+        &config,
+        &Policy::default(),
+        &snapshot,
+        &mut Inputs::default(),
+        &Scope::All,
+        t(0),
+    );
+    for routing in [&own, &whole] {
+        assert_eq!(names(routing), ["a", "c"]);
+        let positions: Vec<Option<usize>> = routing.by_provider["pg"]
+            .iter()
+            .map(|r| r.position)
+            .collect();
+        assert_eq!(positions, [Some(0), Some(2)]);
+        assert_eq!(routing.diagnostics.len(), 1);
+        assert!(
+            routing.diagnostics[0]
+                .message
+                .contains("spec.size is DBaaS-only: provider `pg` (postgres)"),
+            "{:?}",
+            routing.diagnostics
+        );
+    }
+}

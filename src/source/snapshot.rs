@@ -67,9 +67,10 @@ impl Snapshot {
     /// other declaration belongs to another configured provider's
     /// worker).
     ///
-    /// Borrowed from the snapshot when the provider's own group is all of
-    /// it (the usual case): a copy of 10,000 positions at every cycle was
-    /// a large allocation in a fragmented heap.
+    /// Borrowed from the snapshot exactly when the provider's own group is
+    /// all of it (the usual case; every declaration then names
+    /// `provider`): a copy of 10,000 positions at every cycle was a large
+    /// allocation in a fragmented heap.
     pub(crate) fn routed_by(
         &self,
         provider: &str,

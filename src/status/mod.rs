@@ -15,12 +15,13 @@ pub(crate) mod publish;
 pub mod render;
 pub(crate) mod report;
 pub(crate) mod report_digest;
+mod report_from_plan;
 mod sorted_merge;
 mod times_only;
 pub(crate) mod writer;
 
 pub(crate) use report::Report;
-pub use report::build_report;
+pub use report_from_plan::build_report;
 
 #[cfg(test)]
 mod scale_tests;

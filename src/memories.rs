@@ -302,8 +302,11 @@ pub(crate) struct Memories {
     shared: Arc<SharedMemories>,
     applied: HashMap<String, Applied>,
     /// The shared read aligned with the cycle's snapshot (see
-    /// [`Memories::align`]).
-    aligned: Option<Arc<Aligned>>,
+    /// [`Memories::align`]), and that snapshot (a position is checked
+    /// against its declaration in debug builds: every test then checks
+    /// that each cycle takes a position of the snapshot it was aligned
+    /// with).
+    aligned: Option<(Arc<Aligned>, Arc<Snapshot>)>,
 }
 
 impl Memories {
@@ -336,7 +339,7 @@ impl Memories {
     /// instead.)
     pub(crate) fn align(&mut self, snapshot: &Arc<Snapshot>) {
         if Arc::strong_count(&self.shared) > 1 {
-            self.aligned = Some(self.shared.aligned(snapshot));
+            self.aligned = Some((self.shared.aligned(snapshot), snapshot.clone()));
         }
     }
 
@@ -382,7 +385,15 @@ impl Memories {
             1 => Arc::get_mut(&mut self.shared),
             _ => None,
         };
-        let aligned = position.and_then(|at| Some(self.aligned.as_ref()?.get(at)?.as_ref()));
+        let aligned = position.and_then(|at| {
+            let (aligned, snapshot) = self.aligned.as_ref()?;
+            debug_assert_eq!(
+                snapshot.declarations.declarations.get(at).map(|d| d.name()),
+                Some(name),
+                "a memory taken at a position of another snapshot"
+            );
+            Some(aligned.get(at)?.as_ref())
+        });
         let mut memory = match (own, aligned) {
             (Some(own), _) => own.memories.remove(name),
             (None, Some(aligned)) => aligned.cloned(),

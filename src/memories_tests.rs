@@ -335,3 +335,18 @@ fn a_whole_cycle_takes_each_memory_by_its_declaration_s_position() -> Outcome {
     assert!(Arc::ptr_eq(&memories.take("orders", Some(1)), &orders));
     Ok(())
 }
+
+/// A position that is not the name's in the aligned snapshot is a bug of
+/// the caller: debug builds (every test) stop on it.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "a position of another snapshot")]
+fn a_position_of_another_snapshot_is_refused_in_debug_builds() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let (store, cache) = retaining(&dir).expect("a store");
+    applied(&store, "orders").expect("applied");
+    let read = cache.current(&store).expect("a read");
+    let mut memories = Memories::over(read);
+    memories.align(&Arc::new(declaring(&["accounts", "orders"])));
+    memories.take("orders", Some(0));
+}

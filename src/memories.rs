@@ -178,10 +178,8 @@ impl SharedMemories {
     /// first whole cycle over it that reads them so.
     fn aligned(&self, snapshot: &Arc<Snapshot>) -> Arc<Aligned> {
         let mut slot = self.aligned.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((of, aligned)) = slot.as_ref()
-            && std::ptr::eq(of.as_ptr(), Arc::as_ptr(snapshot))
-        {
-            return aligned.clone();
+        if let Some(aligned) = made_over(&slot, snapshot) {
+            return aligned;
         }
         let aligned: Arc<Aligned> = Arc::new(
             snapshot
@@ -199,10 +197,8 @@ impl SharedMemories {
     /// over it and kept for the others.
     pub(crate) fn derived(&self, snapshot: &Arc<Snapshot>) -> Arc<Derived> {
         let mut slot = self.derived.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((of, derived)) = slot.as_ref()
-            && std::ptr::eq(of.as_ptr(), Arc::as_ptr(snapshot))
-        {
-            return derived.clone();
+        if let Some(derived) = made_over(&slot, snapshot) {
+            return derived;
         }
         if self.memories.is_empty() {
             return Arc::default();
@@ -250,6 +246,17 @@ impl SharedMemories {
         *slot = Some((Arc::downgrade(snapshot), derived.clone()));
         derived
     }
+}
+
+/// What `slot` holds, if it was made over `snapshot` (the weak reference
+/// keeps that snapshot's address from being another's while it is held).
+fn made_over<T>(
+    slot: &Option<(Weak<Snapshot>, Arc<T>)>,
+    snapshot: &Arc<Snapshot>,
+) -> Option<Arc<T>> {
+    slot.as_ref()
+        .filter(|(of, _)| std::ptr::eq(of.as_ptr(), Arc::as_ptr(snapshot)))
+        .map(|(_, made)| made.clone())
 }
 
 /// The names declared in one snapshot and not the other, or with another

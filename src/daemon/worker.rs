@@ -182,10 +182,8 @@ pub(crate) async fn run(
         // status writer, woken by another worker's report moving to the
         // commit, waits for this one's cycle instead of publishing first.
         // (Not while it waits for a turn: that can be long.)
-        let mut arriving = Some(board.cycle_running(
-            (&snapshot.commit, snapshot.commit_time),
-            agent.clock().now(),
-        ));
+        let commit = (snapshot.commit.as_str(), snapshot.commit_time);
+        let mut arriving = Some(board.cycle_running(commit, agent.clock().now()));
         // Whatever woke it, a cycle over a snapshot the worker has not
         // reconciled decides that snapshot's changes too.
         let names = names.and_then(|names| {
@@ -237,10 +235,7 @@ pub(crate) async fn run(
         // test hook wedges the worker here.)
         drop(arriving);
         super::hooks::wedge_point().await;
-        let running = board.cycle_running(
-            (&snapshot.commit, snapshot.commit_time),
-            agent.clock().now(),
-        );
+        let running = board.cycle_running(commit, agent.clock().now());
         inputs.heartbeats.beat(&provider, true);
         // Read ahead (and shared with the other workers): usually ready.
         agent.finish_preload(preload.take()).await;

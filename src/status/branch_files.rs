@@ -261,12 +261,7 @@ pub(crate) fn render(
     let (mut found_decided, mut found_inputs, mut rendered, mut ahead) = (0, 0, 0, 0);
     // To the millisecond, as the state keeps the times of operations: one
     // finished in the bound's own millisecond may be after it.
-    let reported_until = reported_until.map(|until| {
-        let into_ms = until
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() % 1_000_000);
-        until - std::time::Duration::from_nanos(into_ms.into())
-    });
+    let reported_until = reported_until.map(crate::journal::store::as_kept);
     let mut json = Vec::new();
     let source_commit_id = report.source.commit.as_deref();
     // One id for every file decided at this commit.

@@ -302,7 +302,7 @@ impl From<&Diagnostic> for ErrorReport {
     }
 }
 
-pub(super) fn rfc3339(t: SystemTime) -> String {
+fn rfc3339(t: SystemTime) -> String {
     crate::time::rfc3339(t)
 }
 

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use super::report::{
     AgentInfo, DriftReport, ErrorReport, OperationReport, OrphanedOverrideReport, OverrideReport,
-    Report, ResourceReport, SourceInfo, Summary, SuspensionReport, rfc3339,
+    Report, ResourceReport, SourceInfo, Summary, SuspensionReport,
 };
 use crate::config::Config;
 use crate::engine::{Action, DriftOrigin, State};
 use crate::provider::{Observed, OperationId};
 use crate::reconcile::Plan;
+use crate::time::rfc3339;
 
 /// Builds the report of a plan.
 pub fn build_report(config: &Config, plan: &Plan<'_>) -> Report {

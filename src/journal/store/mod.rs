@@ -31,7 +31,7 @@ pub use read::{Intent, IntentState};
 pub use releases::Release;
 pub(crate) use status::{
     COMMIT_STATUS_EVENT, DecidedAt, DecidedFrom, LastOperation, PendingNotification,
-    QueuedNotification, RESOLVED_PREFIX,
+    QueuedNotification, RESOLVED_PREFIX, as_kept,
 };
 pub use write::Applied;
 pub(crate) use write::Tx;

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use super::read::SharedStrings;
 use super::sql::args;
-use super::{StateStore, time};
+use super::{StateStore, ms, time};
 use crate::journal::StateError;
 
 /// The newest finished operation of a resource.
@@ -79,6 +79,12 @@ impl StateStore {
 /// Keeps `op` as `name`'s last operation if it is newer than the one
 /// kept (of two finished in the same millisecond, the lower id: always the
 /// same one).
+/// `t` as the state keeps the time an operation finished: to the
+/// millisecond below.
+pub(crate) fn as_kept(t: SystemTime) -> SystemTime {
+    time(ms(t))
+}
+
 fn keep_newest(out: &mut HashMap<String, LastOperation>, name: String, op: LastOperation) {
     match out.entry(name) {
         Entry::Occupied(mut kept) => {

@@ -102,6 +102,7 @@ pub(crate) async fn execute<T, P: Provider>(
     progress: &dyn Progress,
 ) -> Execution {
     let total = queued.len();
+    let commits_before = ctx.store.commits();
     let ctx = &ExecContext {
         halted: Arc::default(),
         ..ctx.clone()
@@ -212,6 +213,13 @@ pub(crate) async fn execute<T, P: Provider>(
         execution.finished.push(executed);
     }
     execution.finished.sort_by(|a, b| a.name.cmp(&b.name));
+    let (commits, writes) = ctx.store.commits();
+    tracing::debug!(
+        "{} operations run; meanwhile the state committed {} writes in {} commits",
+        execution.finished.len(),
+        writes.saturating_sub(commits_before.1),
+        commits.saturating_sub(commits_before.0),
+    );
     execution
 }
 

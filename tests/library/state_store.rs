@@ -63,6 +63,7 @@ both_backends!(
     drift_and_attempts_are_kept_per_field,
     notifications_queue_and_conditions,
     a_failed_write_leaves_nothing,
+    writes_at_once_each_land_or_fail_alone,
     a_reader_sees_no_state_before_a_writer,
     last_operations_by_name_are_what_the_whole_read_gives,
 );
@@ -666,6 +667,63 @@ fn a_failed_write_leaves_nothing(place: &Place) {
         1,
         "the store still writes after a rollback"
     );
+}
+
+/// Writes from many threads at once (they share commits when they meet
+/// at the connection): each lands whole, and one that fails is undone
+/// alone, whatever else shared its commit.
+fn writes_at_once_each_land_or_fail_alone(place: &Place) {
+    let store = place.writer();
+    let (h, now) = (SpecHash::from("h"), SystemTime::now());
+    let threads = 24;
+    let start = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for i in 0..threads {
+            let (store, start, h) = (&store, &start, &h);
+            s.spawn(move || {
+                let op = format!("op{i:02}");
+                start.wait();
+                store
+                    .begin_intent_and_attempt(
+                        &op,
+                        &format!("db{i:02}"),
+                        "create",
+                        h,
+                        0,
+                        &Value::Null,
+                        now,
+                    )
+                    .unwrap();
+                if i % 2 == 0 {
+                    store
+                        .finish_intent(&op, IntentState::Done, None, now)
+                        .unwrap();
+                } else {
+                    let failed: Result<(), _> = store.write(|tx| {
+                        tx.finish_intent(&op, IntentState::Failed, Some("undone"), now)?;
+                        Err(tend::testing::journal::StateError::Refused {
+                            path: "test".into(),
+                            problem: "injected".into(),
+                        })
+                    });
+                    assert!(failed.is_err());
+                }
+            });
+        }
+    });
+    let intents: Vec<_> = store.all_intents().unwrap();
+    assert_eq!(intents.len(), threads);
+    for intent in intents {
+        let i: usize = intent.op_id[2..].parse().unwrap();
+        let expected = if i % 2 == 0 {
+            IntentState::Done
+        } else {
+            IntentState::Pending
+        };
+        assert_eq!(intent.state, expected, "{}", intent.op_id);
+        assert_eq!(intent.attempts, 1, "{}", intent.op_id);
+        assert_eq!(intent.last_error, None, "{}", intent.op_id);
+    }
 }
 
 fn a_reader_sees_no_state_before_a_writer(place: &Place) {

@@ -8,6 +8,7 @@ mod agent_id;
 mod backup;
 mod copy;
 mod finished;
+mod group_commit;
 mod inspect;
 pub(crate) mod lease;
 mod migrations;
@@ -130,10 +131,11 @@ pub enum BackendKind {
     Postgres,
 }
 
-/// The state store. Statements are short; one connection behind a mutex.
+/// The state store. Statements are short; one connection behind a mutex,
+/// on which writes that meet share a commit ([`group_commit`]).
 #[derive(Debug)]
 pub struct StateStore {
-    conn: Mutex<Backend>,
+    conn: group_commit::Connection,
     /// How errors and `tend state show` name this state (the file, or the
     /// URL without password and the schema).
     location: String,
@@ -186,7 +188,7 @@ impl StateStore {
             Backend::Postgres(_) => BackendKind::Postgres,
         };
         StateStore {
-            conn: Mutex::new(backend),
+            conn: group_commit::Connection::new(backend),
             location,
             kind,
             writes: std::sync::atomic::AtomicU64::new(0),
@@ -233,8 +235,15 @@ impl StateStore {
         }
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Backend> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    /// Write transactions committed through this store, and the writes
+    /// they held (writes that met shared a commit).
+    pub(crate) fn commits(&self) -> (u64, u64) {
+        (self.conn.commits(), self.conn.writes())
+    }
+
+    /// The connection, with no write transaction open on it.
+    fn conn(&self) -> group_commit::Taken<'_> {
+        self.conn.take_settled(|changed| self.committed(changed))
     }
 
     /// Every row `sql` returns.

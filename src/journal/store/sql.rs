@@ -149,6 +149,10 @@ pub enum SqlError {
     /// A column did not hold the type the query reads.
     #[error("{0}")]
     Type(String),
+    /// The commit a write shared with others waiting for the connection
+    /// at the same time failed (its text): nothing of the write is kept.
+    #[error("the commit of this write, shared with others, failed: {0}")]
+    SharedCommit(std::sync::Arc<str>),
     /// A column could not be read as the type the query reads.
     #[error("column {index}: {source}")]
     Column {

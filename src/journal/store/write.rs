@@ -19,6 +19,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::finished::REFINISHED;
+use super::group_commit::Ran;
 use super::sql::{Row, SqlError, SqlValue, TxControl, args};
 use super::{Backend, BackendKind, StateStore, ms};
 use crate::engine::HeldDeletion;
@@ -29,20 +30,6 @@ use crate::model::SpecHash;
 pub struct Tx<'c> {
     conn: &'c Backend,
     store: &'c StateStore,
-}
-
-/// Rolls an unfinished transaction back (an error, or a panic, inside it).
-struct Open<'c> {
-    conn: &'c Backend,
-    finished: bool,
-}
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            let _ = self.conn.transaction(TxControl::Rollback);
-        }
-    }
 }
 
 /// What a confirmed create, update or adopt put at the provider.
@@ -102,40 +89,96 @@ impl StateStore {
         self.transaction(Written::Unfenced, f)
     }
 
+    /// Runs `f` as one write: alone in a transaction, or in a savepoint of
+    /// the transaction other writes waiting at the same time share
+    /// ([`super::group_commit`]). Returns once the commit that holds it
+    /// ran.
     fn transaction<T>(
         &self,
         written: Written,
         f: impl FnOnce(&Tx<'_>) -> Result<T, StateError>,
     ) -> Result<T, StateError> {
-        let guard = self.conn();
-        let conn: &Backend = &guard;
-        conn.transaction(TxControl::Begin)
-            .map_err(|e| self.err(e))?;
-        let mut open = Open {
-            conn,
-            finished: false,
-        };
-        let tx = Tx { conn, store: self };
-        if written != Written::Unfenced && self.kind == BackendKind::Postgres {
-            self.check_fence(&tx)?;
+        let alone = written == Written::Unfenced;
+        let mut taken = self.conn.take();
+        let joined = !alone && taken.can_join();
+        if !joined {
+            taken.settle(&self.conn, |changed| self.committed(changed));
         }
-        if written == Written::Change && self.kind == BackendKind::Postgres {
+        let begun = if joined {
+            taken.join()
+        } else {
+            taken.transaction(TxControl::Begin)
+        };
+        if let Err(e) = begun {
+            let ended = taken.end_write(&self.conn, joined, Ran::Undone, alone, |c| {
+                self.committed(c)
+            });
+            debug_assert!(ended.is_none());
+            return Err(self.err(e));
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let tx = Tx {
+                conn: &taken,
+                store: self,
+            };
+            self.open_write(&tx, written, joined, taken.open_changed())?;
+            f(&tx)
+        }));
+        let how = match &ran {
+            Ok(Ok(_)) => Ran::Written {
+                changed: written != Written::Aside,
+            },
+            _ => Ran::Undone,
+        };
+        let outcome = taken.end_write(&self.conn, joined, how, alone, |c| self.committed(c));
+        let value = match ran {
+            Ok(result) => result?,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        match outcome.map(|o| o.wait()) {
+            Some(Ok(())) => Ok(value),
+            Some(Err(text)) => Err(StateError::Database {
+                path: self.location.clone(),
+                source: SqlError::SharedCommit(text),
+            }),
+            // A write that succeeded always has a commit to wait for.
+            None => Ok(value),
+        }
+    }
+
+    /// What every write checks or counts first on PostgreSQL: the leader
+    /// lease (once per transaction: its row lock covers every write in
+    /// it), and the change counter other processes read (once per
+    /// transaction that holds a change).
+    fn open_write(
+        &self,
+        tx: &Tx<'_>,
+        written: Written,
+        joined: bool,
+        counted_already: bool,
+    ) -> Result<(), StateError> {
+        if self.kind != BackendKind::Postgres {
+            return Ok(());
+        }
+        if !joined && written != Written::Unfenced {
+            self.check_fence(tx)?;
+        }
+        if written == Written::Change && !counted_already {
             tx.exec(
                 "INSERT INTO meta (key, value) VALUES ('changes', '1') \
                  ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text",
                 &[],
             )?;
         }
-        let value = f(&tx)?;
-        open.finished = true;
-        if let Err(e) = conn.transaction(TxControl::Commit) {
-            let _ = conn.transaction(TxControl::Rollback);
-            return Err(self.err(e));
-        }
-        if written != Written::Aside {
+        Ok(())
+    }
+
+    /// A transaction committed: one that held a change moves the store's
+    /// freshness.
+    pub(super) fn committed(&self, changed: bool) {
+        if changed {
             self.wrote();
         }
-        Ok(value)
     }
 
     /// Journals an intent (a replay keeps the existing row) and commits it

@@ -694,7 +694,7 @@ fn writes_at_once_each_land_or_fail_alone(place: &Place) {
                         now,
                     )
                     .unwrap();
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     store
                         .finish_intent(&op, IntentState::Done, None, now)
                         .unwrap();
@@ -715,7 +715,7 @@ fn writes_at_once_each_land_or_fail_alone(place: &Place) {
     assert_eq!(intents.len(), threads);
     for intent in intents {
         let i: usize = intent.op_id[2..].parse().unwrap();
-        let expected = if i % 2 == 0 {
+        let expected = if i.is_multiple_of(2) {
             IntentState::Done
         } else {
             IntentState::Pending

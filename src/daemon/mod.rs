@@ -50,12 +50,17 @@ use signals::{Request, Signals};
 
 /// Threads for blocking calls (state reads and writes, libgit2, files).
 /// A journal write waiting for the state's shared commit holds one while
-/// it waits, so this bounds how many writes one commit can carry: with 4,
-/// a cold start of 100,000 creates committed about 2.7 writes at a time
-/// and took 80 s; with 64, 46.6 s (100.5 s before writes shared commits).
-/// Threads add no malloc arenas ([`crate::process::heap::tune_agent`]
-/// caps them), and an idle one ends after ten seconds.
-const BLOCKING_THREADS: usize = 64;
+/// it waits, so this bounds how many writes one commit can carry. A cold
+/// start of 100,000 creates took 80.4 s with 4 threads (commits of 2.7
+/// writes on average), 65.6 s with 16, 59.0 s with 32 and 46.6-59.3 s
+/// with 64 (100.5 s before writes shared commits). Each thread keeps some
+/// memory of its own (its stack, glibc's per-thread cache): at 10,000
+/// declarations the agent peaked at 62.3 MiB with 16, 63.3 with 32 and
+/// 63.4-63.8 with 64, against 62.7-62.8 with 4, where the target is
+/// 64 MB (61 MiB). Threads add no malloc arena
+/// ([`crate::process::heap::tune_agent`] caps them), and an idle one ends
+/// after ten seconds.
+const BLOCKING_THREADS: usize = 16;
 
 /// The journal is pruned this long after start, then this often.
 const PRUNE_FIRST: Duration = Duration::from_secs(60);

@@ -91,6 +91,15 @@ pub enum StateError {
         problem: String,
         fix: String,
     },
+    /// The commit a write shared with other writes failed (`commit`, as
+    /// a lone write's would have): nothing of any of them is kept.
+    #[error(
+        "{commit} (one commit held this write and {others} other writes: none of them is kept)"
+    )]
+    SharedCommit {
+        commit: Arc<StateError>,
+        others: usize,
+    },
     /// A statement failed (SQLite, or the PostgreSQL server or connection).
     #[error("state database {path}: {source}")]
     Database {
@@ -185,12 +194,15 @@ impl StateError {
     /// exits 78 on these (systemd's `RestartPreventExitStatus=78`), 1 on
     /// the rest (a lock held, a database that does not answer).
     pub fn is_configuration(&self) -> bool {
-        matches!(
-            self,
-            StateError::TooNew { .. }
-                | StateError::Damaged { .. }
-                | StateError::Untrusted { .. }
-                | StateError::AgentIdChanged { .. }
-        )
+        match self {
+            StateError::SharedCommit { commit, .. } => commit.is_configuration(),
+            _ => matches!(
+                self,
+                StateError::TooNew { .. }
+                    | StateError::Damaged { .. }
+                    | StateError::Untrusted { .. }
+                    | StateError::AgentIdChanged { .. }
+            ),
+        }
     }
 }

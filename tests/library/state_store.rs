@@ -669,12 +669,74 @@ fn a_failed_write_leaves_nothing(place: &Place) {
     );
 }
 
-/// Writes from many threads at once (they share commits when they meet
-/// at the connection): each lands whole, and one that fails is undone
-/// alone, whatever else shared its commit.
+/// Writes that meet at the connection share a commit: two made to meet
+/// (the first waits, inside its write, until the second is at the
+/// connection), the second refused by the backend at a statement (on
+/// PostgreSQL that aborts the whole transaction until it is rolled back to
+/// the write's savepoint); then many threads at once. Each write lands
+/// whole, and one that fails is undone alone.
 fn writes_at_once_each_land_or_fail_alone(place: &Place) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
     let store = place.writer();
     let (h, now) = (SpecHash::from("h"), SystemTime::now());
+    for op in ["first", "second"] {
+        store
+            .begin_intent(op, &format!("db-{op}"), "create", &h, 0, &Value::Null, now)
+            .unwrap();
+    }
+    let (commits_before, _) = store.commits();
+    let inside = AtomicBool::new(false);
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let (first, second) = std::thread::scope(|s| {
+        let second = s.spawn(|| {
+            until("the first write never began", &|| {
+                inside.load(Ordering::SeqCst)
+            });
+            store.write(|tx| {
+                tx.finish_intent("second", IntentState::Done, None, now)?;
+                tx.exec_unchecked("INSERT INTO no_such_table VALUES (1)")
+            })
+        });
+        let first = store.write(|tx| {
+            tx.finish_intent("first", IntentState::Done, None, now)?;
+            inside.store(true, Ordering::SeqCst);
+            until("the second write never came", &|| {
+                store.waiting_for_connection() > 0
+            });
+            Ok(())
+        });
+        (first, second.join().unwrap())
+    });
+    first.unwrap();
+    let refused = second.unwrap_err().to_string();
+    assert!(refused.contains("no_such_table"), "{refused}");
+    assert_eq!(
+        store.commits().0 - commits_before,
+        1,
+        "the two writes met in one transaction"
+    );
+    let state_of = |op: &str| {
+        store
+            .all_intents()
+            .unwrap()
+            .into_iter()
+            .find(|i| i.op_id == op)
+            .map(|i| i.state)
+    };
+    assert_eq!(state_of("first"), Some(IntentState::Done));
+    assert_eq!(
+        state_of("second"),
+        Some(IntentState::Pending),
+        "undone alone"
+    );
+
     let threads = 24;
     let start = std::sync::Barrier::new(threads);
     std::thread::scope(|s| {
@@ -711,7 +773,12 @@ fn writes_at_once_each_land_or_fail_alone(place: &Place) {
             });
         }
     });
-    let intents: Vec<_> = store.all_intents().unwrap();
+    let intents: Vec<_> = store
+        .all_intents()
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.op_id.starts_with("op"))
+        .collect();
     assert_eq!(intents.len(), threads);
     for intent in intents {
         let i: usize = intent.op_id[2..].parse().unwrap();

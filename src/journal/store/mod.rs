@@ -237,13 +237,21 @@ impl StateStore {
 
     /// Write transactions committed through this store, and the writes
     /// they held (writes that met shared a commit).
-    pub(crate) fn commits(&self) -> (u64, u64) {
+    pub fn commits(&self) -> (u64, u64) {
         (self.conn.commits(), self.conn.writes())
+    }
+
+    /// Threads waiting for the store's connection now: a test makes two
+    /// writes meet with it.
+    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn waiting_for_connection(&self) -> usize {
+        self.conn.waiting()
     }
 
     /// The connection, with no write transaction open on it.
     fn conn(&self) -> group_commit::Taken<'_> {
-        self.conn.take_settled(|changed| self.committed(changed))
+        self.conn.take_settled(self)
     }
 
     /// Every row `sql` returns.

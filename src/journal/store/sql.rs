@@ -149,10 +149,10 @@ pub enum SqlError {
     /// A column did not hold the type the query reads.
     #[error("{0}")]
     Type(String),
-    /// The commit a write shared with others waiting for the connection
-    /// at the same time failed (its text): nothing of the write is kept.
-    #[error("the commit of this write, shared with others, failed: {0}")]
-    SharedCommit(std::sync::Arc<str>),
+    /// A savepoint of a transaction shared by several writes could not be
+    /// released or undone: the whole transaction is rolled back.
+    #[error("the transaction shared with other writes was lost: {0}")]
+    Savepoint(String),
     /// A column could not be read as the type the query reads.
     #[error("column {index}: {source}")]
     Column {

@@ -19,7 +19,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::finished::REFINISHED;
-use super::group_commit::Ran;
+use super::group_commit::{Committer, Ran};
 use super::sql::{Row, SqlError, SqlValue, TxControl, args};
 use super::{Backend, BackendKind, StateStore, ms};
 use crate::engine::HeldDeletion;
@@ -98,11 +98,14 @@ impl StateStore {
         written: Written,
         f: impl FnOnce(&Tx<'_>) -> Result<T, StateError>,
     ) -> Result<T, StateError> {
-        let alone = written == Written::Unfenced;
+        // Bulk writes beside the journal (the status branch's digests) and
+        // the schema's creation never share: no journal write waits behind
+        // them.
+        let alone = written != Written::Change;
         let mut taken = self.conn.take();
         let joined = !alone && taken.can_join();
         if !joined {
-            taken.settle(&self.conn, |changed| self.committed(changed));
+            taken.settle(&self.conn, self);
         }
         let begun = if joined {
             taken.join()
@@ -110,10 +113,8 @@ impl StateStore {
             taken.transaction(TxControl::Begin)
         };
         if let Err(e) = begun {
-            let ended = taken.end_write(&self.conn, joined, Ran::Undone, alone, |c| {
-                self.committed(c)
-            });
-            debug_assert!(ended.is_none());
+            // Nothing of this write to wait for: it failed before it began.
+            let _ = taken.end_write(&self.conn, joined, Ran::Undone, alone, self);
             return Err(self.err(e));
         }
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -130,17 +131,13 @@ impl StateStore {
             },
             _ => Ran::Undone,
         };
-        let outcome = taken.end_write(&self.conn, joined, how, alone, |c| self.committed(c));
+        let outcome = taken.end_write(&self.conn, joined, how, alone, self);
         let value = match ran {
             Ok(result) => result?,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        match outcome.map(|o| o.wait()) {
-            Some(Ok(())) => Ok(value),
-            Some(Err(text)) => Err(StateError::Database {
-                path: self.location.clone(),
-                source: SqlError::SharedCommit(text),
-            }),
+        match outcome.map_err(|e| self.err(e))? {
+            Some(commit) => commit.wait().map(|()| value),
             // A write that succeeded always has a commit to wait for.
             None => Ok(value),
         }
@@ -171,14 +168,6 @@ impl StateStore {
             )?;
         }
         Ok(())
-    }
-
-    /// A transaction committed: one that held a change moves the store's
-    /// freshness.
-    pub(super) fn committed(&self, changed: bool) {
-        if changed {
-            self.wrote();
-        }
     }
 
     /// Journals an intent (a replay keeps the existing row) and commits it
@@ -383,6 +372,14 @@ impl StateStore {
 }
 
 impl Tx<'_> {
+    /// Runs `sql` inside the write: for tests that make a write fail at a
+    /// statement the backend refuses (both backends).
+    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub fn exec_unchecked(&self, sql: &str) -> Result<(), StateError> {
+        self.exec(sql, &[])
+    }
+
     fn err(&self, e: SqlError) -> StateError {
         self.store.err(e)
     }
@@ -690,5 +687,18 @@ impl Tx<'_> {
             .map(|r| r.get(0))
             .collect::<Result<_, _>>()
             .map_err(|e| self.err(e))
+    }
+}
+
+impl Committer for StateStore {
+    /// A transaction that held a change moves the store's freshness.
+    fn committed(&self, changed: bool) {
+        if changed {
+            self.wrote();
+        }
+    }
+
+    fn error(&self, e: SqlError) -> StateError {
+        self.err(e)
     }
 }

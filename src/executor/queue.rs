@@ -214,6 +214,9 @@ pub(crate) async fn execute<T, P: Provider>(
     }
     execution.finished.sort_by(|a, b| a.name.cmp(&b.name));
     let (commits, writes) = ctx.store.commits();
+    if execution.finished.is_empty() {
+        return execution;
+    }
     tracing::debug!(
         "{} operations run; meanwhile the state committed {} writes in {} commits",
         execution.finished.len(),

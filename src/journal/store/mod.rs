@@ -5,6 +5,7 @@
 //! both are written once against [`sql`].
 
 mod agent_id;
+mod backend;
 mod backup;
 mod copy;
 mod finished;
@@ -44,6 +45,7 @@ use std::time::{Duration, SystemTime};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::{FORMAT, READABLE_FORMAT, StateError};
+use backend::Backend;
 use postgres::PgSession;
 use sql::{Row, SqlError, SqlValue, args};
 
@@ -67,61 +69,6 @@ fn time(ms: i64) -> SystemTime {
         SystemTime::UNIX_EPOCH,
         Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
     )
-}
-
-/// The connection a store runs its statements on.
-#[derive(Debug)]
-pub(super) enum Backend {
-    Sqlite(Connection),
-    Postgres(PgSession),
-}
-
-impl Backend {
-    fn execute(&self, sql: &str, args: &[SqlValue]) -> Result<usize, SqlError> {
-        match self {
-            Backend::Sqlite(c) => sql::sqlite_execute(c, sql, args),
-            Backend::Postgres(s) => s.execute(sql, args),
-        }
-    }
-
-    fn query(&self, sql: &str, args: &[SqlValue]) -> Result<Vec<Row>, SqlError> {
-        match self {
-            Backend::Sqlite(c) => sql::sqlite_query(c, sql, args),
-            Backend::Postgres(s) => s.query(sql, args),
-        }
-    }
-
-    fn batch(&self, sql: &str) -> Result<(), SqlError> {
-        match self {
-            Backend::Sqlite(c) => c.execute_batch(sql).map_err(SqlError::from),
-            Backend::Postgres(s) => s.batch(sql),
-        }
-    }
-
-    /// Begins (SQLite: `BEGIN IMMEDIATE`, the write lock at once),
-    /// commits or rolls back a transaction.
-    fn transaction(&self, control: sql::TxControl) -> Result<(), SqlError> {
-        match self {
-            Backend::Sqlite(c) => c
-                .execute_batch(control.sqlite_sql())
-                .map_err(SqlError::from),
-            Backend::Postgres(s) => s.transaction(control),
-        }
-    }
-
-    /// Calls `f` with each row (SQLite: one at a time, never the whole
-    /// result in memory).
-    fn each(
-        &self,
-        sql: &str,
-        args: &[SqlValue],
-        f: &mut dyn FnMut(&Row) -> Result<(), SqlError>,
-    ) -> Result<(), SqlError> {
-        match self {
-            Backend::Sqlite(c) => sql::sqlite_each(c, sql, args, f),
-            Backend::Postgres(s) => s.query(sql, args)?.iter().try_for_each(f),
-        }
-    }
 }
 
 /// Which backend a store is on.

@@ -49,16 +49,6 @@ use backend::Backend;
 use postgres::PgSession;
 use sql::{Row, SqlError, SqlValue, args};
 
-/// SQLite's page cache per connection, in KiB (about SQLite's own
-/// default of 2,000 KiB).
-/// A cycle no longer reads every resource's row (the memories are brought
-/// up to date from the rows written since the last read), so a cache that
-/// held them bought no time, and it filled to its size in every process:
-/// with 8 MiB, the running agent's resident memory at 10,000 resources was
-/// 8-10 MB higher, and no-change cycles at 10,000 and 100,000 took as
-/// long with either size (interleaved runs).
-pub(crate) const PAGE_CACHE_KIB: i64 = 2 * 1024;
-
 fn ms(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -339,7 +329,7 @@ impl StateStore {
             .map_err(|e| sql_err(&path, e))?;
         // Not a memory map: every page a map ever touched (a one-time read
         // of the whole journal) would stay resident.
-        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)
+        conn.pragma_update(None, "cache_size", -crate::process::sqlite::PAGE_CACHE_KIB)
             .map_err(|e| sql_err(&path, e))?;
         let store = Self::wrap(Backend::Sqlite(conn), path.display().to_string());
         if writer {

@@ -73,6 +73,8 @@ impl SandboxProvider {
                 .map_err(|e| self.storage_err(e))?;
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .map_err(|e| self.storage_err(e))?;
+            conn.pragma_update(None, "cache_size", -crate::process::sqlite::PAGE_CACHE_KIB)
+                .map_err(|e| self.storage_err(e))?;
             conn.execute_batch(
                 "CREATE TABLE IF NOT EXISTS databases (name TEXT PRIMARY KEY, body TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS operations (key TEXT PRIMARY KEY, body TEXT NOT NULL);",

@@ -213,10 +213,10 @@ pub(crate) async fn execute<T, P: Provider>(
         execution.finished.push(executed);
     }
     execution.finished.sort_by(|a, b| a.name.cmp(&b.name));
-    let (commits, writes) = ctx.store.commits();
     if execution.finished.is_empty() {
         return execution;
     }
+    let (commits, writes) = ctx.store.commits();
     tracing::debug!(
         "{} operations run; meanwhile the state committed {} writes in {} commits",
         execution.finished.len(),

@@ -93,13 +93,15 @@ impl StateStore {
         ))
     }
 
-    /// Every operation finished at or after `since_ms`, and the state's
-    /// mark as they were read (`None` without a row).
-    fn finished_since(&self, since_ms: i64) -> Result<FinishedSince, StateError> {
+    /// Every operation finished at or after `since_ms` (`after`: only
+    /// those finished after it), and the state's mark as they were read
+    /// (`None` without a row).
+    fn finished_since(&self, since_ms: i64, after: bool) -> Result<FinishedSince, StateError> {
         let sql = format!(
             "SELECT name, op_id, kind, state, last_error, updated_ms, {} FROM intents \
-             WHERE state IN ('done', 'failed') AND updated_ms >= ?1 ORDER BY op_id",
-            self.mark_columns()?
+             WHERE state IN ('done', 'failed') AND updated_ms {} ?1 ORDER BY op_id",
+            self.mark_columns()?,
+            if after { ">" } else { ">=" }
         );
         let mut mark = None;
         let rows = self.map_rows(&sql, args![since_ms], |r| {
@@ -145,12 +147,14 @@ impl StateStore {
     /// before).
     ///
     /// What finished since is read alone when the rows finished after the
-    /// mark's newest millisecond are as many as finished since, or the
-    /// rows finished in the [`RECENT_MS`] before it or after are those
-    /// the mark counted then and every one counted since: then none
-    /// finished earlier, and what finished in that window, after the mark
-    /// or not, is among those read (again, and changed at worst: a file
-    /// rendered again, never one kept that changed). When the counts show
+    /// mark's newest millisecond are as many as finished since (then they
+    /// are what changed: every operation of an earlier millisecond was
+    /// counted by the mark), or the rows finished in the [`RECENT_MS`]
+    /// before it or after are those the mark counted then and every one
+    /// counted since: then none finished earlier, and what finished in
+    /// that window, after the mark or not, is among those read (again,
+    /// and changed at worst: a file rendered again, never one kept that
+    /// changed). When the counts show
     /// something else changed (an operation pruned, or finished earlier
     /// than that window), `None`: any
     /// resource's may have changed, and the caller reads every resource's
@@ -172,33 +176,53 @@ impl StateStore {
         if then == now {
             return Ok(Some((HashMap::new(), HashSet::new())));
         }
-        let (rows, read_at) = self.finished_since(then.newest_ms.saturating_sub(RECENT_MS))?;
-        // (Counted as the rows were read: operations finish after `now`
-        // was taken, and they are read too.)
-        let now = read_at.unwrap_or(now);
-        if now.count < then.count || now.newest_ms < then.newest_ms {
-            tracing::debug!(
-                "status branch: the finished operations went back from {then:?} to {now:?}"
-            );
-            return Ok(None);
-        }
-        let since = now.count - then.count;
-        let newer = rows
-            .iter()
-            .filter(|(_, op)| op.finished_at > time(then.newest_ms))
-            .count();
-        // Every one since finished after the mark's millisecond (those of
-        // the window may have been pruned since), or in the window or
-        // after and those of it are all still there.
-        let told_apart = i64::try_from(newer).ok() == Some(since)
-            || i64::try_from(rows.len()).ok() == then.recent.checked_add(since);
-        if !told_apart {
-            tracing::debug!(
-                "status branch: the operations finished since {then:?} cannot be told apart at {now:?}: {} rows from the window, {newer} newer",
-                rows.len()
-            );
-            return Ok(None);
-        }
+        // First what finished after the mark's newest millisecond: when
+        // those are every operation counted since, they are all that
+        // changed (an operation of the window was counted by the mark,
+        // and the render it was taken for showed it). Only otherwise is
+        // the window read, and every operation in it taken as changed:
+        // within seconds of a cold start, that window holds every
+        // resource's create, and reading it at each one-file `tend apply`
+        // rendered every file's inputs again.
+        let (rows, read_at) = self.finished_since(then.newest_ms, true)?;
+        let now_after = read_at.unwrap_or(now);
+        let went_back =
+            |now: FinishedMark| now.count < then.count || now.newest_ms < then.newest_ms;
+        let rows = if !went_back(now_after)
+            && i64::try_from(rows.len()).ok() == Some(now_after.count - then.count)
+        {
+            rows
+        } else {
+            let (rows, read_at) =
+                self.finished_since(then.newest_ms.saturating_sub(RECENT_MS), false)?;
+            // (Counted as the rows were read: operations finish after
+            // `now` was taken, and they are read too.)
+            let now = read_at.unwrap_or(now);
+            if went_back(now) {
+                tracing::debug!(
+                    "status branch: the finished operations went back from {then:?} to {now:?}"
+                );
+                return Ok(None);
+            }
+            let since = now.count - then.count;
+            let newer = rows
+                .iter()
+                .filter(|(_, op)| op.finished_at > time(then.newest_ms))
+                .count();
+            // Every one since finished after the mark's millisecond (those
+            // of the window may have been pruned since), or in the window
+            // or after and those of it are all still there.
+            let told_apart = i64::try_from(newer).ok() == Some(since)
+                || i64::try_from(rows.len()).ok() == then.recent.checked_add(since);
+            if !told_apart {
+                tracing::debug!(
+                    "status branch: the operations finished since {then:?} cannot be told apart at {now:?}: {} rows from the window, {newer} newer",
+                    rows.len()
+                );
+                return Ok(None);
+            }
+            rows
+        };
         let mut operations: HashMap<String, LastOperation> = HashMap::new();
         for (name, op) in rows {
             // The newest; of two in the same millisecond, the lower id (as

@@ -78,7 +78,10 @@ pub(crate) fn load(file: &Path) -> Option<KeptRenders> {
     // Counted: a file cut short at a line's end would otherwise leave
     // resources out, whose files would never be removed over the commit.
     let count: usize = lines.next()?.strip_prefix("inputs ")?.parse().ok()?;
-    let mut inputs = HashMap::new();
+    // Sized by the count only as far as the text could hold that many
+    // lines (a digest, a space and a name each): a damaged count must not
+    // allocate.
+    let mut inputs = HashMap::with_capacity(count.min(text.len() / 66));
     for line in lines {
         let (hex, name) = line.split_once(' ')?;
         inputs.insert(name.to_string(), bytes_of_hex::<32>(hex)?);

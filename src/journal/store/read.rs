@@ -207,6 +207,16 @@ impl SharedStrings {
         self.0.insert(new.clone());
         new
     }
+
+    /// [`Self::share`] of a borrowed value: copied only the first time.
+    pub(super) fn share_str(&mut self, value: &str) -> Arc<str> {
+        if let Some(known) = self.0.get(value) {
+            return known.clone();
+        }
+        let new: Arc<str> = Arc::from(value);
+        self.0.insert(new.clone());
+        new
+    }
 }
 
 impl StateStore {

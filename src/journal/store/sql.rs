@@ -211,6 +211,18 @@ impl<T: FromSqlValue> FromSqlValue for Option<T> {
 }
 
 impl Row {
+    /// Column `i`'s text, borrowed from the row: a read of every resource
+    /// copies none of it that it does not keep. A value that is not text
+    /// is an error naming the column.
+    pub(crate) fn text(&self, i: usize) -> Result<&str, SqlError> {
+        match self.0.get(i) {
+            Some(SqlValue::Text(t)) => Ok(t),
+            value => Err(SqlError::Type(format!(
+                "column {i} holds {value:?}, not text"
+            ))),
+        }
+    }
+
     /// Column `i` as a `T`; a NULL or a value of another type where `T`
     /// does not allow it is an error naming the column.
     pub(crate) fn get<T: FromSqlValue>(&self, i: usize) -> Result<T, SqlError> {

@@ -155,18 +155,23 @@ impl StateStore {
         if !self.has_table("status_decided")? {
             return Ok(Default::default());
         }
-        let rows: Vec<(String, String, String)> = self.map_rows(
-            "SELECT name, digest, commit_id FROM status_decided",
-            &[],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
+        // Read row by row, the digest and commit borrowed from each: a
+        // one-shot's status commit reads every resource's.
         let mut commits = SharedStrings::default();
-        let mut decided = HashMap::with_capacity(rows.len());
-        for (name, digest, commit) in rows {
-            let digest = crate::model::hash::bytes_of_hex(&digest).unwrap_or(NO_FILE_DIGEST);
-            let commit = commits.share(commit);
-            decided.insert(name, DecidedAt { digest, commit });
-        }
+        let mut decided = HashMap::new();
+        self.conn()
+            .each(
+                "SELECT name, digest, commit_id FROM status_decided",
+                &[],
+                &mut |r| {
+                    let digest =
+                        crate::model::hash::bytes_of_hex(r.text(1)?).unwrap_or(NO_FILE_DIGEST);
+                    let commit = commits.share_str(r.text(2)?);
+                    decided.insert(r.get(0)?, DecidedAt { digest, commit });
+                    Ok(())
+                },
+            )
+            .map_err(|e| self.err(e))?;
         Ok(decided)
     }
 

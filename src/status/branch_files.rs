@@ -359,8 +359,13 @@ pub(crate) fn render(
         // What the next render compares: these fields, with the
         // `decidedFrom` remembered from this one (the digest above, when
         // that did not change).
+        // A file with no `decidedFrom` to remember (no source commit) is
+        // made again by the next render, as one ahead of its report: any
+        // other digest kept stands for a row of the state, and a one-shot
+        // reads the rows of the files it renders alone.
         if keep {
             let key = match key {
+                _ if now.is_none() => AHEAD_OF_REPORT,
                 Some(key) if now.as_ref() == was => key,
                 _ => inputs_of(&mut json, &file, now.as_ref(), source_commit_id),
             };
@@ -632,4 +637,4 @@ pub(crate) fn commit_message(report: &Report) -> String {
 
 #[cfg(test)]
 #[path = "branch_files_tests.rs"]
-mod tests;
+pub(crate) mod tests;

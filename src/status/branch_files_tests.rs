@@ -7,7 +7,7 @@ use super::*;
 use crate::journal::LastOperation;
 
 /// A report of `entries` (name, reason) at commit `c1`.
-fn report(entries: &[(&str, &str)]) -> Report {
+pub(crate) fn report(entries: &[(&str, &str)]) -> Report {
     let mut report: Report = serde_json::from_value(serde_json::json!({
         "formatVersion": 1, "generatedAt": "2027-01-15T08:00:00Z",
         "agent": {"id": "agent", "version": "0"},
@@ -264,4 +264,31 @@ fn a_name_never_leaves_the_status_directory() {
     // `printf %s orders | sha256sum`: 1c168a…; `../x`: d6b96a…
     assert_eq!(file_name("orders"), "status/1c/orders.yaml");
     assert_eq!(file_name("../x"), "status/d6/%2E%2E%2Fx.yaml");
+}
+
+/// A file with no `decidedFrom` to remember (a report without a source
+/// commit) keeps no digest of its own: the next render makes it again,
+/// and a one-shot reads no row for it.
+#[test]
+fn a_file_decided_from_no_commit_is_made_again() {
+    let mut no_commit = report(&[("billing", ""), ("orders", "")]);
+    no_commit.source.commit = None;
+    let whole = render(
+        &no_commit,
+        &mut HashMap::new(),
+        &DecidedFrom::new(),
+        keep(None, None),
+        &mut FileContent::Bytes,
+    );
+    assert!(whole.decided.is_empty(), "{:?}", whole.decided);
+    assert_eq!(whole.inputs.len(), 2);
+    assert!(whole.inputs.values().all(|d| *d == AHEAD_OF_REPORT));
+    let again = render(
+        &no_commit,
+        &mut HashMap::new(),
+        &DecidedFrom::new(),
+        keep(Some(whole.inputs), None),
+        &mut FileContent::Bytes,
+    );
+    assert_eq!(again.rendered, 2, "made again");
 }

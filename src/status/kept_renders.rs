@@ -142,6 +142,30 @@ pub(crate) fn store(
     super::files::write_atomically(file, text.as_bytes())
 }
 
+/// Keeps `rendered` (the commit and each resource's inputs) and its
+/// `entries` for the next process, or removes the file when nothing was
+/// rendered; a failure is a warning (the next process renders every
+/// file).
+pub(crate) fn keep_logged(
+    file: &Path,
+    rendered: Option<&(String, HashMap<String, InputsDigest>)>,
+    entries: Option<(&EntryDigests, FinishedMark)>,
+) {
+    let written = match rendered {
+        Some((commit, inputs)) => store(file, commit, inputs, entries),
+        None => match std::fs::remove_file(file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    };
+    if let Err(e) = written {
+        tracing::warn!(
+            "status branch: cannot keep what was rendered in {}: {e}; the next process renders every file",
+            file.display()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

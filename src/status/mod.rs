@@ -5,6 +5,7 @@ pub(crate) mod auto_propose;
 pub(crate) mod board;
 pub(crate) mod branch;
 pub(crate) mod branch_files;
+mod decided_read;
 pub(crate) mod files;
 mod files_record;
 pub(crate) mod html;

@@ -538,12 +538,13 @@ impl StatusPublisher {
         // (Without what changed, every file is digested, and every last
         // operation is read along.)
         let partial = partial && operations_changed.is_some();
-        let decided = match (self.decided.take(), &self.store) {
+        // A one-shot over the render reads the rows of the files it
+        // renders alone, once it knows them (see `decided_read`).
+        let by_name = partial && !self.keeps_renders && self.decided.is_none();
+        let mut decided = match (self.decided.take(), &self.store) {
             (Some(kept), _) => kept,
-            (None, Some(store)) => store.status_decided().unwrap_or_else(|e| {
-                tracing::warn!("status branch: cannot read what each file was decided from: {e}");
-                Default::default()
-            }),
+            (None, Some(_)) if by_name => Default::default(),
+            (None, Some(store)) => read_decided(store.status_decided()),
             (None, None) => Default::default(),
         };
         let (base_commit, base_digests) = match self
@@ -569,7 +570,7 @@ impl StatusPublisher {
                     .as_ref()
                     .is_some_and(|changed| !changed.contains(&r.name))
         };
-        let mut read_by_name = None;
+        let (mut read_by_name, mut decided_of) = (None, None);
         // The entries found kept here are told to the render, which then
         // looks nothing up again for them (at 100,000 resources the
         // lookups were most of the files' making).
@@ -580,7 +581,7 @@ impl StatusPublisher {
                     .as_ref()
                     .and_then(|base| base.get(&r.name))
                     .is_some_and(|digest| *digest != AHEAD_OF_REPORT)
-                    && decided.contains_key(&r.name)
+                    && (by_name || decided.contains_key(&r.name))
                     && unchanged(i, r)
             };
             let found: Vec<bool> = report
@@ -589,6 +590,12 @@ impl StatusPublisher {
                 .enumerate()
                 .map(|(i, r)| is_kept(i, r))
                 .collect();
+            if let (true, Some(base)) = (by_name, &base_digests) {
+                decided = read_decided(super::decided_read::of_rendered(
+                    store, report, &found, base,
+                ));
+                decided_of = Some(decided.len());
+            }
             let to_render: Vec<&str> = report
                 .resources
                 .iter()
@@ -637,8 +644,12 @@ impl StatusPublisher {
         // (The tip moved under the changes: rendered whole and published
         // again, so such a cycle may push up to twice `attempts` times.)
         if matches!(published, Published::NeedsEveryFile) {
-            // (After a partial read, every resource's is read along.)
+            // (After a partial read, every resource's is read along, and
+            // what each file was decided from.)
             drop(rendered);
+            if let (true, Some(store)) = (by_name, &self.store) {
+                decided = read_decided(store.status_decided());
+            }
             rendered = render_reading(
                 report,
                 self.store.as_deref().filter(|_| read_along || partial),
@@ -656,13 +667,16 @@ impl StatusPublisher {
             }
         }
         tracing::debug!(
-            "status branch: {} resource files rendered, {} kept; the state read in {read:?}, the files made in {:?}, published in {:?}{}{}",
+            "status branch: {} resource files rendered, {} kept; the state read in {read:?}, the files made in {:?}, published in {:?}{}{}{}",
             rendered.rendered,
             report.resources.len() - rendered.rendered,
             made - read,
             started.elapsed() - made,
             read_by_name
                 .map(|n| format!("; the last operations of {n} resources read by name"))
+                .unwrap_or_default(),
+            decided_of
+                .map(|n| format!("; what {n} files were decided from read"))
                 .unwrap_or_default(),
             match rendered.ahead {
                 0 => String::new(),
@@ -747,28 +761,23 @@ impl Drop for StatusPublisher {
             return;
         }
         if let Some(file) = &self.renders_file {
-            let written = match &self.rendered {
-                Some((commit, inputs)) => {
-                    let entries = self
-                        .rendered_entries
-                        .as_ref()
-                        .filter(|_| self.entries_recorded)
-                        .map(|(entries, mark)| (entries, *mark));
-                    super::kept_renders::store(file, commit, inputs, entries)
-                }
-                None => match std::fs::remove_file(file) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                    _ => Ok(()),
-                },
-            };
-            if let Err(e) = written {
-                tracing::warn!(
-                    "status branch: cannot keep what was rendered in {}: {e}; the next process renders every file",
-                    file.display()
-                );
-            }
+            let entries = self
+                .rendered_entries
+                .as_ref()
+                .filter(|_| self.entries_recorded)
+                .map(|(entries, mark)| (entries, *mark));
+            super::kept_renders::keep_logged(file, self.rendered.as_ref(), entries);
         }
     }
+}
+
+/// What each file was decided from, or (warned) nothing: every file is
+/// decided again, from the commit the render is made at.
+fn read_decided(read: Result<DecidedFrom, crate::journal::StateError>) -> DecidedFrom {
+    read.unwrap_or_else(|e| {
+        tracing::warn!("status branch: cannot read what each file was decided from: {e}");
+        Default::default()
+    })
 }
 
 /// The most resources whose last operations a status commit over a known

@@ -1036,8 +1036,12 @@ fn a_one_shot_apply_renders_only_what_changed_since_the_last_one() {
     assert!(orders.contains(&head), "{orders}");
     assert!(orders.contains("kind: update"), "{orders}");
     assert!(!remote.show(&status_file("billing")).contains(&head));
+    // Of what each file was decided from, orders' alone is read (billing
+    // is kept).
     assert!(
-        rendered(&second).ends_with("the last operations of 0 resources read by name"),
+        rendered(&second).ends_with(
+            "the last operations of 0 resources read by name; what 1 files were decided from read"
+        ),
         "{}",
         rendered(&second)
     );
@@ -1062,7 +1066,9 @@ fn a_one_shot_apply_renders_only_what_changed_since_the_last_one() {
         rendered(&drifted)
     );
     assert!(
-        rendered(&drifted).ends_with("the last operations of 1 resources read by name"),
+        rendered(&drifted).ends_with(
+            "the last operations of 1 resources read by name; what 1 files were decided from read"
+        ),
         "{}",
         rendered(&drifted)
     );

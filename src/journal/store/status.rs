@@ -155,24 +155,56 @@ impl StateStore {
         if !self.has_table("status_decided")? {
             return Ok(Default::default());
         }
-        // Read row by row, the digest and commit borrowed from each: a
-        // one-shot's status commit reads every resource's.
-        let mut commits = SharedStrings::default();
         let mut decided = HashMap::new();
-        self.conn()
-            .each(
-                "SELECT name, digest, commit_id FROM status_decided",
-                &[],
-                &mut |r| {
-                    let digest =
-                        crate::model::hash::bytes_of_hex(r.text(1)?).unwrap_or(NO_FILE_DIGEST);
-                    let commit = commits.share_str(r.text(2)?);
-                    decided.insert(r.get(0)?, DecidedAt { digest, commit });
-                    Ok(())
-                },
-            )
-            .map_err(|e| self.err(e))?;
+        self.read_decided(
+            "SELECT name, digest, commit_id FROM status_decided",
+            &[],
+            &mut SharedStrings::default(),
+            &mut decided,
+        )?;
         Ok(decided)
+    }
+
+    /// [`Self::status_decided`] of the resources `names` alone (those a
+    /// status commit renders), a hundred a query.
+    pub fn status_decided_of(&self, names: &[&str]) -> Result<DecidedFrom, StateError> {
+        let mut decided = HashMap::with_capacity(names.len());
+        if names.is_empty() || !self.has_table("status_decided")? {
+            return Ok(decided);
+        }
+        let mut commits = SharedStrings::default();
+        for chunk in names.chunks(100) {
+            let sql = format!(
+                "SELECT name, digest, commit_id FROM status_decided WHERE name IN ({})",
+                super::sql::placeholders(chunk.len())
+            );
+            let args: Vec<super::sql::SqlValue> = chunk
+                .iter()
+                .map(|&name| super::sql::SqlValue::from(name))
+                .collect();
+            self.read_decided(&sql, &args, &mut commits, &mut decided)?;
+        }
+        Ok(decided)
+    }
+
+    /// The rows of `sql` into `decided`, row by row, the digest and commit
+    /// borrowed from each (a one-shot's status commit may read every
+    /// resource's).
+    fn read_decided(
+        &self,
+        sql: &str,
+        args: &[super::sql::SqlValue],
+        commits: &mut SharedStrings,
+        decided: &mut DecidedFrom,
+    ) -> Result<(), StateError> {
+        self.conn()
+            .each(sql, args, &mut |r| {
+                let digest = crate::model::hash::bytes_of_hex(r.text(1)?).unwrap_or(NO_FILE_DIGEST);
+                let commit = commits.share_str(r.text(2)?);
+                decided.insert(r.get(0)?, DecidedAt { digest, commit });
+                Ok(())
+            })
+            .map_err(|e| self.err(e))
     }
 
     /// Replaces the status digests with `current` (resources not in it
@@ -700,6 +732,13 @@ mod tests {
         store.record_status_decided(&written)?;
         let read = store.status_decided()?;
         assert_eq!(read, expected);
+        // By name: those named alone, an unknown name left out.
+        let named = store.status_decided_of(&["orders", "ledger", "unknown"])?;
+        let mut names: Vec<&String> = named.keys().collect();
+        names.sort();
+        assert_eq!(names, ["ledger", "orders"]);
+        assert_eq!(named["orders"], expected["orders"]);
+        assert!(store.status_decided_of(&[])?.is_empty());
         assert_eq!(read["orders"].digest_hex(), "ab".repeat(32));
         assert!(
             Arc::ptr_eq(&read["billing"].commit, &read["orders"].commit),

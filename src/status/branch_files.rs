@@ -358,11 +358,11 @@ pub(crate) fn render(
         let now = commit.map(|commit| DecidedAt { digest, commit });
         // What the next render compares: these fields, with the
         // `decidedFrom` remembered from this one (the digest above, when
-        // that did not change).
-        // A file with no `decidedFrom` to remember (no source commit) is
-        // made again by the next render, as one ahead of its report: any
-        // other digest kept stands for a row of the state, and a one-shot
-        // reads the rows of the files it renders alone.
+        // that did not change). A file with no `decidedFrom` to remember
+        // (no source commit) is made again by the next render, as one
+        // ahead of its report: any other digest kept stands for a row of
+        // the state, and a one-shot reads the rows of the files it renders
+        // alone.
         if keep {
             let key = match key {
                 _ if now.is_none() => AHEAD_OF_REPORT,

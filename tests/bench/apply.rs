@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use support::git::{manifest, repo_with_declarations};
 
-use support::bench::{Scale, figure, mark, spread};
+use support::bench::{Scale, figure, mark, median, spread};
 
 /// One `tend apply`: wall time, peak RSS in KiB (when GNU time is there),
 /// exit code and stderr.
@@ -212,11 +212,4 @@ fn apply_over_10000_declarations() {
         format!("{:.2}x", one_change_median / no_change_median),
         "the medians of the whole processes",
     );
-}
-
-/// The median of `samples` (the upper of the two middle ones).
-fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    s[s.len() / 2]
 }

@@ -36,7 +36,7 @@ pub fn spread(samples: &[f64]) -> (String, String) {
     let mut s = samples.to_vec();
     s.sort_by(f64::total_cmp);
     (
-        format!("{:.1} ms", s[s.len() / 2]),
+        format!("{:.1} ms", median(&s)),
         format!(
             "median of {} runs, {:.1}-{:.1} ms",
             s.len(),
@@ -44,6 +44,13 @@ pub fn spread(samples: &[f64]) -> (String, String) {
             s[s.len() - 1]
         ),
     )
+}
+
+/// The median of `samples` (the upper of the two middle ones).
+pub fn median(samples: &[f64]) -> f64 {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
 }
 
 pub fn ms(d: Duration) -> f64 {

@@ -199,17 +199,9 @@ pub(super) struct SharedStrings(HashSet<Arc<str>>);
 
 impl SharedStrings {
     /// `value`, shared with every equal value shared before.
-    pub(super) fn share(&mut self, value: String) -> Arc<str> {
-        if let Some(known) = self.0.get(value.as_str()) {
-            return known.clone();
-        }
-        let new: Arc<str> = Arc::from(value);
-        self.0.insert(new.clone());
-        new
-    }
-
-    /// [`Self::share`] of a borrowed value: copied only the first time.
-    pub(super) fn share_str(&mut self, value: &str) -> Arc<str> {
+    /// (Borrowed: an `Arc<str>` copies its bytes even from a `String`, so
+    /// a value is copied only the first time.)
+    pub(super) fn share(&mut self, value: &str) -> Arc<str> {
         if let Some(known) = self.0.get(value) {
             return known.clone();
         }
@@ -318,11 +310,11 @@ impl StateStore {
                             applied_spec_hash: r.get::<Option<String>>(1)?.map(SpecHash::from),
                             applied_commit: r
                                 .get::<Option<String>>(2)?
-                                .map(|commit| shared.share(commit)),
+                                .map(|commit| shared.share(&commit)),
                             existed: r.get::<bool>(3)?,
                             last_write_at: r.get::<Option<i64>>(4)?.map(time),
                             database_name: Some(r.get(5)?),
-                            provider: Some(shared.share(r.get(6)?)),
+                            provider: Some(shared.share(r.text(6)?)),
                             ..Memory::default()
                         }),
                     );

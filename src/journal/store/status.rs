@@ -58,21 +58,40 @@ impl StateStore {
         names: &[&str],
     ) -> Result<HashMap<String, LastOperation>, StateError> {
         let mut out = HashMap::with_capacity(names.len());
+        self.each_of_names(
+            names,
+            |names_in| {
+                format!(
+                    "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
+                     WHERE name IN ({names_in}) AND state IN ('done', 'failed')"
+                )
+            },
+            &mut |r| {
+                let (name, op) = finished_row(r)?;
+                keep_newest(&mut out, name, op);
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Calls `f` with each row of the query `sql` makes of a list of
+    /// placeholders, for each hundred of `names` (by the index on names).
+    fn each_of_names(
+        &self,
+        names: &[&str],
+        sql: impl Fn(&str) -> String,
+        f: &mut dyn FnMut(&super::sql::Row) -> Result<(), super::sql::SqlError>,
+    ) -> Result<(), StateError> {
         for chunk in names.chunks(100) {
-            let sql = format!(
-                "SELECT name, op_id, kind, state, last_error, updated_ms FROM intents \
-                 WHERE name IN ({}) AND state IN ('done', 'failed')",
-                super::sql::placeholders(chunk.len())
-            );
+            let sql = sql(&super::sql::placeholders(chunk.len()));
             let args: Vec<super::sql::SqlValue> = chunk
                 .iter()
                 .map(|&name| super::sql::SqlValue::from(name))
                 .collect();
-            for (name, op) in self.map_rows(&sql, &args, finished_row)? {
-                keep_newest(&mut out, name, op);
-            }
+            self.conn().each(&sql, &args, f).map_err(|e| self.err(e))?;
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -138,6 +157,20 @@ impl DecidedAt {
     }
 }
 
+/// A `status_decided` row (name, digest, commit) into `decided`, its
+/// digest and commit borrowed from the row (a one-shot's status commit may
+/// read every resource's).
+fn decided_row(
+    r: &super::sql::Row,
+    commits: &mut SharedStrings,
+    decided: &mut DecidedFrom,
+) -> Result<(), super::sql::SqlError> {
+    let digest = crate::model::hash::bytes_of_hex(r.text(1)?).unwrap_or(NO_FILE_DIGEST);
+    let commit = commits.share(r.text(2)?);
+    decided.insert(r.get(0)?, DecidedAt { digest, commit });
+    Ok(())
+}
+
 /// What an unreadable digest reads as: no file's (a SHA-256 of all zeros
 /// is not known to exist).
 const NO_FILE_DIGEST: [u8; 32] = [0; 32];
@@ -155,13 +188,14 @@ impl StateStore {
         if !self.has_table("status_decided")? {
             return Ok(Default::default());
         }
-        let mut decided = HashMap::new();
-        self.read_decided(
-            "SELECT name, digest, commit_id FROM status_decided",
-            &[],
-            &mut SharedStrings::default(),
-            &mut decided,
-        )?;
+        let (mut decided, mut commits) = (HashMap::new(), SharedStrings::default());
+        self.conn()
+            .each(
+                "SELECT name, digest, commit_id FROM status_decided",
+                &[],
+                &mut |r| decided_row(r, &mut commits, &mut decided),
+            )
+            .map_err(|e| self.err(e))?;
         Ok(decided)
     }
 
@@ -173,38 +207,16 @@ impl StateStore {
             return Ok(decided);
         }
         let mut commits = SharedStrings::default();
-        for chunk in names.chunks(100) {
-            let sql = format!(
-                "SELECT name, digest, commit_id FROM status_decided WHERE name IN ({})",
-                super::sql::placeholders(chunk.len())
-            );
-            let args: Vec<super::sql::SqlValue> = chunk
-                .iter()
-                .map(|&name| super::sql::SqlValue::from(name))
-                .collect();
-            self.read_decided(&sql, &args, &mut commits, &mut decided)?;
-        }
+        self.each_of_names(
+            names,
+            |names_in| {
+                format!(
+                    "SELECT name, digest, commit_id FROM status_decided WHERE name IN ({names_in})"
+                )
+            },
+            &mut |r| decided_row(r, &mut commits, &mut decided),
+        )?;
         Ok(decided)
-    }
-
-    /// The rows of `sql` into `decided`, row by row, the digest and commit
-    /// borrowed from each (a one-shot's status commit may read every
-    /// resource's).
-    fn read_decided(
-        &self,
-        sql: &str,
-        args: &[super::sql::SqlValue],
-        commits: &mut SharedStrings,
-        decided: &mut DecidedFrom,
-    ) -> Result<(), StateError> {
-        self.conn()
-            .each(sql, args, &mut |r| {
-                let digest = crate::model::hash::bytes_of_hex(r.text(1)?).unwrap_or(NO_FILE_DIGEST);
-                let commit = commits.share_str(r.text(2)?);
-                decided.insert(r.get(0)?, DecidedAt { digest, commit });
-                Ok(())
-            })
-            .map_err(|e| self.err(e))
     }
 
     /// Replaces the status digests with `current` (resources not in it

@@ -172,6 +172,49 @@ impl Writes {
         }
     }
 
+    /// Writes the parse cache of `target`'s tree as a delta over the base
+    /// on disk (see [`parse_cache::delta_write`]): `entries` are the
+    /// results of the delta's changed files, `files` the whole's count.
+    /// With `beside`, on a thread of its own after the write before it;
+    /// else at once, on the caller's.
+    pub(super) fn delta(
+        &mut self,
+        beside: bool,
+        (file, path, tree): (PathBuf, String, Oid),
+        (files, delta): (usize, parse_cache::CacheDelta),
+        entries: Vec<(String, Oid, crate::model::load::FileContents)>,
+    ) {
+        let write = move |when: &str| {
+            parse_cache::delta_write::store_logged(
+                &file, &path, tree, files, &delta, &entries, when,
+            );
+        };
+        if !beside {
+            self.settle();
+            write("");
+            return;
+        }
+        // Superseding a whole write waiting for a quiet source: the delta
+        // is of a newer tree.
+        let previous = self.writing.take();
+        self.pending = None;
+        self.unwritten_since = None;
+        let spawned = std::thread::Builder::new()
+            .name("tend-parse-cache".into())
+            .spawn(move || {
+                if let Some(previous) = previous {
+                    let _ = previous.join();
+                }
+                write(", beside the cycles");
+            });
+        match spawned {
+            Ok(handle) => self.writing = Some(handle),
+            Err(e) => tracing::warn!(
+                "cannot start writing the parse cache's delta: {e}; the next process parses the files changed"
+            ),
+        }
+    }
+
     /// Before a write made on the caller's thread: the one waiting gives
     /// way, the one writing finishes.
     pub(super) fn settle(&mut self) {

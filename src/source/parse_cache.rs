@@ -33,9 +33,16 @@ use crate::model::load::FileContents;
 use crate::model::overrides::parse_annotations;
 use crate::model::{Declaration, Diagnostic, ManagedDatabase, NormalizedSpec, SpecHash};
 
+mod delta;
 mod store;
 
+pub(crate) use delta::{CacheDelta, OnDisk};
 pub(crate) use store::{FileView, store_logged};
+
+/// The delta's writing, for the tracker.
+pub(crate) mod delta_write {
+    pub(crate) use super::delta::{entries_of, store_logged};
+}
 
 /// Bumped whenever the layout below changes.
 const FORMAT: u32 = 3;
@@ -74,6 +81,9 @@ pub struct ParsedTree {
     pub tree: Option<ObjectId>,
     pub files: Vec<ParsedFile>,
     pub declarations: Vec<Arc<Declaration>>,
+    /// What the cache file read held over its base, when it was read
+    /// whole: where a delta of the next tree starts from.
+    pub(crate) on_disk: Option<OnDisk>,
 }
 
 impl ParsedTree {
@@ -126,14 +136,36 @@ pub(crate) struct CachedFiles {
     /// Whether a cached file was passed over: its path left the tree, or
     /// its blob changed.
     passed_over: bool,
+    /// Changes since the cache read from disk, for a delta over its base
+    /// ([`delta`]); `None` without one, or past its bound.
+    changes: Option<Changes>,
+}
+
+/// The files taken from a cache read from disk, and where they changed.
+struct Changes {
+    on_disk: OnDisk,
+    /// Not taken from the cache (new, or other bytes), in path order.
+    changed: Vec<String>,
+    /// Passed over and not in the tree, in path order.
+    gone: Vec<String>,
+    /// How many changes a delta holds ([`delta::max_changes`]).
+    limit: usize,
 }
 
 impl CachedFiles {
-    pub(crate) fn new(tree: ParsedTree) -> Self {
+    pub(crate) fn new(mut tree: ParsedTree) -> Self {
+        let limit = delta::max_changes(tree.files.len());
+        let mut changes = tree.on_disk.take().map(|on_disk| Changes {
+            on_disk,
+            changed: Vec::new(),
+            gone: Vec::new(),
+            limit,
+        });
         // Written in path order; sorted here should anything else be.
         let tree = if tree.files.is_sorted_by(|a, b| a.path < b.path) {
             tree
         } else {
+            changes = None;
             let mut contents = tree.into_contents();
             contents.sort_by(|a, b| a.0.cmp(&b.0));
             ParsedTree::from_contents(None, contents)
@@ -143,6 +175,7 @@ impl CachedFiles {
             declarations: tree.declarations.into_iter(),
             next: None,
             passed_over: false,
+            changes,
         }
     }
 
@@ -150,6 +183,17 @@ impl CachedFiles {
     /// asked for must come in order (the files before `path` are passed
     /// over).
     pub(crate) fn take(&mut self, path: &str, blob: ObjectId) -> Option<FileContents> {
+        let taken = self.take_cached(path, blob);
+        if taken.is_none()
+            && let Some(changes) = &mut self.changes
+        {
+            changes.changed.push(path.to_string());
+            self.changes = self.changes.take().filter(Changes::within_limit);
+        }
+        taken
+    }
+
+    fn take_cached(&mut self, path: &str, blob: ObjectId) -> Option<FileContents> {
         loop {
             if self.next.is_none() {
                 self.next = self.files.next();
@@ -171,12 +215,29 @@ impl CachedFiles {
             if order == std::cmp::Ordering::Equal {
                 return None;
             }
+            if let Some(changes) = &mut self.changes {
+                changes.gone.push(file.path);
+                self.changes = self.changes.take().filter(Changes::within_limit);
+            }
         }
     }
 
-    /// Whether any cached file was not taken.
-    pub(crate) fn stale(mut self) -> bool {
-        self.passed_over || self.next.is_some() || self.files.next().is_some()
+    /// Whether any cached file was not taken, and the delta over the
+    /// cache's base on disk, when one was read and the changes are within
+    /// a delta's bound.
+    pub(crate) fn finish(self) -> (bool, Option<CacheDelta>) {
+        let left = usize::from(self.next.is_some()) + self.files.len();
+        let stale = self.passed_over || left > 0;
+        let within = |c: &Changes| c.changed.len() + c.gone.len() + left <= c.limit;
+        let delta = self.changes.filter(within).and_then(|mut changes| {
+            changes
+                .gone
+                .extend(self.next.into_iter().chain(self.files).map(|f| f.path));
+            changes
+                .on_disk
+                .next(changes.changed, changes.gone, changes.limit)
+        });
+        (stale, delta)
     }
 
     /// The files not taken yet, with their results.
@@ -189,6 +250,12 @@ impl CachedFiles {
             };
             (f.path, f.blob, contents)
         })
+    }
+}
+
+impl Changes {
+    fn within_limit(&self) -> bool {
+        self.changed.len() + self.gone.len() <= self.limit
     }
 }
 
@@ -266,7 +333,7 @@ pub fn load(file: &Path, path: &str) -> ParsedTree {
         }
     };
     match read(&bytes, path) {
-        Ok(Some(parsed)) => parsed,
+        Ok(Some(parsed)) => delta::apply(file, path, parsed),
         Ok(None) => {
             tracing::debug!(
                 "parse cache {} was written by another tend: not used",
@@ -558,13 +625,13 @@ mod tests {
         for (i, (path, _, _)) in cached.iter().enumerate() {
             assert!(all.take(path, blob(i)).is_some(), "{path}");
         }
-        assert!(!all.stale(), "every file was taken");
+        assert!(!all.finish().0, "every file was taken");
         let mut passed = CachedFiles::new(tree_of(&mut cached.iter()));
         assert!(passed.take("c/payments.yaml", blob(3)).is_some());
-        assert!(passed.stale(), "three files were passed over");
+        assert!(passed.finish().0, "three files were passed over");
         let mut left = CachedFiles::new(tree_of(&mut cached.iter()));
         assert!(left.take("a/billing.yaml", blob(0)).is_some());
-        assert!(left.stale(), "three files were left");
+        assert!(left.finish().0, "three files were left");
     }
 
     #[test]

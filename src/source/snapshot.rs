@@ -136,6 +136,7 @@ impl Snapshot {
             tree: None,
             files: Vec::with_capacity(self.files.len()),
             declarations: Vec::with_capacity(by_file.len()),
+            on_disk: None,
         };
         let mut rest = by_file.as_slice();
         for (path, blob) in &self.files {

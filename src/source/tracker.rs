@@ -13,7 +13,7 @@ use super::SourceError;
 use super::auth::Credentials;
 use super::cache_writer::{self, CacheWriting};
 use super::fetch::{FetchInto, FetchSettings, fetch};
-use super::parse_cache::{self, ParsedTree, object_id};
+use super::parse_cache::{self, CacheDelta, ParsedTree, object_id};
 use super::reader_repo::ReaderRepo;
 use super::snapshot::{Snapshot, declarations_tree, list_files};
 use super::trust::{Trust, Verifier};
@@ -22,9 +22,14 @@ use crate::journal::Access;
 use crate::model::load::FileContents;
 use crate::model::{DeclarationSet, parse_file};
 
-/// A tree's declaration files (path, blob id), their parse results, and
-/// whether parse results of files no longer in the tree were dropped.
-type ParsedFiles = (Vec<(String, Oid)>, Vec<FileContents>, bool);
+/// A tree's declaration files (path, blob id), their parse results, whether
+/// results of files no longer in the tree were dropped, and the cache delta.
+type ParsedFiles = (
+    Vec<(String, Oid)>,
+    Vec<FileContents>,
+    bool,
+    Option<CacheDelta>,
+);
 
 /// What to track.
 #[derive(Debug, Clone)]
@@ -443,7 +448,7 @@ impl Source {
             }
             return self.accept_snapshot(head, commit_time, previous);
         }
-        let (files, contents, stale) = self.parse_tree(&repo, head, tree_id, previous)?;
+        let (files, contents, stale, delta) = self.parse_tree(&repo, head, tree_id, previous)?;
         tracing::debug!(
             "source: {} files parsed, {} from the cache, in {:?}",
             self.parses - parses_before,
@@ -460,10 +465,19 @@ impl Source {
         // files the write is half a second no commit should wait for.
         let store = self.access == Access::Writer
             && (cached_tree != Some(tree_bytes) || self.parses > parses_before || stale);
+        // A one-shot writes the files changed since the cache's base when
+        // it read one (the running agent writes it whole, once quiet).
+        let delta = delta.filter(|_| store && !self.reread_disk_cache);
         let later = store
+            && delta.is_none()
             && (self.reread_disk_cache || self.write_beside)
             && contents.iter().all(|c| c.diagnostics.is_empty());
-        if store && !later {
+        if let Some(delta) = delta {
+            let entries = parse_cache::delta_write::entries_of(&delta, &files, &contents);
+            let target = (self.cache_file.clone(), self.settings.path.clone(), tree_id);
+            self.cache_writes
+                .delta(self.write_beside, target, (files.len(), delta), entries);
+        } else if store && !later {
             // After the one being written beside (the newest is last), or
             // instead of the one waiting for a quiet source.
             self.cache_writes.settle();
@@ -598,7 +612,8 @@ impl Source {
             };
             contents.push(parsed);
         }
-        Ok((files, contents, cached.stale()))
+        let (stale, delta) = cached.finish();
+        Ok((files, contents, stale, delta))
     }
 
     /// Fetches the branch and returns its head (a missing branch is an

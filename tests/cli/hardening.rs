@@ -186,8 +186,9 @@ fn token_files_are_bounded_and_must_exist_and_hold_something() {
 }
 
 /// `tend apply` writes the parse cache of a new commit while its cycle
-/// runs; the process ends only once the file is whole, so the next
-/// process parses nothing and no temporary file is left beside it.
+/// runs (whole, then the files changed since as a delta); the process
+/// ends only once the file is whole, so the next process parses nothing
+/// and no temporary file is left beside it.
 #[test]
 fn a_one_shot_apply_leaves_its_parse_cache_whole() {
     let repo = TestRepo::new();
@@ -216,17 +217,36 @@ fn a_one_shot_apply_leaves_its_parse_cache_whole() {
     repo.write("db-07.yaml", &manifest("db-07", 21));
     repo.commit("raise db-07");
     let changed = apply();
+    // Only the changed file is parsed, and written: a delta over the
+    // cache written whole.
     assert!(
-        changed.stderr.contains("1 files parsed, 49 from the cache"),
+        changed.stderr.contains("1 files parsed, 49 from the cache")
+            && changed
+                .stderr
+                .contains("parse cache delta of 1 files (0 removed) written in")
+            && !changed.stderr.contains("source: parse cache written in"),
         "{}",
         changed.stderr
+    );
+    // The delta is cumulative over the same whole.
+    repo.write("db-08.yaml", &manifest("db-08", 21));
+    repo.remove("db-09.yaml");
+    repo.commit("raise db-08, remove db-09");
+    let again = apply();
+    assert!(
+        again.stderr.contains("1 files parsed, 48 from the cache")
+            && again
+                .stderr
+                .contains("parse cache delta of 2 files (1 removed) written in"),
+        "{}",
+        again.stderr
     );
     let next = TendCommand::new(&["--config", &config, "plan"])
         .env("TEND_LOG", "debug")
         .expect_code(0);
     // The cache holds the applied commit's tree: nothing is parsed.
     assert!(
-        next.stderr.contains("parse cache of 50 files loaded")
+        next.stderr.contains("parse cache of 49 files loaded")
             && !next.stderr.contains("files parsed"),
         "{}",
         next.stderr

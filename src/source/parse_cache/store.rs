@@ -68,34 +68,53 @@ pub(crate) fn store<'a>(
         out.write_all(b"\n")?;
         let mut json = Vec::with_capacity(512);
         for (path, blob, contents) in files {
-            let entry = FileOut {
-                path,
-                blob: blob.to_string(),
-                declarations: contents
-                    .declarations
-                    .into_iter()
-                    .map(|d| DeclarationOut {
-                        manifest: &d.manifest,
-                        line: d.line,
-                        column: d.column,
-                        spec_hash: &d.spec_hash,
-                    })
-                    .collect(),
-                diagnostics: contents
-                    .diagnostics
-                    .iter()
-                    .map(|d| (d.line, d.column, d.message.as_str()))
-                    .collect(),
-            };
-            json.clear();
-            serde_json::to_writer(&mut json, &entry).map_err(std::io::Error::other)?;
-            out.write_all(sha256_hex(&json).as_bytes())?;
-            out.write_all(b" ")?;
-            out.write_all(&json)?;
-            out.write_all(b"\n")?;
+            write_entry(out, &mut json, path, blob, contents)?;
         }
         Ok(())
-    })
+    })?;
+    // A delta over the base replaced is void (see `delta`); left behind
+    // (a crash here), it is over another tree, or holds over this one.
+    match std::fs::remove_file(super::delta::delta_path(file)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// One checked entry line: `<sha256 hex of the JSON> <JSON>`, the JSON
+/// made in `json`.
+pub(super) fn write_entry(
+    out: &mut impl Write,
+    json: &mut Vec<u8>,
+    path: &str,
+    blob: Oid,
+    contents: FileView<'_>,
+) -> std::io::Result<()> {
+    let entry = FileOut {
+        path,
+        blob: blob.to_string(),
+        declarations: contents
+            .declarations
+            .into_iter()
+            .map(|d| DeclarationOut {
+                manifest: &d.manifest,
+                line: d.line,
+                column: d.column,
+                spec_hash: &d.spec_hash,
+            })
+            .collect(),
+        diagnostics: contents
+            .diagnostics
+            .iter()
+            .map(|d| (d.line, d.column, d.message.as_str()))
+            .collect(),
+    };
+    json.clear();
+    serde_json::to_writer(&mut *json, &entry).map_err(std::io::Error::other)?;
+    out.write_all(sha256_hex(json).as_bytes())?;
+    out.write_all(b" ")?;
+    out.write_all(json)?;
+    out.write_all(b"\n")?;
+    Ok(())
 }
 
 /// [`store`], logged: a failure is a warning, since it costs the next

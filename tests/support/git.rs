@@ -13,11 +13,17 @@ use std::thread;
 use std::time::Duration;
 
 /// Isolates `command` (git, or a program that runs git) from the
-/// developer's Git configuration, with a fixed identity.
+/// developer's Git configuration, with a fixed identity. Git's automatic
+/// `gc` runs in the foreground: detached, it packed a repository of
+/// 10,000 files while the next command cloned it, and the clone failed
+/// on a loose object gone ("failed to copy file").
 pub fn isolated(command: &mut Command) -> &mut Command {
     command
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "gc.autoDetach")
+        .env("GIT_CONFIG_VALUE_0", "false")
         .env("GIT_AUTHOR_NAME", "Test Author")
         .env("GIT_AUTHOR_EMAIL", "author@example.test")
         .env("GIT_COMMITTER_NAME", "Test Author")

@@ -320,6 +320,7 @@ pub(crate) fn cache_path(source_dir: &Path) -> PathBuf {
 /// Reads the cache written for the source path `path`; anything unusable
 /// reads as empty (see the module docs).
 pub fn load(file: &Path, path: &str) -> ParsedTree {
+    let started = std::time::Instant::now();
     let bytes = match fs::read(file) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -333,7 +334,16 @@ pub fn load(file: &Path, path: &str) -> ParsedTree {
         }
     };
     match read(&bytes, path) {
-        Ok(Some(parsed)) => delta::apply(file, path, parsed),
+        Ok(Some(parsed)) => {
+            let read = started.elapsed();
+            let parsed = delta::apply(file, path, parsed);
+            let changed = parsed.on_disk.as_ref().map_or(0, |d| d.changed.len());
+            tracing::debug!(
+                "source: parse cache read in {read:?}, its delta of {changed} files in {:?}",
+                started.elapsed() - read
+            );
+            parsed
+        }
         Ok(None) => {
             tracing::debug!(
                 "parse cache {} was written by another tend: not used",

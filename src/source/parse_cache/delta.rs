@@ -31,7 +31,9 @@ use git2::Oid;
 use serde::{Deserialize, Serialize};
 
 use super::store::{FileView, write_entry};
-use super::{FORMAT, ObjectId, ParsedTree, build_id, checked_entry, parse_object_id, read_lines};
+use super::{
+    FORMAT, ObjectId, ParsedFile, ParsedTree, build_id, checked_entry, parse_object_id, read_lines,
+};
 use crate::model::hash::sha256_hex;
 use crate::model::load::FileContents;
 
@@ -71,7 +73,7 @@ struct Header {
 pub(crate) struct OnDisk {
     base_tree: ObjectId,
     /// The delta's files (changed or added since the base), sorted.
-    changed: Vec<String>,
+    pub(super) changed: Vec<String>,
     /// The base's files removed since, sorted.
     removed: Vec<String>,
 }
@@ -155,7 +157,16 @@ pub(super) fn apply(file: &Path, path: &str, base: ParsedTree) -> ParsedTree {
             }
         }
         Err(why) => {
-            tracing::debug!("parse cache delta {} not used: {why}", delta_file.display());
+            // Over another base is what a crash between a whole write and
+            // the delta's removal leaves; anything else is damage.
+            if why == OTHER_BASE {
+                tracing::debug!("parse cache delta {} not used: {why}", delta_file.display());
+            } else {
+                tracing::warn!(
+                    "ignoring the parse cache's delta {}: {why}; the files changed since the cache was written whole are parsed",
+                    delta_file.display()
+                );
+            }
             ParsedTree {
                 on_disk: Some(on_disk(Vec::new(), Vec::new())),
                 ..base
@@ -163,6 +174,9 @@ pub(super) fn apply(file: &Path, path: &str, base: ParsedTree) -> ParsedTree {
         }
     }
 }
+
+/// Why a delta left over from another cache is not read.
+const OTHER_BASE: &str = "written over another base, by another tend or for another source path";
 
 /// The delta's header and entries, when they apply to `base`.
 fn read(
@@ -177,11 +191,12 @@ fn read(
     };
     let json = checked_entry(first).ok_or("its header fails its check")?;
     let header: Header = serde_json::from_slice(json).map_err(|e| e.to_string())?;
-    if header.format != FORMAT || header.tend != build_id() || header.path != path {
-        return Err("written by another tend, or for another source path".into());
-    }
-    if parse_object_id(&header.base) != Some(base_tree) {
-        return Err("written over another base".into());
+    if header.format != FORMAT
+        || header.tend != build_id()
+        || header.path != path
+        || parse_object_id(&header.base) != Some(base_tree)
+    {
+        return Err(OTHER_BASE.into());
     }
     if !header.removed.is_sorted_by(|a, b| a < b) {
         return Err("its removed files are out of order".into());
@@ -218,21 +233,42 @@ fn read(
 }
 
 /// `base` with `removed` and the delta's files taken out, and the delta's
-/// files put in (path order), and the delta's paths.
+/// files put in (path order), and the delta's paths. Each file and
+/// declaration is moved once, in the flat lists (no list a file).
 fn merge(base: ParsedTree, delta: ParsedTree, removed: &[String]) -> (ParsedTree, Vec<String>) {
     let changed: Vec<String> = delta.files.iter().map(|f| f.path.clone()).collect();
-    let mut added = delta.into_contents().into_iter().peekable();
-    let mut whole = Vec::with_capacity(base.files.len() + changed.len());
-    for (path, blob, contents) in base.into_contents() {
-        while let Some(next) = added.next_if(|(p, ..)| *p < path) {
-            whole.push(next);
+    let mut whole = ParsedTree {
+        files: Vec::with_capacity(base.files.len() + delta.files.len()),
+        declarations: Vec::with_capacity(base.declarations.len() + delta.declarations.len()),
+        ..ParsedTree::default()
+    };
+    let mut added = delta.files.into_iter().peekable();
+    let mut added_declarations = delta.declarations.into_iter();
+    let mut base_declarations = base.declarations.into_iter();
+    let put = |whole: &mut ParsedTree, file: ParsedFile, from: &mut std::vec::IntoIter<_>| {
+        whole
+            .declarations
+            .extend(from.by_ref().take(file.declarations));
+        whole.files.push(file);
+    };
+    for file in base.files {
+        while let Some(next) = added.next_if(|a| a.path < file.path) {
+            put(&mut whole, next, &mut added_declarations);
         }
-        if removed.binary_search(&path).is_err() && changed.binary_search(&path).is_err() {
-            whole.push((path, blob, contents));
+        if removed.binary_search(&file.path).is_err() && changed.binary_search(&file.path).is_err()
+        {
+            put(&mut whole, file, &mut base_declarations);
+        } else {
+            base_declarations
+                .by_ref()
+                .take(file.declarations)
+                .for_each(drop);
         }
     }
-    whole.extend(added);
-    (ParsedTree::from_contents(None, whole), changed)
+    for next in added {
+        put(&mut whole, next, &mut added_declarations);
+    }
+    (whole, changed)
 }
 
 /// Replaces the delta beside `file` with `delta` (of `tree`, `files`

@@ -131,6 +131,11 @@ pub(super) fn apply(file: &Path, path: &str, base: ParsedTree) -> ParsedTree {
         changed,
         removed,
     };
+    // No delta read: the next one starts from the base alone.
+    let base_alone = |base| ParsedTree {
+        on_disk: Some(on_disk(Vec::new(), Vec::new())),
+        ..base
+    };
     let delta_file = delta_path(file);
     let bytes = match fs::read(&delta_file) {
         Ok(bytes) => bytes,
@@ -141,10 +146,7 @@ pub(super) fn apply(file: &Path, path: &str, base: ParsedTree) -> ParsedTree {
                     delta_file.display()
                 );
             }
-            return ParsedTree {
-                on_disk: Some(on_disk(Vec::new(), Vec::new())),
-                ..base
-            };
+            return base_alone(base);
         }
     };
     match read(&bytes, path, base_tree, &base) {
@@ -167,10 +169,7 @@ pub(super) fn apply(file: &Path, path: &str, base: ParsedTree) -> ParsedTree {
                     delta_file.display()
                 );
             }
-            ParsedTree {
-                on_disk: Some(on_disk(Vec::new(), Vec::new())),
-                ..base
-            }
+            base_alone(base)
         }
     }
 }
@@ -375,52 +374,74 @@ mod tests {
     use super::*;
     use crate::model::parse_file;
 
+    type Outcome = Result<(), Box<dyn std::error::Error>>;
+    type File = (String, Oid, FileContents);
+
     /// A file declaring `name` with connection limit `limit`.
-    fn file(path: &str, name: &str, limit: u32) -> (String, Oid, FileContents) {
+    fn file(path: &str, name: &str, limit: u32) -> Result<File, git2::Error> {
         let text = format!(
             "apiVersion: tend.dev/v1alpha1\nkind: ManagedDatabase\nmetadata:\n  name: {name}\nspec:\n  connectionLimit: {limit}\n"
         );
-        let blob = Oid::hash_object(git2::ObjectType::Blob, text.as_bytes()).unwrap();
-        (
-            path.into(),
-            blob,
-            parse_file(Path::new(path), text.as_bytes()),
-        )
+        let blob = Oid::hash_object(git2::ObjectType::Blob, text.as_bytes())?;
+        let contents = parse_file(Path::new(path), text.as_bytes());
+        Ok((path.into(), blob, contents))
     }
 
-    fn tree(n: u8) -> Oid {
-        Oid::hash_object(git2::ObjectType::Tree, &[n]).unwrap()
+    /// Files named by `(path, name, limit)`.
+    fn files(list: &[(&str, &str, u32)]) -> Result<Vec<File>, git2::Error> {
+        list.iter().map(|(p, n, l)| file(p, n, *l)).collect()
+    }
+
+    fn tree(n: u8) -> Result<Oid, git2::Error> {
+        Oid::hash_object(git2::ObjectType::Tree, &[n])
+    }
+
+    /// The cache written whole, of tree `n`.
+    fn write_whole(cache: &Path, n: u8, files: &[File]) -> Outcome {
+        let views = files.iter().map(|(p, b, c)| (p.as_str(), *b, c.into()));
+        store_whole(cache, "db", tree(n)?, views)?;
+        Ok(())
     }
 
     /// What a process does: reads the cache, takes the new tree's files
     /// out of it in order, and writes the delta (`None`: none written).
-    fn poll(cache: &Path, n: u8, new: &[(String, Oid, FileContents)]) -> Option<CacheDelta> {
+    fn poll(
+        cache: &Path,
+        n: u8,
+        new: &[File],
+    ) -> Result<Option<CacheDelta>, Box<dyn std::error::Error>> {
         let mut cached = CachedFiles::new(load(cache, "db"));
         for (path, blob, _) in new {
             let _ = cached.take(path, object_id(*blob));
         }
         let (_, delta) = cached.finish();
-        let delta = delta?;
+        let Some(delta) = delta else {
+            return Ok(None);
+        };
         let files: Vec<(String, Oid)> = new.iter().map(|(p, b, _)| (p.clone(), *b)).collect();
         let contents: Vec<FileContents> = new.iter().map(|(.., c)| c.clone()).collect();
         let entries = entries_of(&delta, &files, &contents);
         let views = entries
             .iter()
             .map(|(p, b, c)| (p.as_str(), *b, FileView::from(c)));
-        store(cache, "db", tree(n), new.len(), &delta, views).unwrap();
-        Some(delta)
+        store(cache, "db", tree(n)?, new.len(), &delta, views)?;
+        Ok(Some(delta))
     }
 
     /// The loaded cache's tree, and each file's path and limit.
     fn read_back(cache: &Path) -> (Option<ObjectId>, Vec<(String, Option<i64>)>) {
         let loaded = load(cache, "db");
         let tree = loaded.tree;
-        let files = loaded
-            .into_contents()
-            .into_iter()
+        (tree, limits(loaded.into_contents()))
+    }
+
+    /// Each file's path and connection limit.
+    fn limits<B>(
+        list: impl IntoIterator<Item = (String, B, FileContents)>,
+    ) -> Vec<(String, Option<i64>)> {
+        list.into_iter()
             .map(|(path, _, c)| (path, c.declarations[0].manifest.spec.connection_limit))
-            .collect();
-        (tree, files)
+            .collect()
     }
 
     fn paths(list: &[&str]) -> Vec<String> {
@@ -428,141 +449,113 @@ mod tests {
     }
 
     #[test]
-    fn a_delta_over_the_base_reads_as_the_new_tree_whole() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_delta_over_the_base_reads_as_the_new_tree_whole() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let cache = cache_path(dir.path());
-        let base = [
-            file("a.yaml", "a", 1),
-            file("b.yaml", "b", 2),
-            file("c.yaml", "c", 3),
-        ];
-        let views = base.iter().map(|(p, b, c)| (p.as_str(), *b, c.into()));
-        store_whole(&cache, "db", tree(1), views).unwrap();
-        assert_eq!(read_back(&cache).0, Some(object_id(tree(1))));
+        let base = files(&[("a.yaml", "a", 1), ("b.yaml", "b", 2), ("c.yaml", "c", 3)])?;
+        write_whole(&cache, 1, &base)?;
+        assert_eq!(read_back(&cache).0, Some(object_id(tree(1)?)));
 
         // b changed, c removed, d added.
-        let second = [
-            file("a.yaml", "a", 1),
-            file("b.yaml", "b", 20),
-            file("d.yaml", "d", 4),
-        ];
-        let delta = poll(&cache, 2, &second).expect("a delta");
+        let second = files(&[("a.yaml", "a", 1), ("b.yaml", "b", 20), ("d.yaml", "d", 4)])?;
+        let delta = poll(&cache, 2, &second)?.ok_or("no delta")?;
         assert_eq!(delta.changed, paths(&["b.yaml", "d.yaml"]));
         assert_eq!(delta.removed, paths(&["c.yaml"]));
-        assert!(fs::read(&cache).unwrap().len() > fs::read(delta_path(&cache)).unwrap().len());
-        let expected = |list: &[(String, Oid, FileContents)]| {
-            list.iter()
-                .map(|(p, _, c)| (p.clone(), c.declarations[0].manifest.spec.connection_limit))
-                .collect::<Vec<_>>()
-        };
+        assert!(fs::read(&cache)?.len() > fs::read(delta_path(&cache))?.len());
         assert_eq!(
             read_back(&cache),
-            (Some(object_id(tree(2))), expected(&second))
+            (Some(object_id(tree(2)?)), limits(second))
         );
 
         // Over the same base, cumulative: d goes, c comes back with other
         // bytes, a is untouched.
-        let third = [
-            file("a.yaml", "a", 1),
-            file("b.yaml", "b", 20),
-            file("c.yaml", "c", 30),
-        ];
-        let delta = poll(&cache, 3, &third).expect("a delta");
+        let third = files(&[("a.yaml", "a", 1), ("b.yaml", "b", 20), ("c.yaml", "c", 30)])?;
+        let delta = poll(&cache, 3, &third)?.ok_or("no delta")?;
         assert_eq!(delta.changed, paths(&["b.yaml", "c.yaml"]));
         assert_eq!(
             read_back(&cache),
-            (Some(object_id(tree(3))), expected(&third))
+            (Some(object_id(tree(3)?)), limits(third))
         );
         // Back to the base's bytes: nothing left in the delta but b.
-        let fourth = [
-            file("a.yaml", "a", 1),
-            file("b.yaml", "b", 2),
-            file("c.yaml", "c", 30),
-        ];
-        poll(&cache, 4, &fourth).expect("a delta");
+        let fourth = files(&[("a.yaml", "a", 1), ("b.yaml", "b", 2), ("c.yaml", "c", 30)])?;
+        poll(&cache, 4, &fourth)?.ok_or("no delta")?;
         assert_eq!(
             read_back(&cache),
-            (Some(object_id(tree(4))), expected(&fourth))
+            (Some(object_id(tree(4)?)), limits(fourth.clone()))
         );
 
         // The whole written again removes the delta.
-        let views = fourth.iter().map(|(p, b, c)| (p.as_str(), *b, c.into()));
-        store_whole(&cache, "db", tree(4), views).unwrap();
+        write_whole(&cache, 4, &fourth)?;
         assert!(!delta_path(&cache).exists());
         assert_eq!(
             read_back(&cache),
-            (Some(object_id(tree(4))), expected(&fourth))
+            (Some(object_id(tree(4)?)), limits(fourth))
         );
+        Ok(())
     }
 
     #[test]
-    fn a_delta_over_another_base_or_edited_is_not_read() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_delta_over_another_base_or_edited_is_not_read() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let cache = cache_path(dir.path());
-        let base = [file("a.yaml", "a", 1), file("b.yaml", "b", 2)];
-        let views = base.iter().map(|(p, b, c)| (p.as_str(), *b, c.into()));
-        store_whole(&cache, "db", tree(1), views).unwrap();
-        let second = [file("a.yaml", "a", 1), file("b.yaml", "b", 20)];
-        poll(&cache, 2, &second).expect("a delta");
-        let delta_text = fs::read_to_string(delta_path(&cache)).unwrap();
-        let base_only = (
-            Some(object_id(tree(1))),
-            vec![
-                ("a.yaml".to_string(), Some(1)),
-                ("b.yaml".to_string(), Some(2)),
-            ],
-        );
+        let base = files(&[("a.yaml", "a", 1), ("b.yaml", "b", 2)])?;
+        write_whole(&cache, 1, &base)?;
+        let second = files(&[("a.yaml", "a", 1), ("b.yaml", "b", 20)])?;
+        poll(&cache, 2, &second)?.ok_or("no delta")?;
+        let delta_text = fs::read_to_string(delta_path(&cache))?;
+        let base_only = (Some(object_id(tree(1)?)), limits(base.clone()));
 
         // An entry edited (the same blob id, another value).
         let edited = delta_text.replacen("\"connectionLimit\":20", "\"connectionLimit\":999", 1);
         assert_ne!(edited, delta_text);
-        fs::write(delta_path(&cache), &edited).unwrap();
+        fs::write(delta_path(&cache), &edited)?;
         assert_eq!(read_back(&cache), base_only);
         // Its header edited: it names no removed file it was not written with.
         let edited = delta_text.replacen("\"removed\":[]", "\"removed\":[\"a.yaml\"]", 1);
         assert_ne!(edited, delta_text);
-        fs::write(delta_path(&cache), &edited).unwrap();
+        fs::write(delta_path(&cache), &edited)?;
         assert_eq!(read_back(&cache), base_only);
         // Its last line lost.
-        let cut = delta_text.lines().next().unwrap().to_string() + "\n";
-        fs::write(delta_path(&cache), &cut).unwrap();
+        let cut = delta_text.lines().next().unwrap_or_default().to_string() + "\n";
+        fs::write(delta_path(&cache), &cut)?;
         assert_eq!(read_back(&cache), base_only);
 
         // Over another base (another tree's whole, the delta left behind).
-        let views = base.iter().map(|(p, b, c)| (p.as_str(), *b, c.into()));
-        store_whole(&cache, "db", tree(7), views).unwrap();
-        fs::write(delta_path(&cache), &delta_text).unwrap();
-        let (tree_read, files) = read_back(&cache);
+        write_whole(&cache, 7, &base)?;
+        fs::write(delta_path(&cache), &delta_text)?;
         assert_eq!(
-            (tree_read, files),
-            (Some(object_id(tree(7))), base_only.1.clone())
+            read_back(&cache),
+            (Some(object_id(tree(7)?)), base_only.1.clone())
         );
         // Over a base of the delta's own base tree: it holds.
-        let views = base.iter().map(|(p, b, c)| (p.as_str(), *b, c.into()));
-        store_whole(&cache, "db", tree(1), views).unwrap();
-        fs::write(delta_path(&cache), &delta_text).unwrap();
-        assert_eq!(read_back(&cache).0, Some(object_id(tree(2))));
+        write_whole(&cache, 1, &base)?;
+        fs::write(delta_path(&cache), &delta_text)?;
+        assert_eq!(read_back(&cache).0, Some(object_id(tree(2)?)));
+        Ok(())
     }
 
     #[test]
-    fn past_its_bound_the_cache_is_written_whole() {
-        let dir = tempfile::tempdir().unwrap();
+    fn past_its_bound_the_cache_is_written_whole() -> Outcome {
+        let dir = tempfile::tempdir()?;
         let cache = cache_path(dir.path());
-        let many: Vec<_> = (0..100)
+        let many = (0..100)
             .map(|i| file(&format!("f{i:03}.yaml"), &format!("f{i:03}"), 1))
-            .collect();
-        let views = many.iter().map(|(p, b, c)| (p.as_str(), *b, c.into()));
-        store_whole(&cache, "db", tree(1), views).unwrap();
+            .collect::<Result<Vec<_>, _>>()?;
+        write_whole(&cache, 1, &many)?;
         assert_eq!(max_changes(many.len()), 64);
         let mut changed = many.clone();
         for (i, f) in changed.iter_mut().enumerate().take(64) {
-            *f = file(&f.0.clone(), &format!("f{i:03}"), 2);
+            *f = file(&f.0.clone(), &format!("f{i:03}"), 2)?;
         }
-        assert_eq!(poll(&cache, 2, &changed).map(|d| d.changed.len()), Some(64));
+        assert_eq!(
+            poll(&cache, 2, &changed)?.map(|d| d.changed.len()),
+            Some(64)
+        );
         let mut more = changed.clone();
-        more[64] = file("f064.yaml", "f064", 2);
-        assert_eq!(poll(&cache, 3, &more), None, "65 changes since the base");
+        more[64] = file("f064.yaml", "f064", 2)?;
+        assert_eq!(poll(&cache, 3, &more)?, None, "65 changes since the base");
         // Files removed count too.
-        assert_eq!(poll(&cache, 3, &changed[..30]), None);
+        assert_eq!(poll(&cache, 3, &changed[..30])?, None);
+        Ok(())
     }
 }

@@ -56,14 +56,21 @@ fn start(
         .name("tend-parse-cache".into())
         .spawn(move || {
             // Made from the snapshot's own declarations (shared, not
-            // copied).
+            // copied), of its tree whole: the next commit's tree is listed
+            // over them (see `relisting`).
+            let of_tree = || {
+                snapshot.parse_results().map(|mut parses| {
+                    parses.tree = Some(parse_cache::object_id(tree));
+                    parses
+                })
+            };
             let parses = match quiet {
-                None => snapshot.parse_results(),
+                None => of_tree(),
                 Some((wait, superseded)) => {
                     // For the next commit at once; the snapshot is kept
                     // (the source holds it too, until the next) to make
                     // them again for the write if a poll took them.
-                    let parses = snapshot.parse_results();
+                    let parses = of_tree();
                     let made_now = parses.is_some();
                     if let Some(parses) = parses {
                         *made.lock().unwrap_or_else(|p| p.into_inner()) = Some(parses);
@@ -79,9 +86,7 @@ fn start(
                         }
                     }
                     let taken = || made.lock().unwrap_or_else(|p| p.into_inner()).take();
-                    made_now
-                        .then(|| taken().or_else(|| snapshot.parse_results()))
-                        .flatten()
+                    made_now.then(|| taken().or_else(of_tree)).flatten()
                 }
             };
             drop(snapshot);

@@ -22,6 +22,7 @@ pub(crate) mod changes;
 pub(crate) mod fetch;
 pub(crate) mod parse_cache;
 pub(crate) mod reader_repo;
+pub(crate) mod relisting;
 pub(crate) mod snapshot;
 pub(crate) mod tracker;
 pub(crate) mod transport;

@@ -224,72 +224,134 @@ pub(crate) fn list_files(
     tree: Oid,
     path: &str,
 ) -> Result<Vec<ListedFile>, SourceError> {
-    use crate::model::tree::{self as rules, MAX_DEPTH};
-    let repo_err = |e: git2::Error| SourceError::Repository {
-        path: repo.path().display().to_string(),
-        source: crate::cause::Cause::git(&e),
-    };
-    let prefix = path.trim_matches('/');
-    let base = if prefix.is_empty() || prefix == "." {
-        String::new()
-    } else {
-        format!("{prefix}/")
-    };
-    let mut files = Vec::new();
-    let mut trees = vec![(base, tree, 0)];
-    let mut entries = 0usize;
-    while let Some((dir, id, depth)) = trees.pop() {
-        let tree = repo.find_tree(id).map_err(repo_err)?;
-        // A subtree can be named many times over (a few objects can spell
-        // a tree of 1000^32 paths): the entries visited are bounded.
-        entries += tree.len();
-        if entries > MAX_ENTRIES {
-            return Err(SourceError::TreeTooLarge {
-                path: path.to_string(),
-                commit: commit.to_string(),
-                limit: MAX_ENTRIES,
-            });
-        }
-        for entry in tree.iter() {
-            let name = entry.name_bytes();
-            if rules::is_hidden(name) {
-                continue;
-            }
-            let kind = entry.kind();
-            let is_tree = kind == Some(ObjectType::Tree);
-            // Symlinks (mode 120000) are blobs holding a path.
-            let is_link = kind == Some(ObjectType::Blob) && entry.filemode() == 0o120000;
-            let path = || format!("{dir}{}", rules::lossy_name(name));
-            if is_link {
-                tracing::warn!("{}", rules::symlink_warning(Path::new(&path())));
-                continue;
-            }
-            // Submodules (commits) and other files are not declarations.
-            let declaration_file = kind == Some(ObjectType::Blob) && rules::is_yaml_name(name);
-            if !(is_tree || declaration_file) {
-                continue;
-            }
-            let problem = if std::str::from_utf8(name).is_err() {
-                Some(rules::NOT_UTF8.to_string())
-            } else if is_tree && depth >= MAX_DEPTH {
-                Some(rules::too_deep())
-            } else {
-                None
-            };
-            if problem.is_none() && is_tree {
-                trees.push((format!("{}/", path()), entry.id(), depth + 1));
-                continue;
-            }
-            files.push(ListedFile {
-                path: path(),
-                id: entry.id(),
-                problem,
-            });
-        }
-    }
+    let mut listing = Listing::new(repo, commit, path);
+    listing.walk(vec![(listing.base(), tree, 0)])?;
+    let mut files = listing.files;
     // Each directory's files come in order (Git sorts a tree's entries
     // as their paths sort), one directory after another: a stable sort
     // merges those runs instead of sorting every path again.
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
+}
+
+/// A subtree still to be listed: its directory (ending in `/`, or empty
+/// at the declarations' root), its id and its depth below that root.
+pub(crate) type PendingTree = (String, Oid, usize);
+
+/// A walk over a declarations tree: the files it found (unsorted) and the
+/// tree entries it read, bounded by [`MAX_ENTRIES`].
+pub(crate) struct Listing<'r> {
+    repo: &'r Repository,
+    commit: Oid,
+    /// The declarations' path in the repository, as configured.
+    path: &'r str,
+    pub files: Vec<ListedFile>,
+    /// Tree entries read so far (or counted in by the caller).
+    pub entries: usize,
+    /// Trees read so far.
+    pub trees: usize,
+}
+
+impl<'r> Listing<'r> {
+    pub(crate) fn new(repo: &'r Repository, commit: Oid, path: &'r str) -> Self {
+        Listing {
+            repo,
+            commit,
+            path,
+            files: Vec::new(),
+            entries: 0,
+            trees: 0,
+        }
+    }
+
+    /// The directory of the declarations' root, as listed paths start.
+    pub(crate) fn base(&self) -> String {
+        let prefix = self.path.trim_matches('/');
+        if prefix.is_empty() || prefix == "." {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        }
+    }
+
+    /// Reads the tree `id`, counting its entries against the bound: a
+    /// subtree can be named many times over (a few objects can spell a
+    /// tree of 1000^32 paths).
+    pub(crate) fn read_tree(&mut self, id: Oid) -> Result<git2::Tree<'r>, SourceError> {
+        let tree = self
+            .repo
+            .find_tree(id)
+            .map_err(|e| SourceError::Repository {
+                path: self.repo.path().display().to_string(),
+                source: crate::cause::Cause::git(&e),
+            })?;
+        self.trees += 1;
+        self.entries += tree.len();
+        if self.entries > MAX_ENTRIES {
+            return Err(SourceError::TreeTooLarge {
+                path: self.path.to_string(),
+                commit: self.commit.to_string(),
+                limit: MAX_ENTRIES,
+            });
+        }
+        Ok(tree)
+    }
+
+    /// Lists the subtrees in `trees` and every one below them.
+    pub(crate) fn walk(&mut self, mut trees: Vec<PendingTree>) -> Result<(), SourceError> {
+        while let Some((dir, id, depth)) = trees.pop() {
+            let tree = self.read_tree(id)?;
+            for entry in tree.iter() {
+                self.entry(&dir, &entry, depth, &mut trees);
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists one entry of the directory `dir` (at `depth`): a declaration
+    /// file, or an entry that is an error, goes to `files`; a subtree to
+    /// `trees`; anything else is passed over.
+    pub(crate) fn entry(
+        &mut self,
+        dir: &str,
+        entry: &git2::TreeEntry<'_>,
+        depth: usize,
+        trees: &mut Vec<PendingTree>,
+    ) {
+        use crate::model::tree::{self as rules, MAX_DEPTH};
+        let name = entry.name_bytes();
+        if rules::is_hidden(name) {
+            return;
+        }
+        let kind = entry.kind();
+        let is_tree = kind == Some(ObjectType::Tree);
+        // Symlinks (mode 120000) are blobs holding a path.
+        let is_link = kind == Some(ObjectType::Blob) && entry.filemode() == 0o120000;
+        let path = || format!("{dir}{}", rules::lossy_name(name));
+        if is_link {
+            tracing::warn!("{}", rules::symlink_warning(Path::new(&path())));
+            return;
+        }
+        // Submodules (commits) and other files are not declarations.
+        let declaration_file = kind == Some(ObjectType::Blob) && rules::is_yaml_name(name);
+        if !(is_tree || declaration_file) {
+            return;
+        }
+        let problem = if std::str::from_utf8(name).is_err() {
+            Some(rules::NOT_UTF8.to_string())
+        } else if is_tree && depth >= MAX_DEPTH {
+            Some(rules::too_deep())
+        } else {
+            None
+        };
+        if problem.is_none() && is_tree {
+            trees.push((format!("{}/", path()), entry.id(), depth + 1));
+            return;
+        }
+        self.files.push(ListedFile {
+            path: path(),
+            id: entry.id(),
+            problem,
+        });
+    }
 }

@@ -15,8 +15,8 @@ use super::cache_writer::{self, CacheWriting};
 use super::fetch::{FetchInto, FetchSettings, fetch};
 use super::parse_cache::{self, CacheDelta, ParsedTree, object_id};
 use super::reader_repo::ReaderRepo;
-use super::snapshot::{Snapshot, declarations_tree, list_files};
 use super::trust::{Trust, Verifier};
+use super::{relisting::list_files_over, snapshot::Snapshot, snapshot::declarations_tree};
 use crate::config::ConfigError;
 use crate::journal::Access;
 use crate::model::load::FileContents;
@@ -532,10 +532,10 @@ impl Source {
         self.cache_writes.schedule(target, snapshot, made, quiet);
     }
 
-    /// Lists the files under the tree and parses those whose blob changed
-    /// (the rest come from `previous`). Returns the files, their contents
-    /// and whether `previous` held files no longer in the tree. On a
-    /// failure the parse results are kept for the next attempt.
+    /// Lists the files under the tree (over `previous`'s listing) and parses
+    /// those whose blob changed (the rest come from `previous`). Returns the
+    /// files, their contents and whether `previous` held files no longer in
+    /// the tree. On a failure the parse results are kept for the next try.
     fn parse_tree(
         &mut self,
         repo: &Repository,
@@ -543,7 +543,7 @@ impl Source {
         tree_id: Oid,
         previous: ParsedTree,
     ) -> Result<ParsedFiles, SourceError> {
-        let listed = match list_files(repo, head, tree_id, &self.settings.path) {
+        let listed = match list_files_over(repo, head, tree_id, &self.settings.path, &previous) {
             Ok(files) => files,
             Err(e) => {
                 // Keep the parse results for the next attempt.

@@ -401,6 +401,17 @@ fn one_agent_over_100000_declarations_on_10_providers() {
         committed.push(at_commit.as_secs_f64() * 1000.0);
         reconciled.push(at_commit.max(at_report).as_secs_f64() * 1000.0);
     }
+    // A commit's tree is listed over the last one's: only the subtrees on
+    // the changed file's path are read, not the fleet's every directory.
+    let log = daemon.log();
+    assert!(
+        log.contains("files listed over the last tree's"),
+        "no commit's tree was listed over the last: {}",
+        log.lines()
+            .filter(|l| l.contains("source:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let (v, d) = spread(&reconciled);
     let (commit_v, commit_d) = spread(&committed);
     figure(

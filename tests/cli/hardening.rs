@@ -218,9 +218,16 @@ fn a_one_shot_apply_leaves_its_parse_cache_whole() {
     repo.commit("raise db-07");
     let changed = apply();
     // Only the changed file is parsed, and written: a delta over the
-    // cache written whole.
+    // cache written whole. The tree is listed over the cache's: its one
+    // tree read, one file found changed.
     assert!(
         changed.stderr.contains("1 files parsed, 49 from the cache")
+            && changed
+                .stderr
+                .contains("50 files listed over the last tree's in")
+            && changed
+                .stderr
+                .contains("1 trees read, 1 files new or changed")
             && changed
                 .stderr
                 .contains("parse cache delta of 1 files (0 removed) written in")
@@ -235,6 +242,12 @@ fn a_one_shot_apply_leaves_its_parse_cache_whole() {
     let again = apply();
     assert!(
         again.stderr.contains("1 files parsed, 48 from the cache")
+            && again
+                .stderr
+                .contains("49 files listed over the last tree's in")
+            && again
+                .stderr
+                .contains("1 trees read, 1 files new or changed")
             && again
                 .stderr
                 .contains("parse cache delta of 2 files (1 removed) written in"),

@@ -144,23 +144,42 @@ pub(crate) fn pack_beside(repo_dir: &Path) {
     }
 }
 
+/// How many packs one ask makes at most. Objects written while a pack
+/// runs are not in it, and an ask made meanwhile (after a status commit)
+/// finds the pack under way and returns: the pack that ran asks again
+/// when it is done, or those objects would stay loose until the next
+/// commit, however many they are.
+const ROUNDS: usize = 3;
+
 /// Packs the cache at `repo_dir` when it is due (a one-shot command, at
-/// its end). Logs what it did; a failure is a warning: the cache works
+/// its end), again while it is still due after a pack (up to
+/// [`ROUNDS`]). Logs what it did; a failure is a warning: the cache works
 /// unpacked, and the next pack tries again.
 pub(crate) fn pack_logged(repo_dir: &Path, limits: &Limits) {
-    let started = Instant::now();
-    match pack_if_due(repo_dir, limits) {
-        Ok(Some(packed)) => tracing::info!(
-            "source: packed {} objects of the Git cache in {:?} ({} loose files and {} packs removed)",
-            packed.objects,
-            started.elapsed(),
-            packed.loose_removed,
-            packed.packs_removed
-        ),
-        Ok(None) => {}
-        Err(e) => tracing::warn!(
-            "source: cannot pack the Git cache: {e}; it keeps working unpacked, and the next pack tries again"
-        ),
+    pack_rounds(repo_dir, limits, || {});
+}
+
+/// [`pack_logged`], calling `between` after each pack made.
+fn pack_rounds(repo_dir: &Path, limits: &Limits, mut between: impl FnMut()) {
+    for _ in 0..ROUNDS {
+        let started = Instant::now();
+        match pack_if_due(repo_dir, limits) {
+            Ok(Some(packed)) => tracing::info!(
+                "source: packed {} objects of the Git cache in {:?} ({} loose files and {} packs removed)",
+                packed.objects,
+                started.elapsed(),
+                packed.loose_removed,
+                packed.packs_removed
+            ),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(
+                    "source: cannot pack the Git cache: {e}; it keeps working unpacked, and the next pack tries again"
+                );
+                return;
+            }
+        }
+        between();
     }
 }
 

@@ -7,6 +7,15 @@ use super::*;
 
 type Outcome = Result<(), Box<dyn std::error::Error>>;
 
+/// Held by each test: a pack takes the process's one `PACKING` lock, and
+/// a test's ask made while another test's pack runs finds it under way
+/// and does nothing.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// `count` status-like blobs written loose, from `from` on; their ids.
 fn write_blobs(repo: &Repository, from: usize, count: usize) -> Result<Vec<Oid>, git2::Error> {
     (from..from + count)
@@ -37,6 +46,7 @@ fn all_readable(dir: &Path, ids: &[Oid]) -> Outcome {
 #[test]
 fn loose_objects_past_the_limit_are_packed_in_batches_and_removed_and_every_one_reads_back()
 -> Outcome {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir()?;
     let repo = Repository::init_bare(dir.path())?;
     // Enough blobs that two land in the fan-out directory the estimate
@@ -84,6 +94,7 @@ fn loose_objects_past_the_limit_are_packed_in_batches_and_removed_and_every_one_
 
 #[test]
 fn many_packs_become_one_holding_every_object_and_a_kept_pack_stays() -> Outcome {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir()?;
     let repo = Repository::init_bare(dir.path())?;
     let mut ids = Vec::new();
@@ -128,6 +139,7 @@ fn many_packs_become_one_holding_every_object_and_a_kept_pack_stays() -> Outcome
 /// reads every object after the loose files are gone.
 #[test]
 fn a_pack_killed_before_it_removes_anything_loses_nothing_and_the_next_one_finishes() -> Outcome {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir()?;
     let repo = Repository::init_bare(dir.path())?;
     let ids = write_blobs(&repo, 0, 300)?;
@@ -164,5 +176,44 @@ fn a_pack_killed_before_it_removes_anything_loses_nothing_and_the_next_one_finis
             "the earlier reader lost {id}"
         );
     }
+    Ok(())
+}
+
+/// Objects written while a pack runs are packed by the round after it
+/// when they are due by then (an ask made meanwhile found the pack under
+/// way and returned); once nothing is due, no round runs.
+#[test]
+fn objects_written_during_a_pack_are_packed_by_the_round_after_it() -> Outcome {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir()?;
+    let repo = Repository::init_bare(dir.path())?;
+    let mut ids = write_blobs(&repo, 0, 60)?;
+    // Counted exactly (a limit under 256).
+    let limits = Limits {
+        loose: 50,
+        packs: 50,
+        batch: 1000,
+    };
+    assert_eq!(due(dir.path(), &limits), Some(Due::Loose));
+    let mut rounds = 0;
+    let mut failed = None;
+    pack_rounds(dir.path(), &limits, || {
+        rounds += 1;
+        // Written "during" the first pack: due again.
+        if rounds == 1 {
+            match write_blobs(&repo, 60, 60) {
+                Ok(more) => ids.extend(more),
+                Err(e) => failed = Some(e),
+            }
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    assert_eq!(ids.len(), 120);
+    assert_eq!(rounds, 2, "a round after the last pack found nothing due");
+    let (packs, loose) = shape(dir.path())?;
+    assert_eq!((packs.len(), loose), (2, 0));
+    all_readable(dir.path(), &ids)?;
     Ok(())
 }

@@ -51,7 +51,15 @@ impl ProviderGroups {
             let mut groups = Groups::default();
             for (at, decl) in declarations.declarations.iter().enumerate() {
                 match &decl.manifest.spec.provider {
-                    Some(name) => groups.named.entry(name.to_string()).or_default().push(at),
+                    // The name is copied once a provider, not once a
+                    // declaration (100,000 allocations on the first cycle
+                    // of every commit).
+                    Some(name) => match groups.named.get_mut(&**name) {
+                        Some(group) => group.push(at),
+                        None => {
+                            groups.named.insert(name.to_string(), vec![at]);
+                        }
+                    },
                     None => groups.unnamed.push(at),
                 }
             }

@@ -84,7 +84,20 @@ pub(super) async fn plan_cycle<'s>(
     let (intents, gates) = pending_work(snapshot, &inputs);
     let orphaned_overrides = orphaned_overrides(snapshot, &inputs);
     let policy = agent.policy();
-    let mut routing = Routing::route(agent.config(), policy, snapshot, &mut inputs, scope, now);
+    let mut routing = match &observations {
+        Observations::Known {
+            only: Some(only), ..
+        } => Routing::route_only(
+            agent.config(),
+            policy,
+            snapshot,
+            &mut inputs,
+            scope,
+            now,
+            only,
+        ),
+        _ => Routing::route(agent.config(), policy, snapshot, &mut inputs, scope, now),
+    };
     let mut memories = std::mem::take(&mut inputs.memories);
     let (guard, guard_effect) = guard(agent, snapshot, &routing, &mut inputs, &memories);
     let mut effects = std::mem::take(&mut routing.effects);
@@ -126,7 +139,7 @@ pub(super) async fn plan_cycle<'s>(
         }
     }
     // A whole provider's cycle takes its memories by position.
-    if scope.is_whole() {
+    if scope.is_whole() && only.is_none() {
         memories.align(snapshot);
     }
     let mut resources = decide_all(agent, &ctx, by_provider, views, &mut memories, &mut effects);

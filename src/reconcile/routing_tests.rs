@@ -4,6 +4,7 @@ use crate::engine::Memory;
 use crate::journal::TombstoneRow;
 use crate::model::{DeclarationSet, parse_file};
 use crate::reconcile::inputs::LeftGit;
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -304,6 +305,99 @@ fn a_provider_cycle_takes_its_own_group_and_reports_the_unroutable() {
     every.sort();
     assert_eq!(every, ["a", "b", "e", "f"]);
     assert_eq!(all.diagnostics.len(), unroutable.len());
+}
+
+/// The pass that decides again what a cycle's operations changed routes
+/// the names it is given, in the snapshot's order, found by name: within
+/// the cycle's scope, with their positions (their memories are taken by
+/// them), tombstones in scope included; the other declarations are not
+/// looked at, so their problems are not reported again (the first pass's
+/// stand, see `standing::merge`).
+#[test]
+fn a_pass_over_some_names_routes_those_alone() {
+    let config = config("[providers.p0]\nkind = \"sandbox\"\n[providers.p1]\nkind = \"sandbox\"\n");
+    let at = |name: &str, provider: &str| {
+        (
+            format!("{name}.yaml"),
+            manifest(name, &format!("  provider: {provider}\n")),
+        )
+    };
+    let files = [
+        at("a", "p1"),
+        at("b", "p0"),
+        at("c", "nope"),
+        at("d", "p0"),
+        at("e", "p1"),
+    ];
+    let borrowed: Vec<(&str, String)> =
+        files.iter().map(|(f, t)| (f.as_str(), t.clone())).collect();
+    let snapshot = snapshot(&borrowed);
+    let inputs = || {
+        let mut inputs = Inputs::default();
+        inputs.tombstones.push(TombstoneRow {
+            name: "gone".into(),
+            last: parsed("gone", "  provider: p0\n"),
+            removed_at: t(0),
+            removal_commit: "old".into(),
+            delete_requested_at: None,
+            last_error: None,
+        });
+        inputs
+    };
+    let only: HashSet<String> = ["e", "b", "d", "unknown"].map(String::from).into();
+    let route = |scope: &Scope| {
+        let routing = Routing::route_only(
+            &config,
+            &Policy::default(),
+            &snapshot,
+            &mut inputs(),
+            scope,
+            t(0),
+            &only,
+        );
+        let positions: Vec<(String, Option<usize>)> = routing
+            .by_provider
+            .values()
+            .flatten()
+            .map(|r| (r.subject.name().to_string(), r.position))
+            .collect();
+        (positions, routing.diagnostics.len())
+    };
+    let named = |list: &[(&str, Option<usize>)]| -> Vec<(String, Option<usize>)> {
+        list.iter().map(|(n, at)| (n.to_string(), *at)).collect()
+    };
+    assert_eq!(
+        route(&Scope::All),
+        (
+            named(&[
+                ("b", Some(1)),
+                ("d", Some(3)),
+                ("gone", None),
+                ("e", Some(4))
+            ]),
+            0
+        )
+    );
+    let p0 = Scope::Provider {
+        provider: "p0".into(),
+        names: None,
+    };
+    assert_eq!(
+        route(&p0),
+        (named(&[("b", Some(1)), ("d", Some(3)), ("gone", None)]), 0)
+    );
+    // The whole routing of the same scope gives the same subjects, and
+    // the problem of `c`, which no pass over some names repeats.
+    let whole = Routing::route(
+        &config,
+        &Policy::default(),
+        &snapshot,
+        &mut inputs(),
+        &p0,
+        t(0),
+    );
+    assert_eq!(names(&whole), ["b", "d", "gone"]);
+    assert_eq!(whole.diagnostics.len(), 1);
 }
 
 #[test]

@@ -252,17 +252,20 @@ fn confirm(
 /// resources `decided` names, as [`decided_again`] gave them) in place of
 /// its own; a resource named there that `again` no longer has (its state
 /// forgotten by the cycle's effects) is gone. What is fleet-wide
-/// (intents, the guard, the suspension, errors, the time) is as `again`
-/// saw it. The releases not shown yet stay `first`'s: `again` counted
-/// them over its few resources.
+/// (intents, the guard, the suspension, the time) is as `again` saw it.
+/// The declaration problems and the releases not shown yet stay
+/// `first`'s: `again` routed and counted its few resources only.
 pub(super) fn merge<'s>(
     mut first: Plan<'s>,
     decided: &HashSet<String>,
     again: Plan<'s>,
 ) -> Plan<'s> {
+    // The first pass's declaration problems stand: they depend on the
+    // configuration and the snapshot alone, and the second pass routes the
+    // names it decides again, not the fleet (`Routing::route_only`).
     let Plan {
         resources,
-        errors,
+        errors: _,
         intents,
         orphaned_overrides,
         guard,
@@ -292,7 +295,6 @@ pub(super) fn merge<'s>(
         first.resources.append(&mut unplaced);
         first.resources.sort_by(|a, b| a.name.cmp(&b.name));
     }
-    first.errors = errors;
     first.intents = intents;
     first.orphaned_overrides = orphaned_overrides;
     first.guard = guard;

@@ -210,7 +210,14 @@ fn a_fleet_wide_change_decides_everything_again() {
 fn decisions_made_again_take_the_place_of_the_first_and_the_fleet_wide_is_the_latest() {
     let decls = declarations(&[("billing", ""), ("orders", ""), ("payments", "")]);
     let subjects = at(&decls, &["p", "p", "p"]);
-    let first = plan(&subjects);
+    let mut first = plan(&subjects);
+    let problem = crate::model::Diagnostic {
+        file: "broken.yaml".into(),
+        line: 1,
+        column: 1,
+        message: "spec.provider `nope` is not configured".into(),
+    };
+    first.errors.push(problem.clone());
     // orders and payments decided again: orders still there, payments'
     // state forgotten by the cycle (no longer routed, so gone).
     let mut again = plan(&subjects[1..2]);
@@ -230,6 +237,9 @@ fn decisions_made_again_take_the_place_of_the_first_and_the_fleet_wide_is_the_la
         SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(5)
     );
     assert_eq!(merged.guard.managed, 1, "the guard as decided again");
+    // The second pass routed the names it decided, not the fleet: the
+    // first pass's declaration problems stand.
+    assert_eq!(merged.errors, [problem]);
 }
 
 #[test]

@@ -84,20 +84,19 @@ pub(super) async fn plan_cycle<'s>(
     let (intents, gates) = pending_work(snapshot, &inputs);
     let orphaned_overrides = orphaned_overrides(snapshot, &inputs);
     let policy = agent.policy();
-    let mut routing = match &observations {
-        Observations::Known {
-            only: Some(only), ..
-        } => Routing::route_only(
-            agent.config(),
-            policy,
-            snapshot,
-            &mut inputs,
-            scope,
-            now,
-            only,
-        ),
-        _ => Routing::route(agent.config(), policy, snapshot, &mut inputs, scope, now),
+    let only = match &observations {
+        Observations::Known { only, .. } => only.as_ref(),
+        Observations::Fresh(_) => None,
     };
+    let mut routing = Routing::route(
+        agent.config(),
+        policy,
+        snapshot,
+        &mut inputs,
+        scope,
+        now,
+        only,
+    );
     let mut memories = std::mem::take(&mut inputs.memories);
     let (guard, guard_effect) = guard(agent, snapshot, &routing, &mut inputs, &memories);
     let mut effects = std::mem::take(&mut routing.effects);

@@ -159,38 +159,15 @@ impl<'s> Routing<'s> {
         }
     }
 
-    /// Routes the subjects of a cycle over `snapshot` at `now`.
+    /// Routes the subjects of a cycle over `snapshot` at `now`; with
+    /// `only`, the declarations it names (and the tombstones in scope), for
+    /// a pass that decides again what a cycle's operations changed: its
+    /// caller keeps every other decision, and the declaration problems of
+    /// the first pass (which depend on the configuration and the snapshot
+    /// alone). Those declarations are found by name, not walked: walking
+    /// 10,000 of them to decide one again was most of a one-file `tend
+    /// apply`'s second pass.
     pub(crate) fn route(
-        config: &Config,
-        policy: &Policy,
-        snapshot: &'s Snapshot,
-        inputs: &mut Inputs,
-        scope: &Scope,
-        now: SystemTime,
-    ) -> Self {
-        Self::route_over(config, policy, snapshot, inputs, scope, now, None)
-    }
-
-    /// [`Routing::route`] of the declarations named `only` (and the
-    /// tombstones in scope), for a pass that decides again what a cycle's
-    /// operations changed: its caller keeps every other decision, and the
-    /// declaration problems of the first pass (which depend on the
-    /// configuration and the snapshot alone). The declarations are found
-    /// by name, not walked: walking 10,000 of them to decide one again
-    /// was most of a one-file `tend apply`'s second pass.
-    pub(crate) fn route_only(
-        config: &Config,
-        policy: &Policy,
-        snapshot: &'s Snapshot,
-        inputs: &mut Inputs,
-        scope: &Scope,
-        now: SystemTime,
-        only: &HashSet<String>,
-    ) -> Self {
-        Self::route_over(config, policy, snapshot, inputs, scope, now, Some(only))
-    }
-
-    fn route_over(
         config: &Config,
         policy: &Policy,
         snapshot: &'s Snapshot,
@@ -210,16 +187,15 @@ impl<'s> Routing<'s> {
         // without asking each: its name is then not looked up in the
         // configuration once a declaration (10,000 lookups a cycle).
         let mut named_by_all = None;
-        let named;
+        let mut named: Vec<usize>;
         let routed: Box<dyn Iterator<Item = (usize, &Arc<Declaration>)>> = match (only, scope) {
             (Some(only), _) => {
-                // In the snapshot's order, as a walk would give them.
-                let mut at: Vec<usize> = only
+                named = only
                     .iter()
-                    .filter_map(|name| all.binary_search_by(|d| d.name().cmp(name)).ok())
+                    .filter_map(|n| snapshot.position_of(n))
                     .collect();
-                at.sort_unstable();
-                named = at;
+                // In the snapshot's order, as a walk would give them.
+                named.sort_unstable();
                 Box::new(named.iter().map(|&at| (at, &all[at])))
             }
             (None, Scope::Provider { provider, .. }) => {

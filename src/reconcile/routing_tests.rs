@@ -75,6 +75,7 @@ fn a_declaration_that_came_back_clears_its_tombstone() {
         &mut inputs,
         &Scope::All,
         t(10),
+        None,
     );
     assert_eq!(
         routing.effects,
@@ -110,7 +111,15 @@ fn a_managed_resource_that_left_git_gets_a_tombstone_unless_its_file_is_unreadab
         deletion_delay: Duration::ZERO,
         ..Policy::default()
     };
-    let routing = Routing::route(&config, &policy, &snapshot, &mut inputs, &Scope::All, t(10));
+    let routing = Routing::route(
+        &config,
+        &policy,
+        &snapshot,
+        &mut inputs,
+        &Scope::All,
+        t(10),
+        None,
+    );
     assert!(
         matches!(&routing.effects[..], [Effect::AddTombstone { name, at, commit, .. }] if name == "gone" && *at == t(10) && commit == "c0ffee")
     );
@@ -137,6 +146,7 @@ fn an_empty_tree_removes_nothing() {
         &mut inputs,
         &Scope::All,
         t(10),
+        None,
     );
     assert!(routing.effects.is_empty());
     assert!(names(&routing).is_empty());
@@ -175,6 +185,7 @@ fn a_tombstone_is_routed_where_tend_manages_it_or_reported() {
         &mut inputs,
         &Scope::All,
         t(10),
+        None,
     );
     assert_eq!(
         routing.by_provider["two"][0].subject.name(),
@@ -209,6 +220,7 @@ fn unroutable_declarations_are_diagnostics_and_unreadable_state_is_undecidable()
         &mut inputs,
         &Scope::All,
         t(10),
+        None,
     );
     assert_eq!(routing.diagnostics.len(), 1);
     assert!(
@@ -226,6 +238,7 @@ fn unroutable_declarations_are_diagnostics_and_unreadable_state_is_undecidable()
         &mut Inputs::default(),
         &Scope::Only(["b".to_string()].into()),
         t(10),
+        None,
     );
     assert_eq!(names(&scoped), ["b"]);
     // Out of scope, `a` is not decided, but its error is still reported:
@@ -274,6 +287,7 @@ fn a_provider_cycle_takes_its_own_group_and_reports_the_unroutable() {
             &mut inputs,
             &scope,
             t(0),
+            None,
         );
         let errors: Vec<String> = routing
             .diagnostics
@@ -300,6 +314,7 @@ fn a_provider_cycle_takes_its_own_group_and_reports_the_unroutable() {
         &mut inputs,
         &Scope::All,
         t(0),
+        None,
     );
     let mut every = names(&all);
     every.sort();
@@ -346,14 +361,14 @@ fn a_pass_over_some_names_routes_those_alone() {
     };
     let only: HashSet<String> = ["e", "b", "d", "unknown"].map(String::from).into();
     let route = |scope: &Scope| {
-        let routing = Routing::route_only(
+        let routing = Routing::route(
             &config,
             &Policy::default(),
             &snapshot,
             &mut inputs(),
             scope,
             t(0),
-            &only,
+            Some(&only),
         );
         let positions: Vec<(String, Option<usize>)> = routing
             .by_provider
@@ -395,6 +410,7 @@ fn a_pass_over_some_names_routes_those_alone() {
         &mut inputs(),
         &p0,
         t(0),
+        None,
     );
     assert_eq!(names(&whole), ["b", "d", "gone"]);
     assert_eq!(whole.diagnostics.len(), 1);
@@ -452,6 +468,7 @@ fn a_provider_s_own_group_is_checked_for_the_fields_it_manages() {
         &mut Inputs::default(),
         &scope,
         t(0),
+        None,
     );
     let whole = Routing::route(
         &config,
@@ -460,6 +477,7 @@ fn a_provider_s_own_group_is_checked_for_the_fields_it_manages() {
         &mut Inputs::default(),
         &Scope::All,
         t(0),
+        None,
     );
     for routing in [&own, &whole] {
         assert_eq!(names(routing), ["a", "c"]);

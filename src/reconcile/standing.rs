@@ -262,7 +262,7 @@ pub(super) fn merge<'s>(
 ) -> Plan<'s> {
     // The first pass's declaration problems stand: they depend on the
     // configuration and the snapshot alone, and the second pass routes the
-    // names it decides again, not the fleet (`Routing::route_only`).
+    // names it decides again, not the fleet (`Routing::route`).
     let Plan {
         resources,
         errors: _,

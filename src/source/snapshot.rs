@@ -106,10 +106,16 @@ impl Snapshot {
 
     /// The declaration named `name` (a search of the sorted set).
     pub(crate) fn declared(&self, name: &str) -> Option<&crate::model::Declaration> {
-        let list = &self.declarations.declarations;
-        list.binary_search_by(|d| d.name().cmp(name))
+        self.position_of(name)
+            .map(|i| self.declarations.declarations[i].as_ref())
+    }
+
+    /// Where the declaration named `name` is in the sorted set.
+    pub(crate) fn position_of(&self, name: &str) -> Option<usize> {
+        self.declarations
+            .declarations
+            .binary_search_by(|d| d.name().cmp(name))
             .ok()
-            .map(|i| list[i].as_ref())
     }
 
     /// The parse results it was built from, sharing its declarations:

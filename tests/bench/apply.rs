@@ -23,6 +23,17 @@ struct Run {
     stderr: String,
 }
 
+/// Asserts `run` exited 0 having run `operations` (run, done).
+fn assert_ran(run: &Run, operations: (usize, usize)) {
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        support::bench::operation_counts(&run.stderr),
+        Some(operations),
+        "{}",
+        run.stderr
+    );
+}
+
 fn apply(dir: &Path, debug: bool) -> Run {
     let tend = env!("CARGO_BIN_EXE_tend");
     let gnu_time = Path::new("/usr/bin/time").exists();
@@ -106,13 +117,7 @@ fn apply_over_10000_declarations() {
     .unwrap();
 
     let cold = apply(dir.path(), false);
-    assert_eq!(cold.code, 0, "{}", cold.stderr);
-    assert_eq!(
-        support::bench::operation_counts(&cold.stderr),
-        Some((declarations, declarations)),
-        "{}",
-        cold.stderr
-    );
+    assert_ran(&cold, (declarations, declarations));
     println!(
         "cold apply ({declarations} creates): {:.2} s, peak RSS {:?} KiB",
         cold.wall.as_secs_f64(),
@@ -149,13 +154,7 @@ fn apply_over_10000_declarations() {
             repo.commit("raise db-00007");
             repo.git(&["push", "-q", &remote, "main"]);
             let run = apply(dir.path(), false);
-            assert_eq!(run.code, 0, "{}", run.stderr);
-            assert_eq!(
-                support::bench::operation_counts(&run.stderr),
-                Some((1, 1)),
-                "{}",
-                run.stderr
-            );
+            assert_ran(&run, (1, 1));
             walls.push(ms(run.wall));
             rss = rss.max(run.rss_kib.unwrap_or(0));
         }
@@ -166,13 +165,7 @@ fn apply_over_10000_declarations() {
     let mut fetches = Vec::new();
     let mut observes = Vec::new();
     for run in &runs {
-        assert_eq!(run.code, 0, "{}", run.stderr);
-        assert_eq!(
-            support::bench::operation_counts(&run.stderr),
-            Some((0, 0)),
-            "{}",
-            run.stderr
-        );
+        assert_ran(run, (0, 0));
         fetches.push(
             reported(&run.stderr, "source: libgit2 initialised in").unwrap()
                 + reported(&run.stderr, "source: fetched in").unwrap(),
